@@ -1,0 +1,15 @@
+//! # warren-core
+//!
+//! The protocol-free broker model every Warren listener maps onto: virtual hosts, users and
+//! permissions, exchanges and bindings, queues, consumers and settlement.
+//!
+//! Data flows one way on the publish path: a listener builds a [`message::Message`], asks the
+//! vhost to route it through an exchange to a set of queues (no global lock: routing tables are
+//! read-mostly and each queue guards its own state), and each queue either hands it straight to
+//! a consumer's sink or keeps it ready. Listeners settle deliveries (ack, requeue, reject) with
+//! one core call per queue, whatever their wire protocol calls it.
+
+pub mod message;
+pub mod password;
+pub mod routing;
+pub mod value;

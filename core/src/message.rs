@@ -1,0 +1,65 @@
+//! The one message type every listener produces and consumes.
+//!
+//! A message is routed once and stored once: fan-out to N queues shares one `Arc<Message>`
+//! whose body is a reference-counted `Bytes`. Properties are the AMQP 0-9-1 basic properties
+//! (the superset the other protocols map onto; see docs/protocol-mapping.md). The AMQP 0-9-1
+//! listener also keeps the properties exactly as they arrived on the wire, so that a delivery
+//! to an AMQP 0-9-1 consumer copies those bytes instead of re-encoding them.
+
+use bytes::Bytes;
+
+use crate::value::Table;
+
+/// The fourteen AMQP basic properties. Every field is optional, as on the wire.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Properties {
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub headers: Option<Table>,
+    /// 1 = transient, 2 = persistent.
+    pub delivery_mode: Option<u8>,
+    pub priority: Option<u8>,
+    pub correlation_id: Option<String>,
+    pub reply_to: Option<String>,
+    /// Per-message TTL in milliseconds, as a decimal string.
+    pub expiration: Option<String>,
+    pub message_id: Option<String>,
+    /// Seconds since the Unix epoch.
+    pub timestamp: Option<u64>,
+    /// The `type` property.
+    pub message_type: Option<String>,
+    pub user_id: Option<String>,
+    pub app_id: Option<String>,
+    pub cluster_id: Option<String>,
+}
+
+impl Properties {
+    /// Whether the publisher asked for the message to survive a broker restart.
+    pub fn is_persistent(&self) -> bool {
+        self.delivery_mode == Some(2)
+    }
+}
+
+/// A published message: where it was published to, its properties and its body.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// The exchange the message was published to (empty for the default exchange).
+    pub exchange: String,
+    /// The routing key it was published with.
+    pub routing_key: String,
+    /// Decoded properties.
+    pub properties: Properties,
+    /// The properties as an AMQP 0-9-1 content header carried them (property flags and
+    /// property list), when they are known to equal `properties`. Lets the 0-9-1 listener
+    /// deliver without re-encoding. `None` when the message came from another protocol.
+    pub encoded_properties: Option<Bytes>,
+    /// The body; shared, never copied, across every queue the message is routed to.
+    pub body: Bytes,
+}
+
+impl Message {
+    /// The message's size as counted against limits: its body length.
+    pub fn body_size(&self) -> usize {
+        self.body.len()
+    }
+}

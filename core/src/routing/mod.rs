@@ -1,0 +1,1 @@
+//! Routing algorithms shared by exchange types: topic pattern matching and header matching.

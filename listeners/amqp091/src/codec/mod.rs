@@ -1,0 +1,1 @@
+//! Sans-IO AMQP 0-9-1 codec.

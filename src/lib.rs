@@ -1,0 +1,1 @@
+//! The Warren server: assembles the core, the configured listeners and the plugins.
