@@ -1,3 +1,25 @@
 //! # warren-config
 //!
-//! Settings in rabbitmq.conf's sysctl format and RabbitMQ definitions.json documents.
+//! What Warren reads before it starts serving: [`Settings`] in rabbitmq.conf's sysctl format
+//! (`listeners.tcp.default = 5672`), and RabbitMQ `definitions.json` documents
+//! ([`Definitions`]) that pre-declare users, vhosts, permissions and topology.
+//!
+//! Data flows in one direction and is checked before anything is applied:
+//!
+//! 1. [`Settings::from_args`] starts from Warren's defaults, applies the `--config` file and
+//!    then each `--set KEY=VALUE`. An unknown key or a bad value is an error naming it.
+//! 2. If `load_definitions` is set, [`Definitions::from_file`] parses the file and
+//!    [`Definitions::validate`] checks every cross-reference, pattern and hash, so a broken
+//!    file stops start-up instead of being half-applied.
+//! 3. The broker applies the validated definitions to `warren-core`, converting JSON
+//!    arguments with [`json_args_to_table`].
+
+mod cli;
+mod error;
+mod listen_addr;
+mod settings;
+
+pub use cli::usage;
+pub use error::ConfigError;
+pub use listen_addr::ListenAddr;
+pub use settings::{LogLevel, Settings, FRAME_MIN_SIZE, KEYS, MAX_MESSAGE_SIZE_LIMIT};

@@ -1,0 +1,454 @@
+//! Broker settings in rabbitmq.conf's sysctl format (`listeners.tcp.default = 5672`).
+//!
+//! [`Settings::default`] holds Warren's embedded defaults; a configuration file and then
+//! `--set KEY=VALUE` arguments are applied on top, one key at a time, through
+//! [`Settings::set`]. An unknown key or a bad value stops start-up with a message naming it:
+//! a typo must never silently fall back to a default.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::ConfigError;
+use crate::listen_addr::ListenAddr;
+
+/// RabbitMQ's (and so Warren's) smallest negotiable frame size.
+pub const FRAME_MIN_SIZE: u32 = 4096;
+
+/// RabbitMQ's hard ceiling for `max_message_size`: 512 MiB.
+pub const MAX_MESSAGE_SIZE_LIMIT: usize = 512 * 1024 * 1024;
+
+/// How much a broker logs, from most to least verbose (`log.console.level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum LogLevel {
+    /// `debug`
+    Debug,
+    /// `info`, the default.
+    #[default]
+    Info,
+    /// `warning`
+    Warning,
+    /// `error`
+    Error,
+    /// `critical`
+    Critical,
+    /// `none`: log nothing.
+    None,
+}
+
+impl LogLevel {
+    /// The level named as in rabbitmq.conf (`debug`, `info`, `warning`, `error`, `critical`,
+    /// `none`).
+    pub fn from_name(name: &str) -> Option<LogLevel> {
+        Some(match name {
+            "debug" => LogLevel::Debug,
+            "info" => LogLevel::Info,
+            "warning" => LogLevel::Warning,
+            "error" => LogLevel::Error,
+            "critical" => LogLevel::Critical,
+            "none" => LogLevel::None,
+            _ => return None,
+        })
+    }
+
+    /// The rabbitmq.conf name of the level.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+            LogLevel::Critical => "critical",
+            LogLevel::None => "none",
+        }
+    }
+
+    /// The nearest `tracing` filter directive (`tracing` has no "critical", so it maps to
+    /// `error`; `none` maps to `off`).
+    pub fn tracing_directive(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warning => "warn",
+            LogLevel::Error | LogLevel::Critical => "error",
+            LogLevel::None => "off",
+        }
+    }
+}
+
+impl std::fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Everything the broker reads at start-up. Field docs name the rabbitmq.conf key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `listeners.tcp.default`: the AMQP listener. Default `0.0.0.0:5672`.
+    pub amqp_listener: ListenAddr,
+    /// `listeners.tcp.<name>` for any other name: further AMQP listeners, in the order first
+    /// given; setting a name again replaces its address.
+    pub additional_amqp_listeners: Vec<(String, ListenAddr)>,
+    /// `default_vhost`: the virtual host created on first boot. Default `/`.
+    pub default_vhost: String,
+    /// `default_user`: the user created on first boot. Default `guest`.
+    pub default_user: String,
+    /// `default_pass`: that user's password. Default `guest`.
+    pub default_pass: String,
+    /// `loopback_users`: users that may only connect from the loopback interface. Default
+    /// `["guest"]`. Set with `loopback_users = none`, `loopback_users = a,b` or, RabbitMQ's
+    /// form, `loopback_users.<name> = true|false`.
+    pub loopback_users: Vec<String>,
+    /// `heartbeat`: the heartbeat interval offered to clients, in seconds; 0 disables.
+    /// Default 60.
+    pub heartbeat: u16,
+    /// `frame_max`: the largest frame offered to clients, in bytes, at least 4096.
+    /// Default 131072.
+    pub frame_max: u32,
+    /// `channel_max`: the most channels per connection offered to clients (0 means the
+    /// protocol maximum, 65535). Default 2047.
+    pub channel_max: u16,
+    /// `max_message_size`: the largest message body accepted, in bytes, at most 512 MiB.
+    /// Default 16 MiB.
+    pub max_message_size: usize,
+    /// `data_dir` (Warren-specific): where messages and metadata are stored. Default
+    /// `warren-data`, relative to the working directory.
+    pub data_dir: PathBuf,
+    /// `load_definitions`: a RabbitMQ definitions.json file applied at boot. Default none.
+    pub load_definitions: Option<PathBuf>,
+    /// `log.console.level`. Default `info`.
+    pub log_level: LogLevel,
+    /// `handshake_timeout` (milliseconds in the file): how long a client may take to complete
+    /// the protocol handshake. Default 10 s.
+    pub handshake_timeout: Duration,
+    /// `connection_max`: the most client connections at once; `None` (`infinity`) for no
+    /// limit. Default `infinity`.
+    pub connection_max: Option<usize>,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            amqp_listener: ListenAddr::default(),
+            additional_amqp_listeners: Vec::new(),
+            default_vhost: "/".to_owned(),
+            default_user: "guest".to_owned(),
+            default_pass: "guest".to_owned(),
+            loopback_users: vec!["guest".to_owned()],
+            heartbeat: 60,
+            frame_max: 131_072,
+            channel_max: 2047,
+            max_message_size: 16 * 1024 * 1024,
+            data_dir: PathBuf::from("warren-data"),
+            load_definitions: None,
+            log_level: LogLevel::Info,
+            handshake_timeout: Duration::from_millis(10_000),
+            connection_max: None,
+        }
+    }
+}
+
+/// Every key [`Settings::set`] accepts, with what it sets; shown by `--help`.
+pub const KEYS: &[(&str, &str)] = &[
+    (
+        "listeners.tcp.default",
+        "AMQP listener: PORT or HOST:PORT (0.0.0.0:5672)",
+    ),
+    ("listeners.tcp.<name>", "an additional AMQP listener"),
+    ("default_vhost", "virtual host created on first boot (/)"),
+    ("default_user", "user created on first boot (guest)"),
+    ("default_pass", "password of that user (guest)"),
+    (
+        "loopback_users",
+        "none, or comma-separated users limited to localhost (guest)",
+    ),
+    (
+        "loopback_users.<name>",
+        "true|false: limit that user to localhost",
+    ),
+    (
+        "heartbeat",
+        "heartbeat offered to clients, seconds, 0 = off (60)",
+    ),
+    ("frame_max", "largest frame, bytes, >= 4096 (131072)"),
+    ("channel_max", "channels per connection, 0 = 65535 (2047)"),
+    (
+        "max_message_size",
+        "largest message, bytes or with KB/MB/GB/KiB/MiB/GiB, <= 512MiB (16MiB)",
+    ),
+    ("data_dir", "storage directory (warren-data)"),
+    (
+        "load_definitions",
+        "RabbitMQ definitions.json applied at boot (none)",
+    ),
+    (
+        "log.console.level",
+        "debug|info|warning|error|critical|none (info)",
+    ),
+    (
+        "handshake_timeout",
+        "protocol handshake timeout, milliseconds (10000)",
+    ),
+    (
+        "connection_max",
+        "most client connections, or infinity (infinity)",
+    ),
+];
+
+impl Settings {
+    /// Applies one `key = value` setting. Surrounding whitespace on either is ignored.
+    ///
+    /// Fails with [`ConfigError::UnknownKey`] for a key Warren does not know and
+    /// [`ConfigError::InvalidValue`] (naming key, value and what is expected) for a bad value;
+    /// on failure the settings are unchanged.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let key = key.trim();
+        let value = value.trim();
+        let invalid = |expected: &str| ConfigError::InvalidValue {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            expected: expected.to_owned(),
+        };
+        match key {
+            "listeners.tcp.default" => {
+                self.amqp_listener = parse_listener(value).map_err(|e| invalid(&e))?;
+            }
+            "default_vhost" => {
+                self.default_vhost =
+                    non_empty(value).ok_or_else(|| invalid("a virtual host name"))?
+            }
+            "default_user" => {
+                self.default_user = non_empty(value).ok_or_else(|| invalid("a user name"))?
+            }
+            // An empty password is allowed here; whether it may log in is the auth layer's call.
+            "default_pass" => self.default_pass = value.to_owned(),
+            "loopback_users" => {
+                self.loopback_users = parse_user_list(value)
+                    .ok_or_else(|| invalid("'none' or a comma-separated list of user names"))?;
+            }
+            "heartbeat" => {
+                self.heartbeat = value
+                    .parse()
+                    .map_err(|_| invalid("an integer between 0 and 65535 (seconds)"))?;
+            }
+            "frame_max" => {
+                self.frame_max = value
+                    .parse()
+                    .ok()
+                    .filter(|size| *size >= FRAME_MIN_SIZE)
+                    .ok_or_else(|| invalid("an integer between 4096 and 4294967295 (bytes)"))?;
+            }
+            "channel_max" => {
+                self.channel_max = value
+                    .parse()
+                    .map_err(|_| invalid("an integer between 0 and 65535"))?;
+            }
+            "max_message_size" => {
+                self.max_message_size = parse_size(value)
+                    .filter(|size| (1..=MAX_MESSAGE_SIZE_LIMIT).contains(size))
+                    .ok_or_else(|| {
+                        invalid(
+                            "a size between 1 and 536870912 bytes (512MiB), as an integer or \
+                             with a KB, MB, GB, KiB, MiB or GiB suffix",
+                        )
+                    })?;
+            }
+            "data_dir" => {
+                self.data_dir = non_empty(value)
+                    .map(PathBuf::from)
+                    .ok_or_else(|| invalid("a directory path"))?;
+            }
+            "load_definitions" => {
+                self.load_definitions = Some(
+                    non_empty(value)
+                        .map(PathBuf::from)
+                        .ok_or_else(|| invalid("the path of a definitions.json file"))?,
+                );
+            }
+            "log.console.level" => {
+                self.log_level = LogLevel::from_name(value)
+                    .ok_or_else(|| invalid("one of debug, info, warning, error, critical, none"))?;
+            }
+            "handshake_timeout" => {
+                self.handshake_timeout = value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|millis| *millis > 0)
+                    .map(Duration::from_millis)
+                    .ok_or_else(|| invalid("a positive integer (milliseconds)"))?;
+            }
+            "connection_max" => {
+                self.connection_max = if value == "infinity" {
+                    None
+                } else {
+                    Some(
+                        value
+                            .parse()
+                            .map_err(|_| invalid("a non-negative integer or 'infinity'"))?,
+                    )
+                };
+            }
+            _ => return self.set_named(key, value),
+        }
+        Ok(())
+    }
+
+    /// The keys with a name as their last part: `listeners.tcp.<name>`, `loopback_users.<name>`.
+    fn set_named(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let invalid = |expected: &str| ConfigError::InvalidValue {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            expected: expected.to_owned(),
+        };
+        if let Some(name) = key.strip_prefix("listeners.tcp.").filter(|n| is_name(n)) {
+            let addr = parse_listener(value).map_err(|e| invalid(&e))?;
+            match self
+                .additional_amqp_listeners
+                .iter_mut()
+                .find(|(existing, _)| existing == name)
+            {
+                Some(entry) => entry.1 = addr,
+                None => self.additional_amqp_listeners.push((name.to_owned(), addr)),
+            }
+            return Ok(());
+        }
+        if let Some(user) = key.strip_prefix("loopback_users.").filter(|n| is_name(n)) {
+            let limited = match value {
+                "true" => true,
+                "false" => false,
+                _ => return Err(invalid("true or false")),
+            };
+            self.loopback_users.retain(|existing| existing != user);
+            if limited {
+                self.loopback_users.push(user.to_owned());
+            }
+            return Ok(());
+        }
+        Err(ConfigError::UnknownKey {
+            key: key.to_owned(),
+        })
+    }
+
+    /// Every AMQP listener: `listeners.tcp.default` first, then the named ones.
+    pub fn amqp_listeners(&self) -> impl Iterator<Item = &ListenAddr> {
+        std::iter::once(&self.amqp_listener)
+            .chain(self.additional_amqp_listeners.iter().map(|(_, addr)| addr))
+    }
+
+    /// Whether `user` may only connect from the loopback interface.
+    pub fn is_loopback_user(&self, user: &str) -> bool {
+        self.loopback_users.iter().any(|name| name == user)
+    }
+
+    /// Applies rabbitmq.conf text to this configuration, line by line in order.
+    ///
+    /// Blank lines and lines whose first non-blank character is `#` are skipped; every other
+    /// line is `key = value`, split at the first `=` (so values may contain `=` and `#`).
+    /// Errors are wrapped in [`ConfigError::Line`] with the 1-based line number.
+    pub fn apply_conf_str(&mut self, text: &str) -> Result<(), ConfigError> {
+        for (index, line) in text.lines().enumerate() {
+            let at_line = |error| ConfigError::Line {
+                line: index + 1,
+                error: Box::new(error),
+            };
+            let trimmed = line.trim();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            let (key, value) = trimmed.split_once('=').ok_or_else(|| {
+                at_line(ConfigError::MissingEquals {
+                    text: trimmed.to_owned(),
+                })
+            })?;
+            if key.trim().is_empty() {
+                return Err(at_line(ConfigError::MissingKey));
+            }
+            self.set(key, value).map_err(at_line)?;
+        }
+        Ok(())
+    }
+
+    /// Warren's defaults with rabbitmq.conf text applied; see [`Settings::apply_conf_str`].
+    pub fn from_conf_str(text: &str) -> Result<Settings, ConfigError> {
+        let mut settings = Settings::default();
+        settings.apply_conf_str(text)?;
+        Ok(settings)
+    }
+
+    /// Warren's defaults with a rabbitmq.conf file applied. Errors name the path.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Settings, ConfigError> {
+        let mut settings = Settings::default();
+        settings.apply_file(path.as_ref())?;
+        Ok(settings)
+    }
+
+    /// Applies a rabbitmq.conf file to this configuration. Errors are wrapped in
+    /// [`ConfigError::File`] naming the path.
+    pub fn apply_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let in_file = |error| ConfigError::File {
+            path: path.to_owned(),
+            error: Box::new(error),
+        };
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            in_file(ConfigError::Read {
+                reason: error.to_string(),
+            })
+        })?;
+        self.apply_conf_str(&text).map_err(in_file)
+    }
+}
+
+/// A listener address, or what the key expects and why the value is not that.
+fn parse_listener(value: &str) -> Result<ListenAddr, String> {
+    ListenAddr::parse(value).map_err(|reason| {
+        format!(
+            "PORT, HOST:PORT, [IPV6]:PORT or IPV6:PORT with a port between 0 and 65535 ({reason})"
+        )
+    })
+}
+
+fn non_empty(value: &str) -> Option<String> {
+    (!value.is_empty()).then(|| value.to_owned())
+}
+
+/// A listener or user name in a key: non-empty, without whitespace or further dots.
+fn is_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('.') && !name.contains(char::is_whitespace)
+}
+
+/// `none` (empty list) or comma-separated names, blanks around names ignored.
+fn parse_user_list(value: &str) -> Option<Vec<String>> {
+    if value == "none" {
+        return Some(Vec::new());
+    }
+    let names: Vec<String> = value.split(',').map(|n| n.trim().to_owned()).collect();
+    if names.iter().any(|n| n.is_empty()) {
+        return None;
+    }
+    Some(names)
+}
+
+/// A byte count: a plain integer, or one with a decimal (KB, MB, GB) or binary (KiB, MiB, GiB)
+/// suffix, optionally separated by a space. Suffixes are case-insensitive.
+fn parse_size(value: &str) -> Option<usize> {
+    let digits_end = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (number, suffix) = value.split_at(digits_end);
+    let number: usize = number.parse().ok()?;
+    let multiplier: usize = match suffix.trim_start().to_ascii_lowercase().as_str() {
+        "" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        _ => return None,
+    };
+    number.checked_mul(multiplier)
+}
+
+#[cfg(test)]
+#[path = "settings_tests.rs"]
+mod tests;
