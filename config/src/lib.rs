@@ -14,12 +14,20 @@
 //! 3. The broker applies the validated definitions to `warren-core`, converting JSON
 //!    arguments with [`json_args_to_table`].
 
+#![warn(missing_docs)]
+
 mod cli;
+mod definitions;
 mod error;
 mod listen_addr;
 mod settings;
 
 pub use cli::usage;
+pub use definitions::{
+    json_args_to_table, json_to_value, BindingDefinition, Definitions, DefinitionsError,
+    DestinationType, ExchangeDefinition, PermissionDefinition, PluginExchange, QueueDefinition,
+    UnappliedCounts, UserDefinition, ValidationReport, VhostDefinition,
+};
 pub use error::ConfigError;
 pub use listen_addr::ListenAddr;
 pub use settings::{LogLevel, Settings, FRAME_MIN_SIZE, KEYS, MAX_MESSAGE_SIZE_LIMIT};
