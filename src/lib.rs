@@ -1,1 +1,149 @@
-//! The Warren server: assembles the core, the configured listeners and the plugins.
+//! # warren
+//!
+//! The Warren server: builds the core from [`Settings`], applies boot-time definitions,
+//! binds the configured listeners and runs until asked to shut down. `main.rs` is a thin
+//! wrapper around [`Server::start`]; tests start servers in-process the same way.
+
+mod definitions;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use warren_amqp091::{ListenerConfig, SessionConfig};
+use warren_config::Settings;
+use warren_core::access::Permissions;
+use warren_core::broker::Limits;
+use warren_core::Broker;
+
+pub use definitions::apply_definitions;
+
+/// Why the server could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// A listener address could not be bound.
+    Bind {
+        /// The protocol of the listener.
+        protocol: &'static str,
+        /// The address as configured.
+        addr: String,
+        /// The operating system's error.
+        error: std::io::Error,
+    },
+    /// The definitions file could not be loaded or applied.
+    Definitions(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Bind {
+                protocol,
+                addr,
+                error,
+            } => {
+                write!(f, "cannot listen for {protocol} on {addr}: {error}")
+            }
+            StartError::Definitions(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// A running Warren server.
+pub struct Server {
+    broker: Arc<Broker>,
+    amqp_addrs: Vec<SocketAddr>,
+    shutdown: watch::Sender<bool>,
+    listeners: JoinSet<()>,
+}
+
+impl Server {
+    /// Builds the broker from `settings`, binds every listener and starts serving.
+    /// Each bound listener is logged as `listening protocol=amqp addr=HOST:PORT`.
+    pub async fn start(settings: Settings) -> Result<Server, StartError> {
+        let broker = Broker::new(Limits {
+            max_message_size: settings.max_message_size,
+        });
+        let vhost = broker.add_vhost(&settings.default_vhost);
+        broker.add_user(
+            &settings.default_user,
+            &settings.default_pass,
+            vec!["administrator".into()],
+        );
+        vhost.set_permissions(&settings.default_user, Permissions::full());
+        broker.set_loopback_users(settings.loopback_users.iter().cloned());
+        if let Some(path) = &settings.load_definitions {
+            apply_definitions(&broker, path, &settings).map_err(StartError::Definitions)?;
+        }
+
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let listener_config = ListenerConfig {
+            session: SessionConfig {
+                heartbeat: settings.heartbeat,
+                frame_max: settings.frame_max,
+                channel_max: settings.channel_max,
+                max_message_size: settings.max_message_size,
+                product: "Warren".to_string(),
+            },
+            handshake_timeout: settings.handshake_timeout,
+            ..ListenerConfig::default()
+        };
+        let mut listeners = JoinSet::new();
+        let mut amqp_addrs = Vec::new();
+        for addr in settings.amqp_listeners() {
+            let text = addr.to_socket_addr_string();
+            let listener = TcpListener::bind(&text)
+                .await
+                .map_err(|error| StartError::Bind {
+                    protocol: "amqp",
+                    addr: text.clone(),
+                    error,
+                })?;
+            let bound = listener.local_addr().map_err(|error| StartError::Bind {
+                protocol: "amqp",
+                addr: text.clone(),
+                error,
+            })?;
+            tracing::info!("listening protocol=amqp addr={bound}");
+            amqp_addrs.push(bound);
+            listeners.spawn(warren_amqp091::serve(
+                listener,
+                Arc::clone(&broker),
+                listener_config.clone(),
+                shutdown_rx.clone(),
+            ));
+        }
+        Ok(Server {
+            broker,
+            amqp_addrs,
+            shutdown,
+            listeners,
+        })
+    }
+
+    /// The address the first AMQP listener is bound to.
+    pub fn amqp_addr(&self) -> SocketAddr {
+        self.amqp_addrs[0]
+    }
+
+    /// Every bound AMQP listener address.
+    pub fn amqp_addrs(&self) -> &[SocketAddr] {
+        &self.amqp_addrs
+    }
+
+    /// The broker model, for embedding and tests.
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    /// Stops accepting, closes every connection with 320 CONNECTION_FORCED and waits for
+    /// the listeners to finish.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        while self.listeners.join_next().await.is_some() {}
+    }
+}

@@ -1,1 +1,79 @@
-fn main() {}
+//! The `warren` server binary: parse settings, log to stderr, run until SIGTERM or SIGINT.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use warren::Server;
+use warren_config::{ConfigError, Settings};
+
+fn main() -> ExitCode {
+    let settings = match Settings::from_args(std::env::args().skip(1)) {
+        Ok(settings) => settings,
+        Err(ConfigError::HelpRequested(usage)) => {
+            println!("{usage}");
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            eprintln!("warren: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WARREN_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(settings.log_level.tracing_directive())
+            }),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("warren: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let server = match Server::start(settings).await {
+            Ok(server) => server,
+            Err(error) => {
+                tracing::error!("{error}");
+                eprintln!("warren: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        server.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

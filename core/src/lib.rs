@@ -9,7 +9,17 @@
 //! a consumer's sink or keeps it ready. Listeners settle deliveries (ack, requeue, reject) with
 //! one core call per queue, whatever their wire protocol calls it.
 
+pub mod access;
+pub mod broker;
+pub mod consumer;
+pub mod error;
+pub mod exchange;
 pub mod message;
 pub mod password;
+pub mod queue;
 pub mod routing;
 pub mod value;
+pub mod vhost;
+
+pub use broker::Broker;
+pub use error::{CoreError, CoreResult, ErrorKind};

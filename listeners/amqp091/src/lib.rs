@@ -1,7 +1,15 @@
 //! # warren-amqp091
 //!
-//! The AMQP 0-9-1 listener, in three layers: `codec` (sans-IO frames and methods), `session`
-//! (the connection and channel state machines driving the core) and `driver` (the tokio task
-//! that owns the socket and batches writes).
+//! The AMQP 0-9-1 listener, in three layers: [`codec`] (sans-IO frames and methods),
+//! [`session`] (the connection and channel state machines driving the core) and [`driver`]
+//! (the tokio tasks that own the socket and batch writes). [`outbox`] is the seam between
+//! the core's queues and a connection's socket; [`reply`] is the table of reply codes.
 
 pub mod codec;
+pub mod driver;
+pub mod outbox;
+pub mod reply;
+pub mod session;
+
+pub use driver::{serve, ListenerConfig};
+pub use session::SessionConfig;

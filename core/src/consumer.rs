@@ -1,0 +1,61 @@
+//! Consumers as the core sees them: a sink that takes deliveries while it has credit.
+//!
+//! Every protocol's flow control becomes the same thing here: AMQP 0-9-1 prefetch, AMQP 1.0
+//! link credit, the MQTT in-flight window and STOMP prefetch are all answered by
+//! [`DeliverySink::reserve`]. A queue only hands a message to a sink that reserved room for it,
+//! so a slow consumer is held back by its credit and never buffers without bound.
+
+use std::sync::Arc;
+
+use crate::message::Message;
+use crate::queue::Queue;
+use crate::value::Table;
+
+/// Where a queue sends deliveries for one consumer. Implemented by each listener.
+///
+/// Called with the queue's lock held: implementations must not call back into the queue
+/// (lock order: queue, then listener state; see docs/architecture.md).
+pub trait DeliverySink: Send + Sync {
+    /// Reserves room for one delivery. Returns false when the consumer has no credit left
+    /// (prefetch reached, link credit spent, outgoing buffer full); the listener must then
+    /// call [`Queue::dispatch`] once room frees up.
+    fn reserve(&self) -> bool;
+
+    /// Hands over one delivery for which [`DeliverySink::reserve`] returned true.
+    fn deliver(&self, delivery: Delivery);
+
+    /// The server cancelled the consumer (its queue was deleted).
+    fn cancelled(&self);
+}
+
+/// One message handed to a consumer or to a basic.get.
+#[derive(Clone)]
+pub struct Delivery {
+    /// The queue the message came from; settle through it.
+    pub queue: Arc<Queue>,
+    /// The queue's id for this message, passed back to [`Queue::settle`].
+    pub id: u64,
+    /// The message itself, shared with every other queue it was routed to.
+    pub message: Arc<Message>,
+    /// Whether the message was delivered before and returned to the queue.
+    pub redelivered: bool,
+    /// Whether the queue waits for a settlement (false for auto-ack / pre-settled).
+    pub needs_settlement: bool,
+}
+
+/// What a listener asks for when it attaches a consumer to a queue.
+#[derive(Clone)]
+pub struct ConsumerSpec {
+    /// The consumer tag (unique per channel in AMQP 0-9-1).
+    pub tag: Arc<str>,
+    /// The connection that owns the consumer (for exclusive-queue checks).
+    pub connection_id: u64,
+    /// Whether deliveries must be settled (false = auto-ack).
+    pub needs_settlement: bool,
+    /// An exclusive consumer: no other consumer may attach while it exists.
+    pub exclusive: bool,
+    /// Consumer priority (`x-priority`); higher gets messages first while it has credit.
+    pub priority: i32,
+    /// Consumer arguments as the client sent them.
+    pub arguments: Table,
+}

@@ -1,0 +1,323 @@
+//! Exchanges and their bindings.
+//!
+//! Each exchange keeps the bindings where it is the source, as an authoritative list plus a
+//! routing index shaped for its type (a hash map for direct, a list for fanout, a trie for
+//! topic). Routing takes the exchange's read lock only; declares and binds take the write lock
+//! briefly, so publishers never wait on each other.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::message::Message;
+use crate::queue::Queue;
+use crate::routing::headers::headers_match;
+use crate::routing::topic::TopicTrie;
+use crate::value::Table;
+
+/// The built-in exchange types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExchangeKind {
+    /// Routes on exact routing key equality.
+    Direct,
+    /// Routes to every binding.
+    Fanout,
+    /// Routes on dot-separated patterns with `*` and `#`.
+    Topic,
+    /// Routes on message headers (`x-match`).
+    Headers,
+}
+
+impl ExchangeKind {
+    /// The type from its AMQP name; `None` for unknown types.
+    pub fn from_name(name: &str) -> Option<ExchangeKind> {
+        Some(match name {
+            "direct" => ExchangeKind::Direct,
+            "fanout" => ExchangeKind::Fanout,
+            "topic" => ExchangeKind::Topic,
+            "headers" => ExchangeKind::Headers,
+            _ => return None,
+        })
+    }
+
+    /// The type's AMQP name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExchangeKind::Direct => "direct",
+            ExchangeKind::Fanout => "fanout",
+            ExchangeKind::Topic => "topic",
+            ExchangeKind::Headers => "headers",
+        }
+    }
+}
+
+/// Declared properties of an exchange.
+#[derive(Debug, Clone)]
+pub struct ExchangeConfig {
+    /// The exchange's name.
+    pub name: String,
+    /// Its type.
+    pub kind: ExchangeKind,
+    /// Survives a restart (recorded; persisted with the persistence feature).
+    pub durable: bool,
+    /// Deleted when its last binding as a source is removed.
+    pub auto_delete: bool,
+    /// Clients may not publish to it directly; only exchange-to-exchange bindings feed it.
+    pub internal: bool,
+    /// Arguments, e.g. `alternate-exchange`.
+    pub arguments: Table,
+}
+
+impl ExchangeConfig {
+    /// The alternate exchange named in the arguments, if any.
+    pub fn alternate_exchange(&self) -> Option<&str> {
+        self.arguments
+            .get("alternate-exchange")
+            .and_then(|v| v.as_str())
+    }
+}
+
+/// Where a binding leads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DestinationName {
+    /// A queue, by name.
+    Queue(String),
+    /// An exchange, by name.
+    Exchange(String),
+}
+
+impl DestinationName {
+    /// The destination's name.
+    pub fn name(&self) -> &str {
+        match self {
+            DestinationName::Queue(n) | DestinationName::Exchange(n) => n,
+        }
+    }
+}
+
+/// One binding, as listed and compared.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Binding {
+    /// The source exchange.
+    pub source: String,
+    /// The destination.
+    pub destination: DestinationName,
+    /// The binding (routing) key.
+    pub routing_key: String,
+    /// Binding arguments (used by the headers exchange).
+    pub arguments: Table,
+}
+
+/// A resolved binding destination, as kept in routing indexes. Queues are held by `Arc` so
+/// routing needs no name lookup; exchanges by name, so cycles hold no reference loops.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// A queue.
+    Queue(Arc<Queue>),
+    /// An exchange.
+    Exchange(Arc<str>),
+}
+
+impl PartialEq for Target {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Target::Queue(a), Target::Queue(b)) => Arc::ptr_eq(a, b),
+            (Target::Exchange(a), Target::Exchange(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Target {}
+
+impl Ord for Target {
+    /// Queues before exchanges; queues by identity, exchanges by name. Consistent with `Eq`.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        match (self, other) {
+            (Target::Queue(a), Target::Queue(b)) => Arc::as_ptr(a).cmp(&Arc::as_ptr(b)),
+            (Target::Exchange(a), Target::Exchange(b)) => a.cmp(b),
+            (Target::Queue(_), Target::Exchange(_)) => std::cmp::Ordering::Less,
+            (Target::Exchange(_), Target::Queue(_)) => std::cmp::Ordering::Greater,
+        }
+    }
+}
+
+impl PartialOrd for Target {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+#[derive(Default)]
+struct Bindings {
+    /// Authoritative list, in bind order.
+    list: Vec<(Binding, Target)>,
+    direct: HashMap<String, Vec<Target>>,
+    fanout: Vec<Target>,
+    topic: TopicTrie<Target>,
+}
+
+/// An exchange with its bindings.
+pub struct Exchange {
+    config: ExchangeConfig,
+    bindings: RwLock<Bindings>,
+}
+
+impl Exchange {
+    /// A new exchange without bindings.
+    pub fn new(config: ExchangeConfig) -> Arc<Exchange> {
+        Arc::new(Exchange {
+            config,
+            bindings: RwLock::new(Bindings::default()),
+        })
+    }
+
+    /// The exchange's declared properties.
+    pub fn config(&self) -> &ExchangeConfig {
+        &self.config
+    }
+
+    /// The exchange's name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Adds a binding; returns false when an identical one existed already.
+    pub fn bind(&self, binding: Binding, target: Target) -> bool {
+        let mut bindings = self.bindings.write();
+        if bindings.list.iter().any(|(b, _)| *b == binding) {
+            return false;
+        }
+        // Several bindings may share (key, target) with different arguments: the index keeps
+        // one entry per (key, target), added by the first and removed with the last.
+        let shared = bindings
+            .list
+            .iter()
+            .any(|(b, t)| b.routing_key == binding.routing_key && *t == target);
+        if !shared {
+            match self.config.kind {
+                ExchangeKind::Direct => {
+                    bindings
+                        .direct
+                        .entry(binding.routing_key.clone())
+                        .or_default()
+                        .push(target.clone());
+                }
+                ExchangeKind::Fanout => bindings.fanout.push(target.clone()),
+                ExchangeKind::Topic => bindings.topic.insert(&binding.routing_key, target.clone()),
+                ExchangeKind::Headers => {}
+            }
+        }
+        bindings.list.push((binding, target));
+        true
+    }
+
+    /// Removes the binding equal to `binding`; returns whether it existed.
+    pub fn unbind(&self, binding: &Binding) -> bool {
+        let mut bindings = self.bindings.write();
+        let Some(position) = bindings.list.iter().position(|(b, _)| b == binding) else {
+            return false;
+        };
+        let (removed, target) = bindings.list.remove(position);
+        Self::unindex(
+            &mut bindings,
+            self.config.kind,
+            &removed.routing_key,
+            &target,
+        );
+        true
+    }
+
+    fn unindex(bindings: &mut Bindings, kind: ExchangeKind, key: &str, target: &Target) {
+        let still_shared = bindings
+            .list
+            .iter()
+            .any(|(b, t)| b.routing_key == key && t == target);
+        if still_shared {
+            return;
+        }
+        match kind {
+            ExchangeKind::Direct => {
+                if let Some(targets) = bindings.direct.get_mut(key) {
+                    targets.retain(|t| t != target);
+                    if targets.is_empty() {
+                        bindings.direct.remove(key);
+                    }
+                }
+            }
+            ExchangeKind::Fanout => {
+                if let Some(i) = bindings.fanout.iter().position(|t| t == target) {
+                    bindings.fanout.remove(i);
+                }
+            }
+            ExchangeKind::Topic => {
+                bindings.topic.remove(key, target);
+            }
+            ExchangeKind::Headers => {}
+        }
+    }
+
+    /// Removes every binding to `destination`; returns how many there were.
+    pub fn unbind_destination(&self, destination: &DestinationName) -> usize {
+        let mut bindings = self.bindings.write();
+        let mut removed = Vec::new();
+        bindings.list.retain(|(b, t)| {
+            if b.destination == *destination {
+                removed.push((b.routing_key.clone(), t.clone()));
+                false
+            } else {
+                true
+            }
+        });
+        for (key, target) in &removed {
+            Self::unindex(&mut bindings, self.config.kind, key, target);
+        }
+        removed.len()
+    }
+
+    /// Whether any binding has this exchange as its source.
+    pub fn has_bindings(&self) -> bool {
+        !self.bindings.read().list.is_empty()
+    }
+
+    /// The bindings with this exchange as source.
+    pub fn bindings(&self) -> Vec<Binding> {
+        self.bindings
+            .read()
+            .list
+            .iter()
+            .map(|(b, _)| b.clone())
+            .collect()
+    }
+
+    /// Appends the targets `message` routes to through this exchange's own bindings.
+    pub fn route(&self, message: &Message, out: &mut Vec<Target>) {
+        let bindings = self.bindings.read();
+        match self.config.kind {
+            ExchangeKind::Direct => {
+                if let Some(targets) = bindings.direct.get(&message.routing_key) {
+                    out.extend(targets.iter().cloned());
+                }
+            }
+            ExchangeKind::Fanout => out.extend(bindings.fanout.iter().cloned()),
+            ExchangeKind::Topic => bindings.topic.matches(&message.routing_key, out),
+            ExchangeKind::Headers => {
+                let headers = message.properties.headers.as_ref();
+                for (binding, target) in &bindings.list {
+                    if headers_match(&binding.arguments, headers) && !out.contains(target) {
+                        out.push(target.clone());
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Exchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exchange")
+            .field("name", &self.config.name)
+            .finish()
+    }
+}

@@ -1,0 +1,811 @@
+//! Virtual hosts: the namespace of exchanges and queues, and every topology operation with the
+//! permission checks RabbitMQ makes for it.
+//!
+//! Every listener calls these entry points, so a permission rule or a reply text is written once.
+//! Topology changes (declare, delete, bind, unbind) are serialised per vhost by one mutex that
+//! the publish path never takes; routing only takes read locks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use base64::Engine;
+use parking_lot::{Mutex, RwLock};
+use rand::RngCore;
+
+use crate::access::{access_refused, Access, Permissions, ResourceKind};
+use crate::consumer::{ConsumerSpec, DeliverySink};
+use crate::error::{resource, CoreError, CoreResult, ErrorKind};
+use crate::exchange::{Binding, DestinationName, Exchange, ExchangeConfig, ExchangeKind, Target};
+use crate::message::Message;
+use crate::queue::{ConsumerRemoval, Queue, QueueConfig};
+use crate::routing::headers::validate_x_match;
+use crate::value::{Table, Value};
+
+/// Who is asking: the authenticated user and the connection they came on.
+#[derive(Debug, Clone, Copy)]
+pub struct Actor<'a> {
+    /// The user name.
+    pub user: &'a str,
+    /// The broker-wide connection id (owner of exclusive queues).
+    pub connection_id: u64,
+}
+
+/// An exchange.declare request.
+#[derive(Debug, Clone)]
+pub struct ExchangeDeclare {
+    /// Exchange name.
+    pub name: String,
+    /// Type name as the client sent it.
+    pub kind: String,
+    /// Only check that it exists.
+    pub passive: bool,
+    /// Durable flag.
+    pub durable: bool,
+    /// Auto-delete flag.
+    pub auto_delete: bool,
+    /// Internal flag.
+    pub internal: bool,
+    /// Arguments.
+    pub arguments: Table,
+}
+
+/// A queue.declare request.
+#[derive(Debug, Clone)]
+pub struct QueueDeclare {
+    /// Queue name; empty asks the server to pick one.
+    pub name: String,
+    /// Only check that it exists.
+    pub passive: bool,
+    /// Durable flag.
+    pub durable: bool,
+    /// Exclusive to the declaring connection.
+    pub exclusive: bool,
+    /// Auto-delete flag.
+    pub auto_delete: bool,
+    /// Arguments.
+    pub arguments: Table,
+}
+
+/// The answer to a queue.declare.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueDeclared {
+    /// The queue's name (server-generated when the request left it empty).
+    pub name: String,
+    /// Ready messages.
+    pub message_count: u64,
+    /// Attached consumers.
+    pub consumer_count: u64,
+}
+
+/// Queue arguments compared on redeclaration, as RabbitMQ compares them.
+const EQUIVALENCE_CHECKED_QUEUE_ARGS: &[&str] = &[
+    "x-expires",
+    "x-message-ttl",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-queue-type",
+    "x-single-active-consumer",
+    "x-delivery-limit",
+];
+
+/// A virtual host.
+pub struct VHost {
+    name: String,
+    exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
+    queues: RwLock<HashMap<String, Arc<Queue>>>,
+    permissions: RwLock<HashMap<String, Arc<Permissions>>>,
+    topology: Mutex<()>,
+}
+
+impl VHost {
+    /// A vhost with the standard exchanges: the default exchange, `amq.direct`,
+    /// `amq.fanout`, `amq.topic`, `amq.headers`, `amq.match` and `amq.rabbitmq.trace`.
+    pub fn new(name: &str) -> Arc<VHost> {
+        let vhost = VHost {
+            name: name.to_string(),
+            exchanges: RwLock::new(HashMap::new()),
+            queues: RwLock::new(HashMap::new()),
+            permissions: RwLock::new(HashMap::new()),
+            topology: Mutex::new(()),
+        };
+        {
+            let mut exchanges = vhost.exchanges.write();
+            let standard = [
+                ("", ExchangeKind::Direct, false),
+                ("amq.direct", ExchangeKind::Direct, false),
+                ("amq.fanout", ExchangeKind::Fanout, false),
+                ("amq.topic", ExchangeKind::Topic, false),
+                ("amq.headers", ExchangeKind::Headers, false),
+                ("amq.match", ExchangeKind::Headers, false),
+                ("amq.rabbitmq.trace", ExchangeKind::Topic, true),
+            ];
+            for (name, kind, internal) in standard {
+                let config = ExchangeConfig {
+                    name: name.to_string(),
+                    kind,
+                    durable: true,
+                    auto_delete: false,
+                    internal,
+                    arguments: Table::new(),
+                };
+                exchanges.insert(name.to_string(), Exchange::new(config));
+            }
+        }
+        Arc::new(vhost)
+    }
+
+    /// The vhost's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn describe(&self, kind: &str, name: &str) -> String {
+        resource(kind, name, &self.name)
+    }
+
+    /// Grants `user` these permissions here, replacing earlier ones.
+    pub fn set_permissions(&self, user: &str, permissions: Permissions) {
+        self.permissions
+            .write()
+            .insert(user.to_string(), Arc::new(permissions));
+    }
+
+    /// Removes `user`'s permissions here.
+    pub fn clear_permissions(&self, user: &str) {
+        self.permissions.write().remove(user);
+    }
+
+    /// `user`'s permissions here, if any.
+    pub fn permissions(&self, user: &str) -> Option<Arc<Permissions>> {
+        self.permissions.read().get(user).cloned()
+    }
+
+    /// Checks `access` to a resource, with RabbitMQ's refusal text.
+    pub fn check(
+        &self,
+        user: &str,
+        access: Access,
+        kind: ResourceKind,
+        name: &str,
+    ) -> CoreResult<()> {
+        let allowed = self
+            .permissions(user)
+            .is_some_and(|p| p.allows(access, name));
+        if allowed {
+            Ok(())
+        } else {
+            Err(access_refused(access, kind, name, &self.name, user))
+        }
+    }
+
+    /// The exchange called `name`.
+    pub fn exchange(&self, name: &str) -> Option<Arc<Exchange>> {
+        self.exchanges.read().get(name).cloned()
+    }
+
+    /// The queue called `name`.
+    pub fn queue(&self, name: &str) -> Option<Arc<Queue>> {
+        self.queues.read().get(name).cloned()
+    }
+
+    /// All exchanges.
+    pub fn exchanges(&self) -> Vec<Arc<Exchange>> {
+        self.exchanges.read().values().cloned().collect()
+    }
+
+    /// All queues.
+    pub fn queues(&self) -> Vec<Arc<Queue>> {
+        self.queues.read().values().cloned().collect()
+    }
+
+    fn exchange_or_404(&self, name: &str) -> CoreResult<Arc<Exchange>> {
+        self.exchange(name)
+            .ok_or_else(|| CoreError::not_found(format!("no {}", self.describe("exchange", name))))
+    }
+
+    fn queue_or_404(&self, name: &str) -> CoreResult<Arc<Queue>> {
+        self.queue(name)
+            .ok_or_else(|| CoreError::not_found(format!("no {}", self.describe("queue", name))))
+    }
+
+    fn default_exchange_refused() -> CoreError {
+        CoreError::access_refused("operation not permitted on the default exchange")
+    }
+
+    // ---- exchanges -------------------------------------------------------------------
+
+    /// exchange.declare.
+    pub fn declare_exchange(&self, actor: Actor<'_>, request: ExchangeDeclare) -> CoreResult<()> {
+        if request.name.is_empty() {
+            return Err(Self::default_exchange_refused());
+        }
+        if request.passive {
+            self.exchange_or_404(&request.name)?;
+            return Ok(());
+        }
+        if request.name.starts_with("amq.") {
+            return Err(CoreError::access_refused(format!(
+                "exchange name '{}' contains reserved prefix 'amq.*'",
+                request.name
+            )));
+        }
+        self.check(
+            actor.user,
+            Access::Configure,
+            ResourceKind::Exchange,
+            &request.name,
+        )?;
+        let Some(kind) = ExchangeKind::from_name(&request.kind) else {
+            return Err(CoreError::new(
+                ErrorKind::CommandInvalid,
+                format!("unknown exchange type '{}'", request.kind),
+            ));
+        };
+        if let Some(alternate) = request.arguments.get("alternate-exchange") {
+            let Some(alternate) = alternate.as_str() else {
+                return Err(CoreError::precondition_failed(format!(
+                    "invalid arg 'alternate-exchange' for {}: expected a string",
+                    self.describe("exchange", &request.name)
+                )));
+            };
+            self.check(actor.user, Access::Write, ResourceKind::Exchange, alternate)?;
+            self.check(
+                actor.user,
+                Access::Read,
+                ResourceKind::Exchange,
+                &request.name,
+            )?;
+        }
+        let _topology = self.topology.lock();
+        if let Some(existing) = self.exchange(&request.name) {
+            return self.check_exchange_equivalence(existing.config(), kind, &request);
+        }
+        let config = ExchangeConfig {
+            name: request.name.clone(),
+            kind,
+            durable: request.durable,
+            auto_delete: request.auto_delete,
+            internal: request.internal,
+            arguments: request.arguments,
+        };
+        self.exchanges
+            .write()
+            .insert(request.name, Exchange::new(config));
+        Ok(())
+    }
+
+    fn check_exchange_equivalence(
+        &self,
+        existing: &ExchangeConfig,
+        kind: ExchangeKind,
+        request: &ExchangeDeclare,
+    ) -> CoreResult<()> {
+        let what = self.describe("exchange", &existing.name);
+        let mismatch = |arg: &str,
+                        received: &dyn std::fmt::Display,
+                        current: &dyn std::fmt::Display| {
+            CoreError::precondition_failed(format!(
+                "inequivalent arg '{arg}' for {what}: received '{received}' but current is '{current}'"
+            ))
+        };
+        if existing.kind != kind {
+            return Err(mismatch("type", &kind.name(), &existing.kind.name()));
+        }
+        if existing.durable != request.durable {
+            return Err(mismatch("durable", &request.durable, &existing.durable));
+        }
+        if existing.auto_delete != request.auto_delete {
+            return Err(mismatch(
+                "auto_delete",
+                &request.auto_delete,
+                &existing.auto_delete,
+            ));
+        }
+        if existing.internal != request.internal {
+            return Err(mismatch("internal", &request.internal, &existing.internal));
+        }
+        check_args_equivalence(
+            &what,
+            &["alternate-exchange"],
+            &request.arguments,
+            &existing.arguments,
+        )
+    }
+
+    /// exchange.delete. Deleting a missing exchange succeeds, as in RabbitMQ.
+    pub fn delete_exchange(&self, actor: Actor<'_>, name: &str, if_unused: bool) -> CoreResult<()> {
+        if name.is_empty() {
+            return Err(Self::default_exchange_refused());
+        }
+        if name.starts_with("amq.") {
+            return Err(CoreError::access_refused(format!(
+                "deletion of system {} not allowed",
+                self.describe("exchange", name)
+            )));
+        }
+        self.check(actor.user, Access::Configure, ResourceKind::Exchange, name)?;
+        let _topology = self.topology.lock();
+        let Some(exchange) = self.exchange(name) else {
+            return Ok(());
+        };
+        let is_destination = self.is_exchange_destination(name);
+        if if_unused && (exchange.has_bindings() || is_destination) {
+            return Err(CoreError::precondition_failed(format!(
+                "{} in use",
+                self.describe("exchange", name)
+            )));
+        }
+        self.remove_exchange_locked(name);
+        Ok(())
+    }
+
+    fn is_exchange_destination(&self, name: &str) -> bool {
+        let destination = DestinationName::Exchange(name.to_string());
+        self.exchanges
+            .read()
+            .values()
+            .any(|x| x.bindings().iter().any(|b| b.destination == destination))
+    }
+
+    /// Removes an exchange and every binding to or from it. Caller holds the topology lock.
+    fn remove_exchange_locked(&self, name: &str) {
+        self.exchanges.write().remove(name);
+        self.remove_bindings_to_locked(&DestinationName::Exchange(name.to_string()));
+    }
+
+    /// Removes every binding to `destination`, then deletes auto-delete exchanges that lost
+    /// their last binding. Caller holds the topology lock.
+    fn remove_bindings_to_locked(&self, destination: &DestinationName) {
+        let exchanges = self.exchanges();
+        let mut emptied = Vec::new();
+        for exchange in exchanges {
+            if exchange.unbind_destination(destination) > 0
+                && exchange.config().auto_delete
+                && !exchange.has_bindings()
+            {
+                emptied.push(exchange.name().to_string());
+            }
+        }
+        for name in emptied {
+            self.remove_exchange_locked(&name);
+        }
+    }
+
+    // ---- queues ----------------------------------------------------------------------
+
+    /// queue.declare.
+    pub fn declare_queue(
+        &self,
+        actor: Actor<'_>,
+        request: QueueDeclare,
+    ) -> CoreResult<QueueDeclared> {
+        if request.passive {
+            let queue = self.queue_or_404(&request.name)?;
+            queue.check_exclusive_access(actor.connection_id)?;
+            return Ok(QueueDeclared {
+                name: request.name,
+                message_count: queue.message_count(),
+                consumer_count: queue.consumer_count(),
+            });
+        }
+        let name = if request.name.is_empty() {
+            server_generated_queue_name()
+        } else if request.name.starts_with("amq.") {
+            return Err(CoreError::access_refused(format!(
+                "queue name '{}' contains reserved prefix 'amq.*'",
+                request.name
+            )));
+        } else {
+            request.name.clone()
+        };
+        self.check(actor.user, Access::Configure, ResourceKind::Queue, &name)?;
+        self.validate_queue_arguments(&name, &request.arguments)?;
+        let _topology = self.topology.lock();
+        if let Some(existing) = self.queue(&name) {
+            existing.check_exclusive_access(actor.connection_id)?;
+            self.check_queue_equivalence(&existing, &request, actor.connection_id)?;
+            return Ok(QueueDeclared {
+                name,
+                message_count: existing.message_count(),
+                consumer_count: existing.consumer_count(),
+            });
+        }
+        let config = QueueConfig {
+            name: name.clone(),
+            vhost: self.name.clone(),
+            durable: request.durable,
+            exclusive_owner: request.exclusive.then_some(actor.connection_id),
+            auto_delete: request.auto_delete,
+            arguments: request.arguments,
+        };
+        self.queues.write().insert(name.clone(), Queue::new(config));
+        Ok(QueueDeclared {
+            name,
+            message_count: 0,
+            consumer_count: 0,
+        })
+    }
+
+    fn validate_queue_arguments(&self, name: &str, arguments: &Table) -> CoreResult<()> {
+        if let Some(queue_type) = arguments.get("x-queue-type") {
+            match queue_type.as_str() {
+                Some("classic") => {}
+                Some(other @ ("quorum" | "stream")) => {
+                    return Err(CoreError::precondition_failed(format!(
+                        "invalid arg 'x-queue-type' for {}: queue type '{other}' is not supported yet",
+                        self.describe("queue", name)
+                    )))
+                }
+                _ => {
+                    return Err(CoreError::precondition_failed(format!(
+                        "invalid arg 'x-queue-type' for {}: unknown queue type {}",
+                        self.describe("queue", name),
+                        queue_type
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_queue_equivalence(
+        &self,
+        existing: &Queue,
+        request: &QueueDeclare,
+        connection_id: u64,
+    ) -> CoreResult<()> {
+        let config = existing.config();
+        let what = existing.describe();
+        if config.exclusive_owner.is_some() != request.exclusive {
+            // RabbitMQ reports an exclusive mismatch as a lock conflict.
+            return Err(CoreError::resource_locked(format!(
+                "cannot obtain exclusive access to locked {what}. It could be originally declared \
+                 on another connection or the exclusive property value does not match that of the \
+                 original declaration."
+            )));
+        }
+        let _ = connection_id;
+        if config.durable != request.durable {
+            return Err(CoreError::precondition_failed(format!(
+                "inequivalent arg 'durable' for {what}: received '{}' but current is '{}'",
+                request.durable, config.durable
+            )));
+        }
+        if config.auto_delete != request.auto_delete {
+            return Err(CoreError::precondition_failed(format!(
+                "inequivalent arg 'auto_delete' for {what}: received '{}' but current is '{}'",
+                request.auto_delete, config.auto_delete
+            )));
+        }
+        check_args_equivalence(
+            &what,
+            EQUIVALENCE_CHECKED_QUEUE_ARGS,
+            &request.arguments,
+            &config.arguments,
+        )
+    }
+
+    /// queue.delete: returns the number of ready messages deleted. Deleting a missing queue
+    /// succeeds with 0, as in RabbitMQ.
+    pub fn delete_queue(
+        &self,
+        actor: Actor<'_>,
+        name: &str,
+        if_unused: bool,
+        if_empty: bool,
+    ) -> CoreResult<u64> {
+        self.check(actor.user, Access::Configure, ResourceKind::Queue, name)?;
+        let _topology = self.topology.lock();
+        let Some(queue) = self.queue(name) else {
+            return Ok(0);
+        };
+        queue.check_exclusive_access(actor.connection_id)?;
+        if if_unused && queue.consumer_count() > 0 {
+            return Err(CoreError::precondition_failed(format!(
+                "{} in use",
+                queue.describe()
+            )));
+        }
+        if if_empty && queue.message_count() > 0 {
+            return Err(CoreError::precondition_failed(format!(
+                "{} not empty",
+                queue.describe()
+            )));
+        }
+        Ok(self.remove_queue_locked(&queue))
+    }
+
+    /// Removes a queue, its bindings and consumers. Caller holds the topology lock.
+    fn remove_queue_locked(&self, queue: &Arc<Queue>) -> u64 {
+        {
+            let mut queues = self.queues.write();
+            match queues.get(queue.name()) {
+                Some(current) if Arc::ptr_eq(current, queue) => {
+                    queues.remove(queue.name());
+                }
+                _ => return 0,
+            }
+        }
+        self.remove_bindings_to_locked(&DestinationName::Queue(queue.name().to_string()));
+        queue.mark_deleted()
+    }
+
+    /// Deletes a queue on behalf of the broker (exclusive owner gone, auto-delete), with no
+    /// permission check.
+    pub fn remove_queue(&self, queue: &Arc<Queue>) -> u64 {
+        let _topology = self.topology.lock();
+        self.remove_queue_locked(queue)
+    }
+
+    /// Deletes the exclusive queues `connection_id` owned, named by the listener that tracked
+    /// them.
+    pub fn remove_exclusive_queues(&self, connection_id: u64, names: &[String]) {
+        for name in names {
+            if let Some(queue) = self.queue(name) {
+                if queue.config().exclusive_owner == Some(connection_id) {
+                    self.remove_queue(&queue);
+                }
+            }
+        }
+    }
+
+    /// queue.purge: returns the number of messages purged.
+    pub fn purge_queue(&self, actor: Actor<'_>, name: &str) -> CoreResult<u64> {
+        let queue = self.queue_for(actor, name, Access::Read)?;
+        Ok(queue.purge())
+    }
+
+    /// The queue `name` for an operation needing `access` (basic.get, basic.consume,
+    /// queue.purge): checks permission, existence and exclusive ownership.
+    pub fn queue_for(
+        &self,
+        actor: Actor<'_>,
+        name: &str,
+        access: Access,
+    ) -> CoreResult<Arc<Queue>> {
+        self.check(actor.user, access, ResourceKind::Queue, name)?;
+        let queue = self.queue_or_404(name)?;
+        queue.check_exclusive_access(actor.connection_id)?;
+        Ok(queue)
+    }
+
+    /// Attaches a consumer to `queue` (found with [`VHost::queue_for`]).
+    pub fn consume(
+        &self,
+        queue: &Arc<Queue>,
+        spec: ConsumerSpec,
+        sink: Arc<dyn DeliverySink>,
+    ) -> CoreResult<u64> {
+        queue.add_consumer(spec, sink)
+    }
+
+    /// Detaches a consumer, deleting an auto-delete queue that lost its last consumer.
+    pub fn cancel(&self, queue: &Arc<Queue>, consumer_id: u64) {
+        if queue.remove_consumer(consumer_id) == ConsumerRemoval::LastOfAutoDelete {
+            self.remove_queue(queue);
+        }
+    }
+
+    // ---- bindings --------------------------------------------------------------------
+
+    /// queue.bind and exchange.bind.
+    pub fn bind(
+        &self,
+        actor: Actor<'_>,
+        source: &str,
+        destination: DestinationName,
+        routing_key: &str,
+        arguments: Table,
+    ) -> CoreResult<()> {
+        let (binding, target, exchange) =
+            self.resolve_binding(actor, source, destination, routing_key, arguments)?;
+        if exchange.config().kind == ExchangeKind::Headers {
+            validate_x_match(&binding.arguments).map_err(CoreError::precondition_failed)?;
+        }
+        let _topology = self.topology.lock();
+        // Re-check under the topology lock: the destination may have been deleted meanwhile.
+        let still_there = match &target {
+            Target::Queue(q) => self.queue(q.name()).is_some_and(|c| Arc::ptr_eq(&c, q)),
+            Target::Exchange(x) => self.exchange(x).is_some(),
+        };
+        let source_there = self
+            .exchange(source)
+            .is_some_and(|c| Arc::ptr_eq(&c, &exchange));
+        if !still_there || !source_there {
+            return Err(CoreError::not_found(format!(
+                "no {}",
+                match &binding.destination {
+                    DestinationName::Queue(q) => self.describe("queue", q),
+                    DestinationName::Exchange(x) => self.describe("exchange", x),
+                }
+            )));
+        }
+        exchange.bind(binding, target);
+        Ok(())
+    }
+
+    /// queue.unbind and exchange.unbind. Removing a missing binding succeeds.
+    pub fn unbind(
+        &self,
+        actor: Actor<'_>,
+        source: &str,
+        destination: DestinationName,
+        routing_key: &str,
+        arguments: Table,
+    ) -> CoreResult<()> {
+        let (binding, _target, exchange) =
+            self.resolve_binding(actor, source, destination, routing_key, arguments)?;
+        let _topology = self.topology.lock();
+        if exchange.unbind(&binding) && exchange.config().auto_delete && !exchange.has_bindings() {
+            self.remove_exchange_locked(exchange.name());
+        }
+        Ok(())
+    }
+
+    fn resolve_binding(
+        &self,
+        actor: Actor<'_>,
+        source: &str,
+        destination: DestinationName,
+        routing_key: &str,
+        arguments: Table,
+    ) -> CoreResult<(Binding, Target, Arc<Exchange>)> {
+        if source.is_empty() {
+            return Err(Self::default_exchange_refused());
+        }
+        let target = match &destination {
+            DestinationName::Queue(name) => {
+                self.check(actor.user, Access::Write, ResourceKind::Queue, name)?;
+                let queue = self.queue_or_404(name)?;
+                queue.check_exclusive_access(actor.connection_id)?;
+                Target::Queue(queue)
+            }
+            DestinationName::Exchange(name) => {
+                if name.is_empty() {
+                    return Err(Self::default_exchange_refused());
+                }
+                self.check(actor.user, Access::Write, ResourceKind::Exchange, name)?;
+                self.exchange_or_404(name)?;
+                Target::Exchange(Arc::from(name.as_str()))
+            }
+        };
+        self.check(actor.user, Access::Read, ResourceKind::Exchange, source)?;
+        let exchange = self.exchange_or_404(source)?;
+        let binding = Binding {
+            source: source.to_string(),
+            destination,
+            routing_key: routing_key.to_string(),
+            arguments,
+        };
+        Ok((binding, target, exchange))
+    }
+
+    // ---- publishing ------------------------------------------------------------------
+
+    /// Checks that `user` may publish to `exchange`. Listeners cache the answer per channel.
+    pub fn check_publish(&self, user: &str, exchange: &str) -> CoreResult<()> {
+        self.check(user, Access::Write, ResourceKind::Exchange, exchange)
+    }
+
+    /// Routes `message` from `exchange_name` to the queues it reaches, each at most once,
+    /// following exchange-to-exchange bindings (cycles are safe) and alternate exchanges.
+    /// Fails with 404 for a missing exchange and 403 for an internal one.
+    pub fn route(
+        &self,
+        exchange_name: &str,
+        message: &Message,
+        out: &mut Vec<Arc<Queue>>,
+    ) -> CoreResult<()> {
+        if exchange_name.is_empty() {
+            if let Some(queue) = self.queues.read().get(&message.routing_key) {
+                out.push(Arc::clone(queue));
+            }
+            return Ok(());
+        }
+        let exchange = self.exchange_or_404(exchange_name)?;
+        if exchange.config().internal {
+            return Err(CoreError::access_refused(format!(
+                "cannot publish to internal {}",
+                self.describe("exchange", exchange_name)
+            )));
+        }
+        let mut visited: Vec<Arc<str>> = Vec::new();
+        let mut targets = Vec::new();
+        self.route_through(&exchange, message, &mut targets, &mut visited, out);
+        Ok(())
+    }
+
+    fn route_through(
+        &self,
+        exchange: &Arc<Exchange>,
+        message: &Message,
+        targets: &mut Vec<Target>,
+        visited: &mut Vec<Arc<str>>,
+        out: &mut Vec<Arc<Queue>>,
+    ) {
+        visited.push(Arc::from(exchange.name()));
+        let start = targets.len();
+        exchange.route(message, targets);
+        let routed_here = targets.len() > start;
+        let mut index = start;
+        while index < targets.len() {
+            match targets[index].clone() {
+                Target::Queue(queue) => {
+                    if !out.iter().any(|q| Arc::ptr_eq(q, &queue)) {
+                        out.push(queue);
+                    }
+                }
+                Target::Exchange(name) => {
+                    if !visited.iter().any(|v| *v == name) {
+                        if let Some(next) = self.exchange(&name) {
+                            self.route_through(&next, message, targets, visited, out);
+                        }
+                    }
+                }
+            }
+            index += 1;
+        }
+        if !routed_here {
+            if let Some(alternate) = exchange.config().alternate_exchange() {
+                if !visited.iter().any(|v| &**v == alternate) {
+                    if let Some(next) = self.exchange(alternate) {
+                        self.route_through(&next, message, targets, visited, out);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for VHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VHost").field("name", &self.name).finish()
+    }
+}
+
+/// `amq.gen-` followed by 22 URL-safe base64 characters of 16 random bytes, like RabbitMQ.
+fn server_generated_queue_name() -> String {
+    let mut bytes = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    format!(
+        "amq.gen-{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// Compares the listed arguments of a redeclaration with the existing ones, with RabbitMQ's
+/// "inequivalent arg" text. Integers compare by value whatever their wire width.
+fn check_args_equivalence(
+    what: &str,
+    keys: &[&str],
+    received: &Table,
+    current: &Table,
+) -> CoreResult<()> {
+    for key in keys {
+        let (r, c) = (received.get(key), current.get(key));
+        let equal = match (r, c) {
+            (None, None) => true,
+            (Some(a), Some(b)) => match (a.as_i64(), b.as_i64()) {
+                (Some(x), Some(y)) => x == y,
+                _ => a == b,
+            },
+            _ => false,
+        };
+        if !equal {
+            let show = |v: Option<&Value>| match v {
+                None => "none".to_string(),
+                Some(v) => format!("the value '{v}' of type '{}'", v.type_name()),
+            };
+            return Err(CoreError::precondition_failed(format!(
+                "inequivalent arg '{key}' for {what}: received {} but current is {}",
+                show(r),
+                show(c)
+            )));
+        }
+    }
+    Ok(())
+}

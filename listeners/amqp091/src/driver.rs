@@ -1,0 +1,261 @@
+//! The tokio driver: accepts sockets, runs one reader and one writer task per connection.
+//!
+//! The reader feeds bytes to the codec and frames to the [`Session`]; the writer sends
+//! whatever accumulated in the [`Outbox`] in one write, so a burst of deliveries costs one
+//! syscall. Heartbeats and the handshake timeout are the only clocks, and they live here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::time::{timeout, Instant};
+use warren_core::Broker;
+
+use crate::codec::{decode_frame, parse_protocol_header, ProtocolHeader, PROTOCOL_HEADER_091};
+use crate::outbox::Outbox;
+use crate::session::{Control, Session, SessionConfig, FRAME_MIN_SIZE};
+
+/// Settings of the AMQP 0-9-1 listener.
+#[derive(Debug, Clone)]
+pub struct ListenerConfig {
+    /// Protocol limits proposed to and enforced on clients.
+    pub session: SessionConfig,
+    /// How long a client has from connecting to connection.open.
+    pub handshake_timeout: Duration,
+    /// How long to wait for connection.close-ok after the broker closed a connection.
+    pub close_timeout: Duration,
+}
+
+impl Default for ListenerConfig {
+    fn default() -> Self {
+        ListenerConfig {
+            session: SessionConfig::default(),
+            handshake_timeout: Duration::from_secs(10),
+            close_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Accepts connections until `shutdown` turns true, then asks every connection to close
+/// (320 CONNECTION_FORCED) and returns once they all ended.
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    config: ListenerConfig,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let config = Arc::new(config);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let broker = Arc::clone(&broker);
+                    let config = Arc::clone(&config);
+                    let shutdown = shutdown.clone();
+                    connections.spawn(run_connection(stream, peer, broker, config, shutdown));
+                }
+                Err(error) => {
+                    // Out of file descriptors and similar: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+/// Runs one connection to its end.
+pub async fn run_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    config: Arc<ListenerConfig>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let (mut reader, mut writer) = stream.into_split();
+    let mut header = [0u8; 8];
+    match timeout(config.handshake_timeout, reader.read_exact(&mut header)).await {
+        Ok(Ok(_)) => {}
+        _ => return,
+    }
+    if parse_protocol_header(&header) != ProtocolHeader::Amqp091 {
+        // Tell the client which protocol we speak, then close, as the spec asks.
+        let _ = writer.write_all(&PROTOCOL_HEADER_091).await;
+        let _ = writer.shutdown().await;
+        return;
+    }
+    let outbox = Outbox::new(FRAME_MIN_SIZE);
+    let from_loopback = peer.ip().is_loopback();
+    let mut session = Session::new(
+        broker,
+        config.session.clone(),
+        Arc::clone(&outbox),
+        from_loopback,
+    );
+    let connection_id = session.connection_id();
+    tracing::debug!(connection = connection_id, %peer, "accepted AMQP 0-9-1 connection");
+    let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
+    let writer_task = tokio::spawn(write_loop(writer, Arc::clone(&outbox), heartbeat_rx));
+
+    read_loop(
+        &mut reader,
+        &mut session,
+        &config,
+        &mut shutdown,
+        &heartbeat_tx,
+    )
+    .await;
+
+    session.terminate();
+    let _ = writer_task.await;
+    tracing::debug!(connection = connection_id, %peer, "connection closed");
+}
+
+async fn read_loop(
+    reader: &mut OwnedReadHalf,
+    session: &mut Session,
+    config: &ListenerConfig,
+    shutdown: &mut watch::Receiver<bool>,
+    heartbeat_tx: &watch::Sender<Option<Duration>>,
+) {
+    let mut buffer = BytesMut::with_capacity(4096);
+    let handshake_deadline = Instant::now() + config.handshake_timeout;
+    let mut close_deadline: Option<Instant> = None;
+    let mut shutting_down = false;
+    loop {
+        let deadline = if let Some(deadline) = close_deadline {
+            deadline
+        } else if !session.is_open() && heartbeat_tx.borrow().is_none() {
+            handshake_deadline
+        } else {
+            match session.heartbeat() {
+                // Two missed heartbeats and the peer is considered dead.
+                Some(interval) => Instant::now() + interval * 2,
+                None => Instant::now() + Duration::from_secs(24 * 3600),
+            }
+        };
+        if buffer.capacity() - buffer.len() < 1024 {
+            buffer.reserve(16 * 1024);
+        }
+        let read = tokio::select! {
+            read = reader.read_buf(&mut buffer) => read,
+            _ = tokio::time::sleep_until(deadline) => {
+                if close_deadline.is_none() && session.is_open() {
+                    tracing::warn!(connection = session.connection_id(), "missed heartbeats from client");
+                } else if close_deadline.is_none() {
+                    tracing::warn!(connection = session.connection_id(), "handshake timed out");
+                }
+                return;
+            }
+            changed = shutdown.changed(), if !shutting_down => {
+                shutting_down = true;
+                if changed.is_err() || *shutdown.borrow() {
+                    if session.force_close("shutdown") == Control::Close {
+                        return;
+                    }
+                    close_deadline = Some(Instant::now() + config.close_timeout);
+                }
+                continue;
+            }
+        };
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        loop {
+            match decode_frame(&mut buffer, session.frame_max()) {
+                Ok(Some(frame)) => {
+                    let was_open = session.heartbeat();
+                    let control = session.handle_frame(frame);
+                    if was_open != session.heartbeat() {
+                        let _ = heartbeat_tx.send(session.heartbeat());
+                    }
+                    if control == Control::Close {
+                        session.end_of_batch();
+                        return;
+                    }
+                    if session.is_closing() && close_deadline.is_none() {
+                        close_deadline = Some(Instant::now() + config.close_timeout);
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    if session.handle_frame_error(error) == Control::Close {
+                        return;
+                    }
+                    close_deadline = Some(Instant::now() + config.close_timeout);
+                    // The stream can no longer be framed: wait for nothing but the timeout.
+                    buffer.clear();
+                    break;
+                }
+            }
+        }
+        session.end_of_batch();
+    }
+}
+
+async fn write_loop(
+    mut writer: OwnedWriteHalf,
+    outbox: Arc<Outbox>,
+    mut heartbeat: watch::Receiver<Option<Duration>>,
+) {
+    let mut last_write = Instant::now();
+    loop {
+        if let Some(drained) = outbox.drain() {
+            // Room is free again: let starved consumers' queues refill the buffer while this
+            // batch is on its way.
+            for sink in drained.starved {
+                sink.queue.dispatch();
+            }
+            if writer.write_all(&drained.bytes).await.is_err() {
+                outbox.close();
+                return;
+            }
+            last_write = Instant::now();
+            continue;
+        }
+        if outbox.is_closed() {
+            let _ = writer.shutdown().await;
+            return;
+        }
+        let interval = *heartbeat.borrow();
+        match interval {
+            Some(interval) => {
+                let next_beat = last_write + interval / 2;
+                tokio::select! {
+                    _ = outbox.notify.notified() => {}
+                    _ = heartbeat.changed() => {}
+                    _ = tokio::time::sleep_until(next_beat) => {
+                        outbox.send_heartbeat();
+                    }
+                }
+            }
+            None => {
+                tokio::select! {
+                    _ = outbox.notify.notified() => {}
+                    changed = heartbeat.changed() => {
+                        if changed.is_err() {
+                            // The reader is gone; flush and stop once the outbox closes.
+                            if outbox.is_closed() && outbox.is_empty() {
+                                let _ = writer.shutdown().await;
+                                return;
+                            }
+                            outbox.notify.notified().await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! The connection's outgoing side shared between its reader task and the queues that deliver
+//! to its consumers: one buffer of encoded frames, the per-channel delivery tags and unacked
+//! deliveries, and the prefetch accounting.
+//!
+//! Everything here is guarded by one mutex. Queues call [`ConsumerSink::reserve`] and
+//! [`ConsumerSink::deliver`] with their own lock held, so the lock order is always
+//! queue, then outbox; code holding the outbox lock never calls into a queue.
+//! Frames are encoded straight into the shared buffer, so the writer task sends everything
+//! that accumulated in one write.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use warren_core::consumer::{Delivery, DeliverySink};
+use warren_core::message::Message;
+use warren_core::queue::Queue;
+
+use crate::codec::{self, Method};
+
+/// Above this many buffered bytes consumers stop receiving until the writer drains the buffer,
+/// so a slow socket holds deliveries in their queues instead of in memory here.
+pub const OUTBOX_HIGH_WATER: usize = 512 * 1024;
+
+/// One delivery waiting for its acknowledgement.
+pub struct Unacked {
+    /// The channel-scoped delivery tag.
+    pub tag: u64,
+    /// The queue to settle with.
+    pub queue: Arc<Queue>,
+    /// The queue's id of the message.
+    pub id: u64,
+    /// The consumer whose prefetch it counts against (none for basic.get).
+    pub consumer: Option<Arc<ConsumerSink>>,
+}
+
+#[derive(Default)]
+struct ChannelDeliveries {
+    next_tag: u64,
+    unacked: VecDeque<Unacked>,
+    /// basic.qos global=true: the channel-wide limit (0 = none) and deliveries counted on it.
+    global_prefetch: u32,
+    global_in_flight: u32,
+}
+
+struct OutboxState {
+    buffer: BytesMut,
+    channels: HashMap<u16, ChannelDeliveries>,
+    frame_max: u32,
+    /// Consumers refused for lack of room or credit, to kick when it frees up.
+    starved: Vec<Arc<ConsumerSink>>,
+    /// Consumers the server cancelled (queue deleted) for the reader to forget.
+    server_cancelled: Vec<(u16, Arc<str>)>,
+    /// Deliveries whose channel closed between reserve and deliver, to requeue.
+    orphaned: Vec<Unacked>,
+    closed: bool,
+}
+
+/// The shared outgoing side of one connection.
+pub struct Outbox {
+    state: Mutex<OutboxState>,
+    /// Wakes the writer task.
+    pub notify: Notify,
+    consumer_cancel_notify: AtomicBool,
+}
+
+/// What the writer task took from the outbox.
+pub struct Drained {
+    /// Encoded frames to write.
+    pub bytes: Bytes,
+    /// Consumers to kick because room freed up.
+    pub starved: Vec<Arc<ConsumerSink>>,
+}
+
+impl Outbox {
+    /// A new, empty outbox.
+    pub fn new(frame_max: u32) -> Arc<Outbox> {
+        Arc::new(Outbox {
+            state: Mutex::new(OutboxState {
+                buffer: BytesMut::new(),
+                channels: HashMap::new(),
+                frame_max,
+                starved: Vec::new(),
+                server_cancelled: Vec::new(),
+                orphaned: Vec::new(),
+                closed: false,
+            }),
+            notify: Notify::new(),
+            consumer_cancel_notify: AtomicBool::new(false),
+        })
+    }
+
+    /// Records whether the client understands server-sent basic.cancel.
+    pub fn set_consumer_cancel_notify(&self, enabled: bool) {
+        self.consumer_cancel_notify
+            .store(enabled, Ordering::Relaxed);
+    }
+
+    /// Sets the negotiated frame_max used to split bodies.
+    pub fn set_frame_max(&self, frame_max: u32) {
+        self.state.lock().frame_max = frame_max;
+    }
+
+    /// Starts delivery bookkeeping for a newly opened channel.
+    pub fn open_channel(&self, channel: u16) {
+        self.state.lock().channels.insert(
+            channel,
+            ChannelDeliveries {
+                next_tag: 1,
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Stops deliveries to `channel` and returns its unacked deliveries in tag order.
+    pub fn close_channel(&self, channel: u16) -> Vec<Unacked> {
+        let mut state = self.state.lock();
+        state.starved.retain(|c| c.channel != channel);
+        state
+            .channels
+            .remove(&channel)
+            .map(|c| c.unacked.into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// Sets basic.qos global=true for a channel.
+    pub fn set_global_prefetch(&self, channel: u16, prefetch: u32) -> Vec<Arc<ConsumerSink>> {
+        let mut state = self.state.lock();
+        if let Some(c) = state.channels.get_mut(&channel) {
+            c.global_prefetch = prefetch;
+        }
+        std::mem::take(&mut state.starved)
+    }
+
+    /// Marks the connection closed: nothing more is buffered and consumers get no room.
+    pub fn close(&self) {
+        let mut state = self.state.lock();
+        state.closed = true;
+        state.starved.clear();
+        drop(state);
+        self.notify.notify_one();
+    }
+
+    /// Encodes a method frame into the buffer.
+    pub fn send_method(&self, channel: u16, method: &Method) {
+        let mut state = self.state.lock();
+        if state.closed {
+            return;
+        }
+        let was_empty = state.buffer.is_empty();
+        if let Err(error) = codec::write_method_frame(&mut state.buffer, channel, method) {
+            // Only a broker bug can produce a method the wire cannot carry.
+            tracing::error!(method = method.name(), %error, "could not encode method");
+        }
+        drop(state);
+        if was_empty {
+            self.notify.notify_one();
+        }
+    }
+
+    /// Encodes a heartbeat frame into the buffer.
+    pub fn send_heartbeat(&self) {
+        let mut state = self.state.lock();
+        codec::write_heartbeat(&mut state.buffer);
+    }
+
+    /// Encodes a basic.return with the returned message.
+    pub fn send_return(&self, channel: u16, reply_code: u16, reply_text: &str, message: &Message) {
+        let mut state = self.state.lock();
+        if state.closed {
+            return;
+        }
+        let frame_max = state.frame_max;
+        let properties = raw_properties(message);
+        codec::write_return(
+            &mut state.buffer,
+            channel,
+            reply_code,
+            reply_text,
+            &message.exchange,
+            &message.routing_key,
+            &properties,
+            &message.body,
+            frame_max,
+        );
+        drop(state);
+        self.notify.notify_one();
+    }
+
+    /// Encodes a basic.get-ok for `delivery`, assigning its delivery tag and recording it as
+    /// unacked when it needs an ack.
+    pub fn send_get_ok(&self, channel: u16, delivery: Delivery, message_count: u64) {
+        let mut state = self.state.lock();
+        let frame_max = state.frame_max;
+        let OutboxState {
+            buffer, channels, ..
+        } = &mut *state;
+        let Some(deliveries) = channels.get_mut(&channel) else {
+            return;
+        };
+        let tag = deliveries.next_tag;
+        deliveries.next_tag += 1;
+        let message = &delivery.message;
+        codec::write_get_ok(
+            buffer,
+            channel,
+            tag,
+            delivery.redelivered,
+            &message.exchange,
+            &message.routing_key,
+            u32::try_from(message_count).unwrap_or(u32::MAX),
+            &raw_properties(message),
+            &message.body,
+            frame_max,
+        );
+        if delivery.needs_settlement {
+            deliveries.unacked.push_back(Unacked {
+                tag,
+                queue: delivery.queue,
+                id: delivery.id,
+                consumer: None,
+            });
+        }
+        drop(state);
+        self.notify.notify_one();
+    }
+
+    /// Removes unacked deliveries for an ack, nack or reject. `multiple` takes every tag up
+    /// to `tag` (0 with multiple = all). Returns None when a tag is unknown (406 in the
+    /// caller), else the removed deliveries, and releases their prefetch credit.
+    pub fn take_unacked(&self, channel: u16, tag: u64, multiple: bool) -> Option<Vec<Unacked>> {
+        let mut state = self.state.lock();
+        let deliveries = state.channels.get_mut(&channel)?;
+        let taken: Vec<Unacked> = if multiple {
+            let end = if tag == 0 {
+                deliveries.unacked.len()
+            } else {
+                deliveries.unacked.partition_point(|u| u.tag <= tag)
+            };
+            if end == 0 && tag != 0 {
+                return None;
+            }
+            deliveries.unacked.drain(..end).collect()
+        } else {
+            let index = deliveries
+                .unacked
+                .binary_search_by_key(&tag, |u| u.tag)
+                .ok()?;
+            deliveries.unacked.remove(index).into_iter().collect()
+        };
+        release_credit(deliveries, &taken);
+        Some(taken)
+    }
+
+    /// Takes every unacked delivery of a channel (basic.recover, channel close).
+    pub fn take_all_unacked(&self, channel: u16) -> Vec<Unacked> {
+        self.take_unacked(channel, 0, true).unwrap_or_default()
+    }
+
+    /// Takes the consumers waiting for room, to kick their queues (outside the lock).
+    pub fn take_starved(&self) -> Vec<Arc<ConsumerSink>> {
+        std::mem::take(&mut self.state.lock().starved)
+    }
+
+    /// Takes deliveries that arrived for channels already closed, to requeue.
+    pub fn take_orphaned(&self) -> Vec<Unacked> {
+        std::mem::take(&mut self.state.lock().orphaned)
+    }
+
+    /// Puts deliveries back as unacked (tx.rollback of acks), re-counting their credit.
+    pub fn restore_unacked(&self, channel: u16, restored: Vec<Unacked>) {
+        let mut state = self.state.lock();
+        let Some(deliveries) = state.channels.get_mut(&channel) else {
+            return;
+        };
+        for unacked in restored {
+            if let Some(consumer) = &unacked.consumer {
+                consumer.in_flight.fetch_add(1, Ordering::Relaxed);
+                deliveries.global_in_flight += 1;
+            }
+            let position = deliveries.unacked.partition_point(|u| u.tag < unacked.tag);
+            deliveries.unacked.insert(position, unacked);
+        }
+    }
+
+    /// Takes the consumers the server cancelled since the last call.
+    pub fn take_server_cancelled(&self) -> Vec<(u16, Arc<str>)> {
+        std::mem::take(&mut self.state.lock().server_cancelled)
+    }
+
+    /// Takes everything buffered for the writer, with the consumers to kick now that the
+    /// buffer is empty again.
+    pub fn drain(&self) -> Option<Drained> {
+        let mut state = self.state.lock();
+        if state.buffer.is_empty() {
+            return None;
+        }
+        let bytes = state.buffer.split().freeze();
+        let starved = std::mem::take(&mut state.starved);
+        Some(Drained { bytes, starved })
+    }
+
+    /// Whether the connection was closed (the writer exits once the buffer is flushed).
+    pub fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.state.lock().buffer.is_empty()
+    }
+}
+
+fn release_credit(deliveries: &mut ChannelDeliveries, taken: &[Unacked]) {
+    for unacked in taken {
+        if let Some(consumer) = &unacked.consumer {
+            consumer.in_flight.fetch_sub(1, Ordering::Relaxed);
+            deliveries.global_in_flight = deliveries.global_in_flight.saturating_sub(1);
+        }
+    }
+}
+
+/// The message's properties in 0-9-1 wire form: the bytes it arrived with, or encoded now
+/// for a message from another protocol.
+fn raw_properties(message: &Message) -> Bytes {
+    match &message.encoded_properties {
+        Some(raw) => raw.clone(),
+        None => {
+            let mut out = BytesMut::new();
+            if codec::encode_properties(&message.properties, &mut out).is_err() {
+                // A property too long for 0-9-1 (only possible from another protocol):
+                // deliver with no properties rather than not at all.
+                out.clear();
+                out.extend_from_slice(&[0, 0]);
+            }
+            out.freeze()
+        }
+    }
+}
+
+/// One AMQP 0-9-1 consumer as a core delivery sink.
+pub struct ConsumerSink {
+    outbox: Arc<Outbox>,
+    /// The channel the consumer lives on.
+    pub channel: u16,
+    /// The consumer tag.
+    pub tag: Arc<str>,
+    /// The queue it consumes from.
+    pub queue: Arc<Queue>,
+    needs_ack: bool,
+    /// basic.qos global=false at consume time (0 = unlimited).
+    prefetch: u32,
+    /// Deliveries counted against `prefetch`; changed only under the outbox lock.
+    in_flight: AtomicU32,
+    /// False until basic.consume-ok is in the buffer: no delivery may overtake it.
+    started: AtomicBool,
+}
+
+impl ConsumerSink {
+    /// A sink for a consumer on `channel`.
+    pub fn new(
+        outbox: Arc<Outbox>,
+        channel: u16,
+        tag: Arc<str>,
+        queue: Arc<Queue>,
+        needs_ack: bool,
+        prefetch: u32,
+    ) -> Arc<ConsumerSink> {
+        Arc::new(ConsumerSink {
+            outbox,
+            channel,
+            tag,
+            queue,
+            needs_ack,
+            prefetch,
+            in_flight: AtomicU32::new(0),
+            started: AtomicBool::new(false),
+        })
+    }
+
+    /// Lets deliveries flow once consume-ok was sent; the caller then kicks the queue.
+    pub fn start(&self) {
+        self.started.store(true, Ordering::Release);
+    }
+
+    fn mark_starved(self: &Arc<Self>, state: &mut OutboxState) {
+        if !state.starved.iter().any(|c| Arc::ptr_eq(c, self)) {
+            state.starved.push(Arc::clone(self));
+        }
+    }
+}
+
+/// The core calls the sink through `Arc<ConsumerSink>`; the newtype carries the `Arc` so the
+/// sink can register itself as starved.
+pub struct SinkHandle(pub Arc<ConsumerSink>);
+
+impl DeliverySink for SinkHandle {
+    fn reserve(&self) -> bool {
+        let sink = &self.0;
+        let mut state = sink.outbox.state.lock();
+        if state.closed || !sink.started.load(Ordering::Acquire) {
+            return false;
+        }
+        if state.buffer.len() >= OUTBOX_HIGH_WATER {
+            sink.mark_starved(&mut state);
+            return false;
+        }
+        if !sink.needs_ack {
+            return true;
+        }
+        let Some(deliveries) = state.channels.get_mut(&sink.channel) else {
+            return false;
+        };
+        let consumer_full =
+            sink.prefetch != 0 && sink.in_flight.load(Ordering::Relaxed) >= sink.prefetch;
+        let channel_full = deliveries.global_prefetch != 0
+            && deliveries.global_in_flight >= deliveries.global_prefetch;
+        if consumer_full || channel_full {
+            sink.mark_starved(&mut state);
+            return false;
+        }
+        deliveries.global_in_flight += 1;
+        sink.in_flight.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    fn deliver(&self, delivery: Delivery) {
+        let sink = &self.0;
+        let mut state = sink.outbox.state.lock();
+        let frame_max = state.frame_max;
+        let was_empty = state.buffer.is_empty();
+        let OutboxState {
+            buffer, channels, ..
+        } = &mut *state;
+        let Some(deliveries) = channels.get_mut(&sink.channel) else {
+            // The channel closed between reserve and deliver. The queue's lock is held here,
+            // so the reader requeues the message later instead of settling it now.
+            if delivery.needs_settlement {
+                state.orphaned.push(Unacked {
+                    tag: 0,
+                    queue: delivery.queue,
+                    id: delivery.id,
+                    consumer: None,
+                });
+            }
+            return;
+        };
+        let tag = deliveries.next_tag;
+        deliveries.next_tag += 1;
+        let message = &delivery.message;
+        let properties = raw_properties(message);
+        codec::write_deliver(
+            buffer,
+            sink.channel,
+            &sink.tag,
+            tag,
+            delivery.redelivered,
+            &message.exchange,
+            &message.routing_key,
+            &properties,
+            &message.body,
+            frame_max,
+        );
+        if delivery.needs_settlement {
+            deliveries.unacked.push_back(Unacked {
+                tag,
+                queue: delivery.queue,
+                id: delivery.id,
+                consumer: Some(Arc::clone(sink)),
+            });
+        }
+        drop(state);
+        if was_empty {
+            sink.outbox.notify.notify_one();
+        }
+    }
+
+    fn cancelled(&self) {
+        let sink = &self.0;
+        let mut state = sink.outbox.state.lock();
+        if state.closed {
+            return;
+        }
+        state
+            .server_cancelled
+            .push((sink.channel, Arc::clone(&sink.tag)));
+        if sink.outbox.consumer_cancel_notify.load(Ordering::Relaxed) {
+            let cancel = Method::BasicCancel {
+                consumer_tag: sink.tag.to_string(),
+                no_wait: true,
+            };
+            if let Err(error) = codec::write_method_frame(&mut state.buffer, sink.channel, &cancel)
+            {
+                tracing::error!(%error, "could not encode basic.cancel");
+            }
+        }
+        drop(state);
+        sink.outbox.notify.notify_one();
+    }
+}

@@ -1,0 +1,866 @@
+//! Channel state and the channel-level methods: exchange, queue, basic, confirm and tx.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use base64::Engine;
+use bytes::{Bytes, BytesMut};
+use rand::RngCore;
+use warren_core::access::Access;
+use warren_core::consumer::ConsumerSpec;
+use warren_core::exchange::DestinationName;
+use warren_core::message::{Message, Properties};
+use warren_core::queue::{Queue, Settlement};
+use warren_core::vhost::{Actor, ExchangeDeclare, QueueDeclare, VHost};
+
+use super::{settle_grouped, Session};
+use crate::codec::{decode_properties, Frame, Method, FRAME_BODY};
+use crate::outbox::{ConsumerSink, SinkHandle, Unacked};
+use crate::reply::{self, AmqpError};
+
+/// Bodies up to this size are copied out of the read buffer so a queued message does not pin
+/// the whole buffer chunk it arrived in.
+const COPY_BODY_BELOW: usize = 4096;
+
+/// A consumer registered on a channel.
+pub(super) struct ChannelConsumer {
+    pub(super) queue: Arc<Queue>,
+    pub(super) consumer_id: u64,
+}
+
+/// A publish waiting for its content header and body frames.
+struct PendingPublish {
+    exchange: String,
+    routing_key: String,
+    mandatory: bool,
+    /// Properties as decoded and as received, once the header arrived.
+    header: Option<(Properties, Bytes)>,
+    body_size: u64,
+    body: BytesMut,
+    /// The single body frame, kept without copying when the body came in one frame.
+    single_body: Option<Bytes>,
+}
+
+/// A published message held until tx.commit.
+struct TxPublish {
+    exchange: String,
+    mandatory: bool,
+    message: Arc<Message>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Plain,
+    Confirm,
+    Transactional,
+}
+
+/// One channel's reader-side state.
+pub(super) struct Channel {
+    closing: bool,
+    mode: Mode,
+    pending: Option<PendingPublish>,
+    consumers: HashMap<Arc<str>, ChannelConsumer>,
+    /// basic.qos global=false: the prefetch given to consumers created from now on.
+    consumer_prefetch: u16,
+    last_declared_queue: Option<String>,
+    /// Exchanges this channel was allowed to publish to (RabbitMQ caches this too).
+    publish_allowed: Vec<String>,
+    /// Publisher confirms: the last sequence number assigned and the last one confirmed.
+    publish_seq: u64,
+    confirmed_seq: u64,
+    tx_publishes: Vec<TxPublish>,
+    tx_settlements: Vec<(Vec<Unacked>, Settlement)>,
+}
+
+impl Channel {
+    pub(super) fn new() -> Channel {
+        Channel {
+            closing: false,
+            mode: Mode::Plain,
+            pending: None,
+            consumers: HashMap::new(),
+            consumer_prefetch: 0,
+            last_declared_queue: None,
+            publish_allowed: Vec::new(),
+            publish_seq: 0,
+            confirmed_seq: 0,
+            tx_publishes: Vec::new(),
+            tx_settlements: Vec::new(),
+        }
+    }
+
+    pub(super) fn is_closing(&self) -> bool {
+        self.closing
+    }
+
+    pub(super) fn mark_closing(&mut self) {
+        self.closing = true;
+        self.pending = None;
+    }
+
+    pub(super) fn expects_content(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    pub(super) fn forget_consumer(&mut self, tag: &str) {
+        self.consumers.remove(tag);
+    }
+
+    pub(super) fn take_consumers(&mut self) -> Vec<ChannelConsumer> {
+        self.consumers.drain().map(|(_, c)| c).collect()
+    }
+
+    /// The basic.ack covering every publish confirmed since the last one sent.
+    pub(super) fn take_confirm(&mut self) -> Option<Method> {
+        if self.mode != Mode::Confirm || self.publish_seq == self.confirmed_seq {
+            return None;
+        }
+        let multiple = self.publish_seq - self.confirmed_seq > 1;
+        self.confirmed_seq = self.publish_seq;
+        Some(Method::BasicAck {
+            delivery_tag: self.publish_seq,
+            multiple,
+        })
+    }
+
+    fn queue_name_or_last(&self, name: String) -> Result<String, AmqpError> {
+        if !name.is_empty() {
+            return Ok(name);
+        }
+        self.last_declared_queue
+            .clone()
+            .ok_or_else(|| AmqpError::new(reply::NOT_FOUND, "no previously declared queue"))
+    }
+}
+
+fn generated_consumer_tag() -> String {
+    let mut bytes = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    format!(
+        "amq.ctag-{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+fn count(value: u64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+impl Session {
+    fn vhost_and_user(&self) -> Result<(Arc<VHost>, String), AmqpError> {
+        match (&self.vhost, &self.user) {
+            (Some(vhost), Some(user)) => Ok((Arc::clone(vhost), user.name.clone())),
+            _ => Err(AmqpError::new(
+                reply::COMMAND_INVALID,
+                "connection is not open",
+            )),
+        }
+    }
+
+    fn channel(&mut self, id: u16) -> &mut Channel {
+        // Callers looked the channel up before dispatching to a handler.
+        self.channels
+            .get_mut(&id)
+            .expect("channel exists while its methods are handled")
+    }
+
+    fn reply(&self, channel: u16, no_wait: bool, method: Method) {
+        if !no_wait {
+            self.outbox.send_method(channel, &method);
+        }
+    }
+
+    pub(super) fn dispatch_channel_method(
+        &mut self,
+        ch: u16,
+        method: Method,
+    ) -> Result<(), AmqpError> {
+        let (vhost, user) = self.vhost_and_user()?;
+        let actor = Actor {
+            user: &user,
+            connection_id: self.connection_id,
+        };
+        match method {
+            Method::ChannelFlow { active: true } => {
+                self.outbox
+                    .send_method(ch, &Method::ChannelFlowOk { active: true });
+            }
+            Method::ChannelFlow { active: false } => {
+                return Err(AmqpError::new(reply::NOT_IMPLEMENTED, "active=false"));
+            }
+            Method::ChannelFlowOk { .. } => {}
+
+            Method::ExchangeDeclare {
+                exchange,
+                exchange_type,
+                passive,
+                durable,
+                auto_delete,
+                internal,
+                no_wait,
+                arguments,
+            } => {
+                vhost.declare_exchange(
+                    actor,
+                    ExchangeDeclare {
+                        name: exchange,
+                        kind: exchange_type,
+                        passive,
+                        durable,
+                        auto_delete,
+                        internal,
+                        arguments,
+                    },
+                )?;
+                self.reply(ch, no_wait, Method::ExchangeDeclareOk);
+            }
+            Method::ExchangeDelete {
+                exchange,
+                if_unused,
+                no_wait,
+            } => {
+                vhost.delete_exchange(actor, &exchange, if_unused)?;
+                self.reply(ch, no_wait, Method::ExchangeDeleteOk);
+            }
+            Method::ExchangeBind {
+                destination,
+                source,
+                routing_key,
+                no_wait,
+                arguments,
+            } => {
+                vhost.bind(
+                    actor,
+                    &source,
+                    DestinationName::Exchange(destination),
+                    &routing_key,
+                    arguments,
+                )?;
+                self.reply(ch, no_wait, Method::ExchangeBindOk);
+            }
+            Method::ExchangeUnbind {
+                destination,
+                source,
+                routing_key,
+                no_wait,
+                arguments,
+            } => {
+                vhost.unbind(
+                    actor,
+                    &source,
+                    DestinationName::Exchange(destination),
+                    &routing_key,
+                    arguments,
+                )?;
+                self.reply(ch, no_wait, Method::ExchangeUnbindOk);
+            }
+
+            Method::QueueDeclare {
+                queue,
+                passive,
+                durable,
+                exclusive,
+                auto_delete,
+                no_wait,
+                arguments,
+            } => {
+                let declared = vhost.declare_queue(
+                    actor,
+                    QueueDeclare {
+                        name: queue,
+                        passive,
+                        durable,
+                        exclusive,
+                        auto_delete,
+                        arguments,
+                    },
+                )?;
+                if exclusive && !passive && !self.exclusive_queues.contains(&declared.name) {
+                    self.exclusive_queues.push(declared.name.clone());
+                }
+                self.channel(ch).last_declared_queue = Some(declared.name.clone());
+                self.reply(
+                    ch,
+                    no_wait,
+                    Method::QueueDeclareOk {
+                        queue: declared.name,
+                        message_count: count(declared.message_count),
+                        consumer_count: count(declared.consumer_count),
+                    },
+                );
+            }
+            Method::QueueBind {
+                queue,
+                exchange,
+                routing_key,
+                no_wait,
+                arguments,
+            } => {
+                let routing_key_was_empty = routing_key.is_empty() && queue.is_empty();
+                let queue = self.channel(ch).queue_name_or_last(queue)?;
+                let routing_key = if routing_key_was_empty {
+                    queue.clone()
+                } else {
+                    routing_key
+                };
+                vhost.bind(
+                    actor,
+                    &exchange,
+                    DestinationName::Queue(queue),
+                    &routing_key,
+                    arguments,
+                )?;
+                self.reply(ch, no_wait, Method::QueueBindOk);
+            }
+            Method::QueueUnbind {
+                queue,
+                exchange,
+                routing_key,
+                arguments,
+            } => {
+                let queue = self.channel(ch).queue_name_or_last(queue)?;
+                vhost.unbind(
+                    actor,
+                    &exchange,
+                    DestinationName::Queue(queue),
+                    &routing_key,
+                    arguments,
+                )?;
+                self.outbox.send_method(ch, &Method::QueueUnbindOk);
+            }
+            Method::QueuePurge { queue, no_wait } => {
+                let queue = self.channel(ch).queue_name_or_last(queue)?;
+                let purged = vhost.purge_queue(actor, &queue)?;
+                self.reply(
+                    ch,
+                    no_wait,
+                    Method::QueuePurgeOk {
+                        message_count: count(purged),
+                    },
+                );
+            }
+            Method::QueueDelete {
+                queue,
+                if_unused,
+                if_empty,
+                no_wait,
+            } => {
+                let queue = self.channel(ch).queue_name_or_last(queue)?;
+                let deleted = vhost.delete_queue(actor, &queue, if_unused, if_empty)?;
+                self.exclusive_queues.retain(|q| *q != queue);
+                self.reply(
+                    ch,
+                    no_wait,
+                    Method::QueueDeleteOk {
+                        message_count: count(deleted),
+                    },
+                );
+            }
+
+            Method::BasicQos {
+                prefetch_size,
+                prefetch_count,
+                global,
+            } => {
+                if prefetch_size != 0 {
+                    return Err(AmqpError::new(
+                        reply::NOT_IMPLEMENTED,
+                        format!("prefetch_size!=0 ({prefetch_size})"),
+                    ));
+                }
+                if global {
+                    let starved = self
+                        .outbox
+                        .set_global_prefetch(ch, u32::from(prefetch_count));
+                    self.outbox.send_method(ch, &Method::BasicQosOk);
+                    for sink in starved {
+                        sink.queue.dispatch();
+                    }
+                } else {
+                    self.channel(ch).consumer_prefetch = prefetch_count;
+                    self.outbox.send_method(ch, &Method::BasicQosOk);
+                }
+            }
+            Method::BasicConsume {
+                queue,
+                consumer_tag,
+                no_local: _,
+                no_ack,
+                exclusive,
+                no_wait,
+                arguments,
+            } => {
+                self.basic_consume(
+                    ch,
+                    &vhost,
+                    actor,
+                    queue,
+                    consumer_tag,
+                    no_ack,
+                    exclusive,
+                    no_wait,
+                    arguments,
+                )?;
+            }
+            Method::BasicCancel {
+                consumer_tag,
+                no_wait,
+            } => {
+                if let Some(consumer) = self.channel(ch).consumers.remove(consumer_tag.as_str()) {
+                    vhost.cancel(&consumer.queue, consumer.consumer_id);
+                }
+                self.reply(ch, no_wait, Method::BasicCancelOk { consumer_tag });
+            }
+            Method::BasicGet { queue, no_ack } => {
+                let queue = self.channel(ch).queue_name_or_last(queue)?;
+                let queue = vhost.queue_for(actor, &queue, Access::Read)?;
+                match queue.get(!no_ack) {
+                    Some((delivery, remaining)) => self.outbox.send_get_ok(ch, delivery, remaining),
+                    None => self.outbox.send_method(ch, &Method::BasicGetEmpty),
+                }
+            }
+            Method::BasicPublish {
+                exchange,
+                routing_key,
+                mandatory,
+                immediate,
+            } => {
+                if immediate {
+                    return Err(AmqpError::new(reply::NOT_IMPLEMENTED, "immediate=true"));
+                }
+                self.channel(ch).pending = Some(PendingPublish {
+                    exchange,
+                    routing_key,
+                    mandatory,
+                    header: None,
+                    body_size: 0,
+                    body: BytesMut::new(),
+                    single_body: None,
+                });
+            }
+            Method::BasicAck {
+                delivery_tag,
+                multiple,
+            } => {
+                self.settle(ch, delivery_tag, multiple, Settlement::Ack)?;
+            }
+            Method::BasicReject {
+                delivery_tag,
+                requeue,
+            } => {
+                let settlement = if requeue {
+                    Settlement::Requeue
+                } else {
+                    Settlement::Reject
+                };
+                self.settle(ch, delivery_tag, false, settlement)?;
+            }
+            Method::BasicNack {
+                delivery_tag,
+                multiple,
+                requeue,
+            } => {
+                let settlement = if requeue {
+                    Settlement::Requeue
+                } else {
+                    Settlement::Reject
+                };
+                self.settle(ch, delivery_tag, multiple, settlement)?;
+            }
+            Method::BasicRecover { requeue } | Method::BasicRecoverAsync { requeue } => {
+                if !requeue {
+                    return Err(AmqpError::new(reply::NOT_IMPLEMENTED, "requeue=false"));
+                }
+                let unacked = self.outbox.take_all_unacked(ch);
+                settle_grouped(unacked, Settlement::Requeue);
+                self.kick_starved();
+                self.outbox.send_method(ch, &Method::BasicRecoverOk);
+            }
+
+            Method::ConfirmSelect { no_wait } => {
+                let channel = self.channel(ch);
+                if channel.mode == Mode::Transactional {
+                    return Err(AmqpError::new(
+                        reply::PRECONDITION_FAILED,
+                        "cannot switch from tx to confirm mode",
+                    ));
+                }
+                channel.mode = Mode::Confirm;
+                self.reply(ch, no_wait, Method::ConfirmSelectOk);
+            }
+            Method::TxSelect => {
+                let channel = self.channel(ch);
+                if channel.mode == Mode::Confirm {
+                    return Err(AmqpError::new(
+                        reply::PRECONDITION_FAILED,
+                        "cannot switch from confirm to tx mode",
+                    ));
+                }
+                channel.mode = Mode::Transactional;
+                self.outbox.send_method(ch, &Method::TxSelectOk);
+            }
+            Method::TxCommit => self.tx_commit(ch, &vhost)?,
+            Method::TxRollback => {
+                let channel = self.channel(ch);
+                if channel.mode != Mode::Transactional {
+                    return Err(AmqpError::new(
+                        reply::PRECONDITION_FAILED,
+                        "channel is not transactional",
+                    ));
+                }
+                channel.tx_publishes.clear();
+                let settlements = std::mem::take(&mut channel.tx_settlements);
+                for (unacked, _) in settlements {
+                    self.outbox.restore_unacked(ch, unacked);
+                }
+                self.outbox.send_method(ch, &Method::TxRollbackOk);
+            }
+            method => {
+                return Err(AmqpError::new(
+                    reply::COMMAND_INVALID,
+                    format!("'{}' may not be sent by a client", method.name()),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn basic_consume(
+        &mut self,
+        ch: u16,
+        vhost: &Arc<VHost>,
+        actor: Actor<'_>,
+        queue: String,
+        consumer_tag: String,
+        no_ack: bool,
+        exclusive: bool,
+        no_wait: bool,
+        arguments: warren_core::value::Table,
+    ) -> Result<(), AmqpError> {
+        let queue_name = self.channel(ch).queue_name_or_last(queue)?;
+        let tag: Arc<str> = if consumer_tag.is_empty() {
+            Arc::from(generated_consumer_tag())
+        } else {
+            Arc::from(consumer_tag)
+        };
+        if self.channel(ch).consumers.contains_key(&tag) {
+            return Err(AmqpError::new(
+                reply::NOT_ALLOWED,
+                format!("attempt to reuse consumer tag '{tag}'"),
+            ));
+        }
+        let priority = match arguments.get("x-priority") {
+            None => 0,
+            Some(value) => value
+                .as_i64()
+                .and_then(|p| i32::try_from(p).ok())
+                .ok_or_else(|| {
+                    AmqpError::new(
+                        reply::PRECONDITION_FAILED,
+                        format!("invalid arg 'x-priority': expected an integer, got {value}"),
+                    )
+                })?,
+        };
+        let queue = vhost.queue_for(actor, &queue_name, Access::Read)?;
+        let prefetch = u32::from(self.channel(ch).consumer_prefetch);
+        let sink = ConsumerSink::new(
+            Arc::clone(&self.outbox),
+            ch,
+            Arc::clone(&tag),
+            Arc::clone(&queue),
+            !no_ack,
+            prefetch,
+        );
+        let spec = ConsumerSpec {
+            tag: Arc::clone(&tag),
+            connection_id: actor.connection_id,
+            needs_settlement: !no_ack,
+            exclusive,
+            priority,
+            arguments,
+        };
+        let consumer_id = vhost.consume(&queue, spec, Arc::new(SinkHandle(Arc::clone(&sink))))?;
+        self.channel(ch).consumers.insert(
+            Arc::clone(&tag),
+            ChannelConsumer {
+                queue: Arc::clone(&queue),
+                consumer_id,
+            },
+        );
+        self.reply(
+            ch,
+            no_wait,
+            Method::BasicConsumeOk {
+                consumer_tag: tag.to_string(),
+            },
+        );
+        // Only now may deliveries follow consume-ok.
+        sink.start();
+        queue.dispatch();
+        Ok(())
+    }
+
+    fn settle(
+        &mut self,
+        ch: u16,
+        tag: u64,
+        multiple: bool,
+        settlement: Settlement,
+    ) -> Result<(), AmqpError> {
+        let Some(taken) = self.outbox.take_unacked(ch, tag, multiple) else {
+            return Err(AmqpError::new(
+                reply::PRECONDITION_FAILED,
+                format!("unknown delivery tag {tag}"),
+            ));
+        };
+        if self.channel(ch).mode == Mode::Transactional {
+            self.channel(ch).tx_settlements.push((taken, settlement));
+            return Ok(());
+        }
+        settle_grouped(taken, settlement);
+        self.kick_starved();
+        Ok(())
+    }
+
+    /// Lets queues deliver again to consumers that ran out of credit.
+    fn kick_starved(&self) {
+        for sink in self.outbox.take_starved() {
+            sink.queue.dispatch();
+        }
+    }
+
+    fn tx_commit(&mut self, ch: u16, vhost: &Arc<VHost>) -> Result<(), AmqpError> {
+        let channel = self.channel(ch);
+        if channel.mode != Mode::Transactional {
+            return Err(AmqpError::new(
+                reply::PRECONDITION_FAILED,
+                "channel is not transactional",
+            ));
+        }
+        let publishes = std::mem::take(&mut channel.tx_publishes);
+        let settlements = std::mem::take(&mut channel.tx_settlements);
+        for publish in publishes {
+            self.route_and_enqueue(
+                ch,
+                vhost,
+                &publish.exchange,
+                publish.mandatory,
+                publish.message,
+            )?;
+        }
+        for (taken, settlement) in settlements {
+            settle_grouped(taken, settlement);
+        }
+        self.kick_starved();
+        self.outbox.send_method(ch, &Method::TxCommitOk);
+        Ok(())
+    }
+
+    /// A content header or body frame for the publish in progress on `ch`.
+    pub(super) fn content_frame(&mut self, ch: u16, frame: Frame) -> Result<(), AmqpError> {
+        let max_message_size = self.config.max_message_size;
+        let channel = self.channel(ch);
+        let Some(pending) = channel.pending.as_mut() else {
+            return Err(AmqpError::new(
+                reply::UNEXPECTED_FRAME,
+                "expected method frame, got non method frame instead",
+            ));
+        };
+        match (&pending.header, frame.frame_type) {
+            (None, FRAME_BODY) => {
+                return Err(AmqpError::new(
+                    reply::UNEXPECTED_FRAME,
+                    "expected content header for class 60, got non content header frame instead",
+                ))
+            }
+            (None, _) => {
+                let payload = &frame.payload;
+                if payload.len() < 14 {
+                    return Err(AmqpError::new(
+                        reply::FRAME_ERROR,
+                        "content header frame too short",
+                    ));
+                }
+                let class_id = u16::from_be_bytes([payload[0], payload[1]]);
+                if class_id != 60 {
+                    return Err(AmqpError::new(
+                        reply::UNEXPECTED_FRAME,
+                        format!("content header for class {class_id} does not match class 60 of basic.publish"),
+                    ));
+                }
+                let body_size = u64::from_be_bytes([
+                    payload[4],
+                    payload[5],
+                    payload[6],
+                    payload[7],
+                    payload[8],
+                    payload[9],
+                    payload[10],
+                    payload[11],
+                ]);
+                if body_size > max_message_size as u64 {
+                    return Err(AmqpError::new(
+                        reply::PRECONDITION_FAILED,
+                        format!("message size {body_size} is larger than configured max size {max_message_size}"),
+                    )
+                    .on(60, 40));
+                }
+                let raw = payload.slice(12..);
+                let properties = decode_properties(&raw).map_err(|e| {
+                    AmqpError::new(reply::SYNTAX_ERROR, format!("content header: {e}"))
+                })?;
+                let raw = Bytes::copy_from_slice(&raw);
+                pending.header = Some((properties, raw));
+                pending.body_size = body_size;
+            }
+            (Some(_), FRAME_BODY) => {
+                let received = pending.body.len() as u64
+                    + pending.single_body.as_ref().map_or(0, |b| b.len() as u64)
+                    + frame.payload.len() as u64;
+                if received > pending.body_size {
+                    return Err(AmqpError::new(
+                        reply::FRAME_ERROR,
+                        format!(
+                            "body frames carry {received} bytes, more than the {} the content header declared",
+                            pending.body_size
+                        ),
+                    ));
+                }
+                if pending.single_body.is_none()
+                    && pending.body.is_empty()
+                    && received == pending.body_size
+                {
+                    pending.single_body = Some(frame.payload);
+                } else {
+                    if let Some(first) = pending.single_body.take() {
+                        pending.body.extend_from_slice(&first);
+                    }
+                    pending.body.extend_from_slice(&frame.payload);
+                }
+            }
+            (Some(_), _) => {
+                return Err(AmqpError::new(
+                    reply::UNEXPECTED_FRAME,
+                    "expected content body, got non content body frame instead",
+                ))
+            }
+        }
+        let received =
+            pending.body.len() as u64 + pending.single_body.as_ref().map_or(0, |b| b.len() as u64);
+        if pending.header.is_some() && received == pending.body_size {
+            let pending = channel
+                .pending
+                .take()
+                .expect("pending publish checked above");
+            self.complete_publish(ch, pending)?;
+        }
+        Ok(())
+    }
+
+    fn complete_publish(&mut self, ch: u16, pending: PendingPublish) -> Result<(), AmqpError> {
+        let (vhost, user) = self.vhost_and_user()?;
+        let Some((properties, raw_properties)) = pending.header else {
+            return Err(AmqpError::new(
+                reply::INTERNAL_ERROR,
+                "publish completed without a header",
+            ));
+        };
+        let body = match pending.single_body {
+            Some(body) if body.len() < COPY_BODY_BELOW => Bytes::copy_from_slice(&body),
+            Some(body) => body,
+            None => pending.body.freeze(),
+        };
+        let channel = self.channel(ch);
+        if !channel
+            .publish_allowed
+            .iter()
+            .any(|x| *x == pending.exchange)
+        {
+            vhost
+                .check_publish(&user, &pending.exchange)
+                .map_err(|e| AmqpError::from(e).on(60, 40))?;
+            let channel = self.channel(ch);
+            if channel.publish_allowed.len() >= 16 {
+                channel.publish_allowed.remove(0);
+            }
+            channel.publish_allowed.push(pending.exchange.clone());
+        }
+        if let Some(user_id) = &properties.user_id {
+            if *user_id != user {
+                return Err(AmqpError::new(
+                    reply::PRECONDITION_FAILED,
+                    format!(
+                        "user_id property set to '{user_id}' but authenticated user was '{user}'"
+                    ),
+                )
+                .on(60, 40));
+            }
+        }
+        let exchange = pending.exchange;
+        let message = Arc::new(Message {
+            exchange: exchange.clone(),
+            routing_key: pending.routing_key,
+            properties,
+            encoded_properties: Some(raw_properties),
+            body,
+        });
+        let channel = self.channel(ch);
+        match channel.mode {
+            Mode::Transactional => {
+                channel.tx_publishes.push(TxPublish {
+                    exchange,
+                    mandatory: pending.mandatory,
+                    message,
+                });
+                Ok(())
+            }
+            Mode::Confirm => {
+                self.route_and_enqueue(ch, &vhost, &exchange, pending.mandatory, message)?;
+                let channel = self.channel(ch);
+                channel.publish_seq += 1;
+                if channel.publish_seq == channel.confirmed_seq + 1 {
+                    self.pending_confirms.push(ch);
+                }
+                Ok(())
+            }
+            Mode::Plain => {
+                self.route_and_enqueue(ch, &vhost, &exchange, pending.mandatory, message)
+            }
+        }
+    }
+
+    fn route_and_enqueue(
+        &mut self,
+        ch: u16,
+        vhost: &Arc<VHost>,
+        exchange: &str,
+        mandatory: bool,
+        message: Arc<Message>,
+    ) -> Result<(), AmqpError> {
+        let mut routed = std::mem::take(&mut self.routed);
+        routed.clear();
+        if let Err(error) = vhost.route(exchange, &message, &mut routed) {
+            self.routed = routed;
+            return Err(AmqpError::from(error).on(60, 40));
+        }
+        if routed.is_empty() {
+            if mandatory {
+                // Confirms for earlier messages go first; this message's confirm follows
+                // its return, as RabbitMQ orders them.
+                self.flush_confirms();
+                self.outbox.send_return(ch, 312, "NO_ROUTE", &message);
+            }
+        } else {
+            let last = routed.len() - 1;
+            for queue in &routed[..last] {
+                queue.enqueue(Arc::clone(&message));
+            }
+            routed[last].enqueue(message);
+        }
+        routed.clear();
+        self.routed = routed;
+        Ok(())
+    }
+}

@@ -1,0 +1,724 @@
+//! The AMQP 0-9-1 connection state machine: handshake, channel multiplexing, error scopes.
+//!
+//! Sans-IO: frames go in through [`Session::handle_frame`], replies and deliveries come out
+//! as encoded frames in the connection's [`Outbox`]. The driver owns the socket and the clock.
+//! Channel-level methods live in `channel.rs`, one handler per method family.
+
+mod channel;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use warren_core::access::User;
+use warren_core::queue::{Queue, Settlement};
+use warren_core::value::{Table, Value};
+use warren_core::vhost::VHost;
+use warren_core::Broker;
+
+use crate::codec::{
+    decode_table, Frame, FrameError, Method, MethodDecodeError, FRAME_BODY, FRAME_HEADER,
+    FRAME_HEARTBEAT, FRAME_METHOD,
+};
+use crate::outbox::{Outbox, Unacked};
+use crate::reply::{self, AmqpError};
+
+use channel::Channel;
+
+/// The smallest frame_max a peer may negotiate.
+pub const FRAME_MIN_SIZE: u32 = 4096;
+
+/// Limits the server proposes in connection.tune and enforces.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Heartbeat interval in seconds proposed to clients (0 = none).
+    pub heartbeat: u16,
+    /// Largest frame accepted and sent.
+    pub frame_max: u32,
+    /// Highest channel number a client may open.
+    pub channel_max: u16,
+    /// Largest message body accepted.
+    pub max_message_size: usize,
+    /// The product name advertised in connection.start.
+    pub product: String,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            heartbeat: 60,
+            frame_max: 131_072,
+            channel_max: 2047,
+            max_message_size: 16 * 1024 * 1024,
+            product: "Warren".to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    AwaitStartOk,
+    AwaitTuneOk,
+    AwaitOpen,
+    Open,
+    /// We sent connection.close and wait for close-ok; everything else is ignored.
+    Closing,
+    Closed,
+}
+
+/// What the driver should do after a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Keep reading.
+    Continue,
+    /// Flush what is buffered, then close the socket.
+    Close,
+}
+
+/// One AMQP 0-9-1 connection's protocol state.
+pub struct Session {
+    broker: Arc<Broker>,
+    config: SessionConfig,
+    connection_id: u64,
+    from_loopback: bool,
+    phase: Phase,
+    outbox: Arc<Outbox>,
+    user: Option<Arc<User>>,
+    vhost: Option<Arc<VHost>>,
+    channel_max: u16,
+    frame_max: u32,
+    heartbeat: u16,
+    channels: HashMap<u16, Channel>,
+    /// Exclusive queues declared on this connection, deleted when it closes.
+    exclusive_queues: Vec<String>,
+    client_properties: Table,
+    /// Channels with confirms to send at the end of the current batch of frames.
+    pending_confirms: Vec<u16>,
+    /// Reused for routing results so publishing does not allocate.
+    routed: Vec<Arc<Queue>>,
+}
+
+impl Session {
+    /// A session for a new connection; writes connection.start into the outbox.
+    pub fn new(
+        broker: Arc<Broker>,
+        config: SessionConfig,
+        outbox: Arc<Outbox>,
+        from_loopback: bool,
+    ) -> Session {
+        let connection_id = broker.next_connection_id();
+        let session = Session {
+            channel_max: config.channel_max,
+            frame_max: config.frame_max,
+            heartbeat: config.heartbeat,
+            broker,
+            config,
+            connection_id,
+            from_loopback,
+            phase: Phase::AwaitStartOk,
+            outbox,
+            user: None,
+            vhost: None,
+            channels: HashMap::new(),
+            exclusive_queues: Vec::new(),
+            client_properties: Table::new(),
+            pending_confirms: Vec::new(),
+            routed: Vec::new(),
+        };
+        session.outbox.send_method(0, &session.connection_start());
+        session
+    }
+
+    fn connection_start(&self) -> Method {
+        let mut capabilities = Table::new();
+        for capability in [
+            "publisher_confirms",
+            "exchange_exchange_bindings",
+            "basic.nack",
+            "consumer_cancel_notify",
+            "connection.blocked",
+            "consumer_priorities",
+            "authentication_failure_close",
+            "per_consumer_qos",
+            "direct_reply_to",
+        ] {
+            capabilities.insert(capability, Value::Bool(true));
+        }
+        let mut properties = Table::new();
+        properties.insert("capabilities", Value::Table(capabilities));
+        properties.insert("cluster_name", Value::string("warren"));
+        properties.insert(
+            "copyright",
+            Value::string("Copyright (c) the Warren authors"),
+        );
+        properties.insert(
+            "information",
+            Value::string("Licensed under the Apache License 2.0"),
+        );
+        properties.insert("platform", Value::string("Rust"));
+        properties.insert("product", Value::string(self.config.product.clone()));
+        properties.insert("version", Value::string(env!("CARGO_PKG_VERSION")));
+        Method::ConnectionStart {
+            version_major: 0,
+            version_minor: 9,
+            server_properties: properties,
+            mechanisms: b"PLAIN AMQPLAIN".to_vec(),
+            locales: b"en_US".to_vec(),
+        }
+    }
+
+    /// The broker-wide id of this connection.
+    pub fn connection_id(&self) -> u64 {
+        self.connection_id
+    }
+
+    /// The negotiated heartbeat interval, once tuned; `None` when heartbeats are off.
+    pub fn heartbeat(&self) -> Option<Duration> {
+        match self.phase {
+            Phase::AwaitStartOk | Phase::AwaitTuneOk => None,
+            _ if self.heartbeat == 0 => None,
+            _ => Some(Duration::from_secs(u64::from(self.heartbeat))),
+        }
+    }
+
+    /// Whether the broker sent connection.close and waits for close-ok.
+    pub fn is_closing(&self) -> bool {
+        self.phase == Phase::Closing
+    }
+
+    /// Whether the handshake finished (connection.open-ok sent).
+    pub fn is_open(&self) -> bool {
+        self.phase == Phase::Open
+    }
+
+    /// The frame_max to parse incoming frames with.
+    pub fn frame_max(&self) -> u32 {
+        match self.phase {
+            // Until tune-ok the client may only send frames of the minimum size.
+            Phase::AwaitStartOk | Phase::AwaitTuneOk => self.config.frame_max.max(FRAME_MIN_SIZE),
+            _ => self.frame_max,
+        }
+    }
+
+    /// The client's properties from connection.start-ok.
+    pub fn client_properties(&self) -> &Table {
+        &self.client_properties
+    }
+
+    /// Handles one incoming frame.
+    pub fn handle_frame(&mut self, frame: Frame) -> Control {
+        match self.phase {
+            Phase::Closed => return Control::Close,
+            Phase::Closing => return self.handle_frame_while_closing(frame),
+            _ => {}
+        }
+        let channel = frame.channel;
+        let result = match frame.frame_type {
+            FRAME_HEARTBEAT if channel == 0 => Ok(Control::Continue),
+            FRAME_HEARTBEAT => Err(AmqpError::new(
+                reply::FRAME_ERROR,
+                format!("heartbeat frame on channel {channel}; heartbeats use channel 0"),
+            )),
+            FRAME_METHOD => self.handle_method_frame(channel, &frame.payload),
+            FRAME_HEADER | FRAME_BODY => self.handle_content_frame(channel, frame),
+            other => Err(AmqpError::new(
+                reply::FRAME_ERROR,
+                format!("unknown frame type {other}"),
+            )),
+        };
+        match result {
+            Ok(control) => control,
+            Err(error) if error.reply.connection_scope => self.close_connection(error),
+            Err(error) => self.close_channel_with_error(channel, error),
+        }
+    }
+
+    /// Handles a frame the codec could not parse: 501 FRAME_ERROR, closing the connection.
+    pub fn handle_frame_error(&mut self, error: FrameError) -> Control {
+        self.close_connection(AmqpError::new(reply::FRAME_ERROR, error.to_string()))
+    }
+
+    /// Closes the connection with 320 CONNECTION_FORCED (broker shutdown).
+    pub fn force_close(&mut self, reason: &str) -> Control {
+        if matches!(self.phase, Phase::Closing | Phase::Closed) {
+            return Control::Close;
+        }
+        self.close_connection(AmqpError::new(
+            reply::CONNECTION_FORCED,
+            format!("broker forced connection closure with reason '{reason}'"),
+        ))
+    }
+
+    fn handle_frame_while_closing(&mut self, frame: Frame) -> Control {
+        if frame.frame_type != FRAME_METHOD || frame.channel != 0 {
+            return Control::Continue;
+        }
+        match Method::decode(&frame.payload) {
+            Ok(Method::ConnectionCloseOk) => {
+                self.phase = Phase::Closed;
+                Control::Close
+            }
+            Ok(Method::ConnectionClose { .. }) => {
+                self.outbox.send_method(0, &Method::ConnectionCloseOk);
+                self.phase = Phase::Closed;
+                Control::Close
+            }
+            _ => Control::Continue,
+        }
+    }
+
+    fn handle_method_frame(&mut self, channel: u16, payload: &Bytes) -> Result<Control, AmqpError> {
+        let method = match Method::decode(payload) {
+            Ok(method) => method,
+            Err(MethodDecodeError::UnknownMethod {
+                class_id,
+                method_id,
+            }) => {
+                return Err(AmqpError::new(
+                    reply::NOT_IMPLEMENTED,
+                    format!("unknown method: class {class_id}, method {method_id}"),
+                )
+                .on(class_id, method_id))
+            }
+            Err(MethodDecodeError::Syntax {
+                class_id,
+                method_id,
+                message,
+            }) => {
+                return Err(AmqpError::new(reply::SYNTAX_ERROR, message).on(class_id, method_id));
+            }
+        };
+        let (class_id, method_id) = method.ids();
+        let on_method = |e: AmqpError| {
+            if e.class_id == 0 {
+                e.on(class_id, method_id)
+            } else {
+                e
+            }
+        };
+        if channel == 0 {
+            return self.handle_connection_method(method).map_err(on_method);
+        }
+        if self.phase != Phase::Open {
+            return Err(AmqpError::new(
+                reply::CHANNEL_ERROR,
+                format!(
+                    "'{}' on channel {channel} before the connection is open",
+                    method.name()
+                ),
+            )
+            .on(class_id, method_id));
+        }
+        self.handle_channel_method(channel, method)
+            .map_err(on_method)
+    }
+
+    fn handle_connection_method(&mut self, method: Method) -> Result<Control, AmqpError> {
+        match (self.phase, method) {
+            (_, Method::ConnectionClose { .. }) => {
+                self.outbox.send_method(0, &Method::ConnectionCloseOk);
+                self.phase = Phase::Closed;
+                Ok(Control::Close)
+            }
+            (
+                Phase::AwaitStartOk,
+                Method::ConnectionStartOk {
+                    client_properties,
+                    mechanism,
+                    response,
+                    ..
+                },
+            ) => self.start_ok(client_properties, &mechanism, &response),
+            (
+                Phase::AwaitTuneOk,
+                Method::ConnectionTuneOk {
+                    channel_max,
+                    frame_max,
+                    heartbeat,
+                },
+            ) => self.tune_ok(channel_max, frame_max, heartbeat),
+            (Phase::AwaitOpen, Method::ConnectionOpen { virtual_host }) => self.open(&virtual_host),
+            (Phase::Open, Method::ConnectionUpdateSecret { .. }) => {
+                self.outbox
+                    .send_method(0, &Method::ConnectionUpdateSecretOk);
+                Ok(Control::Continue)
+            }
+            (Phase::Open, Method::ConnectionCloseOk) => Ok(Control::Close),
+            (_, method) => Err(AmqpError::new(
+                reply::COMMAND_INVALID,
+                format!("unexpected method on channel 0: '{}'", method.name()),
+            )),
+        }
+    }
+
+    fn start_ok(
+        &mut self,
+        client_properties: Table,
+        mechanism: &str,
+        response: &[u8],
+    ) -> Result<Control, AmqpError> {
+        let capability = |name: &str| {
+            client_properties
+                .get("capabilities")
+                .and_then(|c| match c {
+                    Value::Table(t) => t.get(name).and_then(Value::as_bool),
+                    _ => None,
+                })
+                .unwrap_or(false)
+        };
+        self.outbox
+            .set_consumer_cancel_notify(capability("consumer_cancel_notify"));
+        self.client_properties = client_properties;
+        let (username, password) = match mechanism {
+            "PLAIN" => parse_plain(response),
+            "AMQPLAIN" => parse_amqplain(response),
+            other => {
+                return Err(AmqpError::new(
+                    reply::COMMAND_INVALID,
+                    format!("unknown authentication mechanism '{other}'"),
+                ))
+            }
+        }
+        .ok_or_else(|| {
+            AmqpError::new(
+                reply::ACCESS_REFUSED,
+                format!("{mechanism} login refused: malformed response"),
+            )
+        })?;
+        match self
+            .broker
+            .authenticate(&username, &password, self.from_loopback)
+        {
+            Ok(user) => self.user = Some(user),
+            Err(failure) => {
+                tracing::warn!(user = %username, reason = %failure, "AMQP 0-9-1 login refused");
+                // authentication_failure_close: RabbitMQ answers with 403 and closes.
+                return Err(AmqpError::new(
+                    reply::ACCESS_REFUSED,
+                    format!(
+                        "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
+                    ),
+                ));
+            }
+        }
+        self.phase = Phase::AwaitTuneOk;
+        self.outbox.send_method(
+            0,
+            &Method::ConnectionTune {
+                channel_max: self.config.channel_max,
+                frame_max: self.config.frame_max,
+                heartbeat: self.config.heartbeat,
+            },
+        );
+        Ok(Control::Continue)
+    }
+
+    fn tune_ok(
+        &mut self,
+        channel_max: u16,
+        frame_max: u32,
+        heartbeat: u16,
+    ) -> Result<Control, AmqpError> {
+        if frame_max != 0 && frame_max < FRAME_MIN_SIZE {
+            return Err(AmqpError::new(
+                reply::NOT_ALLOWED,
+                format!("frame_max={frame_max} < {FRAME_MIN_SIZE} min size"),
+            ));
+        }
+        // The lower of the two proposals wins; 0 means "no limit" on either side.
+        let lower = |client: u32, server: u32| match (client, server) {
+            (0, s) => s,
+            (c, 0) => c,
+            (c, s) => c.min(s),
+        };
+        self.frame_max = lower(frame_max, self.config.frame_max);
+        self.channel_max = lower(u32::from(channel_max), u32::from(self.config.channel_max)) as u16;
+        self.heartbeat = heartbeat;
+        self.outbox.set_frame_max(self.frame_max);
+        self.phase = Phase::AwaitOpen;
+        Ok(Control::Continue)
+    }
+
+    fn open(&mut self, virtual_host: &str) -> Result<Control, AmqpError> {
+        let user = self
+            .user
+            .as_ref()
+            .map(|u| u.name.clone())
+            .unwrap_or_default();
+        let vhost = self.broker.open_vhost(&user, virtual_host)?;
+        self.vhost = Some(vhost);
+        self.phase = Phase::Open;
+        self.outbox.send_method(0, &Method::ConnectionOpenOk);
+        Ok(Control::Continue)
+    }
+
+    fn handle_channel_method(
+        &mut self,
+        channel_id: u16,
+        method: Method,
+    ) -> Result<Control, AmqpError> {
+        if let Method::ChannelOpen = method {
+            if channel_id > self.channel_max {
+                return Err(AmqpError::new(
+                    reply::NOT_ALLOWED,
+                    format!(
+                        "number of channels opened ({channel_id}) has reached the negotiated channel_max ({})",
+                        self.channel_max
+                    ),
+                ));
+            }
+            if self.channels.contains_key(&channel_id) {
+                return Err(AmqpError::new(
+                    reply::CHANNEL_ERROR,
+                    "second 'channel.open' seen",
+                ));
+            }
+            self.channels.insert(channel_id, Channel::new());
+            self.outbox.open_channel(channel_id);
+            self.outbox.send_method(channel_id, &Method::ChannelOpenOk);
+            return Ok(Control::Continue);
+        }
+        let Some(channel) = self.channels.get(&channel_id) else {
+            return Err(AmqpError::new(
+                reply::CHANNEL_ERROR,
+                format!(
+                    "expected 'channel.open' on channel {channel_id}, got '{}'",
+                    method.name()
+                ),
+            ));
+        };
+        if channel.is_closing() {
+            match method {
+                Method::ChannelCloseOk => {
+                    self.channels.remove(&channel_id);
+                }
+                Method::ChannelClose { .. } => {
+                    self.outbox.send_method(channel_id, &Method::ChannelCloseOk);
+                }
+                _ => {}
+            }
+            return Ok(Control::Continue);
+        }
+        if channel.expects_content() {
+            return Err(AmqpError::new(
+                reply::UNEXPECTED_FRAME,
+                format!(
+                    "expected content header for class 60, got non content header frame instead ('{}')",
+                    method.name()
+                ),
+            ));
+        }
+        match method {
+            Method::ChannelClose { .. } => {
+                self.release_channel(channel_id);
+                self.outbox.send_method(channel_id, &Method::ChannelCloseOk);
+                Ok(Control::Continue)
+            }
+            Method::ChannelCloseOk => Ok(Control::Continue),
+            method => {
+                self.dispatch_channel_method(channel_id, method)?;
+                Ok(Control::Continue)
+            }
+        }
+    }
+
+    fn handle_content_frame(
+        &mut self,
+        channel_id: u16,
+        frame: Frame,
+    ) -> Result<Control, AmqpError> {
+        if channel_id == 0 || self.phase != Phase::Open {
+            return Err(AmqpError::new(
+                reply::UNEXPECTED_FRAME,
+                format!("content frame on channel {channel_id} outside of a publish"),
+            ));
+        }
+        let Some(channel) = self.channels.get(&channel_id) else {
+            return Err(AmqpError::new(
+                reply::CHANNEL_ERROR,
+                format!("expected 'channel.open' on channel {channel_id}, got a content frame"),
+            ));
+        };
+        if channel.is_closing() {
+            return Ok(Control::Continue);
+        }
+        self.content_frame(channel_id, frame)?;
+        Ok(Control::Continue)
+    }
+
+    /// Sends channel.close for a channel error and releases the channel's resources; the
+    /// channel ignores everything but close/close-ok until the client answers.
+    fn close_channel_with_error(&mut self, channel_id: u16, error: AmqpError) -> Control {
+        if !self.channels.contains_key(&channel_id) {
+            // A channel error on a channel that does not exist is a connection error.
+            return self.close_connection(AmqpError {
+                reply: reply::CHANNEL_ERROR,
+                ..error
+            });
+        }
+        tracing::debug!(channel = channel_id, error = %error.reply_text(), "closing channel");
+        self.release_channel(channel_id);
+        if let Some(channel) = self.channels.get_mut(&channel_id) {
+            channel.mark_closing();
+        }
+        self.outbox.send_method(
+            channel_id,
+            &Method::ChannelClose {
+                reply_code: error.reply.code,
+                reply_text: error.reply_text(),
+                class_id: error.class_id,
+                method_id: error.method_id,
+            },
+        );
+        Control::Continue
+    }
+
+    /// Sends connection.close and waits for close-ok (the driver enforces a timeout).
+    fn close_connection(&mut self, error: AmqpError) -> Control {
+        if matches!(self.phase, Phase::Closing | Phase::Closed) {
+            return Control::Close;
+        }
+        tracing::info!(connection = self.connection_id, error = %error.reply_text(), "closing connection");
+        let before_tune = self.phase == Phase::AwaitStartOk;
+        self.flush_confirms();
+        self.release_all();
+        self.outbox.send_method(
+            0,
+            &Method::ConnectionClose {
+                reply_code: error.reply.code,
+                reply_text: error.reply_text(),
+                class_id: error.class_id,
+                method_id: error.method_id,
+            },
+        );
+        if before_tune {
+            // Before tuning there is no close handshake to wait for (authentication failure).
+            self.phase = Phase::Closed;
+            return Control::Close;
+        }
+        self.phase = Phase::Closing;
+        Control::Continue
+    }
+
+    /// Work done once per batch of frames read together: coalesced publisher confirms,
+    /// consumers the server cancelled, deliveries orphaned by a closed channel.
+    pub fn end_of_batch(&mut self) {
+        self.flush_confirms();
+        for (channel_id, tag) in self.outbox.take_server_cancelled() {
+            if let Some(channel) = self.channels.get_mut(&channel_id) {
+                channel.forget_consumer(&tag);
+            }
+        }
+        let orphaned = self.outbox.take_orphaned();
+        settle_grouped(orphaned, Settlement::Requeue);
+    }
+
+    fn flush_confirms(&mut self) {
+        for channel_id in std::mem::take(&mut self.pending_confirms) {
+            if let Some(channel) = self.channels.get_mut(&channel_id) {
+                if let Some(method) = channel.take_confirm() {
+                    self.outbox.send_method(channel_id, &method);
+                }
+            }
+        }
+    }
+
+    /// Releases a channel's consumers and requeues its unacked deliveries.
+    fn release_channel(&mut self, channel_id: u16) {
+        let Some(channel) = self.channels.get_mut(&channel_id) else {
+            return;
+        };
+        let consumers = channel.take_consumers();
+        if let Some(vhost) = &self.vhost {
+            for consumer in consumers {
+                vhost.cancel(&consumer.queue, consumer.consumer_id);
+            }
+        }
+        let unacked = self.outbox.close_channel(channel_id);
+        settle_grouped(unacked, Settlement::Requeue);
+    }
+
+    fn release_all(&mut self) {
+        let ids: Vec<u16> = self.channels.keys().copied().collect();
+        for id in ids {
+            self.release_channel(id);
+        }
+        self.channels.clear();
+        if let Some(vhost) = &self.vhost {
+            vhost.remove_exclusive_queues(self.connection_id, &self.exclusive_queues);
+        }
+        self.exclusive_queues.clear();
+    }
+
+    /// The socket is gone: release every channel, consumer and exclusive queue.
+    pub fn terminate(&mut self) {
+        if self.phase != Phase::Closed {
+            self.release_all();
+            self.phase = Phase::Closed;
+        }
+        self.outbox.close();
+        let orphaned = self.outbox.take_orphaned();
+        settle_grouped(orphaned, Settlement::Requeue);
+    }
+}
+
+/// Settles deliveries grouped by queue, one core call per run of the same queue.
+fn settle_grouped(deliveries: Vec<Unacked>, settlement: Settlement) {
+    let mut index = 0;
+    while index < deliveries.len() {
+        let queue = &deliveries[index].queue;
+        let mut ids = Vec::new();
+        let mut end = index;
+        while end < deliveries.len() && Arc::ptr_eq(&deliveries[end].queue, queue) {
+            ids.push(deliveries[end].id);
+            end += 1;
+        }
+        queue.settle(&ids, settlement);
+        index = end;
+    }
+}
+
+/// SASL PLAIN: `[authzid] NUL authcid NUL password`.
+fn parse_plain(response: &[u8]) -> Option<(String, String)> {
+    let mut parts = response.split(|b| *b == 0);
+    let (_authzid, user, password) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((
+        String::from_utf8(user.to_vec()).ok()?,
+        String::from_utf8(password.to_vec()).ok()?,
+    ))
+}
+
+/// AMQPLAIN: a field table without its length prefix, with LOGIN and PASSWORD.
+fn parse_amqplain(response: &[u8]) -> Option<(String, String)> {
+    let length = u32::try_from(response.len()).ok()?;
+    let mut framed = Vec::with_capacity(response.len() + 4);
+    framed.extend_from_slice(&length.to_be_bytes());
+    framed.extend_from_slice(response);
+    let table = decode_table(&framed).ok()?;
+    let login = table.get("LOGIN")?.as_str()?.to_string();
+    let password = table.get("PASSWORD")?.as_str()?.to_string();
+    Some((login, password))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_response_parses_with_and_without_authzid() {
+        assert_eq!(
+            parse_plain(b"\0guest\0secret"),
+            Some(("guest".into(), "secret".into()))
+        );
+        assert_eq!(
+            parse_plain(b"admin\0guest\0secret"),
+            Some(("guest".into(), "secret".into()))
+        );
+        assert_eq!(parse_plain(b"guest"), None);
+        assert_eq!(parse_plain(b"\0a\0b\0c"), None);
+    }
+}
