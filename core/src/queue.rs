@@ -395,3 +395,196 @@ impl std::fmt::Debug for Queue {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Properties;
+    use bytes::Bytes;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A sink with a fixed number of credits that records what it got.
+    struct RecordingSink {
+        credit: AtomicUsize,
+        received: Mutex<Vec<Delivery>>,
+        cancelled: AtomicUsize,
+    }
+
+    impl RecordingSink {
+        fn new(credit: usize) -> Arc<RecordingSink> {
+            Arc::new(RecordingSink {
+                credit: AtomicUsize::new(credit),
+                received: Mutex::new(Vec::new()),
+                cancelled: AtomicUsize::new(0),
+            })
+        }
+
+        fn bodies(&self) -> Vec<Bytes> {
+            self.received
+                .lock()
+                .iter()
+                .map(|d| d.message.body.clone())
+                .collect()
+        }
+    }
+
+    impl DeliverySink for RecordingSink {
+        fn reserve(&self) -> bool {
+            self.credit
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(1))
+                .is_ok()
+        }
+        fn deliver(&self, delivery: Delivery) {
+            self.received.lock().push(delivery);
+        }
+        fn cancelled(&self) {
+            self.cancelled.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn queue(auto_delete: bool) -> Arc<Queue> {
+        Queue::new(QueueConfig {
+            name: "q".into(),
+            vhost: "/".into(),
+            durable: false,
+            exclusive_owner: None,
+            auto_delete,
+            arguments: Table::new(),
+        })
+    }
+
+    fn message(body: &'static str) -> Arc<Message> {
+        Arc::new(Message {
+            exchange: String::new(),
+            routing_key: "q".into(),
+            properties: Properties::default(),
+            encoded_properties: None,
+            body: Bytes::from_static(body.as_bytes()),
+        })
+    }
+
+    fn spec(tag: &str, priority: i32, exclusive: bool) -> ConsumerSpec {
+        ConsumerSpec {
+            tag: Arc::from(tag),
+            connection_id: 1,
+            needs_settlement: true,
+            exclusive,
+            priority,
+            arguments: Table::new(),
+        }
+    }
+
+    #[test]
+    fn messages_wait_until_a_consumer_has_credit_then_flow_in_order() {
+        let q = queue(false);
+        for body in ["a", "b", "c"] {
+            q.enqueue(message(body));
+        }
+        let sink = RecordingSink::new(2);
+        q.add_consumer(spec("c", 0, false), sink.clone()).unwrap();
+        assert_eq!(sink.bodies(), vec!["a", "b"]);
+        assert_eq!(q.stats().ready, 1);
+        assert_eq!(q.stats().unacknowledged, 2);
+        sink.credit.store(5, Ordering::Relaxed);
+        q.dispatch();
+        assert_eq!(sink.bodies(), vec!["a", "b", "c"]);
+    }
+
+    #[test]
+    fn requeued_messages_return_to_their_position_marked_redelivered() {
+        let q = queue(false);
+        for body in ["a", "b", "c"] {
+            q.enqueue(message(body));
+        }
+        let (first, _) = q.get(true).unwrap();
+        let (second, left) = q.get(true).unwrap();
+        assert_eq!(left, 1);
+        q.settle(&[second.id, first.id], Settlement::Requeue);
+        let order: Vec<(Bytes, bool)> = std::iter::from_fn(|| q.get(false))
+            .map(|(d, _)| (d.message.body.clone(), d.redelivered))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                (Bytes::from_static(b"a"), true),
+                (Bytes::from_static(b"b"), true),
+                (Bytes::from_static(b"c"), false)
+            ]
+        );
+    }
+
+    #[test]
+    fn ack_and_reject_forget_the_message() {
+        let q = queue(false);
+        q.enqueue(message("a"));
+        q.enqueue(message("b"));
+        let (a, _) = q.get(true).unwrap();
+        let (b, _) = q.get(true).unwrap();
+        q.settle(&[a.id], Settlement::Ack);
+        q.settle(&[b.id], Settlement::Reject);
+        q.settle(&[b.id], Settlement::Requeue); // already settled: ignored
+        let stats = q.stats();
+        assert_eq!((stats.ready, stats.unacknowledged), (0, 0));
+        assert_eq!((stats.acknowledged, stats.dropped), (1, 1));
+    }
+
+    #[test]
+    fn higher_priority_consumers_are_served_first_and_equal_ones_round_robin() {
+        let q = queue(false);
+        let low = RecordingSink::new(100);
+        let high_a = RecordingSink::new(1);
+        let high_b = RecordingSink::new(1);
+        q.add_consumer(spec("low", 0, false), low.clone()).unwrap();
+        q.add_consumer(spec("high-a", 10, false), high_a.clone())
+            .unwrap();
+        q.add_consumer(spec("high-b", 10, false), high_b.clone())
+            .unwrap();
+        for body in ["1", "2", "3", "4"] {
+            q.enqueue(message(body));
+        }
+        assert_eq!(high_a.bodies().len() + high_b.bodies().len(), 2);
+        assert_eq!(high_a.bodies().len(), 1);
+        assert_eq!(low.bodies(), vec!["3", "4"]);
+    }
+
+    #[test]
+    fn exclusive_consumer_locks_the_queue() {
+        let q = queue(false);
+        q.add_consumer(spec("x", 0, true), RecordingSink::new(1))
+            .unwrap();
+        let err = q
+            .add_consumer(spec("y", 0, false), RecordingSink::new(1))
+            .unwrap_err();
+        assert_eq!(err.kind, crate::ErrorKind::AccessRefused);
+        assert_eq!(err.message, "queue 'q' in vhost '/' in exclusive use");
+    }
+
+    #[test]
+    fn last_consumer_of_auto_delete_queue_is_reported_and_deletion_cancels_consumers() {
+        let q = queue(true);
+        let sink = RecordingSink::new(1);
+        let first = q.add_consumer(spec("a", 0, false), sink.clone()).unwrap();
+        let second = q.add_consumer(spec("b", 0, false), sink.clone()).unwrap();
+        assert_eq!(q.remove_consumer(first), ConsumerRemoval::Removed);
+        assert_eq!(q.remove_consumer(first), ConsumerRemoval::NotAttached);
+        assert_eq!(q.remove_consumer(second), ConsumerRemoval::LastOfAutoDelete);
+        let q = queue(false);
+        q.add_consumer(spec("a", 0, false), sink.clone()).unwrap();
+        q.enqueue(message("x"));
+        q.enqueue(message("y"));
+        assert_eq!(q.mark_deleted(), 1);
+        assert_eq!(sink.cancelled.load(Ordering::Relaxed), 1);
+        assert!(q.is_deleted());
+    }
+
+    #[test]
+    fn purge_drops_ready_messages_only() {
+        let q = queue(false);
+        for body in ["a", "b", "c"] {
+            q.enqueue(message(body));
+        }
+        let _held = q.get(true).unwrap();
+        assert_eq!(q.purge(), 2);
+        assert_eq!(q.stats().unacknowledged, 1);
+    }
+}
