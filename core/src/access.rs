@@ -152,7 +152,8 @@ mod tests {
     fn empty_pattern_grants_nothing_and_patterns_are_unanchored() {
         let p = Permissions::new("", "^amq\\.gen", "q").unwrap();
         assert!(!p.allows(Access::Configure, "anything"));
-        assert!(!p.allows(Access::Configure, ""));
+        // RabbitMQ's `^$` still matches the empty name (the default exchange).
+        assert!(p.allows(Access::Configure, ""));
         assert!(p.allows(Access::Write, "amq.gen-123"));
         assert!(!p.allows(Access::Write, "x.amq.gen"));
         assert!(p.allows(Access::Read, "my-queue"));
