@@ -129,7 +129,7 @@ async fn read_loop(
     shutdown: &mut watch::Receiver<bool>,
     heartbeat_tx: &watch::Sender<Option<Duration>>,
 ) {
-    let mut buffer = BytesMut::with_capacity(4096);
+    let mut buffer = BytesMut::new();
     let handshake_deadline = Instant::now() + config.handshake_timeout;
     let mut close_deadline: Option<Instant> = None;
     let mut shutting_down = false;
@@ -145,11 +145,8 @@ async fn read_loop(
                 None => Instant::now() + Duration::from_secs(24 * 3600),
             }
         };
-        if buffer.capacity() - buffer.len() < 1024 {
-            buffer.reserve(16 * 1024);
-        }
         let read = tokio::select! {
-            read = reader.read_buf(&mut buffer) => read,
+            read = read_some(reader, &mut buffer) => read,
             _ = tokio::time::sleep_until(deadline) => {
                 if close_deadline.is_none() && session.is_open() {
                     tracing::warn!(connection = session.connection_id(), "missed heartbeats from client");
@@ -204,6 +201,29 @@ async fn read_loop(
         session.end_of_batch();
     }
 }
+
+/// Reads what is available into `buffer`. An idle connection holds no read buffer: when
+/// everything read was consumed the buffer is released, and a new one is allocated only once
+/// the socket is readable again. This keeps 10,000 idle connections cheap.
+async fn read_some(reader: &mut OwnedReadHalf, buffer: &mut BytesMut) -> std::io::Result<usize> {
+    loop {
+        if buffer.is_empty() {
+            *buffer = BytesMut::new();
+            reader.readable().await?;
+            buffer.reserve(READ_CHUNK);
+        } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
+            buffer.reserve(READ_CHUNK);
+        }
+        match reader.try_read_buf(buffer) {
+            Ok(read) => return Ok(read),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// How much to read at a time.
+const READ_CHUNK: usize = 64 * 1024;
 
 async fn write_loop(
     mut writer: OwnedWriteHalf,

@@ -298,7 +298,8 @@ impl Outbox {
         if state.buffer.is_empty() {
             return None;
         }
-        let bytes = state.buffer.split().freeze();
+        // Take the allocation along: an idle connection keeps no write buffer.
+        let bytes = std::mem::take(&mut state.buffer).freeze();
         let starved = std::mem::take(&mut state.starved);
         Some(Drained { bytes, starved })
     }
