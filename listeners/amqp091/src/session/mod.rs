@@ -5,6 +5,8 @@
 //! Channel-level methods live in `channel.rs`, one handler per method family.
 
 mod channel;
+#[cfg(test)]
+mod session_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -229,7 +231,11 @@ impl Session {
         };
         match result {
             Ok(control) => control,
-            Err(error) if error.reply.connection_scope => self.close_connection(error),
+            // Every error on channel 0 closes the connection with its own code (a refused
+            // login is 403 ACCESS_REFUSED, as in RabbitMQ, not a channel error).
+            Err(error) if error.reply.connection_scope || channel == 0 => {
+                self.close_connection(error)
+            }
             Err(error) => self.close_channel_with_error(channel, error),
         }
     }
@@ -317,6 +323,10 @@ impl Session {
     fn handle_connection_method(&mut self, method: Method) -> Result<Control, AmqpError> {
         match (self.phase, method) {
             (_, Method::ConnectionClose { .. }) => {
+                // As RabbitMQ: channels are shut down (consumers cancelled, unacked messages
+                // requeued) and exclusive queues deleted before close-ok. `terminate` skips
+                // this once the phase is Closed, so it must happen here.
+                self.release_all();
                 self.outbox.send_method(0, &Method::ConnectionCloseOk);
                 self.phase = Phase::Closed;
                 Ok(Control::Close)
@@ -459,19 +469,22 @@ impl Session {
         method: Method,
     ) -> Result<Control, AmqpError> {
         if let Method::ChannelOpen = method {
-            if channel_id > self.channel_max {
-                return Err(AmqpError::new(
-                    reply::NOT_ALLOWED,
-                    format!(
-                        "number of channels opened ({channel_id}) has reached the negotiated channel_max ({})",
-                        self.channel_max
-                    ),
-                ));
-            }
             if self.channels.contains_key(&channel_id) {
                 return Err(AmqpError::new(
                     reply::CHANNEL_ERROR,
                     "second 'channel.open' seen",
+                ));
+            }
+            // As RabbitMQ: the limit is on the number of open channels (a channel counts until
+            // its close-ok), and 0 means no limit.
+            let open = self.channels.len();
+            if self.channel_max != 0 && open >= usize::from(self.channel_max) {
+                return Err(AmqpError::new(
+                    reply::NOT_ALLOWED,
+                    format!(
+                        "number of channels opened ({open}) has reached the negotiated channel_max ({})",
+                        self.channel_max
+                    ),
                 ));
             }
             self.channels.insert(channel_id, Channel::new());
