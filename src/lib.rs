@@ -90,6 +90,7 @@ impl Server {
                 product: "Warren".to_string(),
             },
             handshake_timeout: settings.handshake_timeout,
+            connection_max: settings.connection_max,
             ..ListenerConfig::default()
         };
         let mut listeners = JoinSet::new();

@@ -200,14 +200,22 @@ mod tests {
         table.insert("a", Value::I32(1));
         table.insert("b", Value::I32(2));
         table.insert("a", Value::I32(3));
-        assert_eq!(table.0, vec![("a".into(), Value::I32(3)), ("b".into(), Value::I32(2))]);
+        assert_eq!(
+            table.0,
+            vec![("a".into(), Value::I32(3)), ("b".into(), Value::I32(2))]
+        );
         assert_eq!(table.remove("a"), Some(Value::I32(3)));
         assert_eq!(table.get("b").and_then(Value::as_i64), Some(2));
     }
 
     #[test]
     fn integer_views_cover_every_integer_variant() {
-        for v in [Value::I8(-1), Value::I16(-1), Value::I32(-1), Value::I64(-1)] {
+        for v in [
+            Value::I8(-1),
+            Value::I16(-1),
+            Value::I32(-1),
+            Value::I64(-1),
+        ] {
             assert_eq!(v.as_i64(), Some(-1));
         }
         assert_eq!(Value::string("x").as_i64(), None);

@@ -29,6 +29,8 @@ pub struct ListenerConfig {
     pub handshake_timeout: Duration,
     /// How long to wait for connection.close-ok after the broker closed a connection.
     pub close_timeout: Duration,
+    /// Most connections this listener serves at once (`connection_max`); more are refused.
+    pub connection_max: Option<usize>,
 }
 
 impl Default for ListenerConfig {
@@ -37,6 +39,7 @@ impl Default for ListenerConfig {
             session: SessionConfig::default(),
             handshake_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(3),
+            connection_max: None,
         }
     }
 }
@@ -55,6 +58,12 @@ pub async fn serve(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    if config.connection_max.is_some_and(|max| connections.len() >= max) {
+                        // RabbitMQ refuses at the socket too: the client sees the close.
+                        tracing::warn!(%peer, "connection refused: connection_max is reached");
+                        drop(stream);
+                        continue;
+                    }
                     let broker = Arc::clone(&broker);
                     let config = Arc::clone(&config);
                     let shutdown = shutdown.clone();

@@ -7,7 +7,8 @@
 //!    (both share port 5672).
 //! 2. The driver appends what it reads to a `BytesMut` and calls [`decode_frame`] until it
 //!    returns `Ok(None)`. Each [`Frame`]'s payload is a zero-copy slice of that buffer.
-//! 3. The session decodes method frames with [`Method::decode`] and content headers with
+//! 3. The session decodes method frames with [`Method::decode`] (or, for basic.publish, the
+//!    allocation-free [`BasicPublishRef::peek`]) and content headers with
 //!    [`RawContentHeader::decode`] (properties kept as raw bytes, as the broker forwards them)
 //!    or [`ContentHeader::decode`] (properties decoded); body frames are used as they are.
 //! 4. Replies are written with [`write_method_frame`]; deliveries with [`write_deliver`],
@@ -27,6 +28,8 @@ mod primitives;
 mod properties;
 
 #[cfg(test)]
+mod bench_tests;
+#[cfg(test)]
 mod oracle_tests;
 
 pub use encode::{
@@ -40,8 +43,8 @@ pub use frame::{
     PROTOCOL_HEADER_091,
 };
 pub use method::{
-    method_name, Method, MethodDecodeError, CLASS_BASIC, CLASS_CHANNEL, CLASS_CONFIRM,
-    CLASS_CONNECTION, CLASS_EXCHANGE, CLASS_QUEUE, CLASS_TX,
+    method_name, BasicPublishRef, Method, MethodDecodeError, CLASS_BASIC, CLASS_CHANNEL,
+    CLASS_CONFIRM, CLASS_CONNECTION, CLASS_EXCHANGE, CLASS_QUEUE, CLASS_TX,
 };
 pub use primitives::{
     decode_table, truncate_shortstr, write_array, write_longstr, write_shortstr,

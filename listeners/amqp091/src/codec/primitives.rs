@@ -133,10 +133,10 @@ impl<'a> Reader<'a> {
     }
 
     #[inline]
-    fn take(&mut self, n: usize, error: SyntaxError) -> Result<&'a [u8], SyntaxError> {
+    fn take(&mut self, n: usize, error: &SyntaxError) -> Result<&'a [u8], SyntaxError> {
         self.bit_index = 8;
         if self.rest.len() < n {
-            return Err(error);
+            return Err(error.clone());
         }
         let (head, tail) = self.rest.split_at(n);
         self.rest = tail;
@@ -144,7 +144,7 @@ impl<'a> Reader<'a> {
     }
 
     #[inline]
-    fn array<const N: usize>(&mut self, error: SyntaxError) -> Result<[u8; N], SyntaxError> {
+    fn array<const N: usize>(&mut self, error: &SyntaxError) -> Result<[u8; N], SyntaxError> {
         let bytes = self.take(N, error)?;
         let mut out = [0u8; N];
         out.copy_from_slice(bytes);
@@ -154,25 +154,25 @@ impl<'a> Reader<'a> {
     /// An octet.
     #[inline]
     pub fn octet(&mut self) -> Result<u8, SyntaxError> {
-        Ok(self.array::<1>(TRUNCATED_OCTET)?[0])
+        Ok(self.array::<1>(&TRUNCATED_OCTET)?[0])
     }
 
     /// A 16-bit unsigned integer, network order.
     #[inline]
     pub fn short(&mut self) -> Result<u16, SyntaxError> {
-        Ok(u16::from_be_bytes(self.array(TRUNCATED_SHORT)?))
+        Ok(u16::from_be_bytes(self.array(&TRUNCATED_SHORT)?))
     }
 
     /// A 32-bit unsigned integer, network order.
     #[inline]
     pub fn long(&mut self) -> Result<u32, SyntaxError> {
-        Ok(u32::from_be_bytes(self.array(TRUNCATED_LONG)?))
+        Ok(u32::from_be_bytes(self.array(&TRUNCATED_LONG)?))
     }
 
     /// A 64-bit unsigned integer, network order.
     #[inline]
     pub fn longlong(&mut self) -> Result<u64, SyntaxError> {
-        Ok(u64::from_be_bytes(self.array(TRUNCATED_LONGLONG)?))
+        Ok(u64::from_be_bytes(self.array(&TRUNCATED_LONGLONG)?))
     }
 
     /// A timestamp: seconds since the epoch as a 64-bit unsigned integer.
@@ -196,8 +196,8 @@ impl<'a> Reader<'a> {
     /// A short string as borrowed UTF-8.
     #[inline]
     pub fn shortstr(&mut self) -> Result<&'a str, SyntaxError> {
-        let len = self.array::<1>(TRUNCATED_SHORTSTR)?[0] as usize;
-        let bytes = self.take(len, TRUNCATED_SHORTSTR)?;
+        let len = self.array::<1>(&TRUNCATED_SHORTSTR)?[0] as usize;
+        let bytes = self.take(len, &TRUNCATED_SHORTSTR)?;
         std::str::from_utf8(bytes).map_err(|_| INVALID_UTF8)
     }
 
@@ -210,8 +210,8 @@ impl<'a> Reader<'a> {
     /// A long string's bytes, borrowed.
     #[inline]
     pub fn longstr(&mut self) -> Result<&'a [u8], SyntaxError> {
-        let len = u32::from_be_bytes(self.array(TRUNCATED_LONGSTR)?) as usize;
-        self.take(len, TRUNCATED_LONGSTR)
+        let len = u32::from_be_bytes(self.array(&TRUNCATED_LONGSTR)?) as usize;
+        self.take(len, &TRUNCATED_LONGSTR)
     }
 
     /// A long string's bytes, owned.
@@ -222,8 +222,8 @@ impl<'a> Reader<'a> {
 
     /// A field table.
     pub fn table(&mut self) -> Result<Table, SyntaxError> {
-        let len = u32::from_be_bytes(self.array(TRUNCATED_TABLE)?) as usize;
-        let body = self.take(len, TRUNCATED_TABLE)?;
+        let len = u32::from_be_bytes(self.array(&TRUNCATED_TABLE)?) as usize;
+        let body = self.take(len, &TRUNCATED_TABLE)?;
         parse_table_body(body, 0)
     }
 }

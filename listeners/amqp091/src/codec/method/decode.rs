@@ -40,6 +40,41 @@ impl fmt::Display for MethodDecodeError {
 
 impl std::error::Error for MethodDecodeError {}
 
+/// basic.publish with its names borrowed from the frame: the allocation-free view of the
+/// most frequent method a broker receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BasicPublishRef<'a> {
+    /// The exchange to publish to; empty for the default exchange.
+    pub exchange: &'a str,
+    /// The routing key.
+    pub routing_key: &'a str,
+    /// Return the message if no queue is bound to receive it.
+    pub mandatory: bool,
+    /// Deprecated; RabbitMQ refuses it with 540 NOT_IMPLEMENTED.
+    pub immediate: bool,
+}
+
+impl<'a> BasicPublishRef<'a> {
+    /// Reads `payload` as basic.publish without allocating. `None` when it is another method
+    /// or malformed: the caller then uses [`Method::decode`], which also names the error.
+    #[inline]
+    pub fn peek(payload: &'a [u8]) -> Option<BasicPublishRef<'a>> {
+        let rest = payload.strip_prefix(&[0, 60, 0, 40])?;
+        let mut reader = Reader::new(rest);
+        reader.short().ok()?; // reserved-1: ticket
+        let exchange = reader.shortstr().ok()?;
+        let routing_key = reader.shortstr().ok()?;
+        let mandatory = reader.bit().ok()?;
+        let immediate = reader.bit().ok()?;
+        reader.is_empty().then_some(BasicPublishRef {
+            exchange,
+            routing_key,
+            mandatory,
+            immediate,
+        })
+    }
+}
+
 impl Method {
     /// Decodes a method frame's payload.
     pub fn decode(payload: &[u8]) -> Result<Method, MethodDecodeError> {

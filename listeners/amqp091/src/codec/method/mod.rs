@@ -18,7 +18,7 @@ use std::fmt;
 
 use warren_core::value::Table;
 
-pub use decode::MethodDecodeError;
+pub use decode::{BasicPublishRef, MethodDecodeError};
 
 /// The connection class.
 pub const CLASS_CONNECTION: u16 = 10;

@@ -131,6 +131,31 @@ fn decodes_basic_publish() {
 }
 
 #[test]
+fn publish_can_be_read_without_allocating() {
+    let bytes = [
+        0, 60, 0, 40, 0, 0, 1, b'x', 5, b'h', b'e', b'l', b'l', b'o', 0b10,
+    ];
+    assert_eq!(
+        BasicPublishRef::peek(&bytes),
+        Some(BasicPublishRef {
+            exchange: "x",
+            routing_key: "hello",
+            mandatory: false,
+            immediate: true
+        })
+    );
+    // Malformed or another method: None, and Method::decode tells why.
+    assert_eq!(BasicPublishRef::peek(&bytes[..bytes.len() - 1]), None);
+    assert_eq!(
+        BasicPublishRef::peek(&[0, 60, 0, 80, 0, 0, 0, 0, 0, 0, 0, 1, 0]),
+        None
+    );
+    let mut trailing = bytes.to_vec();
+    trailing.push(0);
+    assert_eq!(BasicPublishRef::peek(&trailing), None);
+}
+
+#[test]
 fn decodes_queue_declare_with_arguments() {
     let arguments = Bytes::default()
         .shortstr("x-queue-type")
@@ -605,6 +630,25 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic_method_decode(bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
         let _ = Method::decode(&bytes);
+        let _ = BasicPublishRef::peek(&bytes);
+    }
+
+    /// The borrowed publish view agrees with the full decoder on every input.
+    #[test]
+    fn publish_peek_agrees_with_decode(fields in proptest::collection::vec(any::<u8>(), 0..40), method in arb_method()) {
+        let mut bytes = vec![0, 60, 0, 40];
+        bytes.extend_from_slice(&fields);
+        for bytes in [bytes, encode(&method)] {
+            let full = match Method::decode(&bytes) {
+                Ok(Method::BasicPublish { exchange, routing_key, mandatory, immediate }) => {
+                    Some((exchange, routing_key, mandatory, immediate))
+                }
+                _ => None,
+            };
+            let peeked = BasicPublishRef::peek(&bytes)
+                .map(|p| (p.exchange.to_owned(), p.routing_key.to_owned(), p.mandatory, p.immediate));
+            prop_assert_eq!(peeked, full);
+        }
     }
 
     /// Arbitrary fields behind every known pair of ids, so decoding gets past the id check.
