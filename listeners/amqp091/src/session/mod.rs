@@ -653,6 +653,16 @@ impl Session {
     }
 
     fn release_all(&mut self) {
+        // Detach every consumer before requeueing anything: otherwise a message requeued by
+        // one channel is delivered to a consumer on another channel of this connection that
+        // is about to go, and goes out after the client sent connection.close.
+        if let Some(vhost) = &self.vhost {
+            for channel in self.channels.values_mut() {
+                for consumer in channel.take_consumers() {
+                    vhost.cancel(&consumer.queue, consumer.consumer_id);
+                }
+            }
+        }
         let ids: Vec<u16> = self.channels.keys().copied().collect();
         for id in ids {
             self.release_channel(id);
