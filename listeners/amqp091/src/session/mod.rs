@@ -525,6 +525,9 @@ impl Session {
         match method {
             Method::ChannelClose { .. } => {
                 self.release_channel(channel_id);
+                // The channel is gone once close-ok is sent: it no longer counts against
+                // channel_max and its number may be opened again.
+                self.channels.remove(&channel_id);
                 self.outbox.send_method(channel_id, &Method::ChannelCloseOk);
                 Ok(Control::Continue)
             }
