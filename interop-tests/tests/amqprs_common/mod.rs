@@ -352,6 +352,9 @@ impl Chan {
     }
 }
 
+/// The receiving end of a `basic_consume_rx` consumer.
+pub type Receiver = UnboundedReceiver<ConsumerMessage>;
+
 /// A delivery as the tests look at it.
 #[derive(Debug)]
 pub struct Delivered {
