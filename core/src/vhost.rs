@@ -734,7 +734,7 @@ impl VHost {
                     }
                 }
                 Target::Exchange(name) => {
-                    if !visited.iter().any(|v| *v == name) {
+                    if !visited.contains(&name) {
                         if let Some(next) = self.exchange(&name) {
                             self.route_through(&next, message, targets, visited, out);
                         }

@@ -91,9 +91,11 @@ impl AmqpError {
         self
     }
 
-    /// The reply text as RabbitMQ writes it: `NAME - text`.
+    /// The reply text as RabbitMQ writes it: `NAME - text`, cut to the 255 bytes a short
+    /// string can carry (a long queue name must not make the close itself unencodable).
     pub fn reply_text(&self) -> String {
-        format!("{} - {}", self.reply.name, self.text)
+        let text = format!("{} - {}", self.reply.name, self.text);
+        crate::codec::truncate_shortstr(&text).to_string()
     }
 }
 
@@ -128,6 +130,14 @@ mod tests {
             assert!(code.connection_scope, "{}", code.name);
         }
         assert_eq!(code_for(ErrorKind::NotAllowed), NOT_ALLOWED);
+    }
+
+    #[test]
+    fn long_reply_texts_are_cut_to_a_short_string() {
+        let name = "q".repeat(300);
+        let error: AmqpError =
+            CoreError::not_found(format!("no queue '{name}' in vhost '/'")).into();
+        assert_eq!(error.reply_text().len(), 255);
     }
 
     #[test]

@@ -773,11 +773,7 @@ impl Session {
             None => pending.body.freeze(),
         };
         let channel = self.channel(ch);
-        if !channel
-            .publish_allowed
-            .iter()
-            .any(|x| *x == pending.exchange)
-        {
+        if !channel.publish_allowed.contains(&pending.exchange) {
             vhost
                 .check_publish(&user, &pending.exchange)
                 .map_err(|e| AmqpError::from(e).on(60, 40))?;
