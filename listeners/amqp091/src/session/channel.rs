@@ -14,7 +14,7 @@ use warren_core::queue::{Queue, Settlement};
 use warren_core::vhost::{Actor, ExchangeDeclare, QueueDeclare, VHost};
 
 use super::{settle_grouped, Session};
-use crate::codec::{decode_properties, Frame, Method, FRAME_BODY};
+use crate::codec::{decode_properties, Frame, Method, EMPTY_PROPERTIES, FRAME_BODY};
 use crate::outbox::{ConsumerSink, SinkHandle, Unacked};
 use crate::reply::{self, AmqpError};
 
@@ -711,7 +711,13 @@ impl Session {
                 let properties = decode_properties(&raw).map_err(|e| {
                     AmqpError::new(reply::SYNTAX_ERROR, format!("content header: {e}"))
                 })?;
-                let raw = Bytes::copy_from_slice(&raw);
+                // Copied so the message does not pin the read buffer; most publishers send
+                // no properties, which needs no allocation at all.
+                let raw = if raw[..] == EMPTY_PROPERTIES[..] {
+                    Bytes::from_static(&EMPTY_PROPERTIES)
+                } else {
+                    Bytes::copy_from_slice(&raw)
+                };
                 pending.header = Some((properties, raw));
                 pending.body_size = body_size;
             }
