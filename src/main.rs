@@ -38,6 +38,9 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
+        // Install the handlers before listening: a SIGTERM that arrives once the listening
+        // line is logged must shut down gracefully, not kill the process by default action.
+        let signals = Signals::install();
         let server = match Server::start(settings).await {
             Ok(server) => server,
             Err(error) => {
@@ -46,34 +49,51 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        wait_for_signal().await;
+        signals.wait().await;
         tracing::info!("shutting down");
         server.shutdown().await;
         ExitCode::SUCCESS
     })
 }
 
-async fn wait_for_signal() {
+/// SIGTERM and SIGINT handlers, installed once at start-up.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
-            (Ok(mut term), Ok(mut int)) => {
+    unix: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let unix = match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) {
+                (Ok(term), Ok(int)) => Some((term, int)),
+                _ => None,
+            };
+            Signals { unix }
+        }
+        #[cfg(not(unix))]
+        {
+            Signals {}
+        }
+    }
+
+    /// Waits for SIGTERM or SIGINT (Ctrl-C elsewhere).
+    async fn wait(self) {
+        #[cfg(unix)]
+        {
+            if let Some((mut term, mut int)) = self.unix {
                 tokio::select! {
                     _ = term.recv() => {}
                     _ = int.recv() => {}
                 }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
+                return;
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
