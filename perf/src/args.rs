@@ -1,0 +1,515 @@
+//! Command-line parsing: a small hand-written parser (no clap, to keep the build lean) with
+//! PerfTest-like flag names, and AMQP URI parsing.
+
+use std::fmt;
+
+pub const USAGE: &str = "\
+warren-perf: a load tool for AMQP 0-9-1 brokers (Warren, RabbitMQ), in the spirit of PerfTest
+
+USAGE: warren-perf [OPTIONS]
+
+Connection:
+  --uri URI                 amqp://user:pass@host:port/vhost
+                            (default amqp://guest:guest@127.0.0.1:5672/%2f)
+Topology:
+  -u, --queue NAME          queue name (default perf-test); declared non-durable, deleted at the end
+      --queues N            spread producers/consumers over N queues NAME-1..NAME-N (default 1)
+  -t, --type TYPE           exchange type: direct, fanout, topic or headers
+  -e, --exchange NAME       exchange to declare and publish to (default: the default exchange,
+                            or warren-perf-TYPE when only --type is given)
+  -k, --routing-key KEY     routing key (default: the queue name; \"\" for fanout)
+      --topic-bindings N    topic: bind each queue with N distinct patterns (default 1)
+Load:
+  -x, --producers N         producers, one connection each (default 1)
+  -y, --consumers N         consumers, one connection each (default 1)
+  -s, --size BYTES          message body size (default 16)
+  -f, --flag persistent     publish persistent messages (delivery_mode 2)
+  -c, --confirm WINDOW      publisher confirms, at most WINDOW unconfirmed messages per producer
+  -q, --qos PREFETCH        consumer prefetch count (default 0 = unlimited)
+  -a, --autoack             consume with no_ack (default: manual acks, multiple=true)
+      --multi-ack-every N   manual ack: ack (multiple) at least every N deliveries
+                            (default qos/2, or 1000 without qos); also whenever a read is drained
+  -r, --rate MSGS_PER_SEC   publishing rate per producer (default 0 = unlimited)
+  -z, --time SECONDS        run time (default 0 = until Ctrl-C)
+      --latency             put a timestamp in each body; report latency percentiles
+      --batch N             most messages a producer writes per socket write (default 500)
+Modes:
+      --rpc                 one message in flight: publish, consume it, publish the next
+      --idle-connections N  open N connections with one channel each, hold them for --time
+      --churn               open a connection and a channel, close it, repeat (-x loops)
+Other:
+      --broker-pid PID      report the broker's CPU time (from /proc/PID/stat) per message
+      --threads N           tokio worker threads (default: number of CPUs)
+  -h, --help                this text
+";
+
+/// Exchange types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExchangeType {
+    Direct,
+    Fanout,
+    Topic,
+    Headers,
+}
+
+impl ExchangeType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeType::Direct => "direct",
+            ExchangeType::Fanout => "fanout",
+            ExchangeType::Topic => "topic",
+            ExchangeType::Headers => "headers",
+        }
+    }
+}
+
+/// Where to connect and as whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uri {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    pub vhost: String,
+}
+
+/// What to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Throughput,
+    Rpc,
+    Idle(usize),
+    Churn,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub uri: Uri,
+    pub producers: usize,
+    pub consumers: usize,
+    pub queue: String,
+    pub queues: usize,
+    pub exchange_type: Option<ExchangeType>,
+    pub exchange: Option<String>,
+    pub topic_bindings: usize,
+    pub routing_key: Option<String>,
+    pub size: usize,
+    pub persistent: bool,
+    pub confirm: Option<usize>,
+    pub qos: u16,
+    pub autoack: bool,
+    pub multi_ack_every: Option<usize>,
+    pub rate: u64,
+    pub time: f64,
+    pub latency: bool,
+    pub batch: usize,
+    pub mode: Mode,
+    pub broker_pid: Option<u32>,
+    pub threads: Option<usize>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            uri: parse_uri(DEFAULT_URI).expect("the default URI parses"),
+            producers: 1,
+            consumers: 1,
+            queue: "perf-test".into(),
+            queues: 1,
+            exchange_type: None,
+            exchange: None,
+            topic_bindings: 1,
+            routing_key: None,
+            size: 16,
+            persistent: false,
+            confirm: None,
+            qos: 0,
+            autoack: false,
+            multi_ack_every: None,
+            rate: 0,
+            time: 0.0,
+            latency: false,
+            batch: 500,
+            mode: Mode::Throughput,
+            broker_pid: None,
+            threads: None,
+        }
+    }
+}
+
+pub const DEFAULT_URI: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// Why the command line was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgError {
+    Help,
+    Invalid(String),
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgError::Help => f.write_str(USAGE),
+            ArgError::Invalid(message) => f.write_str(message),
+        }
+    }
+}
+
+fn invalid(message: impl Into<String>) -> ArgError {
+    ArgError::Invalid(message.into())
+}
+
+fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, ArgError> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(format!("{flag}: '{value}' is not a valid number")))
+}
+
+/// Parses the arguments (without the program name).
+pub fn parse_args<I, S>(args: I) -> Result<Config, ArgError>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let mut config = Config::default();
+    let mut rpc = false;
+    let mut churn = false;
+    let mut idle: Option<usize> = None;
+    let mut args = args.into_iter().map(Into::into);
+    while let Some(arg) = args.next() {
+        // --flag=value is accepted for long flags.
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => (flag.to_string(), Some(value)),
+            _ => (arg.clone(), None),
+        };
+        let inline = inline.map(str::to_string);
+        let mut value = |name: &str| -> Result<String, ArgError> {
+            match &inline {
+                Some(v) => Ok(v.clone()),
+                None => args
+                    .next()
+                    .ok_or_else(|| invalid(format!("{name} needs a value"))),
+            }
+        };
+        match flag.as_str() {
+            "-h" | "--help" => return Err(ArgError::Help),
+            "--uri" => config.uri = parse_uri(&value(&flag)?)?,
+            "-x" | "--producers" => config.producers = number(&flag, &value(&flag)?)?,
+            "-y" | "--consumers" => config.consumers = number(&flag, &value(&flag)?)?,
+            "-u" | "--queue" => config.queue = value(&flag)?,
+            "--queues" => config.queues = number(&flag, &value(&flag)?)?,
+            "-t" | "--type" => {
+                config.exchange_type = Some(match value(&flag)?.as_str() {
+                    "direct" => ExchangeType::Direct,
+                    "fanout" => ExchangeType::Fanout,
+                    "topic" => ExchangeType::Topic,
+                    "headers" => ExchangeType::Headers,
+                    other => {
+                        return Err(invalid(format!(
+                            "{flag}: unknown exchange type '{other}' \
+                             (direct, fanout, topic or headers)"
+                        )))
+                    }
+                })
+            }
+            "-e" | "--exchange" => config.exchange = Some(value(&flag)?),
+            "--topic-bindings" => config.topic_bindings = number(&flag, &value(&flag)?)?,
+            "-k" | "--routing-key" => config.routing_key = Some(value(&flag)?),
+            "-s" | "--size" => config.size = number(&flag, &value(&flag)?)?,
+            "-f" | "--flag" => match value(&flag)?.as_str() {
+                "persistent" => config.persistent = true,
+                "transient" => config.persistent = false,
+                other => {
+                    return Err(invalid(format!(
+                        "{flag}: unknown flag '{other}' (persistent or transient)"
+                    )))
+                }
+            },
+            "-c" | "--confirm" => {
+                let window: usize = number(&flag, &value(&flag)?)?;
+                config.confirm = (window > 0).then_some(window);
+            }
+            "-q" | "--qos" => config.qos = number(&flag, &value(&flag)?)?,
+            "-a" | "--autoack" => config.autoack = true,
+            "--multi-ack-every" => {
+                let n: usize = number(&flag, &value(&flag)?)?;
+                config.multi_ack_every = Some(n.max(1));
+            }
+            "-r" | "--rate" => config.rate = number(&flag, &value(&flag)?)?,
+            "-z" | "--time" => {
+                let time: f64 = number(&flag, &value(&flag)?)?;
+                if !(time >= 0.0 && time.is_finite()) {
+                    return Err(invalid(format!("{flag}: must be a non-negative number")));
+                }
+                config.time = time;
+            }
+            "--latency" => config.latency = true,
+            "--batch" => config.batch = number::<usize>(&flag, &value(&flag)?)?.max(1),
+            "--rpc" => rpc = true,
+            "--churn" => churn = true,
+            "--idle-connections" => idle = Some(number(&flag, &value(&flag)?)?),
+            "--broker-pid" => config.broker_pid = Some(number(&flag, &value(&flag)?)?),
+            "--threads" => {
+                let n: usize = number(&flag, &value(&flag)?)?;
+                config.threads = Some(n.max(1));
+            }
+            other => return Err(invalid(format!("unknown argument '{other}' (see --help)"))),
+        }
+    }
+    config.mode = match (rpc, churn, idle) {
+        (false, false, None) => Mode::Throughput,
+        (true, false, None) => Mode::Rpc,
+        (false, true, None) => Mode::Churn,
+        (false, false, Some(n)) => Mode::Idle(n),
+        _ => {
+            return Err(invalid(
+                "--rpc, --churn and --idle-connections exclude each other",
+            ))
+        }
+    };
+    if config.queues == 0 {
+        return Err(invalid("--queues must be at least 1"));
+    }
+    if config.topic_bindings == 0 {
+        return Err(invalid("--topic-bindings must be at least 1"));
+    }
+    if config.exchange.as_deref() == Some("") && config.exchange_type.is_some() {
+        return Err(invalid(
+            "--type needs a named exchange (the default exchange is direct)",
+        ));
+    }
+    Ok(config)
+}
+
+/// Decodes %XX escapes.
+fn percent_decode(text: &str) -> Result<String, ArgError> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| invalid(format!("bad percent escape in URI: '{text}'")))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| invalid(format!("URI part is not UTF-8: '{text}'")))
+}
+
+/// Parses `amqp://user:pass@host:port/vhost`. Missing parts take the defaults guest, guest,
+/// 127.0.0.1 (localhost), 5672 and `/`; the vhost is percent-decoded (`%2f` is `/`), and an
+/// empty vhost path also means `/`.
+pub fn parse_uri(uri: &str) -> Result<Uri, ArgError> {
+    let rest = uri
+        .strip_prefix("amqp://")
+        .ok_or_else(|| invalid(format!("URI must start with amqp:// (got '{uri}')")))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, ""),
+    };
+    let (userinfo, hostport) = match authority.rfind('@') {
+        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+        None => (None, authority),
+    };
+    let (user, password) = match userinfo {
+        Some(info) => match info.split_once(':') {
+            Some((u, p)) => (percent_decode(u)?, percent_decode(p)?),
+            None => (percent_decode(info)?, String::new()),
+        },
+        None => ("guest".to_string(), "guest".to_string()),
+    };
+    let (host, port) = if let Some(bracketed) = hostport.strip_prefix('[') {
+        let end = bracketed
+            .find(']')
+            .ok_or_else(|| invalid(format!("unclosed '[' in URI '{uri}'")))?;
+        let host = &bracketed[..end];
+        let port = match bracketed[end + 1..].strip_prefix(':') {
+            Some(p) => Some(p),
+            None if bracketed[end + 1..].is_empty() => None,
+            None => return Err(invalid(format!("bad host in URI '{uri}'"))),
+        };
+        (host.to_string(), port)
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (hostport.to_string(), None),
+        }
+    };
+    let port = match port {
+        Some(p) => p
+            .parse()
+            .map_err(|_| invalid(format!("bad port '{p}' in URI '{uri}'")))?,
+        None => 5672,
+    };
+    let host = if host.is_empty() {
+        "127.0.0.1".to_string()
+    } else {
+        host
+    };
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    let vhost = if path.is_empty() {
+        "/".to_string()
+    } else {
+        percent_decode(path)?
+    };
+    Ok(Uri {
+        host,
+        port,
+        user,
+        password,
+        vhost,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, ArgError> {
+        parse_args(args.iter().copied())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.uri.host, "127.0.0.1");
+        assert_eq!(c.uri.port, 5672);
+        assert_eq!(c.uri.vhost, "/");
+        assert_eq!(
+            (c.uri.user.as_str(), c.uri.password.as_str()),
+            ("guest", "guest")
+        );
+        assert_eq!((c.producers, c.consumers, c.size), (1, 1, 16));
+        assert_eq!(c.queue, "perf-test");
+        assert_eq!(c.mode, Mode::Throughput);
+    }
+
+    #[test]
+    fn short_and_long_flags() {
+        let c = parse(&[
+            "-x",
+            "2",
+            "--consumers",
+            "3",
+            "-u",
+            "q",
+            "--queues=4",
+            "-t",
+            "topic",
+            "-e",
+            "ex",
+            "--topic-bindings",
+            "1000",
+            "-k",
+            "rk",
+            "-s",
+            "100",
+            "-f",
+            "persistent",
+            "-c",
+            "50",
+            "-q",
+            "10",
+            "-a",
+            "-r",
+            "1000",
+            "-z",
+            "2.5",
+            "--latency",
+            "--broker-pid",
+            "42",
+        ])
+        .unwrap();
+        assert_eq!((c.producers, c.consumers), (2, 3));
+        assert_eq!((c.queue.as_str(), c.queues), ("q", 4));
+        assert_eq!(c.exchange_type, Some(ExchangeType::Topic));
+        assert_eq!(c.exchange.as_deref(), Some("ex"));
+        assert_eq!(c.topic_bindings, 1000);
+        assert_eq!(c.routing_key.as_deref(), Some("rk"));
+        assert_eq!(c.size, 100);
+        assert!(c.persistent && c.autoack && c.latency);
+        assert_eq!(c.confirm, Some(50));
+        assert_eq!(c.qos, 10);
+        assert_eq!(c.rate, 1000);
+        assert_eq!(c.time, 2.5);
+        assert_eq!(c.broker_pid, Some(42));
+    }
+
+    #[test]
+    fn modes() {
+        assert_eq!(parse(&["--rpc"]).unwrap().mode, Mode::Rpc);
+        assert_eq!(parse(&["--churn"]).unwrap().mode, Mode::Churn);
+        assert_eq!(
+            parse(&["--idle-connections", "2000"]).unwrap().mode,
+            Mode::Idle(2000)
+        );
+        assert!(matches!(
+            parse(&["--rpc", "--churn"]),
+            Err(ArgError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(parse(&["--help"]), Err(ArgError::Help));
+        assert_eq!(parse(&["-h"]), Err(ArgError::Help));
+        assert!(matches!(parse(&["-x"]), Err(ArgError::Invalid(m)) if m.contains("needs a value")));
+        assert!(
+            matches!(parse(&["-x", "many"]), Err(ArgError::Invalid(m)) if m.contains("not a valid number"))
+        );
+        assert!(
+            matches!(parse(&["--bogus"]), Err(ArgError::Invalid(m)) if m.contains("unknown argument"))
+        );
+        assert!(matches!(parse(&["-t", "weird"]), Err(ArgError::Invalid(_))));
+        assert!(matches!(parse(&["-z", "-1"]), Err(ArgError::Invalid(_))));
+        assert!(matches!(
+            parse(&["--queues", "0"]),
+            Err(ArgError::Invalid(_))
+        ));
+        assert!(matches!(parse(&["-f", "fast"]), Err(ArgError::Invalid(_))));
+    }
+
+    #[test]
+    fn confirm_zero_means_off() {
+        assert_eq!(parse(&["-c", "0"]).unwrap().confirm, None);
+    }
+
+    #[test]
+    fn uris() {
+        let u = parse_uri("amqp://user:p%40ss@broker.example:5673/my%2fvhost").unwrap();
+        assert_eq!(
+            u,
+            Uri {
+                host: "broker.example".into(),
+                port: 5673,
+                user: "user".into(),
+                password: "p@ss".into(),
+                vhost: "my/vhost".into(),
+            }
+        );
+        let u = parse_uri("amqp://localhost").unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.port, u.vhost.as_str()),
+            ("localhost", 5672, "/")
+        );
+        assert_eq!(u.user, "guest");
+        let u = parse_uri("amqp://a:b@[::1]:5999/%2F").unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.port, u.vhost.as_str()),
+            ("::1", 5999, "/")
+        );
+        let u = parse_uri("amqp://a:b@h/").unwrap();
+        assert_eq!(u.vhost, "/");
+        assert!(parse_uri("http://x").is_err());
+        assert!(parse_uri("amqp://h:notaport/").is_err());
+        assert!(parse_uri("amqp://h/%zz").is_err());
+    }
+}
