@@ -74,10 +74,12 @@ pub async fn run(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String>
     }
 
     let cpu_before = config.broker_pid.and_then(broker_cpu);
+    let own_before = broker_cpu(std::process::id());
     let start = Instant::now();
     let _ = go_tx.send(true);
     let totals = report(&config, &shared, start).await;
     let cpu_after = config.broker_pid.and_then(broker_cpu);
+    let own_after = broker_cpu(std::process::id());
     shared.stop();
 
     // Let every task close its connection (bounded: a task stuck in a write is dropped).
@@ -95,18 +97,27 @@ pub async fn run(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String>
     setup.close().await;
 
     print_summary(&config, &shared, &totals);
+    let messages = if config.consumers > 0 {
+        totals.end.received
+    } else {
+        totals.end.sent
+    };
     if let (Some(before), Some(after)) = (cpu_before, cpu_after) {
-        let messages = if config.consumers > 0 {
-            totals.end.received
-        } else {
-            totals.end.sent
-        };
         print_cpu(
             before,
             after,
             totals.elapsed,
             messages,
             config.consumers > 0,
+        );
+    }
+    if let (Some(before), Some(after)) = (own_before, own_after) {
+        let seconds = after.ticks.saturating_sub(before.ticks) as f64 / 100.0;
+        println!(
+            "warren-perf cpu: {seconds:.2} s ({:.0}% of a core), {:.2} us per message \
+             sent or received",
+            seconds / totals.elapsed.as_secs_f64().max(1e-9) * 100.0,
+            seconds * 1e6 / (totals.end.sent + totals.end.received).max(1) as f64
         );
     }
     match shared.take_error() {
