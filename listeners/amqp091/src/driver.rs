@@ -208,6 +208,10 @@ async fn read_loop(
             }
         }
         session.end_of_batch();
+        // A publisher whose socket always has data would otherwise never give its worker
+        // thread back: the consumers it wakes (in tokio's LIFO slot) would starve. One read
+        // (at most READ_CHUNK bytes) per turn keeps connections fair.
+        tokio::task::yield_now().await;
     }
 }
 
