@@ -37,6 +37,8 @@ Modes:
       --rpc                 one message in flight: publish, consume it, publish the next
       --idle-connections N  open N connections with one channel each, hold them for --time
       --churn               open a connection and a channel, close it, repeat (-x loops)
+      --handshake-batch N   --idle-connections: handshakes in flight at once (default 100,
+                            below the usual listen backlog of 128)
 Other:
       --broker-pid PID      report the broker's CPU time (from /proc/PID/stat) per message
       --threads N           tokio worker threads (default: number of CPUs)
@@ -106,6 +108,7 @@ pub struct Config {
     pub mode: Mode,
     pub broker_pid: Option<u32>,
     pub threads: Option<usize>,
+    pub handshake_batch: usize,
 }
 
 impl Default for Config {
@@ -133,6 +136,7 @@ impl Default for Config {
             mode: Mode::Throughput,
             broker_pid: None,
             threads: None,
+            handshake_batch: 100,
         }
     }
 }
@@ -249,6 +253,9 @@ where
             "--rpc" => rpc = true,
             "--churn" => churn = true,
             "--idle-connections" => idle = Some(number(&flag, &value(&flag)?)?),
+            "--handshake-batch" => {
+                config.handshake_batch = number::<usize>(&flag, &value(&flag)?)?.max(1)
+            }
             "--broker-pid" => config.broker_pid = Some(number(&flag, &value(&flag)?)?),
             "--threads" => {
                 let n: usize = number(&flag, &value(&flag)?)?;

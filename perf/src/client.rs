@@ -262,7 +262,19 @@ impl Conn {
                 if let Some(error) = self.check_close(frame.channel, &method).await {
                     return Err(error);
                 }
-                if frame.channel == channel {
+                // Asynchronous methods (the broker cancelling our consumer when its queue is
+                // deleted, confirms, deliveries, flow control) are not replies.
+                let asynchronous = matches!(
+                    method,
+                    Method::BasicCancel { .. }
+                        | Method::BasicDeliver { .. }
+                        | Method::BasicReturn { .. }
+                        | Method::BasicAck { .. }
+                        | Method::BasicNack { .. }
+                        | Method::ConnectionBlocked { .. }
+                        | Method::ConnectionUnblocked
+                );
+                if frame.channel == channel && !asynchronous {
                     return Ok(method);
                 }
             }
@@ -614,6 +626,33 @@ mod tests {
         assert_eq!(used2 + used3, rest.len());
         assert_eq!(completed, 4);
         assert_eq!(parser.last_tag, 8);
+    }
+
+    #[test]
+    fn parser_stops_at_the_limit() {
+        let mut buf = BytesMut::new();
+        for tag in 1..=5 {
+            write_deliver(
+                &mut buf,
+                1,
+                "c",
+                tag,
+                false,
+                "",
+                "q",
+                &EMPTY_PROPERTIES,
+                b"x",
+                4096,
+            );
+        }
+        let mut parser = DeliveryParser::new(false);
+        let (mut completed, mut ts) = (0, Vec::new());
+        let (used, stop) = parser.parse(&buf, &mut completed, &mut ts, 2).unwrap();
+        assert_eq!((stop, completed, parser.last_tag), (Stop::Limit, 2, 2));
+        let (_, stop) = parser
+            .parse(&buf[used..], &mut completed, &mut ts, u64::MAX)
+            .unwrap();
+        assert_eq!((stop, completed, parser.last_tag), (Stop::Drained, 5, 5));
     }
 
     #[test]

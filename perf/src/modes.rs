@@ -146,13 +146,12 @@ async fn wait_stop(shared: &Shared) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// How many handshakes are in flight at once in --idle-connections.
-const HANDSHAKE_BATCH: usize = 200;
-
-/// --idle-connections N: open N connections with one channel each (at most 200 handshakes
-/// at a time), hold them for --time seconds, close them.
+/// --idle-connections N: open N connections with one channel each (at most
+/// --handshake-batch, default 100, handshakes at a time: the usual listen backlog is
+/// 128, and more SYNs than that cost a 1 s retransmit), hold them for --time seconds,
+/// close them.
 pub async fn idle(config: Arc<Config>, shared: Arc<Shared>, n: usize) -> Result<(), String> {
-    let gate = Arc::new(Semaphore::new(HANDSHAKE_BATCH));
+    let gate = Arc::new(Semaphore::new(config.handshake_batch));
     let opened = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let alive = Arc::new(AtomicU64::new(0));
@@ -197,13 +196,14 @@ pub async fn idle(config: Arc<Config>, shared: Arc<Shared>, n: usize) -> Result<
                     _ = stop.changed() => break false,
                 }
             };
-            if !dropped {
+            if dropped {
+                // Only connections the broker dropped count as lost.
+                alive.fetch_sub(1, Ordering::Relaxed);
+                let _ = conn.wr.shutdown().await;
+            } else {
                 let _permit = gate.acquire().await;
                 conn.close().await;
-            } else {
-                let _ = conn.wr.shutdown().await;
             }
-            alive.fetch_sub(1, Ordering::Relaxed);
         }));
     }
     // Opening.
@@ -377,6 +377,9 @@ pub async fn churn(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), Strin
     for task in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }
+    if let Some(error) = shared.take_error() {
+        return Err(error);
+    }
     println!(
         "summary: {total} connections opened and closed in {:.1}s by {loops} loop(s): {} conn/s",
         elapsed.as_secs_f64(),
@@ -389,8 +392,5 @@ pub async fn churn(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), Strin
             seconds * 1e6 / total.max(1) as f64
         );
     }
-    match shared.take_error() {
-        Some(error) => Err(error),
-        None => Ok(()),
-    }
+    Ok(())
 }

@@ -67,6 +67,8 @@ pub async fn run(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String>
             Some(Ok(())) => {}
             Some(Err(error)) => {
                 shared.stop();
+                let _ = topology.delete(&mut setup).await;
+                setup.close().await;
                 return Err(error);
             }
             None => break,
