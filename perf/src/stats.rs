@@ -64,7 +64,8 @@ fn bucket_high(bucket: usize) -> u64 {
     }
     let shift = bucket / SUB - 1;
     let mantissa = bucket % SUB + SUB;
-    ((mantissa + 1) << shift) - 1
+    // The top bucket ends at u64::MAX: compute in u128 so its bound does not overflow.
+    ((((mantissa + 1) as u128) << shift) - 1).min(u64::MAX as u128) as u64
 }
 
 impl Histogram {
