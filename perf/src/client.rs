@@ -101,6 +101,9 @@ pub struct Conn {
     pub frame_max: u32,
 }
 
+/// How long connecting, the handshake and channel.open may take.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The channel every role uses.
 pub const CH: u16 = 1;
 
@@ -108,6 +111,18 @@ impl Conn {
     /// Connects, authenticates (PLAIN), opens the vhost and channel 1. `buffer` is the
     /// initial read buffer capacity.
     pub async fn open(uri: &Uri, name: &str, buffer: usize) -> Result<Conn, AmqpError> {
+        match tokio::time::timeout(OPEN_TIMEOUT, Self::open_inner(uri, name, buffer)).await {
+            Ok(result) => result,
+            Err(_) => Err(AmqpError::Protocol(format!(
+                "no connection to {}:{} within {} s (handshake and channel.open)",
+                uri.host,
+                uri.port,
+                OPEN_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    async fn open_inner(uri: &Uri, name: &str, buffer: usize) -> Result<Conn, AmqpError> {
         let addr = if uri.host.contains(':') {
             format!("[{}]:{}", uri.host, uri.port)
         } else {

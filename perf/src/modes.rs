@@ -56,10 +56,11 @@ pub async fn rpc(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String>
         Ok(done) => done,
         Err(error) => return Err(error.to_string()),
     };
-    if let Err(error) = topology.delete(&mut conn).await {
-        eprintln!("note: cleaning up the queue failed: {error}");
+    match tokio::time::timeout(Duration::from_secs(10), topology.delete(&mut conn)).await {
+        Ok(Ok(())) => conn.close().await,
+        Ok(Err(error)) => eprintln!("note: cleaning up the queue failed: {error}"),
+        Err(_) => eprintln!("note: the broker did not answer queue.delete within 10 s"),
     }
-    conn.close().await;
     println!(
         "summary: {count} round trips in {:.1}s, {} round trips/s, latency {}",
         elapsed.as_secs_f64(),

@@ -84,19 +84,25 @@ pub async fn run(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String>
     let own_after = broker_cpu(std::process::id());
     shared.stop();
 
-    // Let every task close its connection (bounded: a task stuck in a write is dropped).
+    // Let every task close its connection (bounded: a task stuck in a write, or on a broker
+    // that stopped answering, is dropped).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut stuck = 0;
     for task in tasks {
-        if tokio::time::timeout(Duration::from_secs(10), task)
-            .await
-            .is_err()
-        {
-            eprintln!("note: a connection did not close in 10 s; dropped");
+        let abort = task.abort_handle();
+        if tokio::time::timeout_at(deadline, task).await.is_err() {
+            abort.abort();
+            stuck += 1;
         }
     }
-    if let Err(error) = topology.delete(&mut setup).await {
-        eprintln!("note: cleaning up the queues failed: {error}");
+    if stuck > 0 {
+        eprintln!("note: {stuck} connection(s) did not close within 10 s; dropped");
     }
-    setup.close().await;
+    match tokio::time::timeout(Duration::from_secs(10), topology.delete(&mut setup)).await {
+        Ok(Ok(())) => setup.close().await,
+        Ok(Err(error)) => eprintln!("note: cleaning up the queues failed: {error}"),
+        Err(_) => eprintln!("note: the broker did not answer queue.delete within 10 s"),
+    }
 
     print_summary(&config, &shared, &totals);
     let messages = if config.consumers > 0 {
