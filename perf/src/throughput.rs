@@ -428,14 +428,22 @@ async fn producer(
                 wbuf.put_u8(FRAME_END);
             }
         }
+        let write = wr.write_all(&wbuf);
+        tokio::pin!(write);
         tokio::select! {
             biased;
-            result = wr.write_all(&wbuf) => result?,
+            result = &mut write => result?,
             _ = stop.changed() => {
-                // Stopped in the middle of a write: the stream is cut mid-frame, so there
-                // is no clean close.
-                clean = false;
-                break;
+                // Stopped while the broker is not reading: give the write a second to
+                // finish so that the count stays exact, else cut the stream (mid-frame,
+                // so there is no clean close) and do not count the batch.
+                match tokio::time::timeout(Duration::from_secs(1), &mut write).await {
+                    Ok(result) => result?,
+                    Err(_) => {
+                        clean = false;
+                        break;
+                    }
+                }
             }
         }
         wbuf.clear();
