@@ -229,7 +229,10 @@ async fn read_some(reader: &mut OwnedReadHalf, buffer: &mut BytesMut) -> std::io
         }
         match reader.try_read_buf(buffer) {
             Ok(read) => return Ok(read),
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
+            // Readiness was stale: wait for the socket instead of spinning on a partial frame.
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                reader.readable().await?;
+            }
             Err(error) => return Err(error),
         }
     }
