@@ -352,17 +352,9 @@ impl Conn {
             }
         })
         .await;
-        if matches!(closed, Ok(Ok(()))) {
-            let _ = tokio::time::timeout(Duration::from_secs(1), async {
-                let mut scratch = [0u8; 256];
-                while let Ok(n) = self.rd.read(&mut scratch).await {
-                    if n == 0 {
-                        break;
-                    }
-                }
-            })
-            .await;
-        }
+        // After close-ok the client closes the socket, as the spec says; waiting for the
+        // broker's EOF instead costs a full timeout against RabbitMQ, which waits for ours.
+        let _ = closed;
         let _ = self.wr.shutdown().await;
     }
 }
