@@ -77,6 +77,9 @@ pub struct QueueDeclared {
     pub consumer_count: u64,
 }
 
+/// The pseudo-queue name clients consume from and put in `reply_to` for direct reply-to.
+pub const DIRECT_REPLY_TO: &str = "amq.rabbitmq.reply-to";
+
 /// Queue arguments compared on redeclaration, as RabbitMQ compares them.
 const EQUIVALENCE_CHECKED_QUEUE_ARGS: &[&str] = &[
     "x-expires",
@@ -383,6 +386,13 @@ impl VHost {
         actor: Actor<'_>,
         request: QueueDeclare,
     ) -> CoreResult<QueueDeclared> {
+        if request.passive && request.name == DIRECT_REPLY_TO {
+            return Ok(QueueDeclared {
+                name: request.name,
+                message_count: 0,
+                consumer_count: 0,
+            });
+        }
         if request.passive {
             let queue = self.queue_or_404(&request.name)?;
             queue.check_exclusive_access(actor.connection_id)?;
@@ -533,6 +543,28 @@ impl VHost {
     pub fn remove_queue(&self, queue: &Arc<Queue>) -> u64 {
         let _topology = self.topology.lock();
         self.remove_queue_locked(queue)
+    }
+
+    /// Creates the queue behind a direct reply-to consumer (`amq.rabbitmq.reply-to`): an
+    /// exclusive, auto-delete queue named `amq.rabbitmq.reply-to.<random>`, so replies
+    /// published to that name through the default exchange reach the consumer, only the
+    /// owning connection can consume it, and it disappears with its consumer.
+    pub fn declare_reply_queue(&self, connection_id: u64) -> Arc<Queue> {
+        let name = format!(
+            "{DIRECT_REPLY_TO}.{}",
+            server_generated_queue_name().trim_start_matches("amq.gen-")
+        );
+        let queue = Queue::new(QueueConfig {
+            name: name.clone(),
+            vhost: self.name.clone(),
+            durable: false,
+            exclusive_owner: Some(connection_id),
+            auto_delete: true,
+            arguments: Table::new(),
+        });
+        let _topology = self.topology.lock();
+        self.queues.write().insert(name, Arc::clone(&queue));
+        queue
     }
 
     /// Deletes the exclusive queues `connection_id` owned, named by the listener that tracked

@@ -11,10 +11,12 @@ use warren_core::consumer::ConsumerSpec;
 use warren_core::exchange::DestinationName;
 use warren_core::message::{Message, Properties};
 use warren_core::queue::{Queue, Settlement};
-use warren_core::vhost::{Actor, ExchangeDeclare, QueueDeclare, VHost};
+use warren_core::vhost::{Actor, ExchangeDeclare, QueueDeclare, VHost, DIRECT_REPLY_TO};
 
 use super::{settle_grouped, Session};
-use crate::codec::{decode_properties, Frame, Method, EMPTY_PROPERTIES, FRAME_BODY};
+use crate::codec::{
+    decode_properties, encode_properties, Frame, Method, EMPTY_PROPERTIES, FRAME_BODY,
+};
 use crate::outbox::{ConsumerSink, SinkHandle, Unacked};
 use crate::reply::{self, AmqpError};
 
@@ -64,6 +66,8 @@ pub(super) struct Channel {
     /// basic.qos global=false: the prefetch given to consumers created from now on.
     consumer_prefetch: u16,
     last_declared_queue: Option<String>,
+    /// The queue behind this channel's direct reply-to consumer, if it has one.
+    reply_queue: Option<String>,
     /// Exchanges this channel was allowed to publish to (RabbitMQ caches this too).
     publish_allowed: Vec<String>,
     /// Publisher confirms: the last sequence number assigned and the last one confirmed.
@@ -82,6 +86,7 @@ impl Channel {
             consumers: HashMap::new(),
             consumer_prefetch: 0,
             last_declared_queue: None,
+            reply_queue: None,
             publish_allowed: Vec::new(),
             publish_seq: 0,
             confirmed_seq: 0,
@@ -407,7 +412,11 @@ impl Session {
                 consumer_tag,
                 no_wait,
             } => {
-                if let Some(consumer) = self.channel(ch).consumers.remove(consumer_tag.as_str()) {
+                let channel = self.channel(ch);
+                if let Some(consumer) = channel.consumers.remove(consumer_tag.as_str()) {
+                    if channel.reply_queue.as_deref() == Some(consumer.queue.name()) {
+                        channel.reply_queue = None;
+                    }
                     vhost.cancel(&consumer.queue, consumer.consumer_id);
                 }
                 self.reply(ch, no_wait, Method::BasicCancelOk { consumer_tag });
@@ -540,6 +549,21 @@ impl Session {
         arguments: warren_core::value::Table,
     ) -> Result<(), AmqpError> {
         let queue_name = self.channel(ch).queue_name_or_last(queue)?;
+        let direct_reply = queue_name == DIRECT_REPLY_TO;
+        if direct_reply {
+            if !no_ack {
+                return Err(AmqpError::new(
+                    reply::PRECONDITION_FAILED,
+                    "reply consumer cannot acknowledge",
+                ));
+            }
+            if self.channel(ch).reply_queue.is_some() {
+                return Err(AmqpError::new(
+                    reply::PRECONDITION_FAILED,
+                    "reply consumer already set",
+                ));
+            }
+        }
         let tag: Arc<str> = if consumer_tag.is_empty() {
             Arc::from(generated_consumer_tag())
         } else {
@@ -563,7 +587,14 @@ impl Session {
                     )
                 })?,
         };
-        let queue = vhost.queue_for(actor, &queue_name, Access::Read)?;
+        let queue = if direct_reply {
+            let queue = vhost.declare_reply_queue(actor.connection_id);
+            self.exclusive_queues.push(queue.name().to_string());
+            self.channel(ch).reply_queue = Some(queue.name().to_string());
+            queue
+        } else {
+            vhost.queue_for(actor, &queue_name, Access::Read)?
+        };
         let prefetch = u32::from(self.channel(ch).consumer_prefetch);
         let sink = ConsumerSink::new(
             Arc::clone(&self.outbox),
@@ -799,6 +830,23 @@ impl Session {
                 )
                 .on(60, 40));
             }
+        }
+        let mut properties = properties;
+        let mut raw_properties = raw_properties;
+        if properties.reply_to.as_deref() == Some(DIRECT_REPLY_TO) {
+            let Some(reply_queue) = self.channel(ch).reply_queue.clone() else {
+                return Err(AmqpError::new(
+                    reply::PRECONDITION_FAILED,
+                    "fast reply consumer does not exist",
+                )
+                .on(60, 40));
+            };
+            properties.reply_to = Some(reply_queue);
+            let mut encoded = BytesMut::new();
+            encode_properties(&properties, &mut encoded).map_err(|e| {
+                AmqpError::new(reply::SYNTAX_ERROR, format!("content header: {e}")).on(60, 40)
+            })?;
+            raw_properties = encoded.freeze();
         }
         let exchange = pending.exchange;
         let message = Arc::new(Message {
