@@ -42,7 +42,7 @@ async fn reply_reaches_the_requesting_consumer_through_the_rewritten_reply_to() 
     for _ in 0..200 {
         request = server
             .channel
-            .basic_get(BasicGetArguments::new("rpc").manual_ack(false).finish())
+            .basic_get(BasicGetArguments::new("rpc").no_ack(true).finish())
             .await
             .expect("basic.get");
         if request.is_some() {
