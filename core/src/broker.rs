@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::access::{Permissions, User};
 use crate::error::{CoreError, CoreResult};
@@ -48,6 +48,29 @@ impl std::fmt::Display for AuthFailure {
     }
 }
 
+/// A resource alarm. While any is raised, publishing connections are blocked on every
+/// listener; consumers keep receiving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Alarm {
+    /// The memory high watermark was crossed.
+    Memory,
+    /// Free disk space fell below the limit.
+    Disk,
+}
+
+impl Alarm {
+    /// The reason RabbitMQ gives in connection.blocked.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Alarm::Memory => "low on memory",
+            Alarm::Disk => "low on disk",
+        }
+    }
+}
+
+/// Called with the blocking reason (`None` when every alarm cleared) whenever alarms change.
+pub type AlarmListener = Box<dyn Fn(Option<String>) + Send + Sync>;
+
 /// The whole broker model.
 pub struct Broker {
     vhosts: RwLock<HashMap<String, Arc<VHost>>>,
@@ -55,6 +78,8 @@ pub struct Broker {
     loopback_users: RwLock<HashSet<String>>,
     limits: Limits,
     next_connection_id: AtomicU64,
+    alarms: Mutex<Vec<Alarm>>,
+    alarm_listeners: Mutex<Vec<AlarmListener>>,
 }
 
 impl Broker {
@@ -66,6 +91,8 @@ impl Broker {
             loopback_users: RwLock::new(HashSet::new()),
             limits,
             next_connection_id: AtomicU64::new(1),
+            alarms: Mutex::new(Vec::new()),
+            alarm_listeners: Mutex::new(Vec::new()),
         })
     }
 
@@ -77,6 +104,45 @@ impl Broker {
     /// A fresh connection id, unique for the broker's lifetime.
     pub fn next_connection_id(&self) -> u64 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Raises or clears a resource alarm and tells every listener when the set changed.
+    pub fn set_alarm(&self, alarm: Alarm, raised: bool) {
+        let reason = {
+            let mut alarms = self.alarms.lock();
+            let present = alarms.contains(&alarm);
+            match (raised, present) {
+                (true, false) => alarms.push(alarm),
+                (false, true) => alarms.retain(|a| *a != alarm),
+                _ => return,
+            }
+            tracing::warn!(alarm = alarm.reason(), raised, "resource alarm changed");
+            Self::blocking_reason(&alarms)
+        };
+        for listener in self.alarm_listeners.lock().iter() {
+            listener(reason.clone());
+        }
+    }
+
+    /// The alarms raised now.
+    pub fn alarms(&self) -> Vec<Alarm> {
+        self.alarms.lock().clone()
+    }
+
+    fn blocking_reason(alarms: &[Alarm]) -> Option<String> {
+        (!alarms.is_empty()).then(|| {
+            alarms
+                .iter()
+                .map(|a| a.reason())
+                .collect::<Vec<_>>()
+                .join(" & ")
+        })
+    }
+
+    /// Registers `listener` for alarm changes; it is called at once with the current state.
+    pub fn subscribe_alarms(&self, listener: AlarmListener) {
+        listener(Self::blocking_reason(&self.alarms.lock()));
+        self.alarm_listeners.lock().push(listener);
     }
 
     /// Creates a vhost, or returns the existing one.
@@ -178,5 +244,55 @@ impl Broker {
             )));
         }
         Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex as StdMutex;
+
+    #[test]
+    fn alarm_listeners_see_each_change_with_rabbitmq_reasons() {
+        let broker = Broker::new(Limits::default());
+        let seen = Arc::new(StdMutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        broker.subscribe_alarms(Box::new(move |reason| sink.lock().unwrap().push(reason)));
+        broker.set_alarm(Alarm::Memory, true);
+        broker.set_alarm(Alarm::Memory, true); // no change, no call
+        broker.set_alarm(Alarm::Disk, true);
+        broker.set_alarm(Alarm::Memory, false);
+        broker.set_alarm(Alarm::Disk, false);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![
+                None,
+                Some("low on memory".to_string()),
+                Some("low on memory & low on disk".to_string()),
+                Some("low on disk".to_string()),
+                None
+            ]
+        );
+        assert!(broker.alarms().is_empty());
+    }
+
+    #[test]
+    fn loopback_users_are_refused_from_other_addresses() {
+        let broker = Broker::new(Limits::default());
+        broker.add_user("guest", "guest", vec![]);
+        broker.set_loopback_users(["guest".to_string()]);
+        assert!(broker.authenticate("guest", "guest", true).is_ok());
+        assert_eq!(
+            broker.authenticate("guest", "guest", false).unwrap_err(),
+            AuthFailure::LoopbackOnly
+        );
+        assert_eq!(
+            broker.authenticate("guest", "nope", true).unwrap_err(),
+            AuthFailure::BadPassword
+        );
+        assert_eq!(
+            broker.authenticate("who", "x", true).unwrap_err(),
+            AuthFailure::UnknownUser
+        );
     }
 }

@@ -51,6 +51,16 @@ impl Raw {
 
     /// Sends the protocol header and answers start and tune; returns connection.start.
     async fn handshake(&mut self, mechanism: &str, response: Vec<u8>) -> Method {
+        self.handshake_with(mechanism, response, Table::new()).await
+    }
+
+    /// The handshake, sending `client_properties` in start-ok.
+    async fn handshake_with(
+        &mut self,
+        mechanism: &str,
+        response: Vec<u8>,
+        client_properties: Table,
+    ) -> Method {
         self.send_raw(&PROTOCOL_HEADER_091).await;
         let (channel, start) = self.recv_method().await;
         assert_eq!(channel, 0);
@@ -58,7 +68,7 @@ impl Raw {
         self.send_method(
             0,
             &Method::ConnectionStartOk {
-                client_properties: Table::new(),
+                client_properties,
                 mechanism: mechanism.to_string(),
                 response,
                 locale: "en_US".to_string(),
@@ -691,5 +701,66 @@ async fn frames_after_a_broker_close_are_ignored_until_close_ok() {
     .await;
     raw.send_method(0, &Method::ConnectionCloseOk).await;
     raw.expect_eof().await;
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_publisher_is_not_read_until_the_alarm_clears() {
+    use warren_core::broker::Alarm;
+    let broker = TestBroker::start().await;
+    let addr = broker.addr();
+    let mut capabilities = Table::new();
+    capabilities.insert("connection.blocked", Value::Bool(true));
+    let mut properties = Table::new();
+    properties.insert("capabilities", Value::Table(capabilities));
+    let mut publisher = Raw::connect(addr).await;
+    publisher
+        .handshake_with("PLAIN", b"\0guest\0guest".to_vec(), properties)
+        .await;
+    publisher.send_method(1, &Method::ChannelOpen).await;
+    assert_eq!(publisher.recv_method().await, (1, Method::ChannelOpenOk));
+    publisher.publish_and_get("alarmed", b"first").await;
+
+    broker.broker().set_alarm(Alarm::Memory, true);
+    assert_eq!(
+        publisher.recv_method().await,
+        (
+            0,
+            Method::ConnectionBlocked {
+                reason: "low on memory".into()
+            }
+        )
+    );
+    let mut out = BytesMut::new();
+    let publish = Method::BasicPublish {
+        exchange: String::new(),
+        routing_key: "alarmed".into(),
+        mandatory: false,
+        immediate: false,
+    };
+    write_method_frame(&mut out, 1, &publish).expect("encodes");
+    write_content(&mut out, 1, 60, &EMPTY_PROPERTIES, b"held", 4096);
+    publisher.send_raw(&out).await;
+
+    // Another connection is served meanwhile, and the held message is not there.
+    let mut other = Raw::open_with_channel(addr).await;
+    other.publish_and_get("other", b"served").await;
+    let queue = broker
+        .broker()
+        .vhost("/")
+        .expect("vhost")
+        .queue("alarmed")
+        .expect("queue");
+    assert_eq!(queue.stats().published, 1, "the blocked socket is not read");
+
+    broker.broker().set_alarm(Alarm::Memory, false);
+    assert_eq!(
+        publisher.recv_method().await,
+        (0, Method::ConnectionUnblocked)
+    );
+    assert!(
+        warren_interop_tests::wait_for(REPLY_TIMEOUT, || queue.stats().published == 2).await,
+        "the held publish is read once unblocked"
+    );
     broker.shutdown().await;
 }

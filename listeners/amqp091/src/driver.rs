@@ -53,6 +53,10 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let config = Arc::new(config);
+    let (alarm_tx, alarm_rx) = watch::channel(None);
+    broker.subscribe_alarms(Box::new(move |reason| {
+        let _ = alarm_tx.send(reason);
+    }));
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -67,7 +71,8 @@ pub async fn serve(
                     let broker = Arc::clone(&broker);
                     let config = Arc::clone(&config);
                     let shutdown = shutdown.clone();
-                    connections.spawn(run_connection(stream, peer, broker, config, shutdown));
+                    let alarms = alarm_rx.clone();
+                    connections.spawn(run_connection(stream, peer, broker, config, shutdown, alarms));
                 }
                 Err(error) => {
                     // Out of file descriptors and similar: back off instead of spinning.
@@ -90,6 +95,7 @@ pub async fn run_connection(
     broker: Arc<Broker>,
     config: Arc<ListenerConfig>,
     mut shutdown: watch::Receiver<bool>,
+    mut alarms: watch::Receiver<Option<String>>,
 ) {
     let _ = stream.set_nodelay(true);
     let (mut reader, mut writer) = stream.into_split();
@@ -122,6 +128,7 @@ pub async fn run_connection(
         &mut session,
         &config,
         &mut shutdown,
+        &mut alarms,
         &heartbeat_tx,
     )
     .await;
@@ -136,26 +143,43 @@ async fn read_loop(
     session: &mut Session,
     config: &ListenerConfig,
     shutdown: &mut watch::Receiver<bool>,
+    alarms: &mut watch::Receiver<Option<String>>,
     heartbeat_tx: &watch::Sender<Option<Duration>>,
 ) {
     let mut buffer = BytesMut::new();
     let handshake_deadline = Instant::now() + config.handshake_timeout;
     let mut close_deadline: Option<Instant> = None;
     let mut shutting_down = false;
+    let mut alarms_alive = true;
     loop {
+        // A resource alarm stops reading publishing connections (consumers keep receiving
+        // through the writer); the client is told with connection.blocked.
+        let blocked =
+            close_deadline.is_none() && session.is_publisher() && alarms.borrow().is_some();
+        let reason = if blocked {
+            alarms.borrow().clone()
+        } else {
+            None
+        };
+        session.set_blocked(reason.as_deref());
         let deadline = if let Some(deadline) = close_deadline {
             deadline
         } else if !session.is_open() && heartbeat_tx.borrow().is_none() {
             handshake_deadline
         } else {
             match session.heartbeat() {
-                // Two missed heartbeats and the peer is considered dead.
-                Some(interval) => Instant::now() + interval * 2,
-                None => Instant::now() + Duration::from_secs(24 * 3600),
+                // Two missed heartbeats and the peer is considered dead (not while we are
+                // the ones not reading).
+                Some(interval) if !blocked => Instant::now() + interval * 2,
+                _ => Instant::now() + Duration::from_secs(24 * 3600),
             }
         };
         let read = tokio::select! {
-            read = read_some(reader, &mut buffer) => read,
+            read = read_some(reader, &mut buffer), if !blocked => read,
+            changed = alarms.changed(), if alarms_alive => {
+                alarms_alive = changed.is_ok();
+                continue;
+            }
             _ = tokio::time::sleep_until(deadline) => {
                 if close_deadline.is_none() && session.is_open() {
                     tracing::warn!(connection = session.connection_id(), "missed heartbeats from client");

@@ -438,6 +438,7 @@ impl Session {
                 if immediate {
                     return Err(AmqpError::new(reply::NOT_IMPLEMENTED, "immediate=true"));
                 }
+                self.published = true;
                 self.channel(ch).pending = Some(PendingPublish {
                     exchange,
                     routing_key,

@@ -99,6 +99,12 @@ pub struct Session {
     pending_confirms: Vec<u16>,
     /// Reused for routing results so publishing does not allocate.
     routed: Vec<Arc<Queue>>,
+    /// Whether the client ever published: only publishers are blocked by resource alarms.
+    published: bool,
+    /// Whether the client understands connection.blocked/unblocked.
+    blocked_capability: bool,
+    /// Whether connection.blocked was sent and not yet followed by unblocked.
+    blocked_sent: bool,
 }
 
 impl Session {
@@ -127,6 +133,9 @@ impl Session {
             client_properties: Table::new(),
             pending_confirms: Vec::new(),
             routed: Vec::new(),
+            published: false,
+            blocked_capability: false,
+            blocked_sent: false,
         };
         session.outbox.send_method(0, &session.connection_start());
         session
@@ -181,6 +190,36 @@ impl Session {
             Phase::AwaitStartOk | Phase::AwaitTuneOk => None,
             _ if self.heartbeat == 0 => None,
             _ => Some(Duration::from_secs(u64::from(self.heartbeat))),
+        }
+    }
+
+    /// Whether a resource alarm should stop reading this connection: it is open and has
+    /// published, as RabbitMQ blocks publishing connections only.
+    pub fn is_publisher(&self) -> bool {
+        self.phase == Phase::Open && self.published
+    }
+
+    /// Tells the client it is blocked (with the alarm's reason) or unblocked, when it
+    /// advertised the `connection.blocked` capability.
+    pub fn set_blocked(&mut self, reason: Option<&str>) {
+        if !self.blocked_capability {
+            return;
+        }
+        match reason {
+            Some(reason) if !self.blocked_sent => {
+                self.blocked_sent = true;
+                self.outbox.send_method(
+                    0,
+                    &Method::ConnectionBlocked {
+                        reason: reason.to_string(),
+                    },
+                );
+            }
+            None if self.blocked_sent => {
+                self.blocked_sent = false;
+                self.outbox.send_method(0, &Method::ConnectionUnblocked);
+            }
+            _ => {}
         }
     }
 
@@ -379,6 +418,7 @@ impl Session {
         };
         self.outbox
             .set_consumer_cancel_notify(capability("consumer_cancel_notify"));
+        self.blocked_capability = capability("connection.blocked");
         self.client_properties = client_properties;
         let (username, password) = match mechanism {
             "PLAIN" => parse_plain(response),
