@@ -99,6 +99,21 @@ pub fn apply_definitions(
     }
     for queue in &definitions.queues {
         let vhost = declare_as_loader(&queue.vhost)?;
+        let mut arguments = json_args_to_table(&queue.arguments);
+        let queue_type = arguments
+            .get("x-queue-type")
+            .and_then(|v| v.as_str().map(str::to_string))
+            .or_else(|| queue.queue_type.clone());
+        if let Some(queue_type) = queue_type.filter(|t| t != "classic") {
+            // Quorum queues and streams do not exist yet: serve the queue as a classic one
+            // so clients can use it, and say so.
+            arguments.remove("x-queue-type");
+            tracing::warn!(
+                "definitions: queue '{}' in vhost '{}' has type '{queue_type}', which is not supported yet; declared as a classic queue",
+                queue.name,
+                queue.vhost
+            );
+        }
         vhost
             .declare_queue(
                 actor,
@@ -108,7 +123,7 @@ pub fn apply_definitions(
                     durable: queue.durable,
                     exclusive: false,
                     auto_delete: queue.auto_delete,
-                    arguments: json_args_to_table(&queue.arguments),
+                    arguments,
                 },
             )
             .map_err(|e| format!("{}: queue '{}': {e}", path.display(), queue.name))?;
