@@ -764,3 +764,71 @@ async fn blocked_publisher_is_not_read_until_the_alarm_clears() {
     );
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_are_sent_and_a_silent_client_is_disconnected() {
+    let broker = TestBroker::start().await;
+    let addr = broker.addr();
+    let mut silent = Raw::connect(addr).await;
+    silent.send_raw(&PROTOCOL_HEADER_091).await;
+    assert!(matches!(
+        silent.recv_method().await,
+        (0, Method::ConnectionStart { .. })
+    ));
+    silent
+        .send_method(
+            0,
+            &Method::ConnectionStartOk {
+                client_properties: Table::new(),
+                mechanism: "PLAIN".into(),
+                response: b"\0guest\0guest".to_vec(),
+                locale: "en_US".into(),
+            },
+        )
+        .await;
+    let (_, tune) = silent.recv_method().await;
+    let Method::ConnectionTune {
+        channel_max,
+        frame_max,
+        ..
+    } = tune
+    else {
+        panic!("expected connection.tune, got {tune:?}");
+    };
+    // A 1-second heartbeat: the broker sends heartbeats and, hearing nothing back for two
+    // intervals, closes the socket.
+    silent
+        .send_method(
+            0,
+            &Method::ConnectionTuneOk {
+                channel_max,
+                frame_max,
+                heartbeat: 1,
+            },
+        )
+        .await;
+    silent
+        .send_method(
+            0,
+            &Method::ConnectionOpen {
+                virtual_host: "/".into(),
+            },
+        )
+        .await;
+    assert_eq!(silent.recv_method().await, (0, Method::ConnectionOpenOk));
+    let mut heartbeats = 0;
+    while let Some(frame) = silent.recv_frame().await {
+        assert_eq!(
+            frame.frame_type, FRAME_HEARTBEAT,
+            "only heartbeats on an idle connection"
+        );
+        heartbeats += 1;
+    }
+    assert!(
+        heartbeats >= 1,
+        "the broker sent heartbeats before giving up"
+    );
+    let bystander = Raw::open_with_channel(addr).await;
+    still_healthy(bystander, addr).await;
+    broker.shutdown().await;
+}
