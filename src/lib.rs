@@ -53,6 +53,20 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+/// Sweeps expired messages out of every queue every 250 ms until shutdown.
+async fn expire_messages(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                broker.expire_messages();
+            }
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
 /// A running Warren server.
 pub struct Server {
     broker: Arc<Broker>,
@@ -94,6 +108,7 @@ impl Server {
             ..ListenerConfig::default()
         };
         let mut listeners = JoinSet::new();
+        listeners.spawn(expire_messages(Arc::clone(&broker), shutdown_rx.clone()));
         let mut amqp_addrs = Vec::new();
         for addr in settings.amqp_listeners() {
             let text = addr.to_socket_addr_string();

@@ -145,6 +145,14 @@ impl Broker {
         self.alarm_listeners.lock().push(listener);
     }
 
+    /// Removes expired messages from every queue of every vhost; the server calls this about
+    /// every 250 ms so an expired message anywhere in a queue is gone within a second.
+    pub fn expire_messages(&self) -> usize {
+        let now = crate::queue::now_ms();
+        let vhosts: Vec<Arc<VHost>> = self.vhosts.read().values().cloned().collect();
+        vhosts.iter().map(|v| v.expire_messages(now)).sum()
+    }
+
     /// Creates a vhost, or returns the existing one.
     pub fn add_vhost(&self, name: &str) -> Arc<VHost> {
         let mut vhosts = self.vhosts.write();

@@ -12,6 +12,7 @@
 pub mod access;
 pub mod broker;
 pub mod consumer;
+pub mod dead_letter;
 pub mod error;
 pub mod exchange;
 pub mod message;

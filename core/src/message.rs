@@ -38,6 +38,25 @@ impl Properties {
     pub fn is_persistent(&self) -> bool {
         self.delivery_mode == Some(2)
     }
+
+    /// The per-message TTL from `expiration`, if it is a valid one.
+    pub fn expiration_ms(&self) -> Option<u64> {
+        self.expiration
+            .as_deref()
+            .and_then(|e| parse_expiration(e).ok())
+    }
+}
+
+/// Parses an `expiration` property: milliseconds as a non-negative decimal integer. The error
+/// is the text RabbitMQ puts after "invalid expiration".
+pub fn parse_expiration(text: &str) -> Result<u64, String> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "invalid expiration '{text}': expected a non-negative integer of milliseconds"
+        ));
+    }
+    text.parse::<u64>()
+        .map_err(|_| format!("invalid expiration '{text}': too large"))
 }
 
 /// A published message: where it was published to, its properties and its body.

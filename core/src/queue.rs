@@ -7,14 +7,138 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::consumer::{ConsumerSpec, Delivery, DeliverySink};
 use crate::error::{resource, CoreError, CoreResult};
 use crate::message::Message;
 use crate::value::Table;
+use crate::vhost::VHost;
+
+/// Milliseconds on a monotonic clock, for message expiry.
+pub fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// Why a message left its queue for the dead-letter exchange (the `reason` in `x-death`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeathReason {
+    /// Rejected or nacked without requeue.
+    Rejected,
+    /// Its TTL passed.
+    Expired,
+    /// Pushed out (or refused) by a length limit.
+    MaxLen,
+    /// Redelivered more often than the delivery limit allows.
+    DeliveryLimit,
+}
+
+impl DeathReason {
+    /// The reason as RabbitMQ writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeathReason::Rejected => "rejected",
+            DeathReason::Expired => "expired",
+            DeathReason::MaxLen => "maxlen",
+            DeathReason::DeliveryLimit => "delivery_limit",
+        }
+    }
+}
+
+/// What a queue does when a length limit is reached (`x-overflow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overflow {
+    /// Drop (or dead-letter) the oldest ready message.
+    #[default]
+    DropHead,
+    /// Refuse the new message (publishers with confirms get a nack).
+    RejectPublish,
+    /// Refuse the new message and dead-letter it.
+    RejectPublishDlx,
+}
+
+/// Limits and dead-lettering settings of a queue, from its `x-` arguments.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// `x-message-ttl` in milliseconds.
+    pub message_ttl: Option<u64>,
+    /// `x-max-length`: most ready messages.
+    pub max_length: Option<u64>,
+    /// `x-max-length-bytes`: most ready body bytes.
+    pub max_length_bytes: Option<u64>,
+    /// `x-overflow`.
+    pub overflow: Overflow,
+    /// `x-dead-letter-exchange`.
+    pub dead_letter_exchange: Option<String>,
+    /// `x-dead-letter-routing-key`.
+    pub dead_letter_routing_key: Option<String>,
+}
+
+impl QueueLimits {
+    /// Reads and validates the arguments; the error names the argument and what is wrong.
+    pub fn from_arguments(arguments: &Table) -> Result<QueueLimits, String> {
+        let non_negative = |key: &str| -> Result<Option<u64>, String> {
+            match arguments.get(key) {
+                None => Ok(None),
+                Some(value) => match value.as_i64() {
+                    Some(n) if n >= 0 => Ok(Some(n as u64)),
+                    _ => Err(format!(
+                        "invalid arg '{key}': expected a non-negative integer, got {value} of type {}",
+                        value.type_name()
+                    )),
+                },
+            }
+        };
+        let string = |key: &str| -> Result<Option<String>, String> {
+            match arguments.get(key) {
+                None => Ok(None),
+                Some(value) => value.as_str().map(|s| Some(s.to_string())).ok_or_else(|| {
+                    format!(
+                        "invalid arg '{key}': expected a string, got {value} of type {}",
+                        value.type_name()
+                    )
+                }),
+            }
+        };
+        let overflow = match string("x-overflow")?.as_deref() {
+            None | Some("drop-head") => Overflow::DropHead,
+            Some("reject-publish") => Overflow::RejectPublish,
+            Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
+            Some(other) => {
+                return Err(format!(
+                    "invalid arg 'x-overflow': expected drop-head, reject-publish or reject-publish-dlx, got '{other}'"
+                ))
+            }
+        };
+        let limits = QueueLimits {
+            message_ttl: non_negative("x-message-ttl")?,
+            max_length: non_negative("x-max-length")?,
+            max_length_bytes: non_negative("x-max-length-bytes")?,
+            overflow,
+            dead_letter_exchange: string("x-dead-letter-exchange")?,
+            dead_letter_routing_key: string("x-dead-letter-routing-key")?,
+        };
+        if limits.dead_letter_routing_key.is_some() && limits.dead_letter_exchange.is_none() {
+            return Err(
+                "invalid arg 'x-dead-letter-routing-key': it needs x-dead-letter-exchange".into(),
+            );
+        }
+        Ok(limits)
+    }
+}
+
+/// What happened to a message offered to a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    /// Accepted (or dropped because the queue was deleted meanwhile).
+    Enqueued,
+    /// Refused by `x-overflow = reject-publish(-dlx)`: the publisher gets a nack.
+    Rejected,
+}
 
 /// How a listener settles deliveries it received from a queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,16 +185,31 @@ pub struct QueueStats {
     pub acknowledged: u64,
     /// Messages ever rejected without requeue and dropped.
     pub dropped: u64,
+    /// Messages ever removed because their TTL passed.
+    pub expired: u64,
+    /// Messages ever dead-lettered, by reason: rejected, expired, maxlen.
+    pub dead_lettered_rejected: u64,
+    /// See `dead_lettered_rejected`.
+    pub dead_lettered_expired: u64,
+    /// See `dead_lettered_rejected`.
+    pub dead_lettered_maxlen: u64,
+    /// Messages dropped by a length limit (drop-head without a dead-letter exchange).
+    pub dropped_maxlen: u64,
+    /// Publishes refused by `reject-publish`.
+    pub rejected_publishes: u64,
 }
 
 struct ReadyMessage {
     id: u64,
     message: Arc<Message>,
     redelivered: bool,
+    /// When the message expires (`now_ms` clock), from the queue's and the message's TTL.
+    expires_at: Option<u64>,
 }
 
 struct UnsettledMessage {
     message: Arc<Message>,
+    expires_at: Option<u64>,
 }
 
 struct AttachedConsumer {
@@ -91,11 +230,39 @@ struct QueueState {
     had_consumers: bool,
     deleted: bool,
     stats: QueueStats,
+    /// Body bytes of the ready messages (for x-max-length-bytes).
+    ready_bytes: u64,
+    /// Ready messages that carry an expiry, so queues without TTLs skip the sweep.
+    expiring: usize,
+    /// Messages to dead-letter once the lock is released (routing takes other queues' locks).
+    dead_letters: Vec<(Arc<Message>, DeathReason)>,
+}
+
+impl QueueState {
+    fn push_ready(&mut self, ready: ReadyMessage) {
+        self.ready_bytes += ready.message.body.len() as u64;
+        self.expiring += usize::from(ready.expires_at.is_some());
+        self.ready.push_back(ready);
+    }
+
+    fn pop_ready(&mut self) -> Option<ReadyMessage> {
+        let ready = self.ready.pop_front()?;
+        self.forget_ready(&ready);
+        Some(ready)
+    }
+
+    fn forget_ready(&mut self, ready: &ReadyMessage) {
+        self.ready_bytes -= ready.message.body.len() as u64;
+        self.expiring -= usize::from(ready.expires_at.is_some());
+    }
 }
 
 /// A classic queue.
 pub struct Queue {
     config: QueueConfig,
+    limits: QueueLimits,
+    /// The vhost dead letters are routed in.
+    vhost: Weak<VHost>,
     state: Mutex<QueueState>,
 }
 
@@ -114,11 +281,97 @@ pub enum ConsumerRemoval {
 
 impl Queue {
     /// A new, empty queue.
+    /// Arguments are taken as valid (see [`QueueLimits::from_arguments`]); invalid ones
+    /// are ignored here.
     pub fn new(config: QueueConfig) -> Arc<Queue> {
+        Self::in_vhost(config, Weak::new())
+    }
+
+    /// A new, empty queue that dead-letters through `vhost`.
+    pub fn in_vhost(config: QueueConfig, vhost: Weak<VHost>) -> Arc<Queue> {
+        let limits = QueueLimits::from_arguments(&config.arguments).unwrap_or_default();
         Arc::new(Queue {
             config,
+            limits,
+            vhost,
             state: Mutex::new(QueueState::default()),
         })
+    }
+
+    /// The queue's limits and dead-letter settings.
+    pub fn limits(&self) -> &QueueLimits {
+        &self.limits
+    }
+
+    /// Releases the lock, then routes the dead letters it collected.
+    fn finish(&self, mut state: MutexGuard<'_, QueueState>) {
+        let dead = std::mem::take(&mut state.dead_letters);
+        drop(state);
+        if dead.is_empty() {
+            return;
+        }
+        if let Some(vhost) = self.vhost.upgrade() {
+            vhost.dead_letter(self, dead);
+        }
+    }
+
+    /// Removes a message for `reason`: dead-letters it where the queue has a dead-letter
+    /// exchange, otherwise counts it as dropped.
+    fn discard(&self, state: &mut QueueState, message: Arc<Message>, reason: DeathReason) {
+        match reason {
+            DeathReason::Expired => state.stats.expired += 1,
+            DeathReason::Rejected => state.stats.dropped += 1,
+            DeathReason::MaxLen => state.stats.dropped_maxlen += 1,
+            DeathReason::DeliveryLimit => {}
+        }
+        if self.limits.dead_letter_exchange.is_some() {
+            match reason {
+                DeathReason::Rejected => state.stats.dead_lettered_rejected += 1,
+                DeathReason::Expired => state.stats.dead_lettered_expired += 1,
+                DeathReason::MaxLen => state.stats.dead_lettered_maxlen += 1,
+                DeathReason::DeliveryLimit => {}
+            }
+            state.dead_letters.push((message, reason));
+        }
+    }
+
+    /// Removes expired messages at the head, where dispatch and get look.
+    fn expire_head(&self, state: &mut QueueState, now: u64) {
+        while state.expiring > 0 {
+            match state.ready.front() {
+                Some(head) if head.expires_at.is_some_and(|at| at < now) => {
+                    if let Some(expired) = state.pop_ready() {
+                        self.discard(state, expired.message, DeathReason::Expired);
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// Removes every expired ready message, wherever it is in the queue, so expired messages
+    /// stop counting toward depth and limits within one sweep (RabbitMQ only drops them at
+    /// the head). Returns how many expired.
+    pub fn expire(self: &Arc<Self>, now: u64) -> usize {
+        let mut state = self.state.lock();
+        if state.expiring == 0 {
+            return 0;
+        }
+        let before = state.ready.len();
+        let ready = std::mem::take(&mut state.ready);
+        let mut kept = VecDeque::with_capacity(ready.len());
+        for message in ready {
+            if message.expires_at.is_some_and(|at| at < now) {
+                state.forget_ready(&message);
+                self.discard(&mut state, message.message, DeathReason::Expired);
+            } else {
+                kept.push_back(message);
+            }
+        }
+        state.ready = kept;
+        let expired = before - state.ready.len();
+        self.finish(state);
+        expired
     }
 
     /// The queue's declared properties.
@@ -171,21 +424,67 @@ impl Queue {
         }
     }
 
-    /// Appends a message and hands ready messages to consumers with credit.
-    pub fn enqueue(self: &Arc<Self>, message: Arc<Message>) {
+    /// Appends a message and hands ready messages to consumers with credit, applying the
+    /// queue's TTL and length limits.
+    pub fn enqueue(self: &Arc<Self>, message: Arc<Message>) -> EnqueueOutcome {
         let mut state = self.state.lock();
         if state.deleted {
-            return;
+            return EnqueueOutcome::Enqueued;
+        }
+        let now = now_ms();
+        let ttl = match (self.limits.message_ttl, message.properties.expiration_ms()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let size = message.body.len() as u64;
+        if self.limits.max_length.is_some() || self.limits.max_length_bytes.is_some() {
+            self.expire_head(&mut state, now);
+            let over = |state: &QueueState| {
+                self.limits
+                    .max_length
+                    .is_some_and(|max| state.ready.len() as u64 + 1 > max)
+                    || self
+                        .limits
+                        .max_length_bytes
+                        .is_some_and(|max| state.ready_bytes + size > max)
+            };
+            match self.limits.overflow {
+                Overflow::DropHead => {
+                    while over(&state) {
+                        let Some(head) = state.pop_ready() else { break };
+                        self.discard(&mut state, head.message, DeathReason::MaxLen);
+                    }
+                    // A message larger than the byte limit by itself is dropped too.
+                    if over(&state) {
+                        state.stats.published += 1;
+                        self.discard(&mut state, message, DeathReason::MaxLen);
+                        self.finish(state);
+                        return EnqueueOutcome::Enqueued;
+                    }
+                }
+                Overflow::RejectPublish | Overflow::RejectPublishDlx if over(&state) => {
+                    state.stats.rejected_publishes += 1;
+                    if self.limits.overflow == Overflow::RejectPublishDlx {
+                        self.discard(&mut state, message, DeathReason::MaxLen);
+                    }
+                    self.finish(state);
+                    return EnqueueOutcome::Rejected;
+                }
+                _ => {}
+            }
         }
         let id = state.next_message_id;
         state.next_message_id += 1;
         state.stats.published += 1;
-        state.ready.push_back(ReadyMessage {
+        state.push_ready(ReadyMessage {
             id,
             message,
             redelivered: false,
+            expires_at: ttl.map(|ttl| now.saturating_add(ttl)),
         });
         self.dispatch_locked(&mut state);
+        self.finish(state);
+        EnqueueOutcome::Enqueued
     }
 
     /// Hands ready messages to consumers while they have credit. Listeners call this when a
@@ -193,14 +492,23 @@ impl Queue {
     pub fn dispatch(self: &Arc<Self>) {
         let mut state = self.state.lock();
         self.dispatch_locked(&mut state);
+        self.finish(state);
     }
 
     fn dispatch_locked(self: &Arc<Self>, state: &mut QueueState) {
-        while !state.ready.is_empty() && !state.consumers.is_empty() {
+        if state.consumers.is_empty() {
+            return;
+        }
+        let now = now_ms();
+        loop {
+            self.expire_head(state, now);
+            if state.ready.is_empty() || state.consumers.is_empty() {
+                return;
+            }
             let Some(index) = Self::next_consumer_with_credit(state) else {
                 return;
             };
-            let Some(ready) = state.ready.pop_front() else {
+            let Some(ready) = state.pop_ready() else {
                 return;
             };
             let consumer = &state.consumers[index];
@@ -211,6 +519,7 @@ impl Queue {
                     ready.id,
                     UnsettledMessage {
                         message: Arc::clone(&ready.message),
+                        expires_at: ready.expires_at,
                     },
                 );
             }
@@ -252,12 +561,17 @@ impl Queue {
     /// Takes the next ready message for a basic.get, with the number of ready messages left.
     pub fn get(self: &Arc<Self>, needs_settlement: bool) -> Option<(Delivery, u64)> {
         let mut state = self.state.lock();
-        let ready = state.ready.pop_front()?;
+        self.expire_head(&mut state, now_ms());
+        let Some(ready) = state.pop_ready() else {
+            self.finish(state);
+            return None;
+        };
         if needs_settlement {
             state.unsettled.insert(
                 ready.id,
                 UnsettledMessage {
                     message: Arc::clone(&ready.message),
+                    expires_at: ready.expires_at,
                 },
             );
         }
@@ -270,6 +584,7 @@ impl Queue {
             redelivered: ready.redelivered,
             needs_settlement,
         };
+        self.finish(state);
         Some((delivery, remaining))
     }
 
@@ -278,14 +593,17 @@ impl Queue {
     pub fn settle(self: &Arc<Self>, ids: &[u64], settlement: Settlement) {
         let mut state = self.state.lock();
         match settlement {
-            Settlement::Ack | Settlement::Reject => {
+            Settlement::Ack => {
                 for id in ids {
                     if state.unsettled.remove(id).is_some() {
-                        if settlement == Settlement::Ack {
-                            state.stats.acknowledged += 1;
-                        } else {
-                            state.stats.dropped += 1;
-                        }
+                        state.stats.acknowledged += 1;
+                    }
+                }
+            }
+            Settlement::Reject => {
+                for id in ids {
+                    if let Some(unsettled) = state.unsettled.remove(id) {
+                        self.discard(&mut state, unsettled.message, DeathReason::Rejected);
                     }
                 }
             }
@@ -293,14 +611,15 @@ impl Queue {
                 for &id in ids {
                     if let Some(unsettled) = state.unsettled.remove(&id) {
                         let position = state.ready.partition_point(|m| m.id < id);
-                        state.ready.insert(
-                            position,
-                            ReadyMessage {
-                                id,
-                                message: unsettled.message,
-                                redelivered: true,
-                            },
-                        );
+                        let ready = ReadyMessage {
+                            id,
+                            message: unsettled.message,
+                            redelivered: true,
+                            expires_at: unsettled.expires_at,
+                        };
+                        state.ready_bytes += ready.message.body.len() as u64;
+                        state.expiring += usize::from(ready.expires_at.is_some());
+                        state.ready.insert(position, ready);
                     }
                 }
                 if !state.deleted {
@@ -308,6 +627,7 @@ impl Queue {
                 }
             }
         }
+        self.finish(state);
     }
 
     /// Attaches a consumer and starts delivering to it. Fails with 403 when an exclusive
@@ -337,6 +657,7 @@ impl Queue {
             .insert(position, AttachedConsumer { id, spec, sink });
         state.had_consumers = true;
         self.dispatch_locked(&mut state);
+        self.finish(state);
         Ok(id)
     }
 
@@ -361,6 +682,8 @@ impl Queue {
         let mut state = self.state.lock();
         let count = state.ready.len() as u64;
         state.ready.clear();
+        state.ready_bytes = 0;
+        state.expiring = 0;
         count
     }
 
@@ -372,6 +695,8 @@ impl Queue {
             state.deleted = true;
             let count = state.ready.len() as u64;
             state.ready.clear();
+            state.ready_bytes = 0;
+            state.expiring = 0;
             state.unsettled.clear();
             (count, std::mem::take(&mut state.consumers))
         };

@@ -6,7 +6,8 @@
 //! the publish path never takes; routing only takes read locks.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use base64::Engine;
 use parking_lot::{Mutex, RwLock};
@@ -14,10 +15,11 @@ use rand::RngCore;
 
 use crate::access::{access_refused, Access, Permissions, ResourceKind};
 use crate::consumer::{ConsumerSpec, DeliverySink};
+use crate::dead_letter::{death_field, with_death};
 use crate::error::{resource, CoreError, CoreResult, ErrorKind};
 use crate::exchange::{Binding, DestinationName, Exchange, ExchangeConfig, ExchangeKind, Target};
 use crate::message::Message;
-use crate::queue::{ConsumerRemoval, Queue, QueueConfig};
+use crate::queue::{ConsumerRemoval, DeathReason, Queue, QueueConfig, QueueLimits};
 use crate::routing::headers::validate_x_match;
 use crate::value::{Table, Value};
 
@@ -102,6 +104,10 @@ pub struct VHost {
     queues: RwLock<HashMap<String, Arc<Queue>>>,
     permissions: RwLock<HashMap<String, Arc<Permissions>>>,
     topology: Mutex<()>,
+    /// This vhost, for queues that route their dead letters through it.
+    me: Weak<VHost>,
+    /// Dead letters dropped because their dead-letter exchange did not exist.
+    dead_letters_dropped: AtomicU64,
 }
 
 impl VHost {
@@ -114,6 +120,8 @@ impl VHost {
             queues: RwLock::new(HashMap::new()),
             permissions: RwLock::new(HashMap::new()),
             topology: Mutex::new(()),
+            me: Weak::new(),
+            dead_letters_dropped: AtomicU64::new(0),
         };
         {
             let mut exchanges = vhost.exchanges.write();
@@ -138,7 +146,10 @@ impl VHost {
                 exchanges.insert(name.to_string(), Exchange::new(config));
             }
         }
-        Arc::new(vhost)
+        Arc::new_cyclic(|me| VHost {
+            me: me.clone(),
+            ..vhost
+        })
     }
 
     /// The vhost's name.
@@ -432,7 +443,9 @@ impl VHost {
             auto_delete: request.auto_delete,
             arguments: request.arguments,
         };
-        self.queues.write().insert(name.clone(), Queue::new(config));
+        self.queues
+            .write()
+            .insert(name.clone(), Queue::in_vhost(config, self.me.clone()));
         Ok(QueueDeclared {
             name,
             message_count: 0,
@@ -441,6 +454,12 @@ impl VHost {
     }
 
     fn validate_queue_arguments(&self, name: &str, arguments: &Table) -> CoreResult<()> {
+        QueueLimits::from_arguments(arguments).map_err(|problem| {
+            CoreError::precondition_failed(format!(
+                "{problem} (queue '{name}' in vhost '{}')",
+                self.name
+            ))
+        })?;
         if let Some(queue_type) = arguments.get("x-queue-type") {
             match queue_type.as_str() {
                 Some("classic") => {}
@@ -708,6 +727,90 @@ impl VHost {
             arguments,
         };
         Ok((binding, target, exchange))
+    }
+
+    // ---- dead-lettering and expiry ---------------------------------------------------
+
+    /// Removes expired messages from every queue (called about every 250 ms by the server).
+    pub fn expire_messages(&self, now: u64) -> usize {
+        self.queues().iter().map(|q| q.expire(now)).sum()
+    }
+
+    /// Dead letters dropped because their dead-letter exchange did not exist.
+    pub fn dead_letters_dropped(&self) -> u64 {
+        self.dead_letters_dropped.load(Ordering::Relaxed)
+    }
+
+    /// Republishes messages that left `queue` through its dead-letter exchange, with the
+    /// `x-death` history RabbitMQ 4.x writes. A message is not delivered back into a queue it
+    /// already died in unless a rejection is part of its history, which breaks automatic
+    /// cycles (expiry or length limits) as RabbitMQ does.
+    pub(crate) fn dead_letter(&self, queue: &Queue, letters: Vec<(Arc<Message>, DeathReason)>) {
+        let limits = queue.limits();
+        let Some(dlx) = limits.dead_letter_exchange.as_deref() else {
+            return;
+        };
+        let exchange = if dlx.is_empty() {
+            None
+        } else {
+            self.exchange(dlx)
+        };
+        if !dlx.is_empty() && exchange.is_none() {
+            self.dead_letters_dropped
+                .fetch_add(letters.len() as u64, Ordering::Relaxed);
+            return;
+        }
+        let mut routed = Vec::new();
+        for (message, reason) in letters {
+            let dead = with_death(
+                &message,
+                queue.name(),
+                reason,
+                dlx,
+                limits.dead_letter_routing_key.as_deref(),
+            );
+            routed.clear();
+            match &exchange {
+                None => {
+                    if let Some(target) = self.queue(&dead.routing_key) {
+                        routed.push(target);
+                    }
+                }
+                Some(exchange) => {
+                    let mut visited = Vec::new();
+                    let mut targets = Vec::new();
+                    self.route_through(exchange, &dead, &mut targets, &mut visited, &mut routed);
+                }
+            }
+            let deaths = dead
+                .properties
+                .headers
+                .as_ref()
+                .and_then(|h| match h.get("x-death") {
+                    Some(Value::Array(entries)) => Some(entries.clone()),
+                    _ => None,
+                });
+            let rejected_in_history = deaths
+                .iter()
+                .flatten()
+                .any(|entry| death_field(entry, "reason") == Some("rejected"));
+            let dead = Arc::new(dead);
+            for target in &routed {
+                let cycles = !rejected_in_history
+                    && deaths
+                        .iter()
+                        .flatten()
+                        .any(|entry| death_field(entry, "queue") == Some(target.name()));
+                if cycles {
+                    tracing::debug!(
+                        queue = target.name(),
+                        "dead-letter cycle detected; message dropped"
+                    );
+                    continue;
+                }
+                target.enqueue(Arc::clone(&dead));
+            }
+        }
     }
 
     // ---- publishing ------------------------------------------------------------------

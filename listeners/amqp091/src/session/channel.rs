@@ -9,8 +9,9 @@ use rand::RngCore;
 use warren_core::access::Access;
 use warren_core::consumer::ConsumerSpec;
 use warren_core::exchange::DestinationName;
+use warren_core::message::parse_expiration;
 use warren_core::message::{Message, Properties};
-use warren_core::queue::{Queue, Settlement};
+use warren_core::queue::{EnqueueOutcome, Queue, Settlement};
 use warren_core::vhost::{Actor, ExchangeDeclare, QueueDeclare, VHost, DIRECT_REPLY_TO};
 
 use super::{settle_grouped, Session};
@@ -821,6 +822,11 @@ impl Session {
             }
             channel.publish_allowed.push(pending.exchange.clone());
         }
+        if let Some(expiration) = &properties.expiration {
+            if let Err(problem) = parse_expiration(expiration) {
+                return Err(AmqpError::new(reply::PRECONDITION_FAILED, problem).on(60, 40));
+            }
+        }
         if let Some(user_id) = &properties.user_id {
             if *user_id != user {
                 return Err(AmqpError::new(
@@ -868,17 +874,40 @@ impl Session {
                 Ok(())
             }
             Mode::Confirm => {
-                self.route_and_enqueue(ch, &vhost, &exchange, pending.mandatory, message)?;
+                let accepted =
+                    self.route_and_enqueue(ch, &vhost, &exchange, pending.mandatory, message)?;
                 let channel = self.channel(ch);
                 channel.publish_seq += 1;
+                if !accepted {
+                    // A queue refused it (x-overflow reject-publish): confirm what came
+                    // before, then nack this one.
+                    let seq = channel.publish_seq;
+                    channel.publish_seq -= 1;
+                    let earlier = channel.take_confirm();
+                    let channel = self.channel(ch);
+                    channel.publish_seq = seq;
+                    channel.confirmed_seq = seq;
+                    if let Some(ack) = earlier {
+                        self.outbox.send_method(ch, &ack);
+                    }
+                    self.outbox.send_method(
+                        ch,
+                        &Method::BasicNack {
+                            delivery_tag: seq,
+                            multiple: false,
+                            requeue: false,
+                        },
+                    );
+                    return Ok(());
+                }
                 if channel.publish_seq == channel.confirmed_seq + 1 {
                     self.pending_confirms.push(ch);
                 }
                 Ok(())
             }
-            Mode::Plain => {
-                self.route_and_enqueue(ch, &vhost, &exchange, pending.mandatory, message)
-            }
+            Mode::Plain => self
+                .route_and_enqueue(ch, &vhost, &exchange, pending.mandatory, message)
+                .map(|_| ()),
         }
     }
 
@@ -889,8 +918,9 @@ impl Session {
         exchange: &str,
         mandatory: bool,
         message: Arc<Message>,
-    ) -> Result<(), AmqpError> {
+    ) -> Result<bool, AmqpError> {
         let mut routed = std::mem::take(&mut self.routed);
+        let mut accepted = true;
         routed.clear();
         if let Err(error) = vhost.route(exchange, &message, &mut routed) {
             self.routed = routed;
@@ -906,12 +936,12 @@ impl Session {
         } else {
             let last = routed.len() - 1;
             for queue in &routed[..last] {
-                queue.enqueue(Arc::clone(&message));
+                accepted &= queue.enqueue(Arc::clone(&message)) == EnqueueOutcome::Enqueued;
             }
-            routed[last].enqueue(message);
+            accepted &= routed[last].enqueue(message) == EnqueueOutcome::Enqueued;
         }
         routed.clear();
         self.routed = routed;
-        Ok(())
+        Ok(accepted)
     }
 }

@@ -1,0 +1,394 @@
+//! Queue TTL, per-message expiration, dead-lettering with x-death, and length limits, driven
+//! through lapin. Waits are event waits on broker state with generous bounds, never sleeps.
+
+use std::time::Duration;
+
+use lapin::options::{
+    BasicGetOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ErrorKind};
+use warren_interop_tests::{wait_for, TestBroker};
+
+async fn channel(broker: &TestBroker) -> (Connection, Channel) {
+    let connection = Connection::connect(&broker.url(), ConnectionProperties::default())
+        .await
+        .expect("connects");
+    let channel = connection.create_channel().await.expect("channel");
+    (connection, channel)
+}
+
+fn args(entries: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut table = FieldTable::default();
+    for (key, value) in entries {
+        table.insert(ShortString::from(*key), value.clone());
+    }
+    table
+}
+
+fn text(value: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(value))
+}
+
+async fn declare(channel: &Channel, name: &str, arguments: FieldTable) {
+    channel
+        .queue_declare(name.into(), QueueDeclareOptions::default(), arguments)
+        .await
+        .unwrap_or_else(|e| panic!("declare {name}: {e}"));
+}
+
+async fn publish(channel: &Channel, queue: &str, body: &[u8], properties: BasicProperties) {
+    channel
+        .basic_publish(
+            "".into(),
+            queue.into(),
+            BasicPublishOptions::default(),
+            body,
+            properties,
+        )
+        .await
+        .expect("publish");
+}
+
+fn ready(broker: &TestBroker, queue: &str) -> u64 {
+    broker
+        .broker()
+        .vhost("/")
+        .and_then(|v| v.queue(queue))
+        .map_or(0, |q| q.stats().ready)
+}
+
+/// The x-death entries of a message, as (queue, reason, count) in header order.
+fn deaths(properties: &BasicProperties) -> Vec<(String, String, i64)> {
+    let headers = properties.headers().as_ref().expect("headers");
+    let Some(AMQPValue::FieldArray(entries)) = headers.inner().get("x-death") else {
+        panic!("x-death array expected in {headers:?}");
+    };
+    entries
+        .as_slice()
+        .iter()
+        .map(|entry| {
+            let AMQPValue::FieldTable(entry) = entry else {
+                panic!("x-death entry is a table")
+            };
+            let field = |key: &str| match entry.inner().get(key) {
+                Some(AMQPValue::LongString(s)) => s.to_string(),
+                other => panic!("{key}: {other:?}"),
+            };
+            let count = match entry.inner().get("count") {
+                Some(AMQPValue::LongLongInt(n)) => *n,
+                other => panic!("count: {other:?}"),
+            };
+            (field("queue"), field("reason"), count)
+        })
+        .collect()
+}
+
+fn header_text(properties: &BasicProperties, key: &str) -> String {
+    match properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(key))
+    {
+        Some(AMQPValue::LongString(s)) => s.to_string(),
+        other => panic!("{key}: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_ladder_with_two_delay_tiers_dead_letters_expired_messages_with_x_death() {
+    let broker = TestBroker::start().await;
+    let (_connection, channel) = channel(&broker).await;
+    declare(&channel, "work", FieldTable::default()).await;
+    for (tier, ttl) in [("retry-1", 50i32), ("retry-2", 150)] {
+        declare(
+            &channel,
+            tier,
+            args(&[
+                ("x-message-ttl", AMQPValue::LongInt(ttl)),
+                ("x-dead-letter-exchange", text("")),
+                ("x-dead-letter-routing-key", text("work")),
+            ]),
+        )
+        .await;
+    }
+    publish(&channel, "retry-1", b"first", BasicProperties::default()).await;
+    assert!(
+        wait_for(Duration::from_secs(10), || ready(&broker, "work") == 1).await,
+        "tier 1 expires into work"
+    );
+    let message = channel
+        .basic_get("work".into(), BasicGetOptions::default())
+        .await
+        .expect("get")
+        .expect("a dead-lettered message");
+    assert_eq!(message.delivery.data, b"first");
+    assert_eq!(message.delivery.routing_key.as_str(), "work");
+    assert_eq!(
+        deaths(&message.delivery.properties),
+        vec![("retry-1".into(), "expired".into(), 1)]
+    );
+    assert_eq!(
+        header_text(&message.delivery.properties, "x-first-death-reason"),
+        "expired"
+    );
+    assert_eq!(
+        header_text(&message.delivery.properties, "x-last-death-queue"),
+        "retry-1"
+    );
+
+    // Second round: the consumer sends it to the slower tier with a per-message expiration
+    // that is longer than the queue TTL (the lower wins) and must be removed on expiry.
+    let properties = message
+        .delivery
+        .properties
+        .clone()
+        .with_expiration("60000".into());
+    message.delivery.ack(Default::default()).await.expect("ack");
+    publish(&channel, "retry-2", b"first", properties).await;
+    assert!(
+        wait_for(Duration::from_secs(10), || ready(&broker, "work") == 1).await,
+        "tier 2 expires into work"
+    );
+    let message = channel
+        .basic_get("work".into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+        .expect("dead-lettered again");
+    assert_eq!(
+        deaths(&message.delivery.properties),
+        vec![
+            ("retry-2".into(), "expired".into(), 1),
+            ("retry-1".into(), "expired".into(), 1)
+        ]
+    );
+    assert_eq!(
+        message.delivery.properties.expiration(),
+        &None,
+        "expiration is removed"
+    );
+    assert_eq!(
+        header_text(&message.delivery.properties, "x-first-death-queue"),
+        "retry-1"
+    );
+    assert_eq!(
+        header_text(&message.delivery.properties, "x-last-death-queue"),
+        "retry-2"
+    );
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_messages_count_up_in_x_death_over_several_rounds() {
+    let broker = TestBroker::start().await;
+    let (_connection, channel) = channel(&broker).await;
+    declare(
+        &channel,
+        "jobs",
+        args(&[
+            ("x-dead-letter-exchange", text("")),
+            ("x-dead-letter-routing-key", text("jobs")),
+        ]),
+    )
+    .await;
+    publish(&channel, "jobs", b"job", BasicProperties::default()).await;
+    for round in 1..=3i64 {
+        assert!(wait_for(Duration::from_secs(10), || ready(&broker, "jobs") == 1).await);
+        let message = channel
+            .basic_get("jobs".into(), BasicGetOptions::default())
+            .await
+            .expect("get")
+            .expect("the job");
+        if round > 1 {
+            assert_eq!(
+                deaths(&message.delivery.properties),
+                vec![("jobs".into(), "rejected".into(), round - 1)]
+            );
+        }
+        message
+            .delivery
+            .nack(BasicNackOptions {
+                multiple: false,
+                requeue: false,
+            })
+            .await
+            .expect("nack");
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_messages_anywhere_in_the_queue_are_removed_and_never_delivered() {
+    let broker = TestBroker::start().await;
+    let (_connection, channel) = channel(&broker).await;
+    declare(&channel, "mixed", FieldTable::default()).await;
+    publish(&channel, "mixed", b"keep-1", BasicProperties::default()).await;
+    publish(
+        &channel,
+        "mixed",
+        b"short",
+        BasicProperties::default().with_expiration("30".into()),
+    )
+    .await;
+    publish(&channel, "mixed", b"keep-2", BasicProperties::default()).await;
+    assert!(
+        wait_for(Duration::from_secs(5), || ready(&broker, "mixed") == 2).await,
+        "the expired middle message stops counting within a second"
+    );
+    for expected in [&b"keep-1"[..], b"keep-2"] {
+        let message = channel
+            .basic_get("mixed".into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("get")
+            .expect("message");
+        assert_eq!(message.delivery.data, expected);
+    }
+    let stats = broker
+        .broker()
+        .vhost("/")
+        .unwrap()
+        .queue("mixed")
+        .unwrap()
+        .stats();
+    assert_eq!(stats.expired, 1);
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_expiration_is_a_406_channel_error() {
+    let broker = TestBroker::start().await;
+    let (connection, channel) = channel(&broker).await;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    declare(&channel, "q", FieldTable::default()).await;
+    let confirm = channel
+        .basic_publish(
+            "".into(),
+            "q".into(),
+            BasicPublishOptions::default(),
+            b"x",
+            BasicProperties::default().with_expiration("soon".into()),
+        )
+        .await
+        .expect("sent");
+    let error = confirm
+        .await
+        .expect_err("the broker refuses the expiration");
+    match error.kind() {
+        ErrorKind::ProtocolError(e) => {
+            assert_eq!(e.get_id(), 406);
+            assert_eq!(
+                e.get_message().as_str(),
+                "PRECONDITION_FAILED - invalid expiration 'soon': expected a non-negative integer of milliseconds"
+            );
+        }
+        other => panic!("expected a 406 channel close, got {other:?}"),
+    }
+    assert!(connection.status().connected(), "only the channel closes");
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overflow_modes_under_confirms() {
+    let broker = TestBroker::start().await;
+    let (_connection, channel) = channel(&broker).await;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    declare(&channel, "dlq", FieldTable::default()).await;
+    declare(
+        &channel,
+        "head",
+        args(&[
+            ("x-max-length", AMQPValue::LongInt(2)),
+            ("x-dead-letter-exchange", text("")),
+            ("x-dead-letter-routing-key", text("dlq")),
+        ]),
+    )
+    .await;
+    declare(
+        &channel,
+        "refuse",
+        args(&[
+            ("x-max-length", AMQPValue::LongInt(2)),
+            ("x-overflow", text("reject-publish")),
+        ]),
+    )
+    .await;
+    declare(
+        &channel,
+        "refuse-dlx",
+        args(&[
+            ("x-max-length", AMQPValue::LongInt(2)),
+            ("x-overflow", text("reject-publish-dlx")),
+            ("x-dead-letter-exchange", text("")),
+            ("x-dead-letter-routing-key", text("dlq")),
+        ]),
+    )
+    .await;
+    let mut outcomes = Vec::new();
+    for queue in ["head", "refuse", "refuse-dlx"] {
+        for body in ["1", "2", "3"] {
+            let confirm = channel
+                .basic_publish(
+                    "".into(),
+                    queue.into(),
+                    BasicPublishOptions::default(),
+                    body.as_bytes(),
+                    BasicProperties::default(),
+                )
+                .await
+                .expect("sent")
+                .await
+                .expect("confirmed or nacked");
+            outcomes.push((queue, body, confirm.is_ack()));
+        }
+    }
+    assert_eq!(
+        outcomes,
+        vec![
+            ("head", "1", true),
+            ("head", "2", true),
+            ("head", "3", true),
+            ("refuse", "1", true),
+            ("refuse", "2", true),
+            ("refuse", "3", false),
+            ("refuse-dlx", "1", true),
+            ("refuse-dlx", "2", true),
+            ("refuse-dlx", "3", false),
+        ]
+    );
+    let mut bodies = Vec::new();
+    while let Some(message) = channel
+        .basic_get("head".into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+    {
+        bodies.push(String::from_utf8(message.delivery.data.clone()).unwrap());
+    }
+    assert_eq!(bodies, ["2", "3"], "drop-head drops the oldest");
+    let mut dead = Vec::new();
+    while let Some(message) = channel
+        .basic_get("dlq".into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+    {
+        dead.push((
+            String::from_utf8(message.delivery.data.clone()).unwrap(),
+            deaths(&message.delivery.properties)[0].clone(),
+        ));
+    }
+    assert_eq!(
+        dead,
+        vec![
+            ("1".into(), ("head".into(), "maxlen".into(), 1)),
+            ("3".into(), ("refuse-dlx".into(), "maxlen".into(), 1)),
+        ]
+    );
+    assert_eq!(ready(&broker, "refuse"), 2);
+    broker.shutdown().await;
+}
