@@ -76,6 +76,8 @@ pub struct QueueLimits {
     pub dead_letter_exchange: Option<String>,
     /// `x-dead-letter-routing-key`.
     pub dead_letter_routing_key: Option<String>,
+    /// `x-max-priority` (1 to 255): the queue keeps one FIFO per priority up to this.
+    pub max_priority: Option<u8>,
 }
 
 impl QueueLimits {
@@ -114,7 +116,17 @@ impl QueueLimits {
                 ))
             }
         };
+        let max_priority = match non_negative("x-max-priority")? {
+            None => None,
+            Some(p @ 1..=255) => Some(p as u8),
+            Some(p) => {
+                return Err(format!(
+                    "invalid arg 'x-max-priority': expected an integer from 1 to 255, got {p}"
+                ))
+            }
+        };
         let limits = QueueLimits {
+            max_priority,
             message_ttl: non_negative("x-message-ttl")?,
             max_length: non_negative("x-max-length")?,
             max_length_bytes: non_negative("x-max-length-bytes")?,
@@ -218,10 +230,94 @@ struct AttachedConsumer {
     sink: Arc<dyn DeliverySink>,
 }
 
+/// Ready messages: one FIFO per priority level (one level for a queue without
+/// `x-max-priority`), each in id order so a requeued message goes back to its position.
+#[derive(Default)]
+struct ReadyStore {
+    levels: Vec<VecDeque<ReadyMessage>>,
+    len: usize,
+}
+
+impl ReadyStore {
+    fn new(levels: usize) -> ReadyStore {
+        ReadyStore {
+            levels: (0..levels.max(1)).map(|_| VecDeque::new()).collect(),
+            len: 0,
+        }
+    }
+
+    /// The level of a message: its priority, capped at the queue's maximum.
+    fn level_of(&self, message: &Message) -> usize {
+        usize::from(message.properties.priority.unwrap_or(0)).min(self.levels.len() - 1)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn push_back(&mut self, ready: ReadyMessage) {
+        let level = self.level_of(&ready.message);
+        self.levels[level].push_back(ready);
+        self.len += 1;
+    }
+
+    /// Puts a requeued message back at its original position in its level.
+    fn insert_by_id(&mut self, ready: ReadyMessage) {
+        let level = self.level_of(&ready.message);
+        let position = self.levels[level].partition_point(|m| m.id < ready.id);
+        self.levels[level].insert(position, ready);
+        self.len += 1;
+    }
+
+    /// The next message to deliver: the oldest of the highest non-empty level.
+    fn front(&self) -> Option<&ReadyMessage> {
+        self.levels.iter().rev().find_map(|level| level.front())
+    }
+
+    fn pop_front(&mut self) -> Option<ReadyMessage> {
+        let ready = self
+            .levels
+            .iter_mut()
+            .rev()
+            .find_map(|level| level.pop_front())?;
+        self.len -= 1;
+        Some(ready)
+    }
+
+    /// Removes and returns every message for which `expired` holds.
+    fn take_where(&mut self, mut expired: impl FnMut(&ReadyMessage) -> bool) -> Vec<ReadyMessage> {
+        let mut taken = Vec::new();
+        for level in &mut self.levels {
+            let mut kept = VecDeque::with_capacity(level.len());
+            for message in level.drain(..) {
+                if expired(&message) {
+                    taken.push(message);
+                } else {
+                    kept.push_back(message);
+                }
+            }
+            *level = kept;
+        }
+        self.len -= taken.len();
+        taken
+    }
+
+    fn clear(&mut self) {
+        for level in &mut self.levels {
+            level.clear();
+        }
+        self.len = 0;
+    }
+}
+
 #[derive(Default)]
 struct QueueState {
-    /// Ready messages in id order; requeued messages are put back at their position.
-    ready: VecDeque<ReadyMessage>,
+    /// Ready messages by priority, each level in id order.
+    ready: ReadyStore,
     unsettled: HashMap<u64, UnsettledMessage>,
     /// Sorted by priority, highest first (stable, so equal priorities keep attach order).
     consumers: Vec<AttachedConsumer>,
@@ -290,11 +386,15 @@ impl Queue {
     /// A new, empty queue that dead-letters through `vhost`.
     pub fn in_vhost(config: QueueConfig, vhost: Weak<VHost>) -> Arc<Queue> {
         let limits = QueueLimits::from_arguments(&config.arguments).unwrap_or_default();
+        let levels = usize::from(limits.max_priority.unwrap_or(0)) + 1;
         Arc::new(Queue {
             config,
             limits,
             vhost,
-            state: Mutex::new(QueueState::default()),
+            state: Mutex::new(QueueState {
+                ready: ReadyStore::new(levels),
+                ..QueueState::default()
+            }),
         })
     }
 
@@ -357,19 +457,14 @@ impl Queue {
         if state.expiring == 0 {
             return 0;
         }
-        let before = state.ready.len();
-        let ready = std::mem::take(&mut state.ready);
-        let mut kept = VecDeque::with_capacity(ready.len());
-        for message in ready {
-            if message.expires_at.is_some_and(|at| at < now) {
-                state.forget_ready(&message);
-                self.discard(&mut state, message.message, DeathReason::Expired);
-            } else {
-                kept.push_back(message);
-            }
+        let taken = state
+            .ready
+            .take_where(|m| m.expires_at.is_some_and(|at| at < now));
+        let expired = taken.len();
+        for message in taken {
+            state.forget_ready(&message);
+            self.discard(&mut state, message.message, DeathReason::Expired);
         }
-        state.ready = kept;
-        let expired = before - state.ready.len();
         self.finish(state);
         expired
     }
@@ -610,7 +705,6 @@ impl Queue {
             Settlement::Requeue => {
                 for &id in ids {
                     if let Some(unsettled) = state.unsettled.remove(&id) {
-                        let position = state.ready.partition_point(|m| m.id < id);
                         let ready = ReadyMessage {
                             id,
                             message: unsettled.message,
@@ -619,7 +713,7 @@ impl Queue {
                         };
                         state.ready_bytes += ready.message.body.len() as u64;
                         state.expiring += usize::from(ready.expires_at.is_some());
-                        state.ready.insert(position, ready);
+                        state.ready.insert_by_id(ready);
                     }
                 }
                 if !state.deleted {

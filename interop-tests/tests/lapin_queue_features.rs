@@ -1,5 +1,5 @@
-//! Queue TTL, per-message expiration, dead-lettering with x-death, and length limits, driven
-//! through lapin. Waits are event waits on broker state with generous bounds, never sleeps.
+//! Queue features through lapin: TTL, per-message expiration, dead-lettering with x-death,
+//! length limits and priorities. Waits are event waits on broker state with generous bounds.
 
 use std::time::Duration;
 
@@ -390,5 +390,58 @@ async fn overflow_modes_under_confirms() {
         ]
     );
     assert_eq!(ready(&broker, "refuse"), 2);
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_queue_delivers_highest_first_fifo_within_a_priority() {
+    let broker = TestBroker::start().await;
+    let (connection, channel) = channel(&broker).await;
+    declare(
+        &channel,
+        "urgent",
+        args(&[("x-max-priority", AMQPValue::LongInt(5))]),
+    )
+    .await;
+    for (body, priority) in [
+        ("low", 1u8),
+        ("five-a", 5),
+        ("mid", 3),
+        ("capped", 9),
+        ("five-b", 5),
+        ("none", 0),
+    ] {
+        publish(
+            &channel,
+            "urgent",
+            body.as_bytes(),
+            BasicProperties::default().with_priority(priority),
+        )
+        .await;
+    }
+    let mut order = Vec::new();
+    while let Some(message) = channel
+        .basic_get("urgent".into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+    {
+        order.push(String::from_utf8(message.delivery.data.clone()).unwrap());
+    }
+    // 9 is above the maximum and counts as 5; within a priority the order is FIFO.
+    assert_eq!(order, ["five-a", "capped", "five-b", "mid", "low", "none"]);
+
+    let error = channel
+        .queue_declare(
+            "too-many".into(),
+            QueueDeclareOptions::default(),
+            args(&[("x-max-priority", AMQPValue::LongInt(256))]),
+        )
+        .await
+        .expect_err("256 levels are refused");
+    match error.kind() {
+        ErrorKind::ProtocolError(e) => assert_eq!(e.get_id(), 406),
+        other => panic!("expected 406, got {other:?}"),
+    }
+    assert!(connection.status().connected());
     broker.shutdown().await;
 }
