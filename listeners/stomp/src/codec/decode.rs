@@ -69,10 +69,12 @@ pub enum Decoded {
 #[derive(Debug)]
 enum State {
     /// Reading the command and header lines. Everything before `scanned` is complete lines,
-    /// already checked and parsed into `command` and `headers`.
+    /// already checked and parsed into `command` and `headers`; the line after it has no LF
+    /// before `searched`, so a long line arriving in pieces is searched once, not per piece.
     Head {
         scanned: usize,
-        command: Option<Command>,
+        searched: usize,
+        command: Option<FrameStart>,
         headers: Vec<(String, String)>,
     },
     /// The headers are complete (`head_len` bytes including the blank line); waiting for the
@@ -89,10 +91,20 @@ impl State {
     fn start() -> State {
         State::Head {
             scanned: 0,
+            searched: 0,
             command: None,
             headers: Vec::new(),
         }
     }
+}
+
+/// What the command line settled for the rest of the frame.
+#[derive(Debug, Clone, Copy)]
+struct FrameStart {
+    command: Command,
+    /// Whether header escapes are resolved: fixed when the command is read, so a
+    /// [`Decoder::set_version`] only ever affects whole frames.
+    unescape: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -140,7 +152,8 @@ impl Decoder {
         self.version
     }
 
-    /// Switches to the version negotiated at CONNECT; applies from the next frame on.
+    /// Switches to the version negotiated at CONNECT. Applies from the next frame whose command
+    /// line has not been read yet; call it after handling CONNECT, before decoding again.
     pub fn set_version(&mut self, version: Version) {
         self.version = version;
     }
@@ -205,7 +218,9 @@ impl Decoder {
 
     fn state_is_past(&self, len: usize) -> bool {
         match &self.state {
-            State::Head { scanned, .. } => *scanned > len,
+            State::Head {
+                scanned, searched, ..
+            } => *scanned > len || *searched > len,
             State::Body {
                 head_len, framing, ..
             } => {
@@ -222,6 +237,7 @@ impl Decoder {
         let version = self.version;
         let State::Head {
             scanned,
+            searched,
             command,
             headers,
         } = &mut self.state
@@ -230,10 +246,13 @@ impl Decoder {
         };
         loop {
             let rest = buf.get(*scanned..).unwrap_or_default();
-            let Some(offset) = memchr(b'\n', rest) else {
+            let search_from = searched.saturating_sub(*scanned);
+            let unsearched = rest.get(search_from..).unwrap_or_default();
+            let Some(offset) = memchr(b'\n', unsearched).map(|offset| search_from + offset) else {
                 // An incomplete line: fail now if it can only end up too long.
                 check(Limit::HeaderLine, rest.len(), limits.max_header_length)?;
                 check(Limit::Headers, buf.len(), limits.max_headers_size)?;
+                *searched = buf.len();
                 return Ok(false);
             };
             let line = strip_cr(&rest[..offset]);
@@ -244,13 +263,17 @@ impl Decoder {
                 return Err(FrameError::UnexpectedCarriageReturn);
             }
             *scanned = line_end;
+            *searched = line_end;
             match *command {
                 None => {
                     let parsed = Command::from_bytes(line)
                         .ok_or_else(|| FrameError::UnknownCommand(excerpt(line)))?;
-                    *command = Some(parsed);
+                    *command = Some(FrameStart {
+                        command: parsed,
+                        unescape: version.escapes_headers() && !parsed.headers_are_verbatim(),
+                    });
                 }
-                Some(parsed) if line.is_empty() => {
+                Some(start) if line.is_empty() => {
                     let framing = match content_length(headers)? {
                         Some(length) => {
                             check(Limit::Body, length, limits.max_frame_size)?;
@@ -259,21 +282,20 @@ impl Decoder {
                         None => BodyFraming::UntilNul { scanned: line_end },
                     };
                     self.state = State::Body {
-                        command: parsed,
+                        command: start.command,
                         headers: std::mem::take(headers),
                         head_len: line_end,
                         framing,
                     };
                     return Ok(true);
                 }
-                Some(parsed) => {
+                Some(start) => {
                     check(
                         Limit::HeaderCount,
                         headers.len() + 1,
                         limits.max_header_count,
                     )?;
-                    let unescape = version.escapes_headers() && !parsed.headers_are_verbatim();
-                    headers.push(parse_header(line, unescape)?);
+                    headers.push(parse_header(line, start.unescape)?);
                 }
             }
         }
