@@ -291,17 +291,18 @@ impl Exchange {
             .collect()
     }
 
-    /// Appends the targets `message` routes to through this exchange's own bindings.
-    pub fn route(&self, message: &Message, out: &mut Vec<Target>) {
+    /// Appends the targets `message` routes to with `routing_key` (its own, or a CC/BCC
+    /// key) through this exchange's own bindings.
+    pub fn route(&self, routing_key: &str, message: &Message, out: &mut Vec<Target>) {
         let bindings = self.bindings.read();
         match self.config.kind {
             ExchangeKind::Direct => {
-                if let Some(targets) = bindings.direct.get(&message.routing_key) {
+                if let Some(targets) = bindings.direct.get(routing_key) {
                     out.extend(targets.iter().cloned());
                 }
             }
             ExchangeKind::Fanout => out.extend(bindings.fanout.iter().cloned()),
-            ExchangeKind::Topic => bindings.topic.matches(&message.routing_key, out),
+            ExchangeKind::Topic => bindings.topic.matches(routing_key, out),
             ExchangeKind::Headers => {
                 let headers = message.properties.headers.as_ref();
                 for (binding, target) in &bindings.list {

@@ -77,6 +77,19 @@ pub struct Message {
 }
 
 impl Message {
+    /// A copy without the `BCC` header, when the message has one: BCC keys route the
+    /// message but are never delivered.
+    pub fn without_bcc(&self) -> Option<Message> {
+        let headers = self.properties.headers.as_ref()?;
+        headers.get("BCC")?;
+        let mut copy = self.clone();
+        if let Some(headers) = copy.properties.headers.as_mut() {
+            headers.remove("BCC");
+        }
+        copy.encoded_properties = None;
+        Some(copy)
+    }
+
     /// The message's size as counted against limits: its body length.
     pub fn body_size(&self) -> usize {
         self.body.len()

@@ -78,6 +78,11 @@ pub struct QueueLimits {
     pub dead_letter_routing_key: Option<String>,
     /// `x-max-priority` (1 to 255): the queue keeps one FIFO per priority up to this.
     pub max_priority: Option<u8>,
+    /// `x-expires`: delete the queue after it was unused for this many milliseconds.
+    pub expires: Option<u64>,
+    /// `x-single-active-consumer`: only the first attached consumer receives; the next one
+    /// takes over when it goes.
+    pub single_active_consumer: bool,
 }
 
 impl QueueLimits {
@@ -125,7 +130,24 @@ impl QueueLimits {
                 ))
             }
         };
+        let expires = match non_negative("x-expires")? {
+            Some(0) => {
+                return Err("invalid arg 'x-expires': expected a positive integer, got 0".into())
+            }
+            other => other,
+        };
+        let single_active_consumer = match arguments.get("x-single-active-consumer") {
+            None => false,
+            Some(value) => value.as_bool().ok_or_else(|| {
+                format!(
+                    "invalid arg 'x-single-active-consumer': expected a boolean, got {value} of type {}",
+                    value.type_name()
+                )
+            })?,
+        };
         let limits = QueueLimits {
+            expires,
+            single_active_consumer,
             max_priority,
             message_ttl: non_negative("x-message-ttl")?,
             max_length: non_negative("x-max-length")?,
@@ -328,6 +350,9 @@ struct QueueState {
     stats: QueueStats,
     /// Body bytes of the ready messages (for x-max-length-bytes).
     ready_bytes: u64,
+    /// When the queue was last used (consumer attached or gone, basic.get, redeclared), for
+    /// `x-expires`; `now_ms` clock.
+    last_used: u64,
     /// Ready messages that carry an expiry, so queues without TTLs skip the sweep.
     expiring: usize,
     /// Messages to dead-letter once the lock is released (routing takes other queues' locks).
@@ -393,6 +418,7 @@ impl Queue {
             vhost,
             state: Mutex::new(QueueState {
                 ready: ReadyStore::new(levels),
+                last_used: now_ms(),
                 ..QueueState::default()
             }),
         })
@@ -433,6 +459,23 @@ impl Queue {
             }
             state.dead_letters.push((message, reason));
         }
+    }
+
+    /// Records a use of the queue (a redeclaration) for `x-expires`.
+    pub fn touch(&self) {
+        self.state.lock().last_used = now_ms();
+    }
+
+    /// Whether `x-expires` says the queue should be deleted: unused (no consumers, no get,
+    /// no redeclaration) for longer than the limit.
+    pub fn idle_expired(&self, now: u64) -> bool {
+        let Some(expires) = self.limits.expires else {
+            return false;
+        };
+        let state = self.state.lock();
+        state.consumers.is_empty()
+            && !state.deleted
+            && now.saturating_sub(state.last_used) >= expires
     }
 
     /// Removes expired messages at the head, where dispatch and get look.
@@ -600,7 +643,7 @@ impl Queue {
             if state.ready.is_empty() || state.consumers.is_empty() {
                 return;
             }
-            let Some(index) = Self::next_consumer_with_credit(state) else {
+            let Some(index) = self.next_consumer_with_credit(state) else {
                 return;
             };
             let Some(ready) = state.pop_ready() else {
@@ -631,7 +674,15 @@ impl Queue {
 
     /// Picks the next consumer to deliver to: the highest priority group that has credit,
     /// round-robin within the group. Reserves credit on the chosen sink.
-    fn next_consumer_with_credit(state: &mut QueueState) -> Option<usize> {
+    fn next_consumer_with_credit(&self, state: &mut QueueState) -> Option<usize> {
+        if self.limits.single_active_consumer {
+            // Only the active (first attached) consumer receives.
+            return state
+                .consumers
+                .first()
+                .is_some_and(|c| c.sink.reserve())
+                .then_some(0);
+        }
         let count = state.consumers.len();
         let mut group_start = 0;
         while group_start < count {
@@ -656,7 +707,9 @@ impl Queue {
     /// Takes the next ready message for a basic.get, with the number of ready messages left.
     pub fn get(self: &Arc<Self>, needs_settlement: bool) -> Option<(Delivery, u64)> {
         let mut state = self.state.lock();
-        self.expire_head(&mut state, now_ms());
+        let now = now_ms();
+        state.last_used = now;
+        self.expire_head(&mut state, now);
         let Some(ready) = state.pop_ready() else {
             self.finish(state);
             return None;
@@ -743,9 +796,14 @@ impl Queue {
             )));
         }
         let id = NEXT_CONSUMER_ID.fetch_add(1, Ordering::Relaxed);
-        let position = state
-            .consumers
-            .partition_point(|c| c.spec.priority >= spec.priority);
+        // With a single active consumer, attach order decides who is active next.
+        let position = if self.limits.single_active_consumer {
+            state.consumers.len()
+        } else {
+            state
+                .consumers
+                .partition_point(|c| c.spec.priority >= spec.priority)
+        };
         state
             .consumers
             .insert(position, AttachedConsumer { id, spec, sink });
@@ -757,17 +815,24 @@ impl Queue {
 
     /// Detaches a consumer. Its unsettled deliveries stay unsettled (AMQP 0-9-1 lets a
     /// channel settle them after cancelling).
-    pub fn remove_consumer(&self, consumer_id: u64) -> ConsumerRemoval {
+    pub fn remove_consumer(self: &Arc<Self>, consumer_id: u64) -> ConsumerRemoval {
         let mut state = self.state.lock();
         let Some(index) = state.consumers.iter().position(|c| c.id == consumer_id) else {
             return ConsumerRemoval::NotAttached;
         };
         state.consumers.remove(index);
-        if state.consumers.is_empty() && self.config.auto_delete && state.had_consumers {
-            ConsumerRemoval::LastOfAutoDelete
-        } else {
-            ConsumerRemoval::Removed
-        }
+        state.last_used = now_ms();
+        // The next consumer may be able to take what this one could not (and with a single
+        // active consumer, it becomes the active one now).
+        self.dispatch_locked(&mut state);
+        let removal =
+            if state.consumers.is_empty() && self.config.auto_delete && state.had_consumers {
+                ConsumerRemoval::LastOfAutoDelete
+            } else {
+                ConsumerRemoval::Removed
+            };
+        self.finish(state);
+        removal
     }
 
     /// Drops every ready message, returning how many there were. Unsettled deliveries are

@@ -429,6 +429,7 @@ impl VHost {
         if let Some(existing) = self.queue(&name) {
             existing.check_exclusive_access(actor.connection_id)?;
             self.check_queue_equivalence(&existing, &request)?;
+            existing.touch();
             return Ok(QueueDeclared {
                 name,
                 message_count: existing.message_count(),
@@ -733,7 +734,18 @@ impl VHost {
 
     /// Removes expired messages from every queue (called about every 250 ms by the server).
     pub fn expire_messages(&self, now: u64) -> usize {
-        self.queues().iter().map(|q| q.expire(now)).sum()
+        let mut expired = 0;
+        for queue in self.queues() {
+            expired += queue.expire(now);
+            if queue.idle_expired(now) {
+                tracing::debug!(
+                    queue = queue.name(),
+                    "queue unused for longer than x-expires; deleted"
+                );
+                self.remove_queue(&queue);
+            }
+        }
+        expired
     }
 
     /// Dead letters dropped because their dead-letter exchange did not exist.
@@ -779,7 +791,14 @@ impl VHost {
                 Some(exchange) => {
                     let mut visited = Vec::new();
                     let mut targets = Vec::new();
-                    self.route_through(exchange, &dead, &mut targets, &mut visited, &mut routed);
+                    self.route_through(
+                        exchange,
+                        &dead.routing_key,
+                        &dead,
+                        &mut targets,
+                        &mut visited,
+                        &mut routed,
+                    );
                 }
             }
             let deaths = dead
@@ -830,8 +849,13 @@ impl VHost {
         out: &mut Vec<Arc<Queue>>,
     ) -> CoreResult<()> {
         if exchange_name.is_empty() {
-            if let Some(queue) = self.queues.read().get(&message.routing_key) {
-                out.push(Arc::clone(queue));
+            let queues = self.queues.read();
+            for key in routing_keys(message) {
+                if let Some(queue) = queues.get(key) {
+                    if !out.iter().any(|q| Arc::ptr_eq(q, queue)) {
+                        out.push(Arc::clone(queue));
+                    }
+                }
             }
             return Ok(());
         }
@@ -844,13 +868,19 @@ impl VHost {
         }
         let mut visited: Vec<Arc<str>> = Vec::new();
         let mut targets = Vec::new();
-        self.route_through(&exchange, message, &mut targets, &mut visited, out);
+        for key in routing_keys(message) {
+            visited.clear();
+            targets.clear();
+            self.route_through(&exchange, key, message, &mut targets, &mut visited, out);
+        }
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn route_through(
         &self,
         exchange: &Arc<Exchange>,
+        key: &str,
         message: &Message,
         targets: &mut Vec<Target>,
         visited: &mut Vec<Arc<str>>,
@@ -858,7 +888,7 @@ impl VHost {
     ) {
         visited.push(Arc::from(exchange.name()));
         let start = targets.len();
-        exchange.route(message, targets);
+        exchange.route(key, message, targets);
         let routed_here = targets.len() > start;
         let mut index = start;
         while index < targets.len() {
@@ -871,7 +901,7 @@ impl VHost {
                 Target::Exchange(name) => {
                     if !visited.contains(&name) {
                         if let Some(next) = self.exchange(&name) {
-                            self.route_through(&next, message, targets, visited, out);
+                            self.route_through(&next, key, message, targets, visited, out);
                         }
                     }
                 }
@@ -882,7 +912,7 @@ impl VHost {
             if let Some(alternate) = exchange.config().alternate_exchange() {
                 if !visited.iter().any(|v| &**v == alternate) {
                     if let Some(next) = self.exchange(alternate) {
-                        self.route_through(&next, message, targets, visited, out);
+                        self.route_through(&next, key, message, targets, visited, out);
                     }
                 }
             }
@@ -894,6 +924,27 @@ impl std::fmt::Debug for VHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VHost").field("name", &self.name).finish()
     }
+}
+
+/// The routing key and the sender-selected `CC` and `BCC` keys of a message.
+fn routing_keys(message: &Message) -> impl Iterator<Item = &str> {
+    let extra = message
+        .properties
+        .headers
+        .as_ref()
+        .into_iter()
+        .flat_map(|headers| {
+            ["CC", "BCC"]
+                .into_iter()
+                .flat_map(move |name| match headers.get(name) {
+                    Some(Value::Array(keys)) => {
+                        keys.iter().filter_map(Value::as_str).collect::<Vec<_>>()
+                    }
+                    Some(value) => value.as_str().into_iter().collect(),
+                    None => Vec::new(),
+                })
+        });
+    std::iter::once(message.routing_key.as_str()).chain(extra)
 }
 
 /// `amq.gen-` followed by 22 URL-safe base64 characters of 16 random bytes, like RabbitMQ.

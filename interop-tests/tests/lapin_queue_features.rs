@@ -445,3 +445,71 @@ async fn priority_queue_delivers_highest_first_fifo_within_a_priority() {
     assert!(connection.status().connected());
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cc_and_bcc_route_to_extra_keys_and_bcc_is_never_delivered() {
+    let broker = TestBroker::start().await;
+    let (_connection, channel) = channel(&broker).await;
+    for queue in ["main", "copy", "secret"] {
+        declare(&channel, queue, FieldTable::default()).await;
+    }
+    let mut headers = FieldTable::default();
+    headers.insert(
+        "CC".into(),
+        AMQPValue::FieldArray(vec![text("copy")].into()),
+    );
+    headers.insert(
+        "BCC".into(),
+        AMQPValue::FieldArray(vec![text("secret")].into()),
+    );
+    publish(
+        &channel,
+        "main",
+        b"memo",
+        BasicProperties::default().with_headers(headers),
+    )
+    .await;
+    for queue in ["main", "copy", "secret"] {
+        let message = channel
+            .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("get")
+            .unwrap_or_else(|| panic!("{queue} got the memo"));
+        assert_eq!(message.delivery.data, b"memo");
+        let headers = message
+            .delivery
+            .properties
+            .headers()
+            .as_ref()
+            .expect("headers");
+        assert!(headers.inner().contains_key("CC"), "CC is kept in {queue}");
+        assert!(
+            !headers.inner().contains_key("BCC"),
+            "BCC is removed in {queue}"
+        );
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unused_queue_is_deleted_after_x_expires() {
+    let broker = TestBroker::start().await;
+    let (_connection, channel) = channel(&broker).await;
+    declare(
+        &channel,
+        "ephemeral",
+        args(&[("x-expires", AMQPValue::LongInt(200))]),
+    )
+    .await;
+    declare(&channel, "kept", FieldTable::default()).await;
+    let vhost = broker.broker().vhost("/").expect("vhost");
+    assert!(
+        wait_for(Duration::from_secs(10), || vhost
+            .queue("ephemeral")
+            .is_none())
+        .await,
+        "the unused queue is deleted"
+    );
+    assert!(vhost.queue("kept").is_some());
+    broker.shutdown().await;
+}

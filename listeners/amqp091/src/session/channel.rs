@@ -926,6 +926,10 @@ impl Session {
             self.routed = routed;
             return Err(AmqpError::from(error).on(60, 40));
         }
+        let message = match message.without_bcc() {
+            Some(stripped) => Arc::new(stripped),
+            None => message,
+        };
         if routed.is_empty() {
             if mandatory {
                 // Confirms for earlier messages go first; this message's confirm follows
