@@ -44,3 +44,8 @@ pub use topic::{
     routing_key_to_mqtt_topic, validate_topic_filter, validate_topic_name, TopicError,
 };
 pub use wire::MAX_REMAINING_LENGTH;
+
+#[cfg(test)]
+mod prop_tests;
+#[cfg(test)]
+mod tests;
