@@ -46,6 +46,8 @@ pub use topic::{
 pub use wire::MAX_REMAINING_LENGTH;
 
 #[cfg(test)]
+mod oracle_tests;
+#[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
 mod tests;
