@@ -7,6 +7,7 @@ use std::sync::Arc;
 use warren_config::{json_args_to_table, Definitions, DestinationType, Settings};
 use warren_core::access::{Permissions, User};
 use warren_core::exchange::DestinationName;
+use warren_core::policy::Policy;
 use warren_core::vhost::{Actor, ExchangeDeclare, QueueDeclare};
 use warren_core::Broker;
 
@@ -30,6 +31,10 @@ pub fn apply_definitions(
             password: Some(password),
             tags: user.tags.clone(),
         });
+    }
+    let mut policies = Vec::new();
+    for entry in &definitions.policies {
+        policies.push(policy_from_json(entry).map_err(|e| format!("{}: {e}", path.display()))?);
     }
     let mut permissions = Vec::new();
     for p in &definitions.permissions {
@@ -156,6 +161,16 @@ pub fn apply_definitions(
     for vhost in touched {
         vhost.clear_permissions(LOADER);
     }
+    for (vhost, policy) in policies {
+        let target = broker.vhost(&vhost).ok_or_else(|| {
+            format!(
+                "{}: policy '{}': no vhost '{vhost}'",
+                path.display(),
+                policy.name
+            )
+        })?;
+        target.set_policy(policy, false);
+    }
     for plugin in &report.plugin_exchanges {
         tracing::warn!(
             "definitions: exchange '{}' in vhost '{}' has plugin type '{}', which is not enabled; skipped",
@@ -165,9 +180,8 @@ pub fn apply_definitions(
         );
     }
     let unapplied = &report.unapplied;
-    if !unapplied.is_empty() {
+    if unapplied.parameters + unapplied.global_parameters + unapplied.topic_permissions > 0 {
         tracing::warn!(
-            policies = unapplied.policies,
             parameters = unapplied.parameters,
             global_parameters = unapplied.global_parameters,
             topic_permissions = unapplied.topic_permissions,
@@ -176,4 +190,26 @@ pub fn apply_definitions(
     }
     tracing::info!(path = %path.display(), "definitions loaded");
     Ok(())
+}
+
+/// A policy entry of definitions.json: `{vhost, name, pattern, apply-to, definition, priority}`.
+fn policy_from_json(entry: &serde_json::Value) -> Result<(String, Policy), String> {
+    let field = |key: &str| entry.get(key).and_then(serde_json::Value::as_str);
+    let name = field("name").ok_or("a policy without a name")?;
+    let vhost = field("vhost").unwrap_or("/");
+    let pattern = field("pattern").ok_or_else(|| format!("policy '{name}' has no pattern"))?;
+    let apply_to = field("apply-to").unwrap_or("all");
+    let priority = entry
+        .get("priority")
+        .and_then(serde_json::Value::as_i64)
+        .unwrap_or(0);
+    let priority = i32::try_from(priority)
+        .map_err(|_| format!("policy '{name}': priority {priority} is out of range"))?;
+    let definition = match entry.get("definition") {
+        Some(serde_json::Value::Object(map)) => json_args_to_table(map),
+        _ => return Err(format!("policy '{name}' has no definition object")),
+    };
+    let policy = Policy::new(name, pattern, apply_to, priority, definition, false)
+        .map_err(|e| format!("policy '{name}' in vhost '{vhost}': {e}"))?;
+    Ok((vhost.to_string(), policy))
 }

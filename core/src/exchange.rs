@@ -162,6 +162,8 @@ struct Bindings {
 pub struct Exchange {
     config: ExchangeConfig,
     bindings: RwLock<Bindings>,
+    /// The alternate exchange a policy sets (the declared argument wins over it).
+    policy_alternate: RwLock<Option<String>>,
 }
 
 impl Exchange {
@@ -170,7 +172,21 @@ impl Exchange {
         Arc::new(Exchange {
             config,
             bindings: RwLock::new(Bindings::default()),
+            policy_alternate: RwLock::new(None),
         })
+    }
+
+    /// The alternate exchange in effect: the declared argument, else the policy's.
+    pub fn alternate_exchange(&self) -> Option<String> {
+        match self.config.alternate_exchange() {
+            Some(declared) => Some(declared.to_string()),
+            None => self.policy_alternate.read().clone(),
+        }
+    }
+
+    /// Sets (or clears) the alternate exchange a policy gives this exchange.
+    pub fn set_policy_alternate(&self, alternate: Option<String>) {
+        *self.policy_alternate.write() = alternate;
     }
 
     /// The exchange's declared properties.

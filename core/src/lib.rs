@@ -17,6 +17,7 @@ pub mod error;
 pub mod exchange;
 pub mod message;
 pub mod password;
+pub mod policy;
 pub mod queue;
 pub mod routing;
 pub mod value;

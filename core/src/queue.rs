@@ -348,6 +348,8 @@ struct QueueState {
     had_consumers: bool,
     deleted: bool,
     stats: QueueStats,
+    /// The effective limits: arguments combined with policies.
+    limits: QueueLimits,
     /// Body bytes of the ready messages (for x-max-length-bytes).
     ready_bytes: u64,
     /// When the queue was last used (consumer attached or gone, basic.get, redeclared), for
@@ -381,7 +383,9 @@ impl QueueState {
 /// A classic queue.
 pub struct Queue {
     config: QueueConfig,
-    limits: QueueLimits,
+    /// The limits the queue's own arguments ask for; policies combine with these into the
+    /// effective limits kept in the state.
+    argument_limits: QueueLimits,
     /// The vhost dead letters are routed in.
     vhost: Weak<VHost>,
     state: Mutex<QueueState>,
@@ -414,9 +418,10 @@ impl Queue {
         let levels = usize::from(limits.max_priority.unwrap_or(0)) + 1;
         Arc::new(Queue {
             config,
-            limits,
+            argument_limits: limits.clone(),
             vhost,
             state: Mutex::new(QueueState {
+                limits,
                 ready: ReadyStore::new(levels),
                 last_used: now_ms(),
                 ..QueueState::default()
@@ -424,9 +429,37 @@ impl Queue {
         })
     }
 
-    /// The queue's limits and dead-letter settings.
-    pub fn limits(&self) -> &QueueLimits {
-        &self.limits
+    /// The queue's effective limits and dead-letter settings (arguments and policies).
+    pub fn limits(&self) -> QueueLimits {
+        self.state.lock().limits.clone()
+    }
+
+    /// The limits from the queue's own arguments.
+    pub fn argument_limits(&self) -> &QueueLimits {
+        &self.argument_limits
+    }
+
+    /// Replaces the effective limits (a policy changed) and applies them at once: a lower
+    /// length limit drops or dead-letters the oldest messages now.
+    pub fn set_limits(self: &Arc<Self>, limits: QueueLimits) {
+        let mut state = self.state.lock();
+        state.limits = limits;
+        loop {
+            let over = state
+                .limits
+                .max_length
+                .is_some_and(|max| state.ready.len() as u64 > max)
+                || state
+                    .limits
+                    .max_length_bytes
+                    .is_some_and(|max| state.ready_bytes > max);
+            if !over {
+                break;
+            }
+            let Some(head) = state.pop_ready() else { break };
+            self.discard(&mut state, head.message, DeathReason::MaxLen);
+        }
+        self.finish(state);
     }
 
     /// Releases the lock, then routes the dead letters it collected.
@@ -450,7 +483,7 @@ impl Queue {
             DeathReason::MaxLen => state.stats.dropped_maxlen += 1,
             DeathReason::DeliveryLimit => {}
         }
-        if self.limits.dead_letter_exchange.is_some() {
+        if state.limits.dead_letter_exchange.is_some() {
             match reason {
                 DeathReason::Rejected => state.stats.dead_lettered_rejected += 1,
                 DeathReason::Expired => state.stats.dead_lettered_expired += 1,
@@ -469,10 +502,10 @@ impl Queue {
     /// Whether `x-expires` says the queue should be deleted: unused (no consumers, no get,
     /// no redeclaration) for longer than the limit.
     pub fn idle_expired(&self, now: u64) -> bool {
-        let Some(expires) = self.limits.expires else {
+        let state = self.state.lock();
+        let Some(expires) = state.limits.expires else {
             return false;
         };
-        let state = self.state.lock();
         state.consumers.is_empty()
             && !state.deleted
             && now.saturating_sub(state.last_used) >= expires
@@ -570,23 +603,23 @@ impl Queue {
             return EnqueueOutcome::Enqueued;
         }
         let now = now_ms();
-        let ttl = match (self.limits.message_ttl, message.properties.expiration_ms()) {
+        let ttl = match (state.limits.message_ttl, message.properties.expiration_ms()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         let size = message.body.len() as u64;
-        if self.limits.max_length.is_some() || self.limits.max_length_bytes.is_some() {
+        let (max_length, max_length_bytes, overflow) = (
+            state.limits.max_length,
+            state.limits.max_length_bytes,
+            state.limits.overflow,
+        );
+        if max_length.is_some() || max_length_bytes.is_some() {
             self.expire_head(&mut state, now);
             let over = |state: &QueueState| {
-                self.limits
-                    .max_length
-                    .is_some_and(|max| state.ready.len() as u64 + 1 > max)
-                    || self
-                        .limits
-                        .max_length_bytes
-                        .is_some_and(|max| state.ready_bytes + size > max)
+                max_length.is_some_and(|max| state.ready.len() as u64 + 1 > max)
+                    || max_length_bytes.is_some_and(|max| state.ready_bytes + size > max)
             };
-            match self.limits.overflow {
+            match overflow {
                 Overflow::DropHead => {
                     while over(&state) {
                         let Some(head) = state.pop_ready() else { break };
@@ -602,7 +635,7 @@ impl Queue {
                 }
                 Overflow::RejectPublish | Overflow::RejectPublishDlx if over(&state) => {
                     state.stats.rejected_publishes += 1;
-                    if self.limits.overflow == Overflow::RejectPublishDlx {
+                    if overflow == Overflow::RejectPublishDlx {
                         self.discard(&mut state, message, DeathReason::MaxLen);
                     }
                     self.finish(state);
@@ -675,7 +708,7 @@ impl Queue {
     /// Picks the next consumer to deliver to: the highest priority group that has credit,
     /// round-robin within the group. Reserves credit on the chosen sink.
     fn next_consumer_with_credit(&self, state: &mut QueueState) -> Option<usize> {
-        if self.limits.single_active_consumer {
+        if state.limits.single_active_consumer {
             // Only the active (first attached) consumer receives.
             return state
                 .consumers
@@ -797,7 +830,7 @@ impl Queue {
         }
         let id = NEXT_CONSUMER_ID.fetch_add(1, Ordering::Relaxed);
         // With a single active consumer, attach order decides who is active next.
-        let position = if self.limits.single_active_consumer {
+        let position = if state.limits.single_active_consumer {
             state.consumers.len()
         } else {
             state

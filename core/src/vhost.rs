@@ -19,6 +19,7 @@ use crate::dead_letter::{death_field, with_death};
 use crate::error::{resource, CoreError, CoreResult, ErrorKind};
 use crate::exchange::{Binding, DestinationName, Exchange, ExchangeConfig, ExchangeKind, Target};
 use crate::message::Message;
+use crate::policy::{effective_queue_limits, select, Policy};
 use crate::queue::{ConsumerRemoval, DeathReason, Queue, QueueConfig, QueueLimits};
 use crate::routing::headers::validate_x_match;
 use crate::value::{Table, Value};
@@ -108,6 +109,8 @@ pub struct VHost {
     me: Weak<VHost>,
     /// Dead letters dropped because their dead-letter exchange did not exist.
     dead_letters_dropped: AtomicU64,
+    policies: RwLock<Vec<Policy>>,
+    operator_policies: RwLock<Vec<Policy>>,
 }
 
 impl VHost {
@@ -122,6 +125,8 @@ impl VHost {
             topology: Mutex::new(()),
             me: Weak::new(),
             dead_letters_dropped: AtomicU64::new(0),
+            policies: RwLock::new(Vec::new()),
+            operator_policies: RwLock::new(Vec::new()),
         };
         {
             let mut exchanges = vhost.exchanges.write();
@@ -286,9 +291,11 @@ impl VHost {
             internal: request.internal,
             arguments: request.arguments,
         };
-        self.exchanges
-            .write()
-            .insert(request.name, Exchange::new(config));
+        let exchange = Exchange::new(config);
+        let alternate = select(&self.policies.read(), |p| p.matches_exchange(&request.name))
+            .and_then(Policy::alternate_exchange);
+        exchange.set_policy_alternate(alternate);
+        self.exchanges.write().insert(request.name, exchange);
         Ok(())
     }
 
@@ -444,9 +451,9 @@ impl VHost {
             auto_delete: request.auto_delete,
             arguments: request.arguments,
         };
-        self.queues
-            .write()
-            .insert(name.clone(), Queue::in_vhost(config, self.me.clone()));
+        let queue = Queue::in_vhost(config, self.me.clone());
+        self.apply_policies_to(&queue);
+        self.queues.write().insert(name.clone(), queue);
         Ok(QueueDeclared {
             name,
             message_count: 0,
@@ -730,6 +737,94 @@ impl VHost {
         Ok((binding, target, exchange))
     }
 
+    // ---- policies ----------------------------------------------------------------------
+
+    /// Sets (adds or replaces by name) a policy or, with `operator`, an operator policy, and
+    /// applies it to existing queues and exchanges at once. The one core entry point every
+    /// front end (definitions, CLI, HTTP API) uses.
+    pub fn set_policy(&self, policy: Policy, operator: bool) {
+        {
+            let mut policies = if operator {
+                self.operator_policies.write()
+            } else {
+                self.policies.write()
+            };
+            policies.retain(|p| p.name != policy.name);
+            policies.push(policy);
+        }
+        self.apply_policies();
+    }
+
+    /// Clears a policy by name; a missing one is a 404 as in RabbitMQ.
+    pub fn clear_policy(&self, name: &str, operator: bool) -> CoreResult<()> {
+        let removed = {
+            let mut policies = if operator {
+                self.operator_policies.write()
+            } else {
+                self.policies.write()
+            };
+            let before = policies.len();
+            policies.retain(|p| p.name != name);
+            before != policies.len()
+        };
+        if !removed {
+            return Err(CoreError::not_found(format!(
+                "no {} '{name}' in vhost '{}'",
+                if operator {
+                    "operator policy"
+                } else {
+                    "policy"
+                },
+                self.name
+            )));
+        }
+        self.apply_policies();
+        Ok(())
+    }
+
+    /// The policies (or operator policies), in the order they were set.
+    pub fn policies(&self, operator: bool) -> Vec<Policy> {
+        if operator {
+            self.operator_policies.read().clone()
+        } else {
+            self.policies.read().clone()
+        }
+    }
+
+    fn apply_policies_to(&self, queue: &Arc<Queue>) {
+        let policies = self.policies.read();
+        let operator_policies = self.operator_policies.read();
+        if policies.is_empty()
+            && operator_policies.is_empty()
+            && queue.limits() == *queue.argument_limits()
+        {
+            return;
+        }
+        let policy = select(&policies, |p| p.matches_queue(queue.name()));
+        let operator = select(&operator_policies, |p| p.matches_queue(queue.name()));
+        let limits = effective_queue_limits(
+            queue.argument_limits(),
+            &queue.config().arguments,
+            policy,
+            operator,
+        );
+        drop((policies, operator_policies));
+        queue.set_limits(limits);
+    }
+
+    /// Recomputes every queue's and exchange's effective settings after a policy change.
+    fn apply_policies(&self) {
+        for queue in self.queues() {
+            self.apply_policies_to(&queue);
+        }
+        let policies = self.policies.read().clone();
+        for exchange in self.exchanges() {
+            let alternate = select(&policies, |p| p.matches_exchange(exchange.name()))
+                .and_then(Policy::alternate_exchange);
+            exchange.set_policy_alternate(alternate);
+        }
+    }
+
     // ---- dead-lettering and expiry ---------------------------------------------------
 
     /// Removes expired messages from every queue (called about every 250 ms by the server).
@@ -909,9 +1004,9 @@ impl VHost {
             index += 1;
         }
         if !routed_here {
-            if let Some(alternate) = exchange.config().alternate_exchange() {
-                if !visited.iter().any(|v| &**v == alternate) {
-                    if let Some(next) = self.exchange(alternate) {
+            if let Some(alternate) = exchange.alternate_exchange() {
+                if !visited.iter().any(|v| **v == *alternate) {
+                    if let Some(next) = self.exchange(&alternate) {
                         self.route_through(&next, key, message, targets, visited, out);
                     }
                 }

@@ -48,6 +48,13 @@ async fn exported_users_log_in_and_use_the_predeclared_topology() {
             .unwrap_or_else(|| panic!("{queue} got the message"));
         assert_eq!(message.delivery.data, b"order-1");
     }
+    // The file's policy (message-ttl 60000 on ^orders\.) applies to the queues it matches.
+    let shop = broker.broker().vhost("shop").expect("vhost shop");
+    assert_eq!(shop.policies(false).len(), 1);
+    assert_eq!(
+        shop.queue("orders.eu").expect("queue").limits().message_ttl,
+        Some(60_000)
+    );
     // The classic queue kept its x-max-length: redeclaring without it is inequivalent.
     let error = channel
         .queue_declare(

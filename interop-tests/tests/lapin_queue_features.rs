@@ -51,6 +51,22 @@ async fn publish(channel: &Channel, queue: &str, body: &[u8], properties: BasicP
         .expect("publish");
 }
 
+/// A synchronous round trip on `channel`: the broker handles a connection's frames in
+/// order, so every publish sent before it has been routed when it returns.
+async fn sync(channel: &Channel) {
+    channel
+        .queue_declare(
+            "amq.rabbitmq.reply-to".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("round trip");
+}
+
 fn ready(broker: &TestBroker, queue: &str) -> u64 {
     broker
         .broker()
@@ -233,7 +249,10 @@ async fn expired_messages_anywhere_in_the_queue_are_removed_and_never_delivered(
     .await;
     publish(&channel, "mixed", b"keep-2", BasicProperties::default()).await;
     assert!(
-        wait_for(Duration::from_secs(5), || ready(&broker, "mixed") == 2).await,
+        {
+            sync(&channel).await;
+            wait_for(Duration::from_secs(5), || ready(&broker, "mixed") == 2).await
+        },
         "the expired middle message stops counting within a second"
     );
     for expected in [&b"keep-1"[..], b"keep-2"] {
@@ -511,5 +530,98 @@ async fn unused_queue_is_deleted_after_x_expires() {
         "the unused queue is deleted"
     );
     assert!(vhost.queue("kept").is_some());
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_applies_to_live_queues_at_once_and_is_cleared_at_once() {
+    use warren_core::policy::Policy;
+    use warren_core::value::{Table, Value};
+    let broker = TestBroker::start().await;
+    let (_connection, channel) = channel(&broker).await;
+    declare(&channel, "capped", FieldTable::default()).await;
+    declare(&channel, "capped-dlq", FieldTable::default()).await;
+    for body in ["1", "2", "3", "4", "5"] {
+        publish(
+            &channel,
+            "capped",
+            body.as_bytes(),
+            BasicProperties::default(),
+        )
+        .await;
+    }
+    sync(&channel).await;
+    assert_eq!(ready(&broker, "capped"), 5);
+    let vhost = broker.broker().vhost("/").expect("vhost");
+    let mut definition = Table::new();
+    definition.insert("max-length", Value::I64(2));
+    definition.insert("dead-letter-exchange", Value::string(""));
+    definition.insert("dead-letter-routing-key", Value::string("capped-dlq"));
+    vhost.set_policy(
+        Policy::new("cap", "^capped$", "queues", 0, definition, false).expect("valid"),
+        false,
+    );
+    // The lower max-length truncates the live queue now, dead-lettering the oldest.
+    assert_eq!(ready(&broker, "capped"), 2);
+    assert_eq!(ready(&broker, "capped-dlq"), 3);
+    let mut kept = Vec::new();
+    while let Some(message) = channel
+        .basic_get("capped".into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+    {
+        kept.push(String::from_utf8(message.delivery.data.clone()).unwrap());
+    }
+    assert_eq!(kept, ["4", "5"]);
+    let dead = channel
+        .basic_get("capped-dlq".into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("get")
+        .expect("dead-lettered");
+    assert_eq!(
+        deaths(&dead.delivery.properties),
+        vec![("capped".into(), "maxlen".into(), 1)]
+    );
+
+    // An operator policy that is stricter wins over the policy.
+    let mut strict = Table::new();
+    strict.insert("max-length", Value::I64(1));
+    vhost.set_policy(
+        Policy::new("strict", ".*", "queues", 0, strict, true).expect("valid"),
+        true,
+    );
+    for body in ["a", "b"] {
+        publish(
+            &channel,
+            "capped",
+            body.as_bytes(),
+            BasicProperties::default(),
+        )
+        .await;
+    }
+    sync(&channel).await;
+    assert_eq!(ready(&broker, "capped"), 1);
+
+    vhost.clear_policy("strict", true).expect("cleared");
+    vhost.clear_policy("cap", false).expect("cleared");
+    for body in ["c", "d", "e"] {
+        publish(
+            &channel,
+            "capped",
+            body.as_bytes(),
+            BasicProperties::default(),
+        )
+        .await;
+    }
+    sync(&channel).await;
+    assert_eq!(
+        ready(&broker, "capped"),
+        4,
+        "without policies the queue is unbounded again"
+    );
+    assert_eq!(
+        vhost.clear_policy("cap", false).unwrap_err().kind,
+        warren_core::ErrorKind::NotFound
+    );
     broker.shutdown().await;
 }
