@@ -205,7 +205,7 @@ impl Policy {
 
 /// The policy that applies among `policies`: the highest priority that matches; on a tie,
 /// the one whose name sorts first, so the choice is stable.
-pub fn select<'a>(policies: &'a [Policy], matches: impl Fn(&Policy) -> bool) -> Option<&'a Policy> {
+pub fn select(policies: &[Policy], matches: impl Fn(&Policy) -> bool) -> Option<&Policy> {
     policies.iter().filter(|p| matches(p)).max_by(|a, b| {
         a.priority
             .cmp(&b.priority)
