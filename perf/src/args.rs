@@ -19,6 +19,10 @@ Topology:
                             or warren-perf-TYPE when only --type is given)
   -k, --routing-key KEY     routing key (default: the queue name; \"\" for fanout)
       --topic-bindings N    topic: bind each queue with N distinct patterns (default 1)
+      --queue-arg K=V       queue argument for the declarations, repeatable (integers are
+                            sent as longs, true/false as booleans, anything else as strings),
+                            e.g. --queue-arg x-message-ttl=60000 --queue-arg x-max-priority=10
+      --priorities N        messages cycle through priorities 0..N-1
 Load:
   -x, --producers N         producers, one connection each (default 1)
   -y, --consumers N         consumers, one connection each (default 1)
@@ -109,6 +113,10 @@ pub struct Config {
     pub broker_pid: Option<u32>,
     pub threads: Option<usize>,
     pub handshake_batch: usize,
+    /// `--queue-arg KEY=VALUE`: x-arguments for the queue declarations.
+    pub queue_args: Vec<(String, String)>,
+    /// `--priorities N`: messages cycle through priorities 0..N (0 = no priority property).
+    pub priorities: u8,
 }
 
 impl Default for Config {
@@ -133,6 +141,8 @@ impl Default for Config {
             time: 0.0,
             latency: false,
             batch: 500,
+            queue_args: Vec::new(),
+            priorities: 0,
             mode: Mode::Throughput,
             broker_pid: None,
             threads: None,
@@ -220,6 +230,16 @@ where
             "-e" | "--exchange" => config.exchange = Some(value(&flag)?),
             "--topic-bindings" => config.topic_bindings = number(&flag, &value(&flag)?)?,
             "-k" | "--routing-key" => config.routing_key = Some(value(&flag)?),
+            "--queue-arg" => {
+                let text = value(&flag)?;
+                let Some((key, arg)) = text.split_once('=') else {
+                    return Err(ArgError::Invalid(format!(
+                        "--queue-arg expects KEY=VALUE, got '{text}'"
+                    )));
+                };
+                config.queue_args.push((key.to_string(), arg.to_string()));
+            }
+            "--priorities" => config.priorities = number(&flag, &value(&flag)?)?,
             "-s" | "--size" => config.size = number(&flag, &value(&flag)?)?,
             "-f" | "--flag" => match value(&flag)?.as_str() {
                 "persistent" => config.persistent = true,

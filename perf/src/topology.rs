@@ -113,7 +113,7 @@ impl Topology {
                 exclusive: false,
                 auto_delete: false,
                 no_wait: false,
-                arguments: Table::new(),
+                arguments: queue_arguments(&config.queue_args),
             };
             match conn.call(CH, &declare).await? {
                 Method::QueueDeclareOk { .. } => {}
@@ -213,10 +213,26 @@ impl Topology {
                 vec![config.routing_key.clone().unwrap_or_default()]
             }
         };
-        let mut raw_properties = BytesMut::new();
-        encode_properties(&properties, &mut raw_properties).expect("small properties encode");
+        let levels: Vec<Option<u8>> = if config.priorities == 0 {
+            vec![None]
+        } else {
+            (0..config.priorities).map(Some).collect()
+        };
+        let encoded: Vec<BytesMut> = levels
+            .into_iter()
+            .map(|priority| {
+                let mut raw = BytesMut::new();
+                let properties = Properties {
+                    priority,
+                    ..properties.clone()
+                };
+                encode_properties(&properties, &mut raw).expect("small properties encode");
+                raw
+            })
+            .collect();
         keys.into_iter()
-            .map(|routing_key| {
+            .flat_map(|routing_key| encoded.iter().map(move |raw| (routing_key.clone(), raw)))
+            .map(|(routing_key, raw_properties)| {
                 let mut out = BytesMut::new();
                 let publish = Method::BasicPublish {
                     exchange: self.exchange.clone(),
@@ -225,7 +241,7 @@ impl Topology {
                     immediate: false,
                 };
                 write_method_frame(&mut out, CH, &publish).expect("short strings encode");
-                write_content_header(&mut out, CH, CLASS_BASIC, body_size as u64, &raw_properties);
+                write_content_header(&mut out, CH, CLASS_BASIC, body_size as u64, raw_properties);
                 out.to_vec()
             })
             .collect()
@@ -246,10 +262,45 @@ pub fn topic_routing_key(q: usize, i: usize) -> String {
     format!("perf.q{q}.b{i}.x")
 }
 
+/// Queue arguments from `--queue-arg KEY=VALUE`: integers as longs, `true`/`false` as
+/// booleans, anything else as a string.
+pub fn queue_arguments(args: &[(String, String)]) -> Table {
+    let mut table = Table::new();
+    for (key, value) in args {
+        let value = if let Ok(n) = value.parse::<i64>() {
+            Value::I64(n)
+        } else if let Ok(b) = value.parse::<bool>() {
+            Value::Bool(b)
+        } else {
+            Value::string(value.as_str())
+        };
+        table.insert(key.as_str(), value);
+    }
+    table
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::args::parse_args;
+
+    #[test]
+    fn queue_arguments_are_typed() {
+        let args = queue_arguments(&[
+            ("x-message-ttl".into(), "60000".into()),
+            ("x-single-active-consumer".into(), "true".into()),
+            ("x-dead-letter-exchange".into(), "dlx".into()),
+        ]);
+        assert_eq!(args.get("x-message-ttl"), Some(&Value::I64(60000)));
+        assert_eq!(
+            args.get("x-single-active-consumer"),
+            Some(&Value::Bool(true))
+        );
+        assert_eq!(
+            args.get("x-dead-letter-exchange").and_then(Value::as_str),
+            Some("dlx")
+        );
+    }
 
     #[test]
     fn names_and_keys() {
