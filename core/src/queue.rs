@@ -258,6 +258,8 @@ struct AttachedConsumer {
 struct ReadyStore {
     levels: Vec<VecDeque<ReadyMessage>>,
     len: usize,
+    /// No level above this holds a message, so front and pop need not scan empty levels.
+    top: usize,
 }
 
 impl ReadyStore {
@@ -265,6 +267,7 @@ impl ReadyStore {
         ReadyStore {
             levels: (0..levels.max(1)).map(|_| VecDeque::new()).collect(),
             len: 0,
+            top: 0,
         }
     }
 
@@ -285,6 +288,7 @@ impl ReadyStore {
         let level = self.level_of(&ready.message);
         self.levels[level].push_back(ready);
         self.len += 1;
+        self.top = self.top.max(level);
     }
 
     /// Puts a requeued message back at its original position in its level.
@@ -293,19 +297,22 @@ impl ReadyStore {
         let position = self.levels[level].partition_point(|m| m.id < ready.id);
         self.levels[level].insert(position, ready);
         self.len += 1;
+        self.top = self.top.max(level);
     }
 
     /// The next message to deliver: the oldest of the highest non-empty level.
     fn front(&self) -> Option<&ReadyMessage> {
-        self.levels.iter().rev().find_map(|level| level.front())
+        self.levels[..=self.top]
+            .iter()
+            .rev()
+            .find_map(|level| level.front())
     }
 
     fn pop_front(&mut self) -> Option<ReadyMessage> {
-        let ready = self
-            .levels
-            .iter_mut()
-            .rev()
-            .find_map(|level| level.pop_front())?;
+        while self.top > 0 && self.levels[self.top].is_empty() {
+            self.top -= 1;
+        }
+        let ready = self.levels[self.top].pop_front()?;
         self.len -= 1;
         Some(ready)
     }
@@ -357,6 +364,8 @@ struct QueueState {
     last_used: u64,
     /// Ready messages that carry an expiry, so queues without TTLs skip the sweep.
     expiring: usize,
+    /// No ready message expires before this (`now_ms` clock), so sweeps before it are free.
+    next_expiry: u64,
     /// Messages to dead-letter once the lock is released (routing takes other queues' locks).
     dead_letters: Vec<(Arc<Message>, DeathReason)>,
 }
@@ -365,6 +374,9 @@ impl QueueState {
     fn push_ready(&mut self, ready: ReadyMessage) {
         self.ready_bytes += ready.message.body.len() as u64;
         self.expiring += usize::from(ready.expires_at.is_some());
+        if let Some(at) = ready.expires_at {
+            self.next_expiry = self.next_expiry.min(at);
+        }
         self.ready.push_back(ready);
     }
 
@@ -530,12 +542,19 @@ impl Queue {
     /// the head). Returns how many expired.
     pub fn expire(self: &Arc<Self>, now: u64) -> usize {
         let mut state = self.state.lock();
-        if state.expiring == 0 {
+        if state.expiring == 0 || now <= state.next_expiry {
             return 0;
         }
-        let taken = state
-            .ready
-            .take_where(|m| m.expires_at.is_some_and(|at| at < now));
+        let mut next_expiry = u64::MAX;
+        let taken = state.ready.take_where(|m| match m.expires_at {
+            Some(at) if at < now => true,
+            Some(at) => {
+                next_expiry = next_expiry.min(at);
+                false
+            }
+            None => false,
+        });
+        state.next_expiry = next_expiry;
         let expired = taken.len();
         for message in taken {
             state.forget_ready(&message);
@@ -602,11 +621,13 @@ impl Queue {
         if state.deleted {
             return EnqueueOutcome::Enqueued;
         }
-        let now = now_ms();
         let ttl = match (state.limits.message_ttl, message.properties.expiration_ms()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        // The clock is read only when something can expire.
+        let needs_clock = ttl.is_some() || state.expiring > 0;
+        let now = if needs_clock { now_ms() } else { 0 };
         let size = message.body.len() as u64;
         let (max_length, max_length_bytes, overflow) = (
             state.limits.max_length,
@@ -670,7 +691,7 @@ impl Queue {
         if state.consumers.is_empty() {
             return;
         }
-        let now = now_ms();
+        let now = if state.expiring > 0 { now_ms() } else { 0 };
         loop {
             self.expire_head(state, now);
             if state.ready.is_empty() || state.consumers.is_empty() {
@@ -799,6 +820,9 @@ impl Queue {
                         };
                         state.ready_bytes += ready.message.body.len() as u64;
                         state.expiring += usize::from(ready.expires_at.is_some());
+                        if let Some(at) = ready.expires_at {
+                            state.next_expiry = state.next_expiry.min(at);
+                        }
                         state.ready.insert_by_id(ready);
                     }
                 }
