@@ -78,10 +78,11 @@ pub fn apply_definitions(
     };
     let mut touched = Vec::new();
     for exchange in &definitions.exchanges {
-        if report
-            .plugin_exchanges
-            .iter()
-            .any(|p| p.name == exchange.name && p.vhost == exchange.vhost)
+        if !broker.has_exchange_type(&exchange.exchange_type)
+            && report
+                .plugin_exchanges
+                .iter()
+                .any(|p| p.name == exchange.name && p.vhost == exchange.vhost)
         {
             continue;
         }
@@ -172,6 +173,9 @@ pub fn apply_definitions(
         target.set_policy(policy, false);
     }
     for plugin in &report.plugin_exchanges {
+        if broker.has_exchange_type(&plugin.exchange_type) {
+            continue;
+        }
         tracing::warn!(
             "definitions: exchange '{}' in vhost '{}' has plugin type '{}', which is not enabled; skipped",
             plugin.name,

@@ -89,6 +89,10 @@ impl Server {
             vec!["administrator".into()],
         );
         vhost.set_permissions(&settings.default_user, Permissions::full());
+        if settings.consistent_hash_exchange {
+            broker.register_exchange_type(warren_consistent_hash::ConsistentHashExchange::new());
+            tracing::info!("plugin enabled: {}", warren_consistent_hash::TYPE_NAME);
+        }
         broker.set_loopback_users(settings.loopback_users.iter().cloned());
         if let Some(path) = &settings.load_definitions {
             apply_definitions(&broker, path, &settings).map_err(StartError::Definitions)?;

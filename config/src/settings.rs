@@ -124,6 +124,9 @@ pub struct Settings {
     /// `connection_max`: the most client connections at once; `None` (`infinity`) for no
     /// limit. Default `infinity`.
     pub connection_max: Option<usize>,
+    /// `plugins.consistent_hash_exchange`: enables the `x-consistent-hash` exchange type
+    /// (off by default, as RabbitMQ's plugin is).
+    pub consistent_hash_exchange: bool,
 }
 
 impl Default for Settings {
@@ -144,6 +147,7 @@ impl Default for Settings {
             log_level: LogLevel::Info,
             handshake_timeout: Duration::from_millis(10_000),
             connection_max: None,
+            consistent_hash_exchange: false,
         }
     }
 }
@@ -177,6 +181,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "largest message, bytes or with KB/MB/GB/KiB/MiB/GiB, <= 512MiB (16MiB)",
     ),
     ("data_dir", "storage directory (warren-data)"),
+    (
+        "plugins.consistent_hash_exchange",
+        "true|false: enable the x-consistent-hash exchange type (false)",
+    ),
     (
         "load_definitions",
         "RabbitMQ definitions.json applied at boot (none)",
@@ -276,6 +284,13 @@ impl Settings {
                     .filter(|millis| *millis > 0)
                     .map(Duration::from_millis)
                     .ok_or_else(|| invalid("a positive integer (milliseconds)"))?;
+            }
+            "plugins.consistent_hash_exchange" => {
+                self.consistent_hash_exchange = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(invalid("true or false")),
+                };
             }
             "connection_max" => {
                 self.connection_max = if value == "infinity" {

@@ -8,8 +8,9 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::access::{Permissions, User};
 use crate::error::{CoreError, CoreResult};
+use crate::exchange::ExchangeType;
 use crate::password::PasswordHash;
-use crate::vhost::VHost;
+use crate::vhost::{ExchangeTypes, VHost};
 
 /// Broker-wide limits every listener enforces.
 #[derive(Debug, Clone)]
@@ -80,6 +81,7 @@ pub struct Broker {
     next_connection_id: AtomicU64,
     alarms: Mutex<Vec<Alarm>>,
     alarm_listeners: Mutex<Vec<AlarmListener>>,
+    exchange_types: ExchangeTypes,
 }
 
 impl Broker {
@@ -93,6 +95,7 @@ impl Broker {
             next_connection_id: AtomicU64::new(1),
             alarms: Mutex::new(Vec::new()),
             alarm_listeners: Mutex::new(Vec::new()),
+            exchange_types: ExchangeTypes::default(),
         })
     }
 
@@ -104,6 +107,18 @@ impl Broker {
     /// A fresh connection id, unique for the broker's lifetime.
     pub fn next_connection_id(&self) -> u64 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Enables a plugin exchange type in every vhost.
+    pub fn register_exchange_type(&self, exchange_type: Arc<dyn ExchangeType>) {
+        self.exchange_types
+            .write()
+            .insert(exchange_type.name().to_string(), exchange_type);
+    }
+
+    /// Whether a plugin exchange type called `name` is enabled.
+    pub fn has_exchange_type(&self, name: &str) -> bool {
+        self.exchange_types.read().contains_key(name)
     }
 
     /// Raises or clears a resource alarm and tells every listener when the set changed.
@@ -157,9 +172,9 @@ impl Broker {
     pub fn add_vhost(&self, name: &str) -> Arc<VHost> {
         let mut vhosts = self.vhosts.write();
         Arc::clone(
-            vhosts
-                .entry(name.to_string())
-                .or_insert_with(|| VHost::new(name)),
+            vhosts.entry(name.to_string()).or_insert_with(|| {
+                VHost::with_exchange_types(name, Arc::clone(&self.exchange_types))
+            }),
         )
     }
 

@@ -27,6 +27,29 @@ pub enum ExchangeKind {
     Topic,
     /// Routes on message headers (`x-match`).
     Headers,
+    /// A type provided by a plugin ([`ExchangeType`]); see [`ExchangeConfig::plugin`].
+    Plugin,
+}
+
+/// An exchange type provided by a plugin (e.g. `x-consistent-hash`). The core asks it to
+/// check bindings and to build one router per exchange; the router keeps its own index.
+pub trait ExchangeType: Send + Sync + std::fmt::Debug {
+    /// The type name clients declare (`x-...`).
+    fn name(&self) -> &str;
+    /// Checks a binding before it is added; the error is a 406 text.
+    fn validate_binding(&self, routing_key: &str, arguments: &Table) -> Result<(), String>;
+    /// A router for a new exchange declared with `arguments`.
+    fn router(&self, exchange_arguments: &Table) -> Box<dyn ExchangeRouter>;
+}
+
+/// The routing index of one plugin exchange. Called with the exchange's bindings lock held.
+pub trait ExchangeRouter: Send + Sync {
+    /// A binding was added.
+    fn bind(&mut self, routing_key: &str, arguments: &Table, target: &Target);
+    /// A binding was removed.
+    fn unbind(&mut self, routing_key: &str, arguments: &Table, target: &Target);
+    /// Appends the targets for a message published with `routing_key`.
+    fn route(&self, routing_key: &str, message: &Message, out: &mut Vec<Target>);
 }
 
 impl ExchangeKind {
@@ -48,6 +71,7 @@ impl ExchangeKind {
             ExchangeKind::Fanout => "fanout",
             ExchangeKind::Topic => "topic",
             ExchangeKind::Headers => "headers",
+            ExchangeKind::Plugin => "plugin",
         }
     }
 }
@@ -67,9 +91,19 @@ pub struct ExchangeConfig {
     pub internal: bool,
     /// Arguments, e.g. `alternate-exchange`.
     pub arguments: Table,
+    /// The plugin type, for `ExchangeKind::Plugin`.
+    pub plugin: Option<Arc<dyn ExchangeType>>,
 }
 
 impl ExchangeConfig {
+    /// The type name as declared: a built-in name or the plugin's.
+    pub fn type_name(&self) -> &str {
+        match &self.plugin {
+            Some(plugin) => plugin.name(),
+            None => self.kind.name(),
+        }
+    }
+
     /// The alternate exchange named in the arguments, if any.
     pub fn alternate_exchange(&self) -> Option<&str> {
         self.arguments
@@ -151,6 +185,8 @@ impl PartialOrd for Target {
 
 #[derive(Default)]
 struct Bindings {
+    /// The index of a plugin exchange type.
+    plugin: Option<Box<dyn ExchangeRouter>>,
     /// Authoritative list, in bind order.
     list: Vec<(Binding, Target)>,
     direct: HashMap<String, Vec<Target>>,
@@ -169,9 +205,13 @@ pub struct Exchange {
 impl Exchange {
     /// A new exchange without bindings.
     pub fn new(config: ExchangeConfig) -> Arc<Exchange> {
+        let plugin = config.plugin.as_ref().map(|p| p.router(&config.arguments));
         Arc::new(Exchange {
             config,
-            bindings: RwLock::new(Bindings::default()),
+            bindings: RwLock::new(Bindings {
+                plugin,
+                ..Bindings::default()
+            }),
             policy_alternate: RwLock::new(None),
         })
     }
@@ -222,8 +262,11 @@ impl Exchange {
                 }
                 ExchangeKind::Fanout => bindings.fanout.push(target.clone()),
                 ExchangeKind::Topic => bindings.topic.insert(&binding.routing_key, target.clone()),
-                ExchangeKind::Headers => {}
+                ExchangeKind::Headers | ExchangeKind::Plugin => {}
             }
+        }
+        if let Some(router) = bindings.plugin.as_mut() {
+            router.bind(&binding.routing_key, &binding.arguments, &target);
         }
         bindings.list.push((binding, target));
         true
@@ -236,6 +279,9 @@ impl Exchange {
             return false;
         };
         let (removed, target) = bindings.list.remove(position);
+        if let Some(router) = bindings.plugin.as_mut() {
+            router.unbind(&removed.routing_key, &removed.arguments, &target);
+        }
         Self::unindex(
             &mut bindings,
             self.config.kind,
@@ -270,7 +316,7 @@ impl Exchange {
             ExchangeKind::Topic => {
                 bindings.topic.remove(key, target);
             }
-            ExchangeKind::Headers => {}
+            ExchangeKind::Headers | ExchangeKind::Plugin => {}
         }
     }
 
@@ -280,14 +326,17 @@ impl Exchange {
         let mut removed = Vec::new();
         bindings.list.retain(|(b, t)| {
             if b.destination == *destination {
-                removed.push((b.routing_key.clone(), t.clone()));
+                removed.push((b.routing_key.clone(), b.arguments.clone(), t.clone()));
                 false
             } else {
                 true
             }
         });
-        for (key, target) in &removed {
+        for (key, arguments, target) in &removed {
             Self::unindex(&mut bindings, self.config.kind, key, target);
+            if let Some(router) = bindings.plugin.as_mut() {
+                router.unbind(key, arguments, target);
+            }
         }
         removed.len()
     }
@@ -325,6 +374,11 @@ impl Exchange {
                     if headers_match(&binding.arguments, headers) && !out.contains(target) {
                         out.push(target.clone());
                     }
+                }
+            }
+            ExchangeKind::Plugin => {
+                if let Some(router) = &bindings.plugin {
+                    router.route(routing_key, message, out);
                 }
             }
         }

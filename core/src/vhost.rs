@@ -111,12 +111,22 @@ pub struct VHost {
     dead_letters_dropped: AtomicU64,
     policies: RwLock<Vec<Policy>>,
     operator_policies: RwLock<Vec<Policy>>,
+    /// Exchange types enabled by plugins, shared by every vhost of the broker.
+    exchange_types: ExchangeTypes,
 }
+
+/// The registry of plugin exchange types, by type name.
+pub type ExchangeTypes = Arc<RwLock<HashMap<String, Arc<dyn crate::exchange::ExchangeType>>>>;
 
 impl VHost {
     /// A vhost with the standard exchanges: the default exchange, `amq.direct`,
     /// `amq.fanout`, `amq.topic`, `amq.headers`, `amq.match` and `amq.rabbitmq.trace`.
     pub fn new(name: &str) -> Arc<VHost> {
+        Self::with_exchange_types(name, ExchangeTypes::default())
+    }
+
+    /// A vhost that can declare the plugin exchange types in `exchange_types`.
+    pub fn with_exchange_types(name: &str, exchange_types: ExchangeTypes) -> Arc<VHost> {
         let vhost = VHost {
             name: name.to_string(),
             exchanges: RwLock::new(HashMap::new()),
@@ -127,6 +137,7 @@ impl VHost {
             dead_letters_dropped: AtomicU64::new(0),
             policies: RwLock::new(Vec::new()),
             operator_policies: RwLock::new(Vec::new()),
+            exchange_types,
         };
         {
             let mut exchanges = vhost.exchanges.write();
@@ -147,6 +158,7 @@ impl VHost {
                     auto_delete: false,
                     internal,
                     arguments: Table::new(),
+                    plugin: None,
                 };
                 exchanges.insert(name.to_string(), Exchange::new(config));
             }
@@ -258,11 +270,16 @@ impl VHost {
             ResourceKind::Exchange,
             &request.name,
         )?;
-        let Some(kind) = ExchangeKind::from_name(&request.kind) else {
-            return Err(CoreError::new(
-                ErrorKind::CommandInvalid,
-                format!("unknown exchange type '{}'", request.kind),
-            ));
+        let plugin = self.exchange_types.read().get(&request.kind).cloned();
+        let kind = match (ExchangeKind::from_name(&request.kind), &plugin) {
+            (Some(kind), _) => kind,
+            (None, Some(_)) => ExchangeKind::Plugin,
+            (None, None) => {
+                return Err(CoreError::new(
+                    ErrorKind::CommandInvalid,
+                    format!("unknown exchange type '{}'", request.kind),
+                ))
+            }
         };
         if let Some(alternate) = request.arguments.get("alternate-exchange") {
             let Some(alternate) = alternate.as_str() else {
@@ -281,7 +298,7 @@ impl VHost {
         }
         let _topology = self.topology.lock();
         if let Some(existing) = self.exchange(&request.name) {
-            return self.check_exchange_equivalence(existing.config(), kind, &request);
+            return self.check_exchange_equivalence(existing.config(), &request);
         }
         let config = ExchangeConfig {
             name: request.name.clone(),
@@ -290,6 +307,7 @@ impl VHost {
             auto_delete: request.auto_delete,
             internal: request.internal,
             arguments: request.arguments,
+            plugin,
         };
         let exchange = Exchange::new(config);
         let alternate = select(&self.policies.read(), |p| p.matches_exchange(&request.name))
@@ -302,7 +320,6 @@ impl VHost {
     fn check_exchange_equivalence(
         &self,
         existing: &ExchangeConfig,
-        kind: ExchangeKind,
         request: &ExchangeDeclare,
     ) -> CoreResult<()> {
         let what = self.describe("exchange", &existing.name);
@@ -313,8 +330,8 @@ impl VHost {
                 "inequivalent arg '{arg}' for {what}: received '{received}' but current is '{current}'"
             ))
         };
-        if existing.kind != kind {
-            return Err(mismatch("type", &kind.name(), &existing.kind.name()));
+        if existing.type_name() != request.kind {
+            return Err(mismatch("type", &request.kind, &existing.type_name()));
         }
         if existing.durable != request.durable {
             return Err(mismatch("durable", &request.durable, &existing.durable));
@@ -656,6 +673,11 @@ impl VHost {
     ) -> CoreResult<()> {
         let (binding, target, exchange) =
             self.resolve_binding(actor, source, destination, routing_key, arguments)?;
+        if let Some(plugin) = &exchange.config().plugin {
+            plugin
+                .validate_binding(&binding.routing_key, &binding.arguments)
+                .map_err(CoreError::precondition_failed)?;
+        }
         if exchange.config().kind == ExchangeKind::Headers {
             validate_x_match(&binding.arguments).map_err(CoreError::precondition_failed)?;
         }
