@@ -8,7 +8,7 @@ use warren_config::{json_args_to_table, Definitions, DestinationType, Settings};
 use warren_core::access::{Permissions, User};
 use warren_core::exchange::DestinationName;
 use warren_core::policy::Policy;
-use warren_core::vhost::{Actor, ExchangeDeclare, QueueDeclare};
+use warren_core::vhost::{Actor, ExchangeDeclare, QueueDeclare, BROKER_CONNECTION};
 use warren_core::Broker;
 
 /// Loads `path` and applies it. The error names the path and the problem.
@@ -51,7 +51,9 @@ pub fn apply_definitions(
 
     // Validation passed: from here on, apply.
     for vhost in &definitions.vhosts {
-        broker.add_vhost(&vhost.name);
+        broker
+            .add_vhost(&vhost.name)
+            .set_default_queue_type(vhost.effective_default_queue_type().map(str::to_string));
     }
     for user in users {
         broker.put_user(user);
@@ -74,7 +76,7 @@ pub fn apply_definitions(
     };
     let actor = Actor {
         user: LOADER,
-        connection_id: 0,
+        connection_id: BROKER_CONNECTION,
     };
     let mut touched = Vec::new();
     for exchange in &definitions.exchanges {

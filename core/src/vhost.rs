@@ -24,6 +24,9 @@ use crate::queue::{ConsumerRemoval, DeathReason, Queue, QueueConfig, QueueLimits
 use crate::routing::headers::validate_x_match;
 use crate::value::{Table, Value};
 
+/// The connection id the broker itself acts as (boot-time definitions).
+pub const BROKER_CONNECTION: u64 = 0;
+
 /// Who is asking: the authenticated user and the connection they came on.
 #[derive(Debug, Clone, Copy)]
 pub struct Actor<'a> {
@@ -113,6 +116,9 @@ pub struct VHost {
     operator_policies: RwLock<Vec<Policy>>,
     /// Exchange types enabled by plugins, shared by every vhost of the broker.
     exchange_types: ExchangeTypes,
+    /// The vhost's default queue type (metadata), for durable non-exclusive queues declared
+    /// without `x-queue-type`.
+    default_queue_type: RwLock<Option<String>>,
 }
 
 /// The registry of plugin exchange types, by type name.
@@ -138,6 +144,7 @@ impl VHost {
             policies: RwLock::new(Vec::new()),
             operator_policies: RwLock::new(Vec::new()),
             exchange_types,
+            default_queue_type: RwLock::new(None),
         };
         {
             let mut exchanges = vhost.exchanges.write();
@@ -176,6 +183,16 @@ impl VHost {
 
     fn describe(&self, kind: &str, name: &str) -> String {
         resource(kind, name, &self.name)
+    }
+
+    /// Sets the vhost's default queue type (vhost metadata `default_queue_type`).
+    pub fn set_default_queue_type(&self, queue_type: Option<String>) {
+        *self.default_queue_type.write() = queue_type;
+    }
+
+    /// The vhost's default queue type, if one is set.
+    pub fn default_queue_type(&self) -> Option<String> {
+        self.default_queue_type.read().clone()
     }
 
     /// Grants `user` these permissions here, replacing earlier ones.
@@ -459,6 +476,21 @@ impl VHost {
                 message_count: existing.message_count(),
                 consumer_count: existing.consumer_count(),
             });
+        }
+        if actor.connection_id != BROKER_CONNECTION
+            && request.durable
+            && !request.exclusive
+            && request.arguments.get("x-queue-type").is_none()
+        {
+            // RabbitMQ 4.x applies a vhost's default queue type to durable, non-exclusive
+            // queues declared without a type.
+            if let Some(default) = self.default_queue_type().filter(|t| t != "classic") {
+                return Err(CoreError::precondition_failed(format!(
+                    "queue type '{default}' (the default queue type of vhost '{}') is not supported yet; declare {} with x-queue-type = classic",
+                    self.name,
+                    self.describe("queue", &name)
+                )));
+            }
         }
         let config = QueueConfig {
             name: name.clone(),
@@ -1350,6 +1382,41 @@ mod tests {
         // Deleting what is gone succeeds, as in RabbitMQ.
         assert_eq!(vhost.delete_queue(ADMIN, "q", false, false).unwrap(), 0);
         vhost.delete_exchange(ADMIN, "ad", false).unwrap();
+    }
+
+    #[test]
+    fn default_queue_type_applies_to_durable_non_exclusive_queues_only() {
+        let vhost = vhost();
+        vhost.set_default_queue_type(Some("quorum".into()));
+        let declare =
+            |name: &str, durable: bool, exclusive: bool, arguments: Table, actor: Actor<'_>| {
+                vhost.declare_queue(
+                    actor,
+                    QueueDeclare {
+                        name: name.into(),
+                        passive: false,
+                        durable,
+                        exclusive,
+                        auto_delete: false,
+                        arguments,
+                    },
+                )
+            };
+        let err = declare("orders", true, false, Table::new(), ADMIN).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::PreconditionFailed);
+        assert!(err.message.contains("'quorum'"), "{}", err.message);
+        assert!(declare("transient", false, false, Table::new(), ADMIN).is_ok());
+        assert!(declare("mine", true, true, Table::new(), ADMIN).is_ok());
+        let mut classic = Table::new();
+        classic.insert("x-queue-type", Value::string("classic"));
+        assert!(declare("explicit", true, false, classic, ADMIN).is_ok());
+        let broker = Actor {
+            user: "admin",
+            connection_id: BROKER_CONNECTION,
+        };
+        assert!(declare("from-definitions", true, false, Table::new(), broker).is_ok());
+        // Redeclaring an existing queue is an equivalence check, not a new declaration.
+        assert!(declare("from-definitions", true, false, Table::new(), ADMIN).is_ok());
     }
 
     #[test]
