@@ -106,6 +106,7 @@ impl Server {
                 channel_max: settings.channel_max,
                 max_message_size: settings.max_message_size,
                 product: "Warren".to_string(),
+                consumer_timeout: settings.consumer_timeout,
             },
             handshake_timeout: settings.handshake_timeout,
             connection_max: settings.connection_max,

@@ -127,6 +127,9 @@ pub struct Settings {
     /// `plugins.consistent_hash_exchange`: enables the `x-consistent-hash` exchange type
     /// (off by default, as RabbitMQ's plugin is).
     pub consistent_hash_exchange: bool,
+    /// `consumer_timeout`: milliseconds a delivery may stay unacknowledged before its channel
+    /// is closed with 406 (RabbitMQ's default: 30 minutes); `None` (`false`) disables it.
+    pub consumer_timeout: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -148,6 +151,7 @@ impl Default for Settings {
             handshake_timeout: Duration::from_millis(10_000),
             connection_max: None,
             consistent_hash_exchange: false,
+            consumer_timeout: Some(Duration::from_millis(1_800_000)),
         }
     }
 }
@@ -181,6 +185,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "largest message, bytes or with KB/MB/GB/KiB/MiB/GiB, <= 512MiB (16MiB)",
     ),
     ("data_dir", "storage directory (warren-data)"),
+    (
+        "consumer_timeout",
+        "ms a delivery may stay unacknowledged before its channel closes, or false (1800000)",
+    ),
     (
         "plugins.consistent_hash_exchange",
         "true|false: enable the x-consistent-hash exchange type (false)",
@@ -284,6 +292,17 @@ impl Settings {
                     .filter(|millis| *millis > 0)
                     .map(Duration::from_millis)
                     .ok_or_else(|| invalid("a positive integer (milliseconds)"))?;
+            }
+            "consumer_timeout" => {
+                self.consumer_timeout = if value == "false" {
+                    None
+                } else {
+                    let ms: u64 =
+                        value.parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
+                            invalid("a positive integer (milliseconds) or 'false'")
+                        })?;
+                    Some(Duration::from_millis(ms))
+                };
             }
             "plugins.consistent_hash_exchange" => {
                 self.consistent_hash_exchange = match value {

@@ -19,6 +19,7 @@ use warren_core::Broker;
 use crate::codec::{decode_frame, parse_protocol_header, ProtocolHeader, PROTOCOL_HEADER_091};
 use crate::outbox::Outbox;
 use crate::session::{Control, Session, SessionConfig, FRAME_MIN_SIZE};
+use warren_core::queue::now_ms;
 
 /// Settings of the AMQP 0-9-1 listener.
 #[derive(Debug, Clone)]
@@ -126,6 +127,7 @@ pub async fn run_connection(
     read_loop(
         &mut reader,
         &mut session,
+        &outbox,
         &config,
         &mut shutdown,
         &mut alarms,
@@ -141,6 +143,7 @@ pub async fn run_connection(
 async fn read_loop(
     reader: &mut OwnedReadHalf,
     session: &mut Session,
+    outbox: &Outbox,
     config: &ListenerConfig,
     shutdown: &mut watch::Receiver<bool>,
     alarms: &mut watch::Receiver<Option<String>>,
@@ -162,6 +165,11 @@ async fn read_loop(
             None
         };
         session.set_blocked(reason.as_deref());
+        let timeout_due = if close_deadline.is_none() {
+            session.consumer_timeout_due()
+        } else {
+            None
+        };
         let deadline = if let Some(deadline) = close_deadline {
             deadline
         } else if !session.is_open() && heartbeat_tx.borrow().is_none() {
@@ -178,6 +186,12 @@ async fn read_loop(
             read = read_some(reader, &mut buffer), if !blocked => read,
             changed = alarms.changed(), if alarms_alive => {
                 alarms_alive = changed.is_ok();
+                continue;
+            }
+            // A first unacked delivery arms the consumer timeout below.
+            _ = outbox.reader_wake.notified() => continue,
+            _ = sleep_until_ms(timeout_due), if timeout_due.is_some() => {
+                session.check_consumer_timeout(now_ms());
                 continue;
             }
             _ = tokio::time::sleep_until(deadline) => {
@@ -259,6 +273,17 @@ async fn read_some(reader: &mut OwnedReadHalf, buffer: &mut BytesMut) -> std::io
             }
             Err(error) => return Err(error),
         }
+    }
+}
+
+/// Sleeps until `at` on the `now_ms` clock (forever for `None`).
+async fn sleep_until_ms(at: Option<u64>) {
+    match at {
+        Some(at) => {
+            let wait = at.saturating_sub(now_ms());
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+        }
+        None => std::future::pending().await,
     }
 }
 

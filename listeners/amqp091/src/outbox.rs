@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use warren_core::consumer::{Delivery, DeliverySink};
 use warren_core::message::Message;
-use warren_core::queue::Queue;
+use warren_core::queue::{now_ms, Queue};
 
 use crate::codec::{self, Method};
 
@@ -35,6 +35,8 @@ pub struct Unacked {
     pub id: u64,
     /// The consumer whose prefetch it counts against (none for basic.get).
     pub consumer: Option<Arc<ConsumerSink>>,
+    /// When it was delivered (`warren_core::queue::now_ms` clock), for `consumer_timeout`.
+    pub delivered_at: u64,
 }
 
 #[derive(Default)]
@@ -64,6 +66,9 @@ pub struct Outbox {
     state: Mutex<OutboxState>,
     /// Wakes the writer task.
     pub notify: Notify,
+    /// Wakes the reader task when a channel gets its first unacked delivery, so it can arm
+    /// the consumer timeout.
+    pub reader_wake: Notify,
     consumer_cancel_notify: AtomicBool,
 }
 
@@ -89,6 +94,7 @@ impl Outbox {
                 closed: false,
             }),
             notify: Notify::new(),
+            reader_wake: Notify::new(),
             consumer_cancel_notify: AtomicBool::new(false),
         })
     }
@@ -216,16 +222,21 @@ impl Outbox {
             &message.body,
             frame_max,
         );
+        let first_unacked = delivery.needs_settlement && deliveries.unacked.is_empty();
         if delivery.needs_settlement {
             deliveries.unacked.push_back(Unacked {
                 tag,
                 queue: delivery.queue,
                 id: delivery.id,
                 consumer: None,
+                delivered_at: now_ms(),
             });
         }
         drop(state);
         self.notify.notify_one();
+        if first_unacked {
+            self.reader_wake.notify_one();
+        }
     }
 
     /// Removes unacked deliveries for an ack, nack or reject. `multiple` takes every tag up
@@ -258,6 +269,17 @@ impl Outbox {
     /// Takes every unacked delivery of a channel (basic.recover, channel close).
     pub fn take_all_unacked(&self, channel: u16) -> Vec<Unacked> {
         self.take_unacked(channel, 0, true).unwrap_or_default()
+    }
+
+    /// The channel whose oldest unacked delivery is the oldest of the connection, with its
+    /// delivery time, for the consumer timeout.
+    pub fn oldest_unacked(&self) -> Option<(u16, u64)> {
+        let state = self.state.lock();
+        state
+            .channels
+            .iter()
+            .filter_map(|(channel, d)| d.unacked.front().map(|u| (*channel, u.delivered_at)))
+            .min_by_key(|(_, at)| *at)
     }
 
     /// Takes the consumers waiting for room, to kick their queues (outside the lock).
@@ -445,6 +467,7 @@ impl DeliverySink for SinkHandle {
                     queue: delivery.queue,
                     id: delivery.id,
                     consumer: None,
+                    delivered_at: 0,
                 });
             }
             return;
@@ -465,17 +488,22 @@ impl DeliverySink for SinkHandle {
             &message.body,
             frame_max,
         );
+        let first_unacked = delivery.needs_settlement && deliveries.unacked.is_empty();
         if delivery.needs_settlement {
             deliveries.unacked.push_back(Unacked {
                 tag,
                 queue: delivery.queue,
                 id: delivery.id,
                 consumer: Some(Arc::clone(sink)),
+                delivered_at: now_ms(),
             });
         }
         drop(state);
         if was_empty {
             sink.outbox.notify.notify_one();
+        }
+        if first_unacked {
+            sink.outbox.reader_wake.notify_one();
         }
     }
 

@@ -44,6 +44,8 @@ pub struct SessionConfig {
     pub max_message_size: usize,
     /// The product name advertised in connection.start.
     pub product: String,
+    /// How long a delivery may stay unacknowledged before its channel is closed (406).
+    pub consumer_timeout: Option<Duration>,
 }
 
 impl Default for SessionConfig {
@@ -54,6 +56,7 @@ impl Default for SessionConfig {
             channel_max: 2047,
             max_message_size: 16 * 1024 * 1024,
             product: "Warren".to_string(),
+            consumer_timeout: Some(Duration::from_secs(1800)),
         }
     }
 }
@@ -220,6 +223,35 @@ impl Session {
                 self.outbox.send_method(0, &Method::ConnectionUnblocked);
             }
             _ => {}
+        }
+    }
+
+    /// When the consumer timeout next needs checking (`now_ms` clock), if it is enabled and a
+    /// delivery is waiting for its ack.
+    pub fn consumer_timeout_due(&self) -> Option<u64> {
+        let timeout = self.config.consumer_timeout?;
+        let (_, delivered_at) = self.outbox.oldest_unacked()?;
+        Some(delivered_at.saturating_add(timeout.as_millis() as u64))
+    }
+
+    /// Closes (406) every channel whose oldest unacked delivery is older than the consumer
+    /// timeout, as RabbitMQ does; its deliveries are requeued.
+    pub fn check_consumer_timeout(&mut self, now: u64) {
+        let Some(timeout) = self.config.consumer_timeout else {
+            return;
+        };
+        let timeout_ms = timeout.as_millis() as u64;
+        while let Some((channel, delivered_at)) = self.outbox.oldest_unacked() {
+            if delivered_at.saturating_add(timeout_ms) > now {
+                return;
+            }
+            let error = AmqpError::new(
+                reply::PRECONDITION_FAILED,
+                format!(
+                    "delivery acknowledgement on channel {channel} timed out. Timeout value used: {timeout_ms} ms. This timeout value can be configured, see consumers doc guide to learn more"
+                ),
+            );
+            self.close_channel_with_error(channel, error);
         }
     }
 
