@@ -15,6 +15,7 @@ pub mod consumer;
 pub mod dead_letter;
 pub mod error;
 pub mod exchange;
+pub mod idmap;
 pub mod message;
 pub mod password;
 pub mod policy;

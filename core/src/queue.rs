@@ -5,7 +5,7 @@
 //! consumer has credit, hands the message straight to the consumer's sink under the same lock:
 //! no extra task hop on the hot path.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
@@ -14,6 +14,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::consumer::{ConsumerSpec, Delivery, DeliverySink};
 use crate::error::{resource, CoreError, CoreResult};
+use crate::idmap::IdMap;
 use crate::message::Message;
 use crate::value::Table;
 use crate::vhost::VHost;
@@ -347,7 +348,7 @@ impl ReadyStore {
 struct QueueState {
     /// Ready messages by priority, each level in id order.
     ready: ReadyStore,
-    unsettled: HashMap<u64, UnsettledMessage>,
+    unsettled: IdMap<u64, UnsettledMessage>,
     /// Sorted by priority, highest first (stable, so equal priorities keep attach order).
     consumers: Vec<AttachedConsumer>,
     next_round_robin: usize,

@@ -8,7 +8,7 @@
 //! Frames are encoded straight into the shared buffer, so the writer task sends everything
 //! that accumulated in one write.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -16,6 +16,7 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use warren_core::consumer::{Delivery, DeliverySink};
+use warren_core::idmap::IdMap;
 use warren_core::message::Message;
 use warren_core::queue::{now_ms, Queue};
 
@@ -50,7 +51,7 @@ struct ChannelDeliveries {
 
 struct OutboxState {
     buffer: BytesMut,
-    channels: HashMap<u16, ChannelDeliveries>,
+    channels: IdMap<u16, ChannelDeliveries>,
     frame_max: u32,
     /// Consumers refused for lack of room or credit, to kick when it frees up.
     starved: Vec<Arc<ConsumerSink>>,
@@ -86,7 +87,7 @@ impl Outbox {
         Arc::new(Outbox {
             state: Mutex::new(OutboxState {
                 buffer: BytesMut::new(),
-                channels: HashMap::new(),
+                channels: IdMap::default(),
                 frame_max,
                 starved: Vec::new(),
                 server_cancelled: Vec::new(),

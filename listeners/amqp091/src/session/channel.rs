@@ -6,7 +6,7 @@ use std::sync::Arc;
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use rand::RngCore;
-use warren_core::access::Access;
+use warren_core::access::{Access, User};
 use warren_core::consumer::ConsumerSpec;
 use warren_core::exchange::DestinationName;
 use warren_core::message::parse_expiration;
@@ -154,9 +154,10 @@ fn count(value: u64) -> u32 {
 }
 
 impl Session {
-    fn vhost_and_user(&self) -> Result<(Arc<VHost>, String), AmqpError> {
+    /// The open vhost and the user, as cheap `Arc` clones (no allocation per method).
+    fn vhost_and_user(&self) -> Result<(Arc<VHost>, Arc<User>), AmqpError> {
         match (&self.vhost, &self.user) {
-            (Some(vhost), Some(user)) => Ok((Arc::clone(vhost), user.name.clone())),
+            (Some(vhost), Some(user)) => Ok((Arc::clone(vhost), Arc::clone(user))),
             _ => Err(AmqpError::new(
                 reply::COMMAND_INVALID,
                 "connection is not open",
@@ -183,8 +184,9 @@ impl Session {
         method: Method,
     ) -> Result<(), AmqpError> {
         let (vhost, user) = self.vhost_and_user()?;
+        let user = user.name.as_str();
         let actor = Actor {
-            user: &user,
+            user,
             connection_id: self.connection_id,
         };
         match method {
@@ -800,6 +802,7 @@ impl Session {
 
     fn complete_publish(&mut self, ch: u16, pending: PendingPublish) -> Result<(), AmqpError> {
         let (vhost, user) = self.vhost_and_user()?;
+        let user = user.name.as_str();
         let Some((properties, raw_properties)) = pending.header else {
             return Err(AmqpError::new(
                 reply::INTERNAL_ERROR,
@@ -814,7 +817,7 @@ impl Session {
         let channel = self.channel(ch);
         if !channel.publish_allowed.contains(&pending.exchange) {
             vhost
-                .check_publish(&user, &pending.exchange)
+                .check_publish(user, &pending.exchange)
                 .map_err(|e| AmqpError::from(e).on(60, 40))?;
             let channel = self.channel(ch);
             if channel.publish_allowed.len() >= 16 {

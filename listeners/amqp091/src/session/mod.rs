@@ -8,12 +8,12 @@ mod channel;
 #[cfg(test)]
 mod session_tests;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use warren_core::access::User;
+use warren_core::idmap::IdMap;
 use warren_core::queue::{Queue, Settlement};
 use warren_core::value::{Table, Value};
 use warren_core::vhost::VHost;
@@ -94,7 +94,7 @@ pub struct Session {
     channel_max: u16,
     frame_max: u32,
     heartbeat: u16,
-    channels: HashMap<u16, Channel>,
+    channels: IdMap<u16, Channel>,
     /// Exclusive queues declared on this connection, deleted when it closes.
     exclusive_queues: Vec<String>,
     client_properties: Table,
@@ -131,7 +131,7 @@ impl Session {
             outbox,
             user: None,
             vhost: None,
-            channels: HashMap::new(),
+            channels: IdMap::default(),
             exclusive_queues: Vec::new(),
             client_properties: Table::new(),
             pending_confirms: Vec::new(),
