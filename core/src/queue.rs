@@ -358,6 +358,10 @@ struct QueueState {
     stats: QueueStats,
     /// The effective limits: arguments combined with policies.
     limits: QueueLimits,
+    /// Every consumer refused the last delivery for lack of credit. Until a listener kicks
+    /// the queue (`dispatch`), enqueues skip dispatch: asking sinks that just said no would
+    /// take their connection's lock for every publish while a backlog builds.
+    consumers_starved: bool,
     /// Body bytes of the ready messages (for x-max-length-bytes).
     ready_bytes: u64,
     /// When the queue was last used (consumer attached or gone, basic.get, redeclared), for
@@ -684,12 +688,13 @@ impl Queue {
     /// consumer's credit frees up after [`DeliverySink::reserve`] refused.
     pub fn dispatch(self: &Arc<Self>) {
         let mut state = self.state.lock();
+        state.consumers_starved = false;
         self.dispatch_locked(&mut state);
         self.finish(state);
     }
 
     fn dispatch_locked(self: &Arc<Self>, state: &mut QueueState) {
-        if state.consumers.is_empty() {
+        if state.consumers.is_empty() || state.consumers_starved {
             return;
         }
         let now = if state.expiring > 0 { now_ms() } else { 0 };
@@ -699,6 +704,7 @@ impl Queue {
                 return;
             }
             let Some(index) = self.next_consumer_with_credit(state) else {
+                state.consumers_starved = true;
                 return;
             };
             let Some(ready) = state.pop_ready() else {
@@ -866,6 +872,7 @@ impl Queue {
             .consumers
             .insert(position, AttachedConsumer { id, spec, sink });
         state.had_consumers = true;
+        state.consumers_starved = false;
         self.dispatch_locked(&mut state);
         self.finish(state);
         Ok(id)
@@ -880,6 +887,7 @@ impl Queue {
         };
         state.consumers.remove(index);
         state.last_used = now_ms();
+        state.consumers_starved = false;
         // The next consumer may be able to take what this one could not (and with a single
         // active consumer, it becomes the active one now).
         self.dispatch_locked(&mut state);
