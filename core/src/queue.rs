@@ -19,6 +19,10 @@ use crate::message::Message;
 use crate::value::Table;
 use crate::vhost::VHost;
 
+/// Least time between two full expiry passes over one queue; with the server's 250 ms tick,
+/// an expired message is removed within a second.
+const SWEEP_INTERVAL_MS: u64 = 700;
+
 /// Milliseconds on a monotonic clock, for message expiry.
 pub fn now_ms() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -234,6 +238,7 @@ pub struct QueueStats {
     pub rejected_publishes: u64,
 }
 
+#[derive(Clone)]
 struct ReadyMessage {
     id: u64,
     message: Arc<Message>,
@@ -322,15 +327,15 @@ impl ReadyStore {
     fn take_where(&mut self, mut expired: impl FnMut(&ReadyMessage) -> bool) -> Vec<ReadyMessage> {
         let mut taken = Vec::new();
         for level in &mut self.levels {
-            let mut kept = VecDeque::with_capacity(level.len());
-            for message in level.drain(..) {
-                if expired(&message) {
-                    taken.push(message);
+            // In place: no reallocation of a large backlog on every sweep.
+            level.retain(|message| {
+                if expired(message) {
+                    taken.push(message.clone());
+                    false
                 } else {
-                    kept.push_back(message);
+                    true
                 }
-            }
-            *level = kept;
+            });
         }
         self.len -= taken.len();
         taken
@@ -371,6 +376,8 @@ struct QueueState {
     expiring: usize,
     /// No ready message expires before this (`now_ms` clock), so sweeps before it are free.
     next_expiry: u64,
+    /// When the last full expiry pass ran.
+    last_sweep: u64,
     /// Messages to dead-letter once the lock is released (routing takes other queues' locks).
     dead_letters: Vec<(Arc<Message>, DeathReason)>,
 }
@@ -547,9 +554,15 @@ impl Queue {
     /// the head). Returns how many expired.
     pub fn expire(self: &Arc<Self>, now: u64) -> usize {
         let mut state = self.state.lock();
-        if state.expiring == 0 || now <= state.next_expiry {
+        // A full pass at most every SWEEP_INTERVAL_MS keeps the cost of large backlogs with
+        // mixed TTLs bounded, while every expired message still goes within a second.
+        if state.expiring == 0
+            || now <= state.next_expiry
+            || now.saturating_sub(state.last_sweep) < SWEEP_INTERVAL_MS
+        {
             return 0;
         }
+        state.last_sweep = now;
         let mut next_expiry = u64::MAX;
         let taken = state.ready.take_where(|m| match m.expires_at {
             Some(at) if at < now => true,
@@ -561,11 +574,18 @@ impl Queue {
         });
         state.next_expiry = next_expiry;
         let expired = taken.len();
-        for message in taken {
-            state.forget_ready(&message);
-            self.discard(&mut state, message.message, DeathReason::Expired);
+        for message in &taken {
+            state.forget_ready(message);
+            self.discard(
+                &mut state,
+                Arc::clone(&message.message),
+                DeathReason::Expired,
+            );
         }
         self.finish(state);
+        // The expired messages are freed here, after the lock is released, so publishers are
+        // not held up by the deallocations.
+        drop(taken);
         expired
     }
 

@@ -23,6 +23,7 @@ Topology:
                             sent as longs, true/false as booleans, anything else as strings),
                             e.g. --queue-arg x-message-ttl=60000 --queue-arg x-max-priority=10
       --priorities N        messages cycle through priorities 0..N-1
+      --expirations MS,..   messages cycle through these per-message TTLs (expiration)
 Load:
   -x, --producers N         producers, one connection each (default 1)
   -y, --consumers N         consumers, one connection each (default 1)
@@ -117,6 +118,8 @@ pub struct Config {
     pub queue_args: Vec<(String, String)>,
     /// `--priorities N`: messages cycle through priorities 0..N (0 = no priority property).
     pub priorities: u8,
+    /// `--expirations MS,MS,...`: messages cycle through these per-message TTLs.
+    pub expirations: Vec<u64>,
 }
 
 impl Default for Config {
@@ -143,6 +146,7 @@ impl Default for Config {
             batch: 500,
             queue_args: Vec::new(),
             priorities: 0,
+            expirations: Vec::new(),
             mode: Mode::Throughput,
             broker_pid: None,
             threads: None,
@@ -240,6 +244,13 @@ where
                 config.queue_args.push((key.to_string(), arg.to_string()));
             }
             "--priorities" => config.priorities = number(&flag, &value(&flag)?)?,
+            "--expirations" => {
+                let text = value(&flag)?;
+                config.expirations = text
+                    .split(',')
+                    .map(|ms| number(&flag, ms.trim()))
+                    .collect::<Result<_, _>>()?;
+            }
             "-s" | "--size" => config.size = number(&flag, &value(&flag)?)?,
             "-f" | "--flag" => match value(&flag)?.as_str() {
                 "persistent" => config.persistent = true,

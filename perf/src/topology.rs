@@ -218,18 +218,29 @@ impl Topology {
         } else {
             (0..config.priorities).map(Some).collect()
         };
-        let encoded: Vec<BytesMut> = levels
-            .into_iter()
-            .map(|priority| {
+        let expirations: Vec<Option<String>> = if config.expirations.is_empty() {
+            vec![None]
+        } else {
+            config
+                .expirations
+                .iter()
+                .map(|ms| Some(ms.to_string()))
+                .collect()
+        };
+        // One template per (priority, expiration) pair, cycled through by the producer.
+        let mut encoded: Vec<BytesMut> = Vec::new();
+        for priority in &levels {
+            for expiration in &expirations {
                 let mut raw = BytesMut::new();
                 let properties = Properties {
-                    priority,
+                    priority: *priority,
+                    expiration: expiration.clone(),
                     ..properties.clone()
                 };
                 encode_properties(&properties, &mut raw).expect("small properties encode");
-                raw
-            })
-            .collect();
+                encoded.push(raw);
+            }
+        }
         keys.into_iter()
             .flat_map(|routing_key| encoded.iter().map(move |raw| (routing_key.clone(), raw)))
             .map(|(routing_key, raw_properties)| {
