@@ -832,3 +832,75 @@ async fn heartbeats_are_sent_and_a_silent_client_is_disconnected() {
     still_healthy(bystander, addr).await;
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_replies_is_paused_and_loses_nothing() {
+    let broker = TestBroker::start().await;
+    let addr = broker.addr();
+    let bystander = bystander(addr).await;
+    let mut flooder = Raw::open_with_channel(addr).await;
+    // Each passive declare gets a 42-byte declare-ok; 600,000 of them are ~25 MB of replies, far more
+    // than the broker buffers for one connection before it stops reading it.
+    const REQUESTS: usize = 600_000;
+    let mut requests = BytesMut::new();
+    for _ in 0..REQUESTS {
+        write_method_frame(
+            &mut requests,
+            1,
+            &Method::QueueDeclare {
+                queue: "amq.rabbitmq.reply-to".into(),
+                passive: true,
+                durable: false,
+                exclusive: false,
+                auto_delete: false,
+                no_wait: false,
+                arguments: Table::new(),
+            },
+        )
+        .expect("encodes");
+    }
+    let (mut read_half, mut write_half) = flooder.stream.into_split();
+    let writer = tokio::spawn(async move {
+        write_half
+            .write_all(&requests)
+            .await
+            .expect("the broker keeps the socket open");
+        write_half
+    });
+    // Meanwhile the broker serves everybody else.
+    still_healthy(bystander, addr).await;
+    // Not reading for a while lets the replies pile up past the pause threshold, so the
+    // broker stops reading this client (that path is what this test is for); whatever the
+    // timing, the assertions below only check that nothing is lost.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(
+        !writer.is_finished(),
+        "a paused client cannot push all its requests"
+    );
+    // Now read every reply: none is lost, in order.
+    let mut buffer = std::mem::take(&mut flooder.buffer);
+    let mut replies = 0;
+    while replies < REQUESTS {
+        while let Some(frame) = decode_frame(&mut buffer, 0).expect("valid frames") {
+            let method = Method::decode(&frame.payload).expect("decodes");
+            assert!(
+                matches!(method, Method::QueueDeclareOk { .. }),
+                "{method:?}"
+            );
+            replies += 1;
+        }
+        if replies == REQUESTS {
+            break;
+        }
+        let read = tokio::time::timeout(REPLY_TIMEOUT, read_half.read_buf(&mut buffer))
+            .await
+            .expect("replies keep coming")
+            .expect("read");
+        assert!(
+            read > 0,
+            "the broker closed the connection after {replies} replies"
+        );
+    }
+    let _write_half = writer.await.expect("all requests were sent");
+    broker.shutdown().await;
+}

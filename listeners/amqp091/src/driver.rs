@@ -17,7 +17,7 @@ use tokio::time::{timeout, Instant};
 use warren_core::Broker;
 
 use crate::codec::{decode_frame, parse_protocol_header, ProtocolHeader, PROTOCOL_HEADER_091};
-use crate::outbox::Outbox;
+use crate::outbox::{Outbox, READ_PAUSE_BYTES};
 use crate::session::{Control, Session, SessionConfig, FRAME_MIN_SIZE};
 use warren_core::queue::now_ms;
 
@@ -165,6 +165,8 @@ async fn read_loop(
             None
         };
         session.set_blocked(reason.as_deref());
+        // A client that does not read its replies is not read either (bounded memory).
+        let paused = close_deadline.is_none() && outbox.pending_bytes() > READ_PAUSE_BYTES;
         let timeout_due = if close_deadline.is_none() {
             session.consumer_timeout_due()
         } else {
@@ -178,12 +180,13 @@ async fn read_loop(
             match session.heartbeat() {
                 // Two missed heartbeats and the peer is considered dead (not while we are
                 // the ones not reading).
-                Some(interval) if !blocked => Instant::now() + interval * 2,
+                Some(interval) if !blocked && !paused => Instant::now() + interval * 2,
                 _ => Instant::now() + Duration::from_secs(24 * 3600),
             }
         };
         let read = tokio::select! {
-            read = read_some(reader, &mut buffer), if !blocked => read,
+            read = read_some(reader, &mut buffer), if !blocked && !paused => read,
+            _ = outbox.drained.notified(), if paused => continue,
             changed = alarms.changed(), if alarms_alive => {
                 alarms_alive = changed.is_ok();
                 continue;
@@ -303,7 +306,10 @@ async fn write_loop(
             for sink in drained.starved {
                 sink.queue.dispatch();
             }
-            if writer.write_all(&drained.bytes).await.is_err() {
+            outbox.set_writing(drained.bytes.len());
+            let written = writer.write_all(&drained.bytes).await;
+            outbox.set_writing(0);
+            if written.is_err() {
                 outbox.close();
                 return;
             }

@@ -9,7 +9,7 @@
 //! that accumulated in one write.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -25,6 +25,11 @@ use crate::codec::{self, Method};
 /// Above this many buffered bytes consumers stop receiving until the writer drains the buffer,
 /// so a slow socket holds deliveries in their queues instead of in memory here.
 pub const OUTBOX_HIGH_WATER: usize = 512 * 1024;
+
+/// Above this many unsent bytes the connection's own requests are no longer read: a client
+/// that sends requests without reading the replies is held back by TCP instead of growing the
+/// broker's memory.
+pub const READ_PAUSE_BYTES: usize = 2 * 1024 * 1024;
 
 /// One delivery waiting for its acknowledgement.
 pub struct Unacked {
@@ -70,6 +75,10 @@ pub struct Outbox {
     /// Wakes the reader task when a channel gets its first unacked delivery, so it can arm
     /// the consumer timeout.
     pub reader_wake: Notify,
+    /// Wakes the reader after the writer finished a write (it may resume reading).
+    pub drained: Notify,
+    /// Bytes the writer took and is still writing.
+    writing: AtomicUsize,
     consumer_cancel_notify: AtomicBool,
 }
 
@@ -96,6 +105,8 @@ impl Outbox {
             }),
             notify: Notify::new(),
             reader_wake: Notify::new(),
+            drained: Notify::new(),
+            writing: AtomicUsize::new(0),
             consumer_cancel_notify: AtomicBool::new(false),
         })
     }
@@ -330,6 +341,20 @@ impl Outbox {
     /// Whether the connection was closed (the writer exits once the buffer is flushed).
     pub fn is_closed(&self) -> bool {
         self.state.lock().closed
+    }
+
+    /// Bytes buffered or being written: the reader stops reading a client that does not
+    /// read its replies once this passes [`READ_PAUSE_BYTES`].
+    pub fn pending_bytes(&self) -> usize {
+        self.state.lock().buffer.len() + self.writing.load(Ordering::Acquire)
+    }
+
+    /// The writer took `bytes` and is writing them (0 when done).
+    pub fn set_writing(&self, bytes: usize) {
+        self.writing.store(bytes, Ordering::Release);
+        if bytes == 0 {
+            self.drained.notify_one();
+        }
     }
 
     /// Whether the buffer is empty.
