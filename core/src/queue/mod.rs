@@ -5,7 +5,6 @@
 //! consumer has credit, hands the message straight to the consumer's sink under the same lock:
 //! no extra task hop on the hot path.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
@@ -19,6 +18,12 @@ use crate::message::Message;
 use crate::value::Table;
 use crate::vhost::VHost;
 
+mod limits;
+mod ready;
+
+pub use limits::{DeathReason, Overflow, QueueLimits};
+use ready::{ReadyMessage, ReadyStore};
+
 /// Least time between two full expiry passes over one queue; with the server's 250 ms tick,
 /// an expired message is removed within a second.
 const SWEEP_INTERVAL_MS: u64 = 700;
@@ -27,147 +32,6 @@ const SWEEP_INTERVAL_MS: u64 = 700;
 pub fn now_ms() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
-/// Why a message left its queue for the dead-letter exchange (the `reason` in `x-death`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DeathReason {
-    /// Rejected or nacked without requeue.
-    Rejected,
-    /// Its TTL passed.
-    Expired,
-    /// Pushed out (or refused) by a length limit.
-    MaxLen,
-    /// Redelivered more often than the delivery limit allows.
-    DeliveryLimit,
-}
-
-impl DeathReason {
-    /// The reason as RabbitMQ writes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            DeathReason::Rejected => "rejected",
-            DeathReason::Expired => "expired",
-            DeathReason::MaxLen => "maxlen",
-            DeathReason::DeliveryLimit => "delivery_limit",
-        }
-    }
-}
-
-/// What a queue does when a length limit is reached (`x-overflow`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Overflow {
-    /// Drop (or dead-letter) the oldest ready message.
-    #[default]
-    DropHead,
-    /// Refuse the new message (publishers with confirms get a nack).
-    RejectPublish,
-    /// Refuse the new message and dead-letter it.
-    RejectPublishDlx,
-}
-
-/// Limits and dead-lettering settings of a queue, from its `x-` arguments.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QueueLimits {
-    /// `x-message-ttl` in milliseconds.
-    pub message_ttl: Option<u64>,
-    /// `x-max-length`: most ready messages.
-    pub max_length: Option<u64>,
-    /// `x-max-length-bytes`: most ready body bytes.
-    pub max_length_bytes: Option<u64>,
-    /// `x-overflow`.
-    pub overflow: Overflow,
-    /// `x-dead-letter-exchange`.
-    pub dead_letter_exchange: Option<String>,
-    /// `x-dead-letter-routing-key`.
-    pub dead_letter_routing_key: Option<String>,
-    /// `x-max-priority` (1 to 255): the queue keeps one FIFO per priority up to this.
-    pub max_priority: Option<u8>,
-    /// `x-expires`: delete the queue after it was unused for this many milliseconds.
-    pub expires: Option<u64>,
-    /// `x-single-active-consumer`: only the first attached consumer receives; the next one
-    /// takes over when it goes.
-    pub single_active_consumer: bool,
-}
-
-impl QueueLimits {
-    /// Reads and validates the arguments; the error names the argument and what is wrong.
-    pub fn from_arguments(arguments: &Table) -> Result<QueueLimits, String> {
-        let non_negative = |key: &str| -> Result<Option<u64>, String> {
-            match arguments.get(key) {
-                None => Ok(None),
-                Some(value) => match value.as_i64() {
-                    Some(n) if n >= 0 => Ok(Some(n as u64)),
-                    _ => Err(format!(
-                        "invalid arg '{key}': expected a non-negative integer, got {value} of type {}",
-                        value.type_name()
-                    )),
-                },
-            }
-        };
-        let string = |key: &str| -> Result<Option<String>, String> {
-            match arguments.get(key) {
-                None => Ok(None),
-                Some(value) => value.as_str().map(|s| Some(s.to_string())).ok_or_else(|| {
-                    format!(
-                        "invalid arg '{key}': expected a string, got {value} of type {}",
-                        value.type_name()
-                    )
-                }),
-            }
-        };
-        let overflow = match string("x-overflow")?.as_deref() {
-            None | Some("drop-head") => Overflow::DropHead,
-            Some("reject-publish") => Overflow::RejectPublish,
-            Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
-            Some(other) => {
-                return Err(format!(
-                    "invalid arg 'x-overflow': expected drop-head, reject-publish or reject-publish-dlx, got '{other}'"
-                ))
-            }
-        };
-        let max_priority = match non_negative("x-max-priority")? {
-            None => None,
-            Some(p @ 1..=255) => Some(p as u8),
-            Some(p) => {
-                return Err(format!(
-                    "invalid arg 'x-max-priority': expected an integer from 1 to 255, got {p}"
-                ))
-            }
-        };
-        let expires = match non_negative("x-expires")? {
-            Some(0) => {
-                return Err("invalid arg 'x-expires': expected a positive integer, got 0".into())
-            }
-            other => other,
-        };
-        let single_active_consumer = match arguments.get("x-single-active-consumer") {
-            None => false,
-            Some(value) => value.as_bool().ok_or_else(|| {
-                format!(
-                    "invalid arg 'x-single-active-consumer': expected a boolean, got {value} of type {}",
-                    value.type_name()
-                )
-            })?,
-        };
-        let limits = QueueLimits {
-            expires,
-            single_active_consumer,
-            max_priority,
-            message_ttl: non_negative("x-message-ttl")?,
-            max_length: non_negative("x-max-length")?,
-            max_length_bytes: non_negative("x-max-length-bytes")?,
-            overflow,
-            dead_letter_exchange: string("x-dead-letter-exchange")?,
-            dead_letter_routing_key: string("x-dead-letter-routing-key")?,
-        };
-        if limits.dead_letter_routing_key.is_some() && limits.dead_letter_exchange.is_none() {
-            return Err(
-                "invalid arg 'x-dead-letter-routing-key': it needs x-dead-letter-exchange".into(),
-            );
-        }
-        Ok(limits)
-    }
 }
 
 /// What happened to a message offered to a queue.
@@ -238,15 +102,6 @@ pub struct QueueStats {
     pub rejected_publishes: u64,
 }
 
-#[derive(Clone)]
-struct ReadyMessage {
-    id: u64,
-    message: Arc<Message>,
-    redelivered: bool,
-    /// When the message expires (`now_ms` clock), from the queue's and the message's TTL.
-    expires_at: Option<u64>,
-}
-
 struct UnsettledMessage {
     message: Arc<Message>,
     expires_at: Option<u64>,
@@ -256,97 +111,6 @@ struct AttachedConsumer {
     id: u64,
     spec: ConsumerSpec,
     sink: Arc<dyn DeliverySink>,
-}
-
-/// Ready messages: one FIFO per priority level (one level for a queue without
-/// `x-max-priority`), each in id order so a requeued message goes back to its position.
-#[derive(Default)]
-struct ReadyStore {
-    levels: Vec<VecDeque<ReadyMessage>>,
-    len: usize,
-    /// No level above this holds a message, so front and pop need not scan empty levels.
-    top: usize,
-}
-
-impl ReadyStore {
-    fn new(levels: usize) -> ReadyStore {
-        ReadyStore {
-            levels: (0..levels.max(1)).map(|_| VecDeque::new()).collect(),
-            len: 0,
-            top: 0,
-        }
-    }
-
-    /// The level of a message: its priority, capped at the queue's maximum.
-    fn level_of(&self, message: &Message) -> usize {
-        usize::from(message.properties.priority.unwrap_or(0)).min(self.levels.len() - 1)
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    fn push_back(&mut self, ready: ReadyMessage) {
-        let level = self.level_of(&ready.message);
-        self.levels[level].push_back(ready);
-        self.len += 1;
-        self.top = self.top.max(level);
-    }
-
-    /// Puts a requeued message back at its original position in its level.
-    fn insert_by_id(&mut self, ready: ReadyMessage) {
-        let level = self.level_of(&ready.message);
-        let position = self.levels[level].partition_point(|m| m.id < ready.id);
-        self.levels[level].insert(position, ready);
-        self.len += 1;
-        self.top = self.top.max(level);
-    }
-
-    /// The next message to deliver: the oldest of the highest non-empty level.
-    fn front(&self) -> Option<&ReadyMessage> {
-        self.levels[..=self.top]
-            .iter()
-            .rev()
-            .find_map(|level| level.front())
-    }
-
-    fn pop_front(&mut self) -> Option<ReadyMessage> {
-        while self.top > 0 && self.levels[self.top].is_empty() {
-            self.top -= 1;
-        }
-        let ready = self.levels[self.top].pop_front()?;
-        self.len -= 1;
-        Some(ready)
-    }
-
-    /// Removes and returns every message for which `expired` holds.
-    fn take_where(&mut self, mut expired: impl FnMut(&ReadyMessage) -> bool) -> Vec<ReadyMessage> {
-        let mut taken = Vec::new();
-        for level in &mut self.levels {
-            // In place: no reallocation of a large backlog on every sweep.
-            level.retain(|message| {
-                if expired(message) {
-                    taken.push(message.clone());
-                    false
-                } else {
-                    true
-                }
-            });
-        }
-        self.len -= taken.len();
-        taken
-    }
-
-    fn clear(&mut self) {
-        for level in &mut self.levels {
-            level.clear();
-        }
-        self.len = 0;
-    }
 }
 
 #[derive(Default)]

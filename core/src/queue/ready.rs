@@ -1,0 +1,110 @@
+//! The ready messages of a queue: one FIFO per priority level.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::message::Message;
+
+/// A message waiting for a consumer.
+#[derive(Clone)]
+pub(super) struct ReadyMessage {
+    pub(super) id: u64,
+    pub(super) message: Arc<Message>,
+    pub(super) redelivered: bool,
+    /// When the message expires (`now_ms` clock), from the queue's and the message's TTL.
+    pub(super) expires_at: Option<u64>,
+}
+
+/// Ready messages: one FIFO per priority level (one level for a queue without
+/// `x-max-priority`), each in id order so a requeued message goes back to its position.
+#[derive(Default)]
+pub(super) struct ReadyStore {
+    levels: Vec<VecDeque<ReadyMessage>>,
+    len: usize,
+    /// No level above this holds a message, so front and pop need not scan empty levels.
+    top: usize,
+}
+
+impl ReadyStore {
+    pub(super) fn new(levels: usize) -> ReadyStore {
+        ReadyStore {
+            levels: (0..levels.max(1)).map(|_| VecDeque::new()).collect(),
+            len: 0,
+            top: 0,
+        }
+    }
+
+    /// The level of a message: its priority, capped at the queue's maximum.
+    pub(super) fn level_of(&self, message: &Message) -> usize {
+        usize::from(message.properties.priority.unwrap_or(0)).min(self.levels.len() - 1)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(super) fn push_back(&mut self, ready: ReadyMessage) {
+        let level = self.level_of(&ready.message);
+        self.levels[level].push_back(ready);
+        self.len += 1;
+        self.top = self.top.max(level);
+    }
+
+    /// Puts a requeued message back at its original position in its level.
+    pub(super) fn insert_by_id(&mut self, ready: ReadyMessage) {
+        let level = self.level_of(&ready.message);
+        let position = self.levels[level].partition_point(|m| m.id < ready.id);
+        self.levels[level].insert(position, ready);
+        self.len += 1;
+        self.top = self.top.max(level);
+    }
+
+    /// The next message to deliver: the oldest of the highest non-empty level.
+    pub(super) fn front(&self) -> Option<&ReadyMessage> {
+        self.levels[..=self.top]
+            .iter()
+            .rev()
+            .find_map(|level| level.front())
+    }
+
+    pub(super) fn pop_front(&mut self) -> Option<ReadyMessage> {
+        while self.top > 0 && self.levels[self.top].is_empty() {
+            self.top -= 1;
+        }
+        let ready = self.levels[self.top].pop_front()?;
+        self.len -= 1;
+        Some(ready)
+    }
+
+    /// Removes and returns every message for which `expired` holds.
+    pub(super) fn take_where(
+        &mut self,
+        mut expired: impl FnMut(&ReadyMessage) -> bool,
+    ) -> Vec<ReadyMessage> {
+        let mut taken = Vec::new();
+        for level in &mut self.levels {
+            // In place: no reallocation of a large backlog on every sweep.
+            level.retain(|message| {
+                if expired(message) {
+                    taken.push(message.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        self.len -= taken.len();
+        taken
+    }
+
+    pub(super) fn clear(&mut self) {
+        for level in &mut self.levels {
+            level.clear();
+        }
+        self.len = 0;
+    }
+}

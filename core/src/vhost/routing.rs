@@ -1,0 +1,222 @@
+//! Publishing: routing a message through exchanges (with exchange-to-exchange bindings,
+//! alternate exchanges and CC/BCC keys), dead-lettering and message expiry.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::VHost;
+use crate::access::{Access, ResourceKind};
+use crate::dead_letter::{death_field, with_death};
+use crate::error::{CoreError, CoreResult};
+use crate::exchange::{Exchange, Target};
+use crate::message::Message;
+use crate::queue::{DeathReason, Queue};
+use crate::value::Value;
+
+impl VHost {
+    /// Removes expired messages from every queue (called about every 250 ms by the server).
+    pub fn expire_messages(&self, now: u64) -> usize {
+        let mut expired = 0;
+        for queue in self.queues() {
+            expired += queue.expire(now);
+            if queue.idle_expired(now) {
+                tracing::debug!(
+                    queue = queue.name(),
+                    "queue unused for longer than x-expires; deleted"
+                );
+                self.remove_queue(&queue);
+            }
+        }
+        expired
+    }
+
+    /// Dead letters dropped because their dead-letter exchange did not exist.
+    pub fn dead_letters_dropped(&self) -> u64 {
+        self.dead_letters_dropped.load(Ordering::Relaxed)
+    }
+
+    /// Republishes messages that left `queue` through its dead-letter exchange, with the
+    /// `x-death` history RabbitMQ 4.x writes. A message is not delivered back into a queue it
+    /// already died in unless a rejection is part of its history, which breaks automatic
+    /// cycles (expiry or length limits) as RabbitMQ does.
+    pub(crate) fn dead_letter(&self, queue: &Queue, letters: Vec<(Arc<Message>, DeathReason)>) {
+        let limits = queue.limits();
+        let Some(dlx) = limits.dead_letter_exchange.as_deref() else {
+            return;
+        };
+        let exchange = if dlx.is_empty() {
+            None
+        } else {
+            self.exchange(dlx)
+        };
+        if !dlx.is_empty() && exchange.is_none() {
+            self.dead_letters_dropped
+                .fetch_add(letters.len() as u64, Ordering::Relaxed);
+            return;
+        }
+        let mut routed = Vec::new();
+        for (message, reason) in letters {
+            let dead = with_death(
+                &message,
+                queue.name(),
+                reason,
+                dlx,
+                limits.dead_letter_routing_key.as_deref(),
+            );
+            routed.clear();
+            match &exchange {
+                None => {
+                    if let Some(target) = self.queue(&dead.routing_key) {
+                        routed.push(target);
+                    }
+                }
+                Some(exchange) => {
+                    let mut visited = Vec::new();
+                    let mut targets = Vec::new();
+                    self.route_through(
+                        exchange,
+                        &dead.routing_key,
+                        &dead,
+                        &mut targets,
+                        &mut visited,
+                        &mut routed,
+                    );
+                }
+            }
+            let deaths = dead
+                .properties
+                .headers
+                .as_ref()
+                .and_then(|h| match h.get("x-death") {
+                    Some(Value::Array(entries)) => Some(entries.clone()),
+                    _ => None,
+                });
+            let rejected_in_history = deaths
+                .iter()
+                .flatten()
+                .any(|entry| death_field(entry, "reason") == Some("rejected"));
+            let dead = Arc::new(dead);
+            for target in &routed {
+                let cycles = !rejected_in_history
+                    && deaths
+                        .iter()
+                        .flatten()
+                        .any(|entry| death_field(entry, "queue") == Some(target.name()));
+                if cycles {
+                    tracing::debug!(
+                        queue = target.name(),
+                        "dead-letter cycle detected; message dropped"
+                    );
+                    continue;
+                }
+                target.enqueue(Arc::clone(&dead));
+            }
+        }
+    }
+
+    /// Checks that `user` may publish to `exchange`. Listeners cache the answer per channel.
+    pub fn check_publish(&self, user: &str, exchange: &str) -> CoreResult<()> {
+        self.check(user, Access::Write, ResourceKind::Exchange, exchange)
+    }
+
+    /// Routes `message` from `exchange_name` to the queues it reaches, each at most once,
+    /// following exchange-to-exchange bindings (cycles are safe) and alternate exchanges.
+    /// Fails with 404 for a missing exchange and 403 for an internal one.
+    pub fn route(
+        &self,
+        exchange_name: &str,
+        message: &Message,
+        out: &mut Vec<Arc<Queue>>,
+    ) -> CoreResult<()> {
+        if exchange_name.is_empty() {
+            let queues = self.queues.read();
+            for key in routing_keys(message) {
+                if let Some(queue) = queues.get(key) {
+                    if !out.iter().any(|q| Arc::ptr_eq(q, queue)) {
+                        out.push(Arc::clone(queue));
+                    }
+                }
+            }
+            return Ok(());
+        }
+        let exchange = self.exchange_or_404(exchange_name)?;
+        if exchange.config().internal {
+            return Err(CoreError::access_refused(format!(
+                "cannot publish to internal {}",
+                self.describe("exchange", exchange_name)
+            )));
+        }
+        let mut visited: Vec<Arc<str>> = Vec::new();
+        let mut targets = Vec::new();
+        for key in routing_keys(message) {
+            visited.clear();
+            targets.clear();
+            self.route_through(&exchange, key, message, &mut targets, &mut visited, out);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn route_through(
+        &self,
+        exchange: &Arc<Exchange>,
+        key: &str,
+        message: &Message,
+        targets: &mut Vec<Target>,
+        visited: &mut Vec<Arc<str>>,
+        out: &mut Vec<Arc<Queue>>,
+    ) {
+        visited.push(Arc::from(exchange.name()));
+        let start = targets.len();
+        exchange.route(key, message, targets);
+        let routed_here = targets.len() > start;
+        let mut index = start;
+        while index < targets.len() {
+            match targets[index].clone() {
+                Target::Queue(queue) => {
+                    if !out.iter().any(|q| Arc::ptr_eq(q, &queue)) {
+                        out.push(queue);
+                    }
+                }
+                Target::Exchange(name) => {
+                    if !visited.contains(&name) {
+                        if let Some(next) = self.exchange(&name) {
+                            self.route_through(&next, key, message, targets, visited, out);
+                        }
+                    }
+                }
+            }
+            index += 1;
+        }
+        if !routed_here {
+            if let Some(alternate) = exchange.alternate_exchange() {
+                if !visited.iter().any(|v| **v == *alternate) {
+                    if let Some(next) = self.exchange(&alternate) {
+                        self.route_through(&next, key, message, targets, visited, out);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The routing key and the sender-selected `CC` and `BCC` keys of a message.
+fn routing_keys(message: &Message) -> impl Iterator<Item = &str> {
+    let extra = message
+        .properties
+        .headers
+        .as_ref()
+        .into_iter()
+        .flat_map(|headers| {
+            ["CC", "BCC"]
+                .into_iter()
+                .flat_map(move |name| match headers.get(name) {
+                    Some(Value::Array(keys)) => {
+                        keys.iter().filter_map(Value::as_str).collect::<Vec<_>>()
+                    }
+                    Some(value) => value.as_str().into_iter().collect(),
+                    None => Vec::new(),
+                })
+        });
+    std::iter::once(message.routing_key.as_str()).chain(extra)
+}

@@ -1,0 +1,303 @@
+use super::*;
+use crate::message::Message;
+
+use crate::message::Properties;
+use bytes::Bytes;
+
+const ADMIN: Actor<'static> = Actor {
+    user: "admin",
+    connection_id: 1,
+};
+
+fn vhost() -> Arc<VHost> {
+    let vhost = VHost::new("/");
+    vhost.set_permissions("admin", Permissions::full());
+    vhost
+}
+
+fn declare_queue(vhost: &VHost, name: &str) {
+    vhost
+        .declare_queue(
+            ADMIN,
+            QueueDeclare {
+                name: name.into(),
+                passive: false,
+                durable: false,
+                exclusive: false,
+                auto_delete: false,
+                arguments: Table::new(),
+            },
+        )
+        .unwrap();
+}
+
+fn declare_exchange(vhost: &VHost, name: &str, kind: &str, arguments: Table) {
+    vhost
+        .declare_exchange(
+            ADMIN,
+            ExchangeDeclare {
+                name: name.into(),
+                kind: kind.into(),
+                passive: false,
+                durable: false,
+                auto_delete: false,
+                internal: false,
+                arguments,
+            },
+        )
+        .unwrap();
+}
+
+fn routed(vhost: &VHost, exchange: &str, key: &str) -> Vec<String> {
+    let message = Message {
+        exchange: exchange.into(),
+        routing_key: key.into(),
+        properties: Properties::default(),
+        encoded_properties: None,
+        body: Bytes::new(),
+    };
+    let mut out = Vec::new();
+    vhost.route(exchange, &message, &mut out).unwrap();
+    let mut names: Vec<String> = out.iter().map(|q| q.name().to_string()).collect();
+    names.sort();
+    names
+}
+
+fn queue_binding(vhost: &VHost, exchange: &str, queue: &str, key: &str) {
+    vhost
+        .bind(
+            ADMIN,
+            exchange,
+            DestinationName::Queue(queue.into()),
+            key,
+            Table::new(),
+        )
+        .unwrap();
+}
+
+#[test]
+fn exchange_to_exchange_paths_deliver_once_and_cycles_terminate() {
+    let vhost = vhost();
+    declare_exchange(&vhost, "x1", "fanout", Table::new());
+    declare_exchange(&vhost, "x2", "fanout", Table::new());
+    declare_queue(&vhost, "q");
+    queue_binding(&vhost, "x1", "q", "");
+    queue_binding(&vhost, "x2", "q", "");
+    for (source, destination) in [("x1", "x2"), ("x2", "x1")] {
+        vhost
+            .bind(
+                ADMIN,
+                source,
+                DestinationName::Exchange(destination.into()),
+                "",
+                Table::new(),
+            )
+            .unwrap();
+    }
+    assert_eq!(routed(&vhost, "x1", "any"), vec!["q"]);
+}
+
+#[test]
+fn alternate_exchange_takes_unroutable_messages() {
+    let vhost = vhost();
+    declare_exchange(&vhost, "ae", "fanout", Table::new());
+    let mut arguments = Table::new();
+    arguments.insert("alternate-exchange", Value::string("ae"));
+    declare_exchange(&vhost, "main", "direct", arguments);
+    declare_queue(&vhost, "routed");
+    declare_queue(&vhost, "unroutable");
+    queue_binding(&vhost, "main", "routed", "k");
+    queue_binding(&vhost, "ae", "unroutable", "");
+    assert_eq!(routed(&vhost, "main", "k"), vec!["routed"]);
+    assert_eq!(routed(&vhost, "main", "other"), vec!["unroutable"]);
+}
+
+#[test]
+fn topic_and_default_exchange_routing() {
+    let vhost = vhost();
+    declare_queue(&vhost, "a");
+    declare_queue(&vhost, "b");
+    queue_binding(&vhost, "amq.topic", "a", "stock.*.nyse");
+    queue_binding(&vhost, "amq.topic", "b", "stock.#");
+    assert_eq!(
+        routed(&vhost, "amq.topic", "stock.ibm.nyse"),
+        vec!["a", "b"]
+    );
+    assert_eq!(routed(&vhost, "amq.topic", "stock"), vec!["b"]);
+    assert_eq!(routed(&vhost, "", "a"), vec!["a"]);
+    assert!(routed(&vhost, "", "missing").is_empty());
+}
+
+#[test]
+fn redeclaration_must_be_equivalent() {
+    let vhost = vhost();
+    declare_exchange(&vhost, "x", "direct", Table::new());
+    let err = vhost
+        .declare_exchange(
+            ADMIN,
+            ExchangeDeclare {
+                name: "x".into(),
+                kind: "fanout".into(),
+                passive: false,
+                durable: false,
+                auto_delete: false,
+                internal: false,
+                arguments: Table::new(),
+            },
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "inequivalent arg 'type' for exchange 'x' in vhost '/': received 'fanout' but current is 'direct'"
+    );
+    declare_queue(&vhost, "q");
+    let mut arguments = Table::new();
+    arguments.insert("x-max-length", Value::I32(10));
+    let err = vhost
+        .declare_queue(
+            ADMIN,
+            QueueDeclare {
+                name: "q".into(),
+                passive: false,
+                durable: false,
+                exclusive: false,
+                auto_delete: false,
+                arguments,
+            },
+        )
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PreconditionFailed);
+    assert_eq!(
+        err.message,
+        "inequivalent arg 'x-max-length' for queue 'q' in vhost '/': received the value '10' of type 'signedint' but current is none"
+    );
+}
+
+#[test]
+fn permissions_are_checked_with_rabbitmq_texts() {
+    let vhost = vhost();
+    vhost.set_permissions("bob", Permissions::new("^bob-", "^bob-", "^bob-").unwrap());
+    let bob = Actor {
+        user: "bob",
+        connection_id: 2,
+    };
+    let err = vhost
+        .declare_queue(
+            bob,
+            QueueDeclare {
+                name: "q".into(),
+                passive: false,
+                durable: false,
+                exclusive: false,
+                auto_delete: false,
+                arguments: Table::new(),
+            },
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "configure access to queue 'q' in vhost '/' refused for user 'bob'"
+    );
+    declare_queue(&vhost, "bob-q");
+    let err = vhost
+        .bind(
+            bob,
+            "amq.direct",
+            DestinationName::Queue("bob-q".into()),
+            "k",
+            Table::new(),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "read access to exchange 'amq.direct' in vhost '/' refused for user 'bob'"
+    );
+    assert!(vhost.check_publish("bob", "").is_err());
+    assert!(vhost.check_publish("bob", "bob-x").is_ok());
+}
+
+#[test]
+fn deleting_a_queue_removes_its_bindings_and_auto_delete_exchanges() {
+    let vhost = vhost();
+    vhost
+        .declare_exchange(
+            ADMIN,
+            ExchangeDeclare {
+                name: "ad".into(),
+                kind: "fanout".into(),
+                passive: false,
+                durable: false,
+                auto_delete: true,
+                internal: false,
+                arguments: Table::new(),
+            },
+        )
+        .unwrap();
+    declare_queue(&vhost, "q");
+    queue_binding(&vhost, "ad", "q", "");
+    assert_eq!(vhost.delete_queue(ADMIN, "q", false, false).unwrap(), 0);
+    assert!(vhost.exchange("ad").is_none());
+    assert!(vhost.queue("q").is_none());
+    // Deleting what is gone succeeds, as in RabbitMQ.
+    assert_eq!(vhost.delete_queue(ADMIN, "q", false, false).unwrap(), 0);
+    vhost.delete_exchange(ADMIN, "ad", false).unwrap();
+}
+
+#[test]
+fn default_queue_type_applies_to_durable_non_exclusive_queues_only() {
+    let vhost = vhost();
+    vhost.set_default_queue_type(Some("quorum".into()));
+    let declare =
+        |name: &str, durable: bool, exclusive: bool, arguments: Table, actor: Actor<'_>| {
+            vhost.declare_queue(
+                actor,
+                QueueDeclare {
+                    name: name.into(),
+                    passive: false,
+                    durable,
+                    exclusive,
+                    auto_delete: false,
+                    arguments,
+                },
+            )
+        };
+    let err = declare("orders", true, false, Table::new(), ADMIN).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PreconditionFailed);
+    assert!(err.message.contains("'quorum'"), "{}", err.message);
+    assert!(declare("transient", false, false, Table::new(), ADMIN).is_ok());
+    assert!(declare("mine", true, true, Table::new(), ADMIN).is_ok());
+    let mut classic = Table::new();
+    classic.insert("x-queue-type", Value::string("classic"));
+    assert!(declare("explicit", true, false, classic, ADMIN).is_ok());
+    let broker = Actor {
+        user: "admin",
+        connection_id: BROKER_CONNECTION,
+    };
+    assert!(declare("from-definitions", true, false, Table::new(), broker).is_ok());
+    // Redeclaring an existing queue is an equivalence check, not a new declaration.
+    assert!(declare("from-definitions", true, false, Table::new(), ADMIN).is_ok());
+}
+
+#[test]
+fn reserved_names_and_the_default_exchange_are_protected() {
+    let vhost = vhost();
+    let err = vhost
+        .delete_exchange(ADMIN, "amq.direct", false)
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::AccessRefused);
+    let err = vhost
+        .bind(
+            ADMIN,
+            "",
+            DestinationName::Queue("q".into()),
+            "k",
+            Table::new(),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "operation not permitted on the default exchange"
+    );
+    let name = server_generated_queue_name();
+    assert!(name.starts_with("amq.gen-") && name.len() == 30, "{name}");
+}
