@@ -89,9 +89,4 @@ impl Message {
         copy.encoded_properties = None;
         Some(copy)
     }
-
-    /// The message's size as counted against limits: its body length.
-    pub fn body_size(&self) -> usize {
-        self.body.len()
-    }
 }

@@ -1,20 +1,16 @@
 //! Connection-level behaviour seen through lapin: the handshake, authentication and vhost
 //! access refusals, tuning, and channel_max.
 
+mod lapin_common;
+
+use lapin_common::amqp_error;
+
 use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties, ErrorKind};
 use std::time::Duration;
 use warren_core::access::Permissions;
 use warren_interop_tests::TestBroker;
-
-/// The reply code and text of a broker-sent close carried by a lapin error.
-fn amqp_error(error: &lapin::Error) -> (u16, String) {
-    match error.kind() {
-        ErrorKind::ProtocolError(e) => (e.get_id(), e.get_message().as_str().to_string()),
-        other => panic!("expected an AMQP error from the broker, got {other:?}"),
-    }
-}
 
 async fn connect(url: &str) -> lapin::Result<Connection> {
     Connection::connect(url, ConnectionProperties::default()).await

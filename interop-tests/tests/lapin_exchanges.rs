@@ -4,20 +4,17 @@
 //! Publishing and getting on the same channel is ordered, so a basic.get after a publish
 //! sees the routing outcome without polling.
 
+mod lapin_common;
+
+use lapin_common::amqp_error;
+
 use lapin::options::{
     BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, ExchangeBindOptions,
     ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ErrorKind, ExchangeKind};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use warren_interop_tests::TestBroker;
-
-fn amqp_error(error: &lapin::Error) -> (u16, String) {
-    match error.kind() {
-        ErrorKind::ProtocolError(e) => (e.get_id(), e.get_message().as_str().to_string()),
-        other => panic!("expected an AMQP error from the broker, got {other:?}"),
-    }
-}
 
 fn expect_error<T: std::fmt::Debug>(result: lapin::Result<T>, code: u16, text: &str) {
     let error = result.expect_err("the broker refuses");

@@ -2,22 +2,19 @@
 //! every operation on other resources with RabbitMQ's 403 text (closing only the channel), and
 //! may do everything with his own.
 
+mod lapin_common;
+
+use lapin_common::amqp_error;
+
 use lapin::options::{
     BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions,
     ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
     QueueDeleteOptions, QueuePurgeOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ErrorKind, ExchangeKind};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use warren_core::access::Permissions;
 use warren_interop_tests::TestBroker;
-
-fn amqp_error(error: &lapin::Error) -> (u16, String) {
-    match error.kind() {
-        ErrorKind::ProtocolError(e) => (e.get_id(), e.get_message().as_str().to_string()),
-        other => panic!("expected an AMQP error from the broker, got {other:?}"),
-    }
-}
 
 /// Starts a broker where guest has created `other-q`, `other-x`, and bob may only touch
 /// `bob-*`; returns the broker and bob's connection.
