@@ -5,6 +5,7 @@
 //! wrapper around [`Server::start`]; tests start servers in-process the same way.
 
 mod definitions;
+pub mod resource_monitor;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +18,8 @@ use warren_config::Settings;
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
 use warren_core::Broker;
+
+use crate::resource_monitor::ResourceMonitor;
 
 pub use definitions::apply_definitions;
 
@@ -70,6 +73,7 @@ async fn expire_messages(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
 /// A running Warren server.
 pub struct Server {
     broker: Arc<Broker>,
+    resource_monitor: Arc<ResourceMonitor>,
     amqp_addrs: Vec<SocketAddr>,
     shutdown: watch::Sender<bool>,
     listeners: JoinSet<()>,
@@ -98,6 +102,11 @@ impl Server {
             apply_definitions(&broker, path, &settings).map_err(StartError::Definitions)?;
         }
 
+        // The first check runs before any listener accepts, so a broker that starts over its
+        // limits blocks publishers from their first frame.
+        let resource_monitor = ResourceMonitor::new(Arc::clone(&broker), &settings);
+        resource_monitor.check();
+
         let (shutdown, shutdown_rx) = watch::channel(false);
         let listener_config = ListenerConfig {
             session: SessionConfig {
@@ -114,6 +123,7 @@ impl Server {
         };
         let mut listeners = JoinSet::new();
         listeners.spawn(expire_messages(Arc::clone(&broker), shutdown_rx.clone()));
+        listeners.spawn(Arc::clone(&resource_monitor).run(shutdown_rx.clone()));
         let mut amqp_addrs = Vec::new();
         for addr in settings.amqp_listeners() {
             let text = addr.to_socket_addr_string();
@@ -140,6 +150,7 @@ impl Server {
         }
         Ok(Server {
             broker,
+            resource_monitor,
             amqp_addrs,
             shutdown,
             listeners,
@@ -159,6 +170,11 @@ impl Server {
     /// The broker model, for embedding and tests.
     pub fn broker(&self) -> &Arc<Broker> {
         &self.broker
+    }
+
+    /// The memory and disk monitor, to read resources or change limits at runtime.
+    pub fn resource_monitor(&self) -> &Arc<ResourceMonitor> {
+        &self.resource_monitor
     }
 
     /// Stops accepting, closes every connection with 320 CONNECTION_FORCED and waits for

@@ -30,4 +30,7 @@ pub use definitions::{
 };
 pub use error::ConfigError;
 pub use listen_addr::ListenAddr;
-pub use settings::{LogLevel, Settings, FRAME_MIN_SIZE, KEYS, MAX_MESSAGE_SIZE_LIMIT};
+pub use settings::{
+    DiskFreeLimit, LogLevel, MemoryHighWatermark, Settings, FRAME_MIN_SIZE, KEYS,
+    MAX_MESSAGE_SIZE_LIMIT,
+};

@@ -82,7 +82,7 @@ impl std::fmt::Display for LogLevel {
 }
 
 /// Everything the broker reads at start-up. Field docs name the rabbitmq.conf key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// `listeners.tcp.default`: the AMQP listener. Default `0.0.0.0:5672`.
     pub amqp_listener: ListenAddr,
@@ -130,6 +130,33 @@ pub struct Settings {
     /// `consumer_timeout`: milliseconds a delivery may stay unacknowledged before its channel
     /// is closed with 406 (RabbitMQ's default: 30 minutes); `None` (`false`) disables it.
     pub consumer_timeout: Option<Duration>,
+    /// `vm_memory_high_watermark.relative` / `.absolute`: the memory use above which the
+    /// memory alarm blocks publishers. Default 0.6 of the memory available.
+    pub memory_high_watermark: MemoryHighWatermark,
+    /// `total_memory_available_override_value`: the memory the relative watermark is taken
+    /// of, instead of what the machine (or its cgroup) reports. Default none.
+    pub total_memory_override: Option<u64>,
+    /// `disk_free_limit.absolute` / `.relative`: the free space on the data directory's disk
+    /// below which the disk alarm blocks publishers. Default 50MB.
+    pub disk_free_limit: DiskFreeLimit,
+}
+
+/// When the memory alarm is raised (`vm_memory_high_watermark.*`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MemoryHighWatermark {
+    /// A fraction of the memory available (`.relative`); 0 blocks every publisher.
+    Relative(f64),
+    /// A number of bytes (`.absolute`).
+    Absolute(u64),
+}
+
+/// When the disk alarm is raised (`disk_free_limit.*`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DiskFreeLimit {
+    /// A number of bytes of free space (`.absolute`).
+    Absolute(u64),
+    /// A multiple of the memory available (`.relative`), as RabbitMQ defines it.
+    Relative(f64),
 }
 
 impl Default for Settings {
@@ -152,6 +179,9 @@ impl Default for Settings {
             connection_max: None,
             consistent_hash_exchange: false,
             consumer_timeout: Some(Duration::from_millis(1_800_000)),
+            memory_high_watermark: MemoryHighWatermark::Relative(0.6),
+            total_memory_override: None,
+            disk_free_limit: DiskFreeLimit::Absolute(50_000_000),
         }
     }
 }
@@ -208,6 +238,26 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "connection_max",
         "most client connections, or infinity (infinity)",
+    ),
+    (
+        "vm_memory_high_watermark.relative",
+        "memory alarm above this fraction of available memory (0.6)",
+    ),
+    (
+        "vm_memory_high_watermark.absolute",
+        "memory alarm above this many bytes, or with KB/MB/GB/KiB/MiB/GiB",
+    ),
+    (
+        "total_memory_available_override_value",
+        "memory the relative watermark is taken of, bytes or with units (detected)",
+    ),
+    (
+        "disk_free_limit.absolute",
+        "disk alarm below this much free space, bytes or with units (50MB)",
+    ),
+    (
+        "disk_free_limit.relative",
+        "disk alarm below this multiple of available memory free",
     ),
 ];
 
@@ -321,6 +371,41 @@ impl Settings {
                             .map_err(|_| invalid("a non-negative integer or 'infinity'"))?,
                     )
                 };
+            }
+            "vm_memory_high_watermark.relative" => {
+                self.memory_high_watermark = MemoryHighWatermark::Relative(
+                    parse_ratio(value).ok_or_else(|| invalid("a non-negative number, e.g. 0.6"))?,
+                );
+            }
+            "vm_memory_high_watermark.absolute" => {
+                self.memory_high_watermark = MemoryHighWatermark::Absolute(
+                    parse_size(value)
+                        .ok_or_else(|| invalid(SIZE_EXPECTED))?
+                        .try_into()
+                        .map_err(|_| invalid(SIZE_EXPECTED))?,
+                );
+            }
+            "total_memory_available_override_value" => {
+                self.total_memory_override = Some(
+                    parse_size(value)
+                        .filter(|size| *size > 0)
+                        .ok_or_else(|| invalid(SIZE_EXPECTED))?
+                        .try_into()
+                        .map_err(|_| invalid(SIZE_EXPECTED))?,
+                );
+            }
+            "disk_free_limit.absolute" => {
+                self.disk_free_limit = DiskFreeLimit::Absolute(
+                    parse_size(value)
+                        .ok_or_else(|| invalid(SIZE_EXPECTED))?
+                        .try_into()
+                        .map_err(|_| invalid(SIZE_EXPECTED))?,
+                );
+            }
+            "disk_free_limit.relative" => {
+                self.disk_free_limit = DiskFreeLimit::Relative(
+                    parse_ratio(value).ok_or_else(|| invalid("a non-negative number, e.g. 1.0"))?,
+                );
             }
             _ => return self.set_named(key, value),
         }
@@ -460,6 +545,18 @@ fn parse_user_list(value: &str) -> Option<Vec<String>> {
         return None;
     }
     Some(names)
+}
+
+/// What a size key accepts, for its error message.
+const SIZE_EXPECTED: &str =
+    "a size in bytes, as an integer or with a KB, MB, GB, KiB, MiB or GiB suffix";
+
+/// A finite, non-negative decimal number.
+fn parse_ratio(value: &str) -> Option<f64> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|ratio| ratio.is_finite() && *ratio >= 0.0)
 }
 
 /// A byte count: a plain integer, or one with a decimal (KB, MB, GB) or binary (KiB, MiB, GiB)

@@ -389,3 +389,59 @@ fn log_levels_map_to_tracing() {
         assert_eq!(level.tracing_directive(), directive);
     }
 }
+
+#[test]
+fn resource_alarm_limits_in_every_form() {
+    let defaults = Settings::default();
+    assert_eq!(
+        defaults.memory_high_watermark,
+        MemoryHighWatermark::Relative(0.6)
+    );
+    assert_eq!(
+        defaults.disk_free_limit,
+        DiskFreeLimit::Absolute(50_000_000)
+    );
+    assert_eq!(defaults.total_memory_override, None);
+
+    let settings = Settings::from_conf_str(
+        "vm_memory_high_watermark.relative = 0.4\n\
+         disk_free_limit.relative = 1.5\n\
+         total_memory_available_override_value = 2GiB\n",
+    )
+    .expect("valid");
+    assert_eq!(
+        settings.memory_high_watermark,
+        MemoryHighWatermark::Relative(0.4)
+    );
+    assert_eq!(settings.disk_free_limit, DiskFreeLimit::Relative(1.5));
+    assert_eq!(settings.total_memory_override, Some(2 << 30));
+
+    // The later of the two forms wins, as in RabbitMQ.
+    let settings = Settings::from_conf_str(
+        "vm_memory_high_watermark.relative = 0.4\n\
+         vm_memory_high_watermark.absolute = 512MiB\n\
+         disk_free_limit.absolute = 1GB\n",
+    )
+    .expect("valid");
+    assert_eq!(
+        settings.memory_high_watermark,
+        MemoryHighWatermark::Absolute(512 << 20)
+    );
+    assert_eq!(
+        settings.disk_free_limit,
+        DiskFreeLimit::Absolute(1_000_000_000)
+    );
+
+    for bad in [
+        "vm_memory_high_watermark.relative = -0.1",
+        "vm_memory_high_watermark.relative = lots",
+        "vm_memory_high_watermark.absolute = 5 parsecs",
+        "disk_free_limit.absolute = -1",
+        "disk_free_limit.relative = NaN",
+        "total_memory_available_override_value = 0",
+    ] {
+        let text = error_text(Settings::from_conf_str(bad));
+        let key = bad.split(" =").next().expect("key");
+        assert!(text.contains(key), "{bad}: {text}");
+    }
+}
