@@ -4,13 +4,15 @@
 use std::fmt;
 
 pub const USAGE: &str = "\
-warren-perf: a load tool for AMQP 0-9-1 brokers (Warren, RabbitMQ), in the spirit of PerfTest
+warren-perf: a load tool for AMQP 0-9-1 and MQTT brokers (Warren, RabbitMQ, Mosquitto), in the
+spirit of PerfTest
 
 USAGE: warren-perf [OPTIONS]
 
 Connection:
   --uri URI                 amqp://user:pass@host:port/vhost
-                            (default amqp://guest:guest@127.0.0.1:5672/%2f)
+                            (default amqp://guest:guest@127.0.0.1:5672/%2f);
+                            mqtt://user:pass@host:port for the --mqtt-* modes (port 1883)
 Topology:
   -u, --queue NAME          queue name (default perf-test); declared non-durable, deleted at the end
       --queues N            spread producers/consumers over N queues NAME-1..NAME-N (default 1)
@@ -44,6 +46,15 @@ Modes:
       --churn               open a connection and a channel, close it, repeat (-x loops)
       --handshake-batch N   --idle-connections: handshakes in flight at once (default 100,
                             below the usual listen backlog of 128)
+MQTT 3.1.1 modes (with an mqtt:// --uri):
+      --mqtt-idle N         open N connections, each subscribed QoS 1 to its own topic, hold
+                            them for --time; reports connections/s and broker RSS
+      --mqtt-fan-in         -x publishers (QoS 0) on devices/I/telemetry, one subscriber on
+                            devices/+/telemetry; reports delivered msgs/s
+      --mqtt-qos1           one QoS 1 publisher (-c in-flight window, default 100) and one
+                            QoS 1 subscriber; reports delivered msgs/s
+      --source-addrs N      spread connections over source addresses 127.0.0.1..127.0.0.N
+                            (past the ephemeral-port limit of one address; default 1)
 Other:
       --broker-pid PID      report the broker's CPU time (from /proc/PID/stat) per message
       --threads N           tokio worker threads (default: number of CPUs)
@@ -70,9 +81,17 @@ impl ExchangeType {
     }
 }
 
+/// The protocol of a URI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Amqp,
+    Mqtt,
+}
+
 /// Where to connect and as whom.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Uri {
+    pub scheme: Scheme,
     pub host: String,
     pub port: u16,
     pub user: String,
@@ -87,6 +106,9 @@ pub enum Mode {
     Rpc,
     Idle(usize),
     Churn,
+    MqttIdle(usize),
+    MqttFanIn,
+    MqttQos1,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -120,6 +142,8 @@ pub struct Config {
     pub priorities: u8,
     /// `--expirations MS,MS,...`: messages cycle through these per-message TTLs.
     pub expirations: Vec<u64>,
+    /// `--source-addrs N`: connections are bound to 127.0.0.1..127.0.0.N in turn.
+    pub source_addrs: u8,
 }
 
 impl Default for Config {
@@ -151,6 +175,7 @@ impl Default for Config {
             broker_pid: None,
             threads: None,
             handshake_batch: 100,
+            source_addrs: 1,
         }
     }
 }
@@ -194,6 +219,7 @@ where
     let mut rpc = false;
     let mut churn = false;
     let mut idle: Option<usize> = None;
+    let mut mqtt: Vec<Mode> = Vec::new();
     let mut args = args.into_iter().map(Into::into);
     while let Some(arg) = args.next() {
         // --flag=value is accepted for long flags.
@@ -287,6 +313,12 @@ where
             "--handshake-batch" => {
                 config.handshake_batch = number::<usize>(&flag, &value(&flag)?)?.max(1)
             }
+            "--mqtt-idle" => mqtt.push(Mode::MqttIdle(number(&flag, &value(&flag)?)?)),
+            "--mqtt-fan-in" => mqtt.push(Mode::MqttFanIn),
+            "--mqtt-qos1" => mqtt.push(Mode::MqttQos1),
+            "--source-addrs" => {
+                config.source_addrs = number::<u8>(&flag, &value(&flag)?)?.max(1);
+            }
             "--broker-pid" => config.broker_pid = Some(number(&flag, &value(&flag)?)?),
             "--threads" => {
                 let n: usize = number(&flag, &value(&flag)?)?;
@@ -295,7 +327,25 @@ where
             other => return Err(invalid(format!("unknown argument '{other}' (see --help)"))),
         }
     }
+    let scheme_mqtt = config.uri.scheme == Scheme::Mqtt;
     config.mode = match (rpc, churn, idle) {
+        (false, false, None) if !mqtt.is_empty() => {
+            if mqtt.len() > 1 {
+                return Err(invalid("choose one of the --mqtt-* modes"));
+            }
+            if !scheme_mqtt {
+                return Err(invalid("the --mqtt-* modes need an mqtt:// --uri"));
+            }
+            mqtt[0]
+        }
+        _ if !mqtt.is_empty() => {
+            return Err(invalid(
+                "the --mqtt-* modes exclude --rpc, --churn and --idle-connections",
+            ))
+        }
+        _ if scheme_mqtt => {
+            return Err(invalid("an mqtt:// --uri needs one of the --mqtt-* modes"))
+        }
         (false, false, None) => Mode::Throughput,
         (true, false, None) => Mode::Rpc,
         (false, true, None) => Mode::Churn,
@@ -345,9 +395,15 @@ fn percent_decode(text: &str) -> Result<String, ArgError> {
 /// 127.0.0.1 (localhost), 5672 and `/`; the vhost is percent-decoded (`%2f` is `/`), and an
 /// empty vhost path also means `/`.
 pub fn parse_uri(uri: &str) -> Result<Uri, ArgError> {
-    let rest = uri
-        .strip_prefix("amqp://")
-        .ok_or_else(|| invalid(format!("URI must start with amqp:// (got '{uri}')")))?;
+    let (scheme, rest) = if let Some(rest) = uri.strip_prefix("amqp://") {
+        (Scheme::Amqp, rest)
+    } else if let Some(rest) = uri.strip_prefix("mqtt://") {
+        (Scheme::Mqtt, rest)
+    } else {
+        return Err(invalid(format!(
+            "URI must start with amqp:// or mqtt:// (got '{uri}')"
+        )));
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i + 1..]),
         None => (rest, ""),
@@ -384,7 +440,10 @@ pub fn parse_uri(uri: &str) -> Result<Uri, ArgError> {
         Some(p) => p
             .parse()
             .map_err(|_| invalid(format!("bad port '{p}' in URI '{uri}'")))?,
-        None => 5672,
+        None => match scheme {
+            Scheme::Amqp => 5672,
+            Scheme::Mqtt => 1883,
+        },
     };
     let host = if host.is_empty() {
         "127.0.0.1".to_string()
@@ -398,6 +457,7 @@ pub fn parse_uri(uri: &str) -> Result<Uri, ArgError> {
         percent_decode(path)?
     };
     Ok(Uri {
+        scheme,
         host,
         port,
         user,
@@ -526,6 +586,7 @@ mod tests {
         assert_eq!(
             u,
             Uri {
+                scheme: Scheme::Amqp,
                 host: "broker.example".into(),
                 port: 5673,
                 user: "user".into(),
@@ -549,5 +610,32 @@ mod tests {
         assert!(parse_uri("http://x").is_err());
         assert!(parse_uri("amqp://h:notaport/").is_err());
         assert!(parse_uri("amqp://h/%zz").is_err());
+        let u = parse_uri("mqtt://dev:pw@127.0.0.1").unwrap();
+        assert_eq!(
+            (u.scheme, u.port, u.user.as_str()),
+            (Scheme::Mqtt, 1883, "dev")
+        );
+    }
+
+    #[test]
+    fn mqtt_modes_need_an_mqtt_uri_and_exclude_each_other() {
+        let c = parse(&[
+            "--uri",
+            "mqtt://127.0.0.1",
+            "--mqtt-idle",
+            "500",
+            "--source-addrs",
+            "4",
+        ])
+        .unwrap();
+        assert_eq!((c.mode, c.source_addrs), (Mode::MqttIdle(500), 4));
+        assert_eq!(
+            parse(&["--uri", "mqtt://h", "--mqtt-qos1"]).unwrap().mode,
+            Mode::MqttQos1
+        );
+        assert!(parse(&["--mqtt-fan-in"]).is_err(), "amqp:// URI");
+        assert!(parse(&["--uri", "mqtt://h"]).is_err(), "no MQTT mode");
+        assert!(parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--mqtt-fan-in"]).is_err());
+        assert!(parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--rpc"]).is_err());
     }
 }

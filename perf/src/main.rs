@@ -5,6 +5,7 @@
 mod args;
 mod client;
 mod modes;
+mod mqtt;
 mod stats;
 mod throughput;
 mod topology;
@@ -54,6 +55,9 @@ fn main() -> ExitCode {
             Mode::Rpc => modes::rpc(config.clone(), shared.clone()).await,
             Mode::Idle(n) => modes::idle(config.clone(), shared.clone(), n).await,
             Mode::Churn => modes::churn(config.clone(), shared.clone()).await,
+            Mode::MqttIdle(n) => mqtt::idle(config.clone(), shared.clone(), n).await,
+            Mode::MqttFanIn => mqtt::fan_in(config.clone(), shared.clone()).await,
+            Mode::MqttQos1 => mqtt::qos1(config.clone(), shared.clone()).await,
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
@@ -79,7 +83,7 @@ pub struct BrokerCpu {
 }
 
 /// Reads /proc/PID/stat (fields 14 and 15: utime, stime). The tick rate is assumed to be 100
-/// per second (`getconf CLK_TCK` on Linux), as libc is not a dependency.
+/// per second (`getconf CLK_TCK` on Linux).
 pub fn broker_cpu(pid: u32) -> Option<BrokerCpu> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let ticks = parse_stat_ticks(&stat)?;

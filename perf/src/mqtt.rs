@@ -1,0 +1,472 @@
+//! MQTT 3.1.1 load: idle connections, QoS 0 fan-in and QoS 1 one-to-one, against any MQTT
+//! broker (Warren, RabbitMQ's MQTT plugin, Mosquitto). A minimal client on tokio with
+//! Warren's own MQTT codec, so the tool is not the bottleneck.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpSocket;
+use tokio::sync::Semaphore;
+use warren_mqtt::codec::{
+    self, encode_publish, Connect, ConnectReturnCode, Packet, ProtocolLevel, PubAck, QoS,
+    Subscribe, SubscribeReturnCode,
+};
+
+use crate::args::Config;
+use crate::stats::Shared;
+use crate::{broker_cpu, fmt_rate, rss_kib};
+
+/// The largest packet the tool accepts from a broker.
+const MAX_PACKET: usize = 1 << 20;
+
+/// One MQTT connection.
+struct MqttConn {
+    rd: OwnedReadHalf,
+    wr: OwnedWriteHalf,
+    rbuf: BytesMut,
+}
+
+impl MqttConn {
+    /// Connects (from source address `source` when given) and completes CONNECT/CONNACK.
+    async fn open(
+        config: &Config,
+        client_id: &str,
+        source: Option<IpAddr>,
+    ) -> Result<Self, String> {
+        let target = tokio::net::lookup_host((config.uri.host.as_str(), config.uri.port))
+            .await
+            .map_err(|e| format!("resolve {}: {e}", config.uri.host))?
+            .next()
+            .ok_or_else(|| format!("{} has no address", config.uri.host))?;
+        let socket = match target {
+            SocketAddr::V4(_) => TcpSocket::new_v4(),
+            SocketAddr::V6(_) => TcpSocket::new_v6(),
+        }
+        .map_err(|e| format!("socket: {e}"))?;
+        if let Some(source) = source {
+            socket
+                .bind(SocketAddr::new(source, 0))
+                .map_err(|e| format!("bind {source}: {e}"))?;
+        }
+        let stream = socket
+            .connect(target)
+            .await
+            .map_err(|e| format!("connect {target}: {e}"))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let (rd, wr) = stream.into_split();
+        let mut conn = MqttConn {
+            rd,
+            wr,
+            rbuf: BytesMut::new(),
+        };
+        conn.send(&Packet::Connect(Connect {
+            protocol: ProtocolLevel::V3_1_1,
+            keep_alive: 0,
+            client_id: client_id.to_owned(),
+            clean_session: true,
+            last_will: None,
+            username: Some(config.uri.user.clone()),
+            password: Some(Bytes::from(config.uri.password.clone().into_bytes())),
+        }))
+        .await?;
+        match conn.recv().await? {
+            Packet::ConnAck(ack) if ack.code == ConnectReturnCode::Accepted => Ok(conn),
+            Packet::ConnAck(ack) => Err(format!("CONNACK refused: {:?}", ack.code)),
+            other => Err(format!("expected CONNACK, got {:?}", other.packet_type())),
+        }
+    }
+
+    async fn send(&mut self, packet: &Packet) -> Result<(), String> {
+        let mut out = BytesMut::new();
+        codec::encode(packet, &mut out).map_err(|e| e.to_string())?;
+        self.wr.write_all(&out).await.map_err(|e| e.to_string())
+    }
+
+    /// Subscribes to one filter and waits for the SUBACK.
+    async fn subscribe(&mut self, filter: &str, qos: QoS) -> Result<(), String> {
+        self.send(&Packet::Subscribe(Subscribe {
+            packet_id: 1,
+            filters: vec![(filter.to_owned(), qos)],
+        }))
+        .await?;
+        match self.recv().await? {
+            Packet::SubAck(ack)
+                if ack.return_codes.first() != Some(&SubscribeReturnCode::Failure) =>
+            {
+                Ok(())
+            }
+            Packet::SubAck(_) => Err(format!("subscription to {filter} refused")),
+            other => Err(format!("expected SUBACK, got {:?}", other.packet_type())),
+        }
+    }
+
+    /// The next packet from the broker.
+    async fn recv(&mut self) -> Result<Packet, String> {
+        loop {
+            if let Some(packet) = self.try_decode()? {
+                return Ok(packet);
+            }
+            self.read_more().await?;
+        }
+    }
+
+    fn try_decode(&mut self) -> Result<Option<Packet>, String> {
+        codec::decode(&mut self.rbuf, MAX_PACKET).map_err(|e| format!("bad packet: {e}"))
+    }
+
+    async fn read_more(&mut self) -> Result<(), String> {
+        self.rbuf.reserve(64 * 1024);
+        match self.rd.read_buf(&mut self.rbuf).await {
+            Ok(0) => Err("the broker closed the connection".into()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// The source address for connection `i` (127.0.0.1..127.0.0.N in turn).
+fn source_addr(config: &Config, i: usize) -> Option<IpAddr> {
+    (config.source_addrs > 1).then(|| {
+        IpAddr::V4(Ipv4Addr::new(
+            127,
+            0,
+            0,
+            1 + (i % config.source_addrs as usize) as u8,
+        ))
+    })
+}
+
+/// Raises this process's open-file soft limit to its hard limit, for many connections.
+pub fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed to them.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+/// `--mqtt-idle N`: N connections, each with one QoS 1 subscription, held for `--time`.
+pub async fn idle(config: Arc<Config>, shared: Arc<Shared>, n: usize) -> Result<(), String> {
+    raise_fd_limit();
+    let gate = Arc::new(Semaphore::new(config.handshake_batch));
+    let broker_rss_before = config.broker_pid.and_then(rss_kib);
+    let start = Instant::now();
+    let mut opening = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (gate, config) = (gate.clone(), config.clone());
+        opening.spawn(async move {
+            let _permit = gate.acquire().await;
+            let mut conn =
+                MqttConn::open(&config, &format!("perf-idle-{i}"), source_addr(&config, i)).await?;
+            conn.subscribe(&format!("perf/idle/{i}"), QoS::AtLeastOnce)
+                .await?;
+            // Hold with no buffers.
+            conn.rbuf = BytesMut::new();
+            Ok::<MqttConn, String>(conn)
+        });
+    }
+    let mut held = Vec::with_capacity(n);
+    let mut failed = 0usize;
+    let mut first_error = None;
+    let mut next = start + Duration::from_secs(1);
+    while let Some(result) = opening.join_next().await {
+        match result {
+            Ok(Ok(conn)) => held.push(conn),
+            Ok(Err(error)) => {
+                failed += 1;
+                first_error.get_or_insert(error);
+            }
+            Err(error) => {
+                failed += 1;
+                first_error.get_or_insert(error.to_string());
+            }
+        }
+        if Instant::now() >= next {
+            println!(
+                "time: {:.1}s, opening: {} subscribed, {failed} failed of {n}",
+                start.elapsed().as_secs_f64(),
+                held.len()
+            );
+            next += Duration::from_secs(1);
+        }
+        if shared.is_stopping() {
+            break;
+        }
+    }
+    let open_time = start.elapsed();
+    let ok = held.len();
+    println!(
+        "opened {ok} of {n} MQTT connections (one QoS 1 subscription each) in {:.2}s, {} conn/s, \
+         failed {failed}{}",
+        open_time.as_secs_f64(),
+        fmt_rate(ok as f64 / open_time.as_secs_f64().max(1e-9)),
+        first_error
+            .map(|e| format!(" (first error: {e})"))
+            .unwrap_or_default()
+    );
+    if ok == 0 {
+        return Err("no connection could be opened".into());
+    }
+    // Let the broker settle, then sample its memory while holding.
+    let hold = Duration::from_secs_f64(config.time.max(1.0));
+    let hold_start = Instant::now();
+    let mut stop = shared.stop_tx.subscribe();
+    let mut peak_rss = 0;
+    while hold_start.elapsed() < hold && !shared.is_stopping() {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = stop.changed() => break,
+        }
+        if let Some(rss) = config.broker_pid.and_then(rss_kib) {
+            peak_rss = peak_rss.max(rss);
+        }
+    }
+    // Connections the broker closed meanwhile show as readable with EOF.
+    let mut still_open = 0;
+    for conn in &held {
+        let mut byte = [0u8; 1];
+        match conn.rd.try_read(&mut byte) {
+            Ok(0) => {}
+            Err(error) if error.kind() != std::io::ErrorKind::WouldBlock => {}
+            _ => still_open += 1,
+        }
+    }
+    if let (Some(before), Some(after)) = (broker_rss_before, config.broker_pid.and_then(rss_kib)) {
+        println!(
+            "broker rss: {} KiB before, {} KiB holding (peak {} KiB), {:.2} KiB per connection",
+            before,
+            after,
+            peak_rss,
+            after.saturating_sub(before) as f64 / ok as f64
+        );
+    }
+    println!(
+        "summary: {ok} of {n} connections subscribed in {:.2}s ({failed} failed), {still_open} \
+         still open after {:.1}s",
+        open_time.as_secs_f64(),
+        hold_start.elapsed().as_secs_f64()
+    );
+    drop(held);
+    Ok(())
+}
+
+/// Counters of one load run.
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    delivered: AtomicU64,
+}
+
+/// `--mqtt-fan-in`: `-x` QoS 0 publishers on their own topics, one subscriber on
+/// `devices/+/telemetry`.
+pub async fn fan_in(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String> {
+    raise_fd_limit();
+    let counters = Arc::new(Counters::default());
+    let mut subscriber = MqttConn::open(&config, "perf-fan-in-subscriber", None).await?;
+    subscriber
+        .subscribe("devices/+/telemetry", QoS::AtMostOnce)
+        .await?;
+    let mut tasks = tokio::task::JoinSet::new();
+    {
+        let (counters, shared) = (counters.clone(), shared.clone());
+        tasks.spawn(async move {
+            let mut stop = shared.stop_tx.subscribe();
+            loop {
+                while let Some(packet) = subscriber.try_decode()? {
+                    if let Packet::Publish(_) = packet {
+                        counters.delivered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                tokio::select! {
+                    read = subscriber.read_more() => read?,
+                    _ = stop.changed() => return Ok(()),
+                }
+            }
+        });
+    }
+    let body = vec![b'x'; config.size];
+    for i in 0..config.producers {
+        let mut publisher = MqttConn::open(
+            &config,
+            &format!("perf-fan-in-{i}"),
+            source_addr(&config, i),
+        )
+        .await?;
+        let (counters, shared, body) = (counters.clone(), shared.clone(), body.clone());
+        let batch = config.batch.clamp(1, 100);
+        tasks.spawn(async move {
+            let topic = format!("devices/{i}/telemetry");
+            let mut out = BytesMut::new();
+            while !shared.is_stopping() {
+                out.clear();
+                for _ in 0..batch {
+                    encode_publish(&mut out, &topic, QoS::AtMostOnce, None, false, false, &body)
+                        .map_err(|e| e.to_string())?;
+                }
+                publisher
+                    .wr
+                    .write_all(&out)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                counters.sent.fetch_add(batch as u64, Ordering::Relaxed);
+            }
+            Ok(())
+        });
+    }
+    report(&config, &shared, &counters, "QoS 0 fan-in", tasks).await
+}
+
+/// `--mqtt-qos1`: one QoS 1 publisher with an in-flight window, one QoS 1 subscriber that
+/// acknowledges every delivery.
+pub async fn qos1(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String> {
+    let counters = Arc::new(Counters::default());
+    let mut subscriber = MqttConn::open(&config, "perf-qos1-subscriber", None).await?;
+    subscriber.subscribe("perf/qos1", QoS::AtLeastOnce).await?;
+    let mut tasks = tokio::task::JoinSet::new();
+    {
+        let (counters, shared) = (counters.clone(), shared.clone());
+        tasks.spawn(async move {
+            let mut stop = shared.stop_tx.subscribe();
+            let mut acks = BytesMut::new();
+            loop {
+                while let Some(packet) = subscriber.try_decode()? {
+                    if let Packet::Publish(publish) = packet {
+                        counters.delivered.fetch_add(1, Ordering::Relaxed);
+                        if let Some(packet_id) = publish.packet_id {
+                            codec::encode(&Packet::PubAck(PubAck { packet_id }), &mut acks)
+                                .map_err(|e| e.to_string())?;
+                        }
+                    }
+                }
+                if !acks.is_empty() {
+                    subscriber
+                        .wr
+                        .write_all(&acks)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    acks.clear();
+                }
+                tokio::select! {
+                    read = subscriber.read_more() => read?,
+                    _ = stop.changed() => return Ok(()),
+                }
+            }
+        });
+    }
+    let window = config.confirm.unwrap_or(100).clamp(1, 65_535);
+    let mut publisher = MqttConn::open(&config, "perf-qos1-publisher", None).await?;
+    let (pub_counters, pub_shared) = (counters.clone(), shared.clone());
+    let body = vec![b'x'; config.size];
+    tasks.spawn(async move {
+        let mut in_flight = 0usize;
+        let mut next_id: u16 = 1;
+        let mut out = BytesMut::new();
+        while !pub_shared.is_stopping() {
+            out.clear();
+            while in_flight < window {
+                encode_publish(
+                    &mut out,
+                    "perf/qos1",
+                    QoS::AtLeastOnce,
+                    Some(next_id),
+                    false,
+                    false,
+                    &body,
+                )
+                .map_err(|e| e.to_string())?;
+                next_id = if next_id == u16::MAX { 1 } else { next_id + 1 };
+                in_flight += 1;
+                pub_counters.sent.fetch_add(1, Ordering::Relaxed);
+            }
+            if !out.is_empty() {
+                publisher
+                    .wr
+                    .write_all(&out)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            // Wait for at least one PUBACK, then take every one already read.
+            match publisher.recv().await? {
+                Packet::PubAck(_) => in_flight -= 1,
+                other => return Err(format!("expected PUBACK, got {:?}", other.packet_type())),
+            }
+            while let Some(packet) = publisher.try_decode()? {
+                if let Packet::PubAck(_) = packet {
+                    in_flight -= 1;
+                }
+            }
+        }
+        Ok(())
+    });
+    report(&config, &shared, &counters, "QoS 1 one-to-one", tasks).await
+}
+
+/// Prints one line a second and a summary, then stops the load.
+async fn report(
+    config: &Config,
+    shared: &Shared,
+    counters: &Counters,
+    scenario: &str,
+    mut tasks: tokio::task::JoinSet<Result<(), String>>,
+) -> Result<(), String> {
+    let start = Instant::now();
+    let cpu_start = config.broker_pid.and_then(broker_cpu);
+    let delivered_start = counters.delivered.load(Ordering::Relaxed);
+    let mut last = (start, delivered_start);
+    let duration = Duration::from_secs_f64(if config.time > 0.0 { config.time } else { 10.0 });
+    let mut failure = None;
+    while start.elapsed() < duration && !shared.is_stopping() {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            Some(result) = tasks.join_next() => {
+                if let Ok(Err(error)) | Err(error) = result.map_err(|e| e.to_string()) {
+                    failure = Some(error);
+                    break;
+                }
+                continue;
+            }
+        }
+        let now = Instant::now();
+        let delivered = counters.delivered.load(Ordering::Relaxed);
+        println!(
+            "time: {:.1}s, delivered: {} msg/s",
+            start.elapsed().as_secs_f64(),
+            fmt_rate((delivered - last.1) as f64 / (now - last.0).as_secs_f64())
+        );
+        last = (now, delivered);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let delivered = counters.delivered.load(Ordering::Relaxed) - delivered_start;
+    let sent = counters.sent.load(Ordering::Relaxed);
+    let mut line = format!(
+        "summary: {scenario}, delivered {} msg/s over {elapsed:.1}s ({delivered} messages)",
+        fmt_rate(delivered as f64 / elapsed)
+    );
+    if sent > 0 {
+        line.push_str(&format!(", {sent} sent in all"));
+    }
+    if let (Some(before), Some(after)) = (cpu_start, config.broker_pid.and_then(broker_cpu)) {
+        let cpu_us = (after.ticks - before.ticks) as f64 * 10_000.0;
+        line.push_str(&format!(
+            ", broker CPU {:.2} us/msg, broker RSS {} MiB",
+            cpu_us / delivered.max(1) as f64,
+            after.rss_kib / 1024
+        ));
+    }
+    println!("{line}");
+    shared.stop();
+    tasks.abort_all();
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
