@@ -12,7 +12,8 @@ USAGE: warren-perf [OPTIONS]
 Connection:
   --uri URI                 amqp://user:pass@host:port/vhost
                             (default amqp://guest:guest@127.0.0.1:5672/%2f);
-                            mqtt://user:pass@host:port for the --mqtt-* modes (port 1883)
+                            mqtt://user:pass@host:port for the --mqtt-* modes (port 1883),
+                            stomp://user:pass@host:port/vhost for --stomp-queue (port 61613)
 Topology:
   -u, --queue NAME          queue name (default perf-test); declared non-durable, deleted at the end
       --queues N            spread producers/consumers over N queues NAME-1..NAME-N (default 1)
@@ -55,6 +56,10 @@ MQTT 3.1.1 modes (with an mqtt:// --uri):
                             QoS 1 subscriber; reports delivered msgs/s
       --source-addrs N      spread connections over source addresses 127.0.0.1..127.0.0.N
                             (past the ephemeral-port limit of one address; default 1)
+STOMP 1.2 mode (with a stomp:// --uri):
+      --stomp-queue         one producer and one consumer on /queue/NAME (-u), the consumer
+                            with client-individual acks and -q prefetch (default 200), the
+                            producer asking a receipt every tenth of -c (default 1000)
 Other:
       --broker-pid PID      report the broker's CPU time (from /proc/PID/stat) per message
       --threads N           tokio worker threads (default: number of CPUs)
@@ -86,6 +91,7 @@ impl ExchangeType {
 pub enum Scheme {
     Amqp,
     Mqtt,
+    Stomp,
 }
 
 /// Where to connect and as whom.
@@ -109,6 +115,7 @@ pub enum Mode {
     MqttIdle(usize),
     MqttFanIn,
     MqttQos1,
+    StompQueue,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -220,6 +227,7 @@ where
     let mut churn = false;
     let mut idle: Option<usize> = None;
     let mut mqtt: Vec<Mode> = Vec::new();
+    let mut stomp = false;
     let mut args = args.into_iter().map(Into::into);
     while let Some(arg) = args.next() {
         // --flag=value is accepted for long flags.
@@ -316,6 +324,7 @@ where
             "--mqtt-idle" => mqtt.push(Mode::MqttIdle(number(&flag, &value(&flag)?)?)),
             "--mqtt-fan-in" => mqtt.push(Mode::MqttFanIn),
             "--mqtt-qos1" => mqtt.push(Mode::MqttQos1),
+            "--stomp-queue" => stomp = true,
             "--source-addrs" => {
                 config.source_addrs = number::<u8>(&flag, &value(&flag)?)?.max(1);
             }
@@ -328,7 +337,16 @@ where
         }
     }
     let scheme_mqtt = config.uri.scheme == Scheme::Mqtt;
+    if stomp != (config.uri.scheme == Scheme::Stomp) {
+        return Err(invalid(
+            "--stomp-queue goes with a stomp:// --uri, and only with it",
+        ));
+    }
+    if stomp && (rpc || churn || idle.is_some() || !mqtt.is_empty()) {
+        return Err(invalid("--stomp-queue excludes the other modes"));
+    }
     config.mode = match (rpc, churn, idle) {
+        _ if stomp => Mode::StompQueue,
         (false, false, None) if !mqtt.is_empty() => {
             if mqtt.len() > 1 {
                 return Err(invalid("choose one of the --mqtt-* modes"));
@@ -399,9 +417,11 @@ pub fn parse_uri(uri: &str) -> Result<Uri, ArgError> {
         (Scheme::Amqp, rest)
     } else if let Some(rest) = uri.strip_prefix("mqtt://") {
         (Scheme::Mqtt, rest)
+    } else if let Some(rest) = uri.strip_prefix("stomp://") {
+        (Scheme::Stomp, rest)
     } else {
         return Err(invalid(format!(
-            "URI must start with amqp:// or mqtt:// (got '{uri}')"
+            "URI must start with amqp://, mqtt:// or stomp:// (got '{uri}')"
         )));
     };
     let (authority, path) = match rest.find('/') {
@@ -443,6 +463,7 @@ pub fn parse_uri(uri: &str) -> Result<Uri, ArgError> {
         None => match scheme {
             Scheme::Amqp => 5672,
             Scheme::Mqtt => 1883,
+            Scheme::Stomp => 61613,
         },
     };
     let host = if host.is_empty() {
@@ -637,5 +658,17 @@ mod tests {
         assert!(parse(&["--uri", "mqtt://h"]).is_err(), "no MQTT mode");
         assert!(parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--mqtt-fan-in"]).is_err());
         assert!(parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--rpc"]).is_err());
+    }
+
+    #[test]
+    fn stomp_mode_goes_with_a_stomp_uri() {
+        let c = parse(&["--uri", "stomp://u:p@h/%2f", "--stomp-queue", "-q", "200"]).unwrap();
+        assert_eq!(
+            (c.mode, c.uri.port, c.uri.vhost.as_str()),
+            (Mode::StompQueue, 61613, "/")
+        );
+        assert!(parse(&["--stomp-queue"]).is_err());
+        assert!(parse(&["--uri", "stomp://h"]).is_err());
+        assert!(parse(&["--uri", "stomp://h", "--stomp-queue", "--rpc"]).is_err());
     }
 }

@@ -6,7 +6,9 @@ mod args;
 mod client;
 mod modes;
 mod mqtt;
+mod report;
 mod stats;
+mod stomp;
 mod throughput;
 mod topology;
 
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
             Mode::MqttIdle(n) => mqtt::idle(config.clone(), shared.clone(), n).await,
             Mode::MqttFanIn => mqtt::fan_in(config.clone(), shared.clone()).await,
             Mode::MqttQos1 => mqtt::qos1(config.clone(), shared.clone()).await,
+            Mode::StompQueue => stomp::queue(config.clone(), shared.clone()).await,
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
