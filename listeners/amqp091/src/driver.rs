@@ -17,7 +17,7 @@ use tokio::time::{timeout, Instant};
 use warren_core::Broker;
 
 use crate::codec::{decode_frame, parse_protocol_header, ProtocolHeader, PROTOCOL_HEADER_091};
-use crate::outbox::{Outbox, READ_PAUSE_BYTES};
+use crate::outbox::{Drained, Outbox, READ_PAUSE_BYTES};
 use crate::session::{Control, Session, SessionConfig, FRAME_MIN_SIZE};
 use warren_core::queue::now_ms;
 
@@ -99,7 +99,7 @@ pub async fn run_connection(
     mut alarms: watch::Receiver<Option<String>>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (mut reader, mut writer) = stream.into_split();
+    let (mut reader, writer) = stream.into_split();
     let mut header = [0u8; 8];
     match timeout(config.handshake_timeout, reader.read_exact(&mut header)).await {
         Ok(Ok(_)) => {}
@@ -107,10 +107,14 @@ pub async fn run_connection(
     }
     if parse_protocol_header(&header) != ProtocolHeader::Amqp091 {
         // Tell the client which protocol we speak, then close, as the spec asks.
+        let mut writer = writer;
         let _ = writer.write_all(&PROTOCOL_HEADER_091).await;
         let _ = writer.shutdown().await;
         return;
     }
+    // The writer task and the reader (for small replies, see Outbox::end_batch) both write;
+    // the outbox makes sure only one does at a time.
+    let writer = Arc::new(writer);
     let outbox = Outbox::new(FRAME_MIN_SIZE);
     let from_loopback = peer.ip().is_loopback();
     let mut session = Session::new(
@@ -122,10 +126,15 @@ pub async fn run_connection(
     let connection_id = session.connection_id();
     tracing::debug!(connection = connection_id, %peer, "accepted AMQP 0-9-1 connection");
     let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
-    let writer_task = tokio::spawn(write_loop(writer, Arc::clone(&outbox), heartbeat_rx));
+    let writer_task = tokio::spawn(write_loop(
+        Arc::clone(&writer),
+        Arc::clone(&outbox),
+        heartbeat_rx,
+    ));
 
     read_loop(
         &mut reader,
+        &writer,
         &mut session,
         &outbox,
         &config,
@@ -135,13 +144,16 @@ pub async fn run_connection(
     )
     .await;
 
+    drop(writer);
     session.terminate();
     let _ = writer_task.await;
     tracing::debug!(connection = connection_id, %peer, "connection closed");
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn read_loop(
     reader: &mut OwnedReadHalf,
+    writer: &OwnedWriteHalf,
     session: &mut Session,
     outbox: &Outbox,
     config: &ListenerConfig,
@@ -220,40 +232,113 @@ async fn read_loop(
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
-        loop {
-            match decode_frame(&mut buffer, session.frame_max()) {
-                Ok(Some(frame)) => {
-                    let was_open = session.heartbeat();
-                    let control = session.handle_frame(frame);
-                    if was_open != session.heartbeat() {
-                        let _ = heartbeat_tx.send(session.heartbeat());
-                    }
-                    if control == Control::Close {
-                        session.end_of_batch();
-                        return;
-                    }
-                    if session.is_closing() && close_deadline.is_none() {
-                        close_deadline = Some(Instant::now() + config.close_timeout);
-                    }
-                }
-                Ok(None) => break,
-                Err(error) => {
-                    if session.handle_frame_error(error) == Control::Close {
-                        return;
-                    }
-                    close_deadline = Some(Instant::now() + config.close_timeout);
-                    // The stream can no longer be framed: wait for nothing but the timeout.
-                    buffer.clear();
-                    break;
-                }
-            }
+        outbox.begin_batch();
+        let end = handle_batch(
+            &mut buffer,
+            session,
+            config,
+            heartbeat_tx,
+            &mut close_deadline,
+        );
+        if let Some(drained) = outbox.end_batch() {
+            write_inline(writer, outbox, drained);
         }
-        session.end_of_batch();
+        if end == BatchEnd::Close {
+            return;
+        }
         // A publisher whose socket always has data would otherwise never give its worker
         // thread back: the consumers it wakes (in tokio's LIFO slot) would starve. One read
         // (at most READ_CHUNK bytes) per turn keeps connections fair.
         tokio::task::yield_now().await;
     }
+}
+
+/// How a read batch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BatchEnd {
+    Continue,
+    Close,
+}
+
+/// Hands every complete frame in `buffer` to the session.
+fn handle_batch(
+    buffer: &mut BytesMut,
+    session: &mut Session,
+    config: &ListenerConfig,
+    heartbeat_tx: &watch::Sender<Option<Duration>>,
+    close_deadline: &mut Option<Instant>,
+) -> BatchEnd {
+    loop {
+        match decode_frame(buffer, session.frame_max()) {
+            Ok(Some(frame)) => {
+                let was_open = session.heartbeat();
+                let control = session.handle_frame(frame);
+                if was_open != session.heartbeat() {
+                    let _ = heartbeat_tx.send(session.heartbeat());
+                }
+                if control == Control::Close {
+                    session.end_of_batch();
+                    return BatchEnd::Close;
+                }
+                if session.is_closing() && close_deadline.is_none() {
+                    *close_deadline = Some(Instant::now() + config.close_timeout);
+                }
+            }
+            Ok(None) => break,
+            Err(error) => {
+                if session.handle_frame_error(error) == Control::Close {
+                    return BatchEnd::Close;
+                }
+                *close_deadline = Some(Instant::now() + config.close_timeout);
+                // The stream can no longer be framed: wait for nothing but the timeout.
+                buffer.clear();
+                break;
+            }
+        }
+    }
+    session.end_of_batch();
+    BatchEnd::Continue
+}
+
+/// Writes a small batch from the reader task: as much as the socket takes now, the rest goes
+/// back to the writer task.
+fn write_inline(writer: &OwnedWriteHalf, outbox: &Outbox, drained: Drained) {
+    for sink in drained.starved {
+        sink.queue.dispatch();
+    }
+    let bytes = &drained.bytes[..];
+    let mut written = 0;
+    while written < bytes.len() {
+        match writer.try_write(&bytes[written..]) {
+            Ok(n) => written += n,
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(_) => {
+                outbox.write_done(&[]);
+                outbox.close();
+                return;
+            }
+        }
+    }
+    outbox.write_done(&bytes[written..]);
+}
+
+/// Writes all of `bytes`, waiting for the socket as needed.
+async fn write_all_shared(writer: &OwnedWriteHalf, bytes: &[u8]) -> std::io::Result<()> {
+    let mut written = 0;
+    while written < bytes.len() {
+        writer.writable().await?;
+        match writer.try_write(&bytes[written..]) {
+            Ok(n) => written += n,
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// Ends the write side (FIN) while the reader may still hold the socket.
+fn shutdown_write(writer: &OwnedWriteHalf) {
+    let _ = socket2::SockRef::from(writer.as_ref()).shutdown(std::net::Shutdown::Write);
 }
 
 /// Reads what is available into `buffer`. An idle connection holds no read buffer: when
@@ -294,21 +379,22 @@ async fn sleep_until_ms(at: Option<u64>) {
 const READ_CHUNK: usize = 64 * 1024;
 
 async fn write_loop(
-    mut writer: OwnedWriteHalf,
+    writer: Arc<OwnedWriteHalf>,
     outbox: Arc<Outbox>,
     mut heartbeat: watch::Receiver<Option<Duration>>,
 ) {
     let mut last_write = Instant::now();
     loop {
-        if let Some(drained) = outbox.drain() {
+        if let Some(drained) = outbox.take_for_write() {
             // Room is free again: let starved consumers' queues refill the buffer while this
             // batch is on its way.
             for sink in drained.starved {
                 sink.queue.dispatch();
             }
             outbox.set_writing(drained.bytes.len());
-            let written = writer.write_all(&drained.bytes).await;
+            let written = write_all_shared(&writer, &drained.bytes).await;
             outbox.set_writing(0);
+            outbox.write_done(&[]);
             if written.is_err() {
                 outbox.close();
                 return;
@@ -317,7 +403,7 @@ async fn write_loop(
             continue;
         }
         if outbox.is_closed() {
-            let _ = writer.shutdown().await;
+            shutdown_write(&writer);
             return;
         }
         let interval = *heartbeat.borrow();
@@ -339,7 +425,7 @@ async fn write_loop(
                         if changed.is_err() {
                             // The reader is gone; flush and stop once the outbox closes.
                             if outbox.is_closed() && outbox.is_empty() {
-                                let _ = writer.shutdown().await;
+                                shutdown_write(&writer);
                                 return;
                             }
                             outbox.notify.notified().await;

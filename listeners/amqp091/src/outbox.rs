@@ -31,6 +31,11 @@ pub const OUTBOX_HIGH_WATER: usize = 512 * 1024;
 /// broker's memory.
 pub const READ_PAUSE_BYTES: usize = 2 * 1024 * 1024;
 
+/// At the end of a read batch the reader writes up to this many buffered bytes itself when
+/// the writer task is idle: a request/response round trip then costs no writer wake-up.
+/// Larger batches go to the writer task, so the reader gets back to reading.
+pub const INLINE_WRITE_MAX: usize = 4 * 1024;
+
 /// One delivery waiting for its acknowledgement.
 pub struct Unacked {
     /// The channel-scoped delivery tag.
@@ -65,6 +70,11 @@ struct OutboxState {
     /// Deliveries whose channel closed between reserve and deliver, to requeue.
     orphaned: Vec<Unacked>,
     closed: bool,
+    /// The writer task or the reader (inline) is writing to the socket: only one may.
+    writer_busy: bool,
+    /// The connection's reader is handling a read batch and flushes at its end, so frames
+    /// buffered meanwhile need not wake the writer.
+    batch_open: bool,
 }
 
 /// The shared outgoing side of one connection.
@@ -102,6 +112,8 @@ impl Outbox {
                 server_cancelled: Vec::new(),
                 orphaned: Vec::new(),
                 closed: false,
+                writer_busy: false,
+                batch_open: false,
             }),
             notify: Notify::new(),
             reader_wake: Notify::new(),
@@ -168,13 +180,13 @@ impl Outbox {
         if state.closed {
             return;
         }
-        let was_empty = state.buffer.is_empty();
+        let wake = state.buffer.is_empty() && !state.batch_open;
         if let Err(error) = codec::write_method_frame(&mut state.buffer, channel, method) {
             // Only a broker bug can produce a method the wire cannot carry.
             tracing::error!(method = method.name(), %error, "could not encode method");
         }
         drop(state);
-        if was_empty {
+        if wake {
             self.notify.notify_one();
         }
     }
@@ -204,8 +216,11 @@ impl Outbox {
             &message.body,
             frame_max,
         );
+        let wake = !state.batch_open;
         drop(state);
-        self.notify.notify_one();
+        if wake {
+            self.notify.notify_one();
+        }
     }
 
     /// Encodes a basic.get-ok for `delivery`, assigning its delivery tag and recording it as
@@ -244,8 +259,11 @@ impl Outbox {
                 delivered_at: now_ms(),
             });
         }
+        let wake = !state.batch_open;
         drop(state);
-        self.notify.notify_one();
+        if wake {
+            self.notify.notify_one();
+        }
         if first_unacked {
             self.reader_wake.notify_one();
         }
@@ -325,17 +343,67 @@ impl Outbox {
         std::mem::take(&mut self.state.lock().server_cancelled)
     }
 
-    /// Takes everything buffered for the writer, with the consumers to kick now that the
-    /// buffer is empty again.
-    pub fn drain(&self) -> Option<Drained> {
+    /// Takes everything buffered for writing, with the consumers to kick now that the buffer
+    /// is empty again, and makes the caller the socket's only writer until
+    /// [`Outbox::write_done`]. None when nothing is buffered or someone else is writing.
+    pub fn take_for_write(&self) -> Option<Drained> {
         let mut state = self.state.lock();
-        if state.buffer.is_empty() {
+        Self::take_locked(&mut state)
+    }
+
+    fn take_locked(state: &mut OutboxState) -> Option<Drained> {
+        if state.buffer.is_empty() || state.writer_busy {
             return None;
         }
+        state.writer_busy = true;
         // Take the allocation along: an idle connection keeps no write buffer.
         let bytes = std::mem::take(&mut state.buffer).freeze();
         let starved = std::mem::take(&mut state.starved);
         Some(Drained { bytes, starved })
+    }
+
+    /// The writer of a [`Outbox::take_for_write`] batch is done; `unwritten` is what the socket
+    /// did not take, sent before anything buffered since. Wakes the writer task when more is
+    /// buffered.
+    pub fn write_done(&self, unwritten: &[u8]) {
+        let mut state = self.state.lock();
+        state.writer_busy = false;
+        if !unwritten.is_empty() {
+            let mut buffer = BytesMut::with_capacity(unwritten.len() + state.buffer.len());
+            buffer.extend_from_slice(unwritten);
+            buffer.extend_from_slice(&state.buffer);
+            state.buffer = buffer;
+        }
+        let more = !state.buffer.is_empty();
+        drop(state);
+        if more {
+            self.notify.notify_one();
+        }
+    }
+
+    /// The reader starts handling a read batch: replies and deliveries buffered until
+    /// [`Outbox::end_batch`] do not wake the writer task.
+    pub fn begin_batch(&self) {
+        self.state.lock().batch_open = true;
+    }
+
+    /// The reader finished its batch. A small buffer is handed back for the reader to write
+    /// itself (the writer task is idle then, and stays so until [`Outbox::write_done`]);
+    /// anything larger wakes the writer task.
+    pub fn end_batch(&self) -> Option<Drained> {
+        let mut state = self.state.lock();
+        state.batch_open = false;
+        if state.buffer.is_empty() {
+            return None;
+        }
+        if state.buffer.len() <= INLINE_WRITE_MAX && !state.closed {
+            if let Some(drained) = Self::take_locked(&mut state) {
+                return Some(drained);
+            }
+        }
+        drop(state);
+        self.notify.notify_one();
+        None
     }
 
     /// Whether the connection was closed (the writer exits once the buffer is flushed).
@@ -480,7 +548,7 @@ impl DeliverySink for SinkHandle {
         let sink = &self.0;
         let mut state = sink.outbox.state.lock();
         let frame_max = state.frame_max;
-        let was_empty = state.buffer.is_empty();
+        let wake = state.buffer.is_empty() && !state.batch_open;
         let OutboxState {
             buffer, channels, ..
         } = &mut *state;
@@ -525,7 +593,7 @@ impl DeliverySink for SinkHandle {
             });
         }
         drop(state);
-        if was_empty {
+        if wake {
             sink.outbox.notify.notify_one();
         }
         if first_unacked {

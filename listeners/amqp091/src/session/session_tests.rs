@@ -30,7 +30,8 @@ fn method_frame(channel: u16, method: &Method) -> Frame {
 /// Every method the session wrote since the last call.
 fn sent(outbox: &Outbox) -> Vec<(u16, Method)> {
     let mut methods = Vec::new();
-    if let Some(drained) = outbox.drain() {
+    if let Some(drained) = outbox.take_for_write() {
+        outbox.write_done(&[]);
         let mut buffer = BytesMut::from(&drained.bytes[..]);
         while let Ok(Some(frame)) = decode_frame(&mut buffer, 0) {
             if frame.frame_type == FRAME_METHOD {
