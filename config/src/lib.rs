@@ -21,6 +21,7 @@ mod definitions;
 mod error;
 mod listen_addr;
 mod settings;
+mod stomp;
 
 pub use cli::usage;
 pub use definitions::{
@@ -31,3 +32,4 @@ pub use definitions::{
 pub use error::ConfigError;
 pub use listen_addr::ListenAddr;
 pub use settings::{LogLevel, Settings, FRAME_MIN_SIZE, KEYS, MAX_MESSAGE_SIZE_LIMIT};
+pub use stomp::{StompSettings, STOMP_KEYS, STOMP_PORT};
