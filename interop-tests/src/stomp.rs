@@ -6,6 +6,7 @@
 //! ../shared/DEPENDENCIES.md). Frames go over a plain `TcpStream`: headers escaped per
 //! version, bodies with `content-length`, heart-beat EOLs counted.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -45,6 +46,8 @@ impl ReceivedFrame {
 pub struct StompClient {
     stream: TcpStream,
     buffer: Vec<u8>,
+    /// MESSAGEs that arrived while waiting for a RECEIPT.
+    early_messages: VecDeque<ReceivedFrame>,
     /// The version the server chose (`1.0` until CONNECTED says otherwise).
     pub version: String,
     /// Heart-beat EOLs received between frames.
@@ -59,6 +62,7 @@ impl StompClient {
         StompClient {
             stream,
             buffer: Vec::new(),
+            early_messages: VecDeque::new(),
             version: "1.0".to_string(),
             heartbeats_received: 0,
         }
@@ -184,16 +188,26 @@ impl StompClient {
         }
     }
 
-    /// Reads the next frame, which must be a MESSAGE.
+    /// Reads the next frame, which must be a MESSAGE (one that arrived while waiting for a
+    /// RECEIPT comes first).
     pub async fn expect_message(&mut self) -> ReceivedFrame {
+        if let Some(message) = self.early_messages.pop_front() {
+            return message;
+        }
         let frame = self.expect_frame().await;
         assert_eq!(frame.command, "MESSAGE", "{frame:?}");
         frame
     }
 
-    /// Reads the next frame, which must be the RECEIPT for `id`.
+    /// Reads frames until the RECEIPT for `id`, which must come before any other frame but
+    /// MESSAGE (a SEND to a queue this client consumes from may be delivered before its
+    /// receipt); those MESSAGEs are kept for [`StompClient::expect_message`].
     pub async fn expect_receipt(&mut self, id: &str) {
-        let frame = self.expect_frame().await;
+        let mut frame = self.expect_frame().await;
+        while frame.command == "MESSAGE" {
+            self.early_messages.push_back(frame);
+            frame = self.expect_frame().await;
+        }
         assert_eq!(frame.command, "RECEIPT", "{frame:?}");
         assert_eq!(frame.header("receipt-id"), Some(id));
     }
@@ -240,7 +254,7 @@ impl StompClient {
 
     /// Whether no frame arrives within `limit` (heart-beats do not count).
     pub async fn no_frame_within(&mut self, limit: Duration) -> bool {
-        self.read_frame(limit).await.is_none()
+        self.early_messages.is_empty() && self.read_frame(limit).await.is_none()
     }
 
     fn parse_frame(&mut self) -> Option<ReceivedFrame> {

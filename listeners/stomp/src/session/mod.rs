@@ -33,7 +33,7 @@ use crate::codec::{
     Version,
 };
 use crate::error::StompError;
-use crate::outbox::{Outbox, Unacked};
+use crate::outbox::{Outbox, Subscription, Unacked};
 
 pub use subscribe::ActiveSubscription;
 
@@ -136,6 +136,8 @@ pub struct Session {
     routed: Vec<Arc<Queue>>,
     /// Whether the client ever sent: only publishers are blocked by resource alarms.
     published: bool,
+    /// Subscriptions made by the frame being handled, started after its RECEIPT.
+    starting: Vec<Arc<Subscription>>,
 }
 
 impl Session {
@@ -173,6 +175,7 @@ impl Session {
             publish_allowed: Vec::new(),
             routed: Vec::new(),
             published: false,
+            starting: Vec::new(),
         }
     }
 
@@ -265,6 +268,10 @@ impl Session {
                         &Frame::new(Command::Receipt).with_header("receipt-id", receipt),
                     );
                 }
+                for subscription in self.starting.drain(..) {
+                    subscription.start();
+                    subscription.queue.dispatch();
+                }
                 match outcome {
                     Outcome::Continue => Control::Continue,
                     Outcome::Disconnect => {
@@ -274,7 +281,10 @@ impl Session {
                     }
                 }
             }
-            Err(error) => self.fail(error, receipt),
+            Err(error) => {
+                self.starting.clear();
+                self.fail(error, receipt)
+            }
         }
     }
 

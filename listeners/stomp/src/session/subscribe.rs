@@ -273,8 +273,9 @@ impl Session {
                 destination,
             },
         );
-        subscription.start();
-        queue.dispatch();
+        // Deliveries start once the frame is fully handled, so a RECEIPT for this SUBSCRIBE
+        // goes out before the first MESSAGE.
+        self.starting.push(subscription);
         Ok(())
     }
 
