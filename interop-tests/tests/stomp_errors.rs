@@ -113,7 +113,9 @@ async fn before_login_frames_are_held_to_the_smaller_limit() {
 #[tokio::test]
 async fn bad_destinations_and_missing_headers_are_explained() {
     let broker = TestBroker::start().await;
-    let cases: [(&str, &[(&str, &str)], &str, &str); 6] = [
+    // (command, headers, ERROR message header, part of the ERROR body)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, &'a str);
+    let cases: [Case; 6] = [
         (
             "SEND",
             &[],

@@ -214,3 +214,93 @@ fn unknown_destination_is_an_error_and_releases_unacked_messages() {
         (1, 0, 0)
     );
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn command() -> impl Strategy<Value = Command> {
+        proptest::sample::select(Command::ALL.to_vec())
+    }
+
+    fn header() -> impl Strategy<Value = (String, String)> {
+        let names = proptest::sample::select(vec![
+            "destination",
+            "id",
+            "ack",
+            "receipt",
+            "transaction",
+            "message-id",
+            "prefetch-count",
+            "durable",
+            "persistent",
+            "reply-to",
+            "priority",
+            "expiration",
+            "x-max-length",
+            "x-queue-name",
+            "requeue",
+            "accept-version",
+            "heart-beat",
+        ]);
+        let values = proptest::sample::select(vec![
+            "/queue/a",
+            "/topic/t.*",
+            "/exchange/amq.direct/k",
+            "/exchange/missing",
+            "/amq/queue/a",
+            "/temp-queue/r",
+            "/reply-queue/x",
+            "/bogus",
+            "",
+            "s1",
+            "client",
+            "client-individual",
+            "auto",
+            "true",
+            "-1",
+            "3",
+            "T_s1@@session@@1",
+            "1.2",
+            "1.0,1.1",
+            "100,100",
+            "x,y",
+        ]);
+        (names, values).prop_map(|(n, v)| (n.to_string(), v.to_string()))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Whatever a client sends, the session answers without panicking, and once it sent
+        /// an ERROR it is closed and has released everything it held.
+        #[test]
+        fn arbitrary_frame_sequences_never_panic_and_errors_close(
+            frames in proptest::collection::vec(
+                (command(), proptest::collection::vec(header(), 0..6)),
+                1..12,
+            )
+        ) {
+            let broker = broker();
+            let mut h = Harness::new(&broker);
+            h.connect();
+            for (command, headers) in frames {
+                let frame = Frame { command, headers, body: bytes::Bytes::from_static(b"b") };
+                let control = h.session.handle_frame(frame);
+                let replies = h.replies();
+                if control == Control::Close {
+                    prop_assert!(h.session.is_closed());
+                    break;
+                }
+                prop_assert!(replies.iter().all(|f| f.command != Command::Error
+                    || f.header("message") == Some("Server cancelled subscription")));
+            }
+            h.session.terminate();
+            for queue in broker.vhost("/").unwrap().queues() {
+                let stats = queue.stats();
+                prop_assert_eq!(stats.unacknowledged, 0);
+                prop_assert_eq!(stats.consumers, 0);
+            }
+        }
+    }
+}
