@@ -205,3 +205,29 @@ async fn a_stomp_client_answers_an_amqp_request_through_its_reply_queue() {
     assert_eq!(reply.delivery.data, b"answer");
     assert_eq!(text(reply.delivery.properties.correlation_id()), Some("q1"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_queue_cancels_its_stomp_subscription_with_an_error_frame() {
+    let broker = TestBroker::start().await;
+    let mut stomp = StompClient::connect(broker.stomp_addr(), "1.2").await;
+    stomp.subscribe("/queue/doomed", "watch", "auto", &[]).await;
+    let (_connection, channel) = amqp_channel(&broker).await;
+    channel
+        .queue_delete(
+            "doomed".into(),
+            lapin::options::QueueDeleteOptions::default(),
+        )
+        .await
+        .expect("deleted");
+    let error = stomp.expect_frame().await;
+    assert_eq!(error.command, "ERROR");
+    assert_eq!(
+        error.header("message"),
+        Some("Server cancelled subscription")
+    );
+    assert_eq!(error.header("subscription"), Some("watch"));
+    // As in RabbitMQ, the connection stays usable, and the id can be subscribed again.
+    stomp.send("/queue/doomed", "reborn", &[]).await;
+    stomp.subscribe("/queue/doomed", "watch", "auto", &[]).await;
+    assert_eq!(stomp.expect_message().await.text(), "reborn");
+}

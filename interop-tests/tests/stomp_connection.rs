@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use warren_core::broker::Alarm;
 use warren_interop_tests::stomp::StompClient;
 use warren_interop_tests::TestBroker;
 
@@ -173,4 +174,31 @@ async fn broker_shutdown_ends_stomp_connections_with_an_error_frame() {
     broker.shutdown().await;
     let error = client.expect_error().await;
     assert_eq!(error.header("message"), Some("connection_forced"));
+}
+
+#[tokio::test]
+async fn a_resource_alarm_holds_back_publishers_until_it_clears() {
+    let broker = TestBroker::start().await;
+    let mut consumer = StompClient::connect(broker.stomp_addr(), "1.2").await;
+    consumer.subscribe("/queue/alarmed", "s", "auto", &[]).await;
+    let mut publisher = StompClient::connect(broker.stomp_addr(), "1.2").await;
+    publisher.send("/queue/alarmed", "before", &[]).await;
+    assert_eq!(consumer.expect_message().await.text(), "before");
+
+    broker.broker().set_alarm(Alarm::Memory, true);
+    publisher
+        .write_frame(
+            "SEND",
+            &[("destination", "/queue/alarmed"), ("receipt", "held")],
+            b"during",
+        )
+        .await;
+    assert!(
+        publisher.no_frame_within(Duration::from_millis(300)).await,
+        "a blocked publisher is not read, so gets no receipt"
+    );
+    assert!(consumer.no_frame_within(Duration::from_millis(100)).await);
+    broker.broker().set_alarm(Alarm::Memory, false);
+    publisher.expect_receipt("held").await;
+    assert_eq!(consumer.expect_message().await.text(), "during");
 }

@@ -173,13 +173,23 @@ async fn read_loop(
                 _ => Instant::now() + far,
             }
         };
+        // Biased: an alarm or shutdown is seen before more bytes are read, so a publisher
+        // is held back from its very next frame.
         let read = tokio::select! {
-            read = read_some(reader, buffer), if !blocked && !paused => read,
-            _ = outbox.drained.notified(), if paused => continue,
+            biased;
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    session.force_close("shutdown");
+                    return;
+                }
+                continue;
+            }
             changed = alarms.changed(), if alarms_alive => {
                 alarms_alive = changed.is_ok();
                 continue;
             }
+            _ = outbox.drained.notified(), if paused => continue,
+            read = read_some(reader, buffer), if !blocked && !paused => read,
             _ = tokio::time::sleep_until(deadline) => {
                 if session.is_connected() {
                     tracing::warn!(connection = session.connection_id(), "no heart-beat from STOMP client; closing");
@@ -187,13 +197,6 @@ async fn read_loop(
                     tracing::warn!(connection = session.connection_id(), "STOMP login timed out");
                 }
                 return;
-            }
-            changed = shutdown.changed() => {
-                if changed.is_err() || *shutdown.borrow() {
-                    session.force_close("shutdown");
-                    return;
-                }
-                continue;
             }
         };
         match read {

@@ -111,13 +111,14 @@ impl Session {
         result.map_err(StompError::from)
     }
 
-    /// Declares a `/queue/` destination's queue once per connection, with the arguments its
-    /// headers ask for.
+    /// Declares a `/queue/` destination's queue once per connection (again if it was
+    /// deleted meanwhile), with the arguments its headers ask for.
     pub(super) fn ensure_queue(&mut self, name: &str, frame: &Frame) -> Result<(), StompError> {
-        if self.declared_queues.contains(name) {
+        let (vhost, user) = self.open()?;
+        // Declared before and still there (another client may have deleted it since).
+        if self.declared_queues.contains(name) && vhost.queue(name).is_some() {
             return Ok(());
         }
-        let (vhost, user) = self.open()?;
         // On SEND `persistent` is the message's delivery mode, not the queue's durability.
         let declare = queue_declare(
             name.to_string(),
