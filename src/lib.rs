@@ -70,11 +70,54 @@ async fn expire_messages(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
     }
 }
 
+/// Binds a listener address and logs `listening protocol=PROTOCOL addr=HOST:PORT`.
+async fn bind(
+    protocol: &'static str,
+    addr: &warren_config::ListenAddr,
+) -> Result<(TcpListener, SocketAddr), StartError> {
+    let text = addr.to_socket_addr_string();
+    let bind_error = |error| StartError::Bind {
+        protocol,
+        addr: text.clone(),
+        error,
+    };
+    let listener = TcpListener::bind(&text).await.map_err(bind_error)?;
+    let bound = listener.local_addr().map_err(bind_error)?;
+    tracing::info!("listening protocol={protocol} addr={bound}");
+    Ok((listener, bound))
+}
+
+/// The STOMP listener's configuration from the `stomp.` settings.
+fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
+    let stomp = &settings.stomp;
+    warren_stomp::ListenerConfig {
+        session: warren_stomp::SessionConfig {
+            default_user: stomp.default_user.clone(),
+            default_pass: stomp.default_pass.clone(),
+            default_vhost: stomp.default_vhost.clone(),
+            implicit_connect: stomp.implicit_connect,
+            limits: warren_stomp::codec::Limits {
+                max_frame_size: stomp.max_frame_size,
+                max_header_count: stomp.max_headers,
+                max_header_length: stomp.max_header_length,
+                ..warren_stomp::codec::Limits::default()
+            },
+            unauthenticated_max_frame_size: stomp.max_frame_size_unauthenticated,
+            default_nack_requeue: stomp.default_nack_requeue,
+            max_message_size: settings.max_message_size,
+            ..warren_stomp::SessionConfig::default()
+        },
+        login_timeout: stomp.login_timeout,
+        connection_max: settings.connection_max,
+    }
+}
+
 /// A running Warren server.
 pub struct Server {
     broker: Arc<Broker>,
     resource_monitor: Arc<ResourceMonitor>,
     amqp_addrs: Vec<SocketAddr>,
+    stomp_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     listeners: JoinSet<()>,
 }
@@ -148,10 +191,24 @@ impl Server {
                 shutdown_rx.clone(),
             ));
         }
+        let stomp_addr = match &settings.stomp.listener {
+            Some(addr) => {
+                let (listener, bound) = bind("stomp", addr).await?;
+                listeners.spawn(warren_stomp::serve(
+                    listener,
+                    Arc::clone(&broker),
+                    stomp_listener_config(&settings),
+                    shutdown_rx.clone(),
+                ));
+                Some(bound)
+            }
+            None => None,
+        };
         Ok(Server {
             broker,
             resource_monitor,
             amqp_addrs,
+            stomp_addr,
             shutdown,
             listeners,
         })
@@ -160,6 +217,12 @@ impl Server {
     /// The address the first AMQP listener is bound to.
     pub fn amqp_addr(&self) -> SocketAddr {
         self.amqp_addrs[0]
+    }
+
+    /// The address the STOMP listener is bound to, unless it is disabled
+    /// (`stomp.listeners.tcp.default = none`).
+    pub fn stomp_addr(&self) -> Option<SocketAddr> {
+        self.stomp_addr
     }
 
     /// Every bound AMQP listener address.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::error::ConfigError;
 use crate::settings::{Settings, KEYS};
+use crate::stomp::STOMP_KEYS;
 
 /// The usage text `--help` returns in [`ConfigError::HelpRequested`].
 pub fn usage() -> String {
@@ -18,8 +19,9 @@ pub fn usage() -> String {
          \n\
          Keys (default in parentheses):\n",
     );
-    let width = KEYS.iter().map(|(key, _)| key.len()).max().unwrap_or(0);
-    for (key, description) in KEYS {
+    let keys = KEYS.iter().chain(STOMP_KEYS);
+    let width = keys.clone().map(|(key, _)| key.len()).max().unwrap_or(0);
+    for (key, description) in keys {
         text.push_str(&format!("  {key:width$}  {description}\n"));
     }
     text

@@ -21,6 +21,7 @@ mod definitions;
 mod error;
 mod listen_addr;
 mod settings;
+mod stomp;
 
 pub use cli::usage;
 pub use definitions::{
@@ -34,3 +35,4 @@ pub use settings::{
     DiskFreeLimit, LogLevel, MemoryHighWatermark, Settings, FRAME_MIN_SIZE, KEYS,
     MAX_MESSAGE_SIZE_LIMIT,
 };
+pub use stomp::{StompSettings, STOMP_KEYS, STOMP_PORT};

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
+use crate::stomp::StompSettings;
 
 /// RabbitMQ's (and so Warren's) smallest negotiable frame size.
 pub const FRAME_MIN_SIZE: u32 = 4096;
@@ -139,6 +140,8 @@ pub struct Settings {
     /// `disk_free_limit.absolute` / `.relative`: the free space on the data directory's disk
     /// below which the disk alarm blocks publishers. Default 50MB.
     pub disk_free_limit: DiskFreeLimit,
+    /// The `stomp.` keys: the STOMP listener.
+    pub stomp: StompSettings,
 }
 
 /// When the memory alarm is raised (`vm_memory_high_watermark.*`).
@@ -182,6 +185,7 @@ impl Default for Settings {
             memory_high_watermark: MemoryHighWatermark::Relative(0.6),
             total_memory_override: None,
             disk_free_limit: DiskFreeLimit::Absolute(50_000_000),
+            stomp: StompSettings::default(),
         }
     }
 }
@@ -407,6 +411,7 @@ impl Settings {
                     parse_ratio(value).ok_or_else(|| invalid("a non-negative number, e.g. 1.0"))?,
                 );
             }
+            _ if key.starts_with("stomp.") => return self.stomp.set(key, value),
             _ => return self.set_named(key, value),
         }
         Ok(())

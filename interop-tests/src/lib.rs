@@ -1,6 +1,8 @@
-//! Helpers shared by the interop tests: an in-process broker on 127.0.0.1 with an ephemeral
-//! port, and the URLs clients connect with. Each test starts its own broker, so tests never
-//! share state or ports.
+//! Helpers shared by the interop tests: an in-process broker on 127.0.0.1 with ephemeral
+//! ports (AMQP and STOMP), the URLs clients connect with, and a small STOMP test client
+//! ([`stomp`]). Each test starts its own broker, so tests never share state or ports.
+
+pub mod stomp;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -25,6 +27,9 @@ impl TestBroker {
         config
             .set("listeners.tcp.default", "127.0.0.1:0")
             .expect("valid listener");
+        config
+            .set("stomp.listeners.tcp.default", "127.0.0.1:0")
+            .expect("valid STOMP listener");
         for (key, value) in settings {
             config
                 .set(key, value)
@@ -37,6 +42,13 @@ impl TestBroker {
     /// The AMQP listener's address.
     pub fn addr(&self) -> SocketAddr {
         self.server.amqp_addr()
+    }
+
+    /// The STOMP listener's address.
+    pub fn stomp_addr(&self) -> SocketAddr {
+        self.server
+            .stomp_addr()
+            .expect("the test broker listens for STOMP")
     }
 
     /// `amqp://guest:guest@127.0.0.1:PORT/%2f`.

@@ -88,6 +88,8 @@ impl Running {
             .arg("--set")
             .arg("listeners.tcp.default=127.0.0.1:0")
             .arg("--set")
+            .arg("stomp.listeners.tcp.default=127.0.0.1:0")
+            .arg("--set")
             .arg(format!("data_dir={}", data_dir.display()))
             .env_remove("WARREN_LOG")
             .stdin(Stdio::null())

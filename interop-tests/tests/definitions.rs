@@ -130,6 +130,9 @@ async fn start_error(contents: &str) -> (String, String) {
         .set("listeners.tcp.default", "127.0.0.1:0")
         .expect("listener");
     settings
+        .set("stomp.listeners.tcp.default", "127.0.0.1:0")
+        .expect("STOMP listener");
+    settings
         .set("load_definitions", &path.display().to_string())
         .expect("path");
     let error = match Server::start(settings).await {

@@ -158,6 +158,12 @@ impl Decoder {
         self.version = version;
     }
 
+    /// Replaces the limits (a session raises them after login). Applies to the rest of the
+    /// frame being read, too.
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
     /// The limits in force.
     pub fn limits(&self) -> Limits {
         self.limits

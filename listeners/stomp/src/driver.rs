@@ -1,0 +1,300 @@
+//! The tokio driver: accepts sockets, runs one reader and one writer task per connection.
+//!
+//! The reader feeds bytes to the session's decoder and frames to the [`Session`]; the writer
+//! sends whatever accumulated in the [`Outbox`] in one write, so a burst of MESSAGE frames
+//! costs one syscall. The login timeout and heart-beats are the only clocks, and they live
+//! here: the writer sends an EOL when it has been quiet for the agreed interval, and the
+//! reader closes a connection that sent nothing for twice the interval it promised.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use warren_core::Broker;
+
+use crate::codec::Decoded;
+use crate::outbox::{Outbox, READ_PAUSE_BYTES};
+use crate::session::{Control, Session, SessionConfig};
+
+/// Settings of the STOMP listener.
+#[derive(Debug, Clone)]
+pub struct ListenerConfig {
+    /// What connections may do and are given.
+    pub session: SessionConfig,
+    /// How long a client has from connecting to a successful CONNECT (`stomp.login_timeout`).
+    pub login_timeout: Duration,
+    /// Most connections this listener serves at once; more are refused at accept.
+    pub connection_max: Option<usize>,
+}
+
+impl Default for ListenerConfig {
+    fn default() -> Self {
+        ListenerConfig {
+            session: SessionConfig::default(),
+            login_timeout: Duration::from_secs(10),
+            connection_max: None,
+        }
+    }
+}
+
+/// How much to read at a time.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// How long a closing connection keeps reading (and discarding) so its last frames, an ERROR
+/// above all, reach a client that is still sending instead of being lost to a TCP reset.
+const CLOSE_LINGER: Duration = Duration::from_secs(1);
+
+/// Accepts connections until `shutdown` turns true, then ends every connection (an ERROR
+/// frame saying so) and returns once they all ended.
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    config: ListenerConfig,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let config = Arc::new(config);
+    let (alarm_tx, alarm_rx) = watch::channel(None);
+    broker.subscribe_alarms(Box::new(move |reason| {
+        let _ = alarm_tx.send(reason);
+    }));
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    if config.connection_max.is_some_and(|max| connections.len() >= max) {
+                        tracing::warn!(%peer, "STOMP connection refused: connection_max is reached");
+                        drop(stream);
+                        continue;
+                    }
+                    let broker = Arc::clone(&broker);
+                    let config = Arc::clone(&config);
+                    let shutdown = shutdown.clone();
+                    let alarms = alarm_rx.clone();
+                    connections.spawn(run_connection(stream, peer, broker, config, shutdown, alarms));
+                }
+                Err(error) => {
+                    // Out of file descriptors and similar: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+/// Runs one connection to its end.
+pub async fn run_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    config: Arc<ListenerConfig>,
+    mut shutdown: watch::Receiver<bool>,
+    mut alarms: watch::Receiver<Option<String>>,
+) {
+    let _ = stream.set_nodelay(true);
+    let (mut reader, writer) = stream.into_split();
+    let outbox = Outbox::new();
+    let mut session = Session::new(
+        broker,
+        config.session.clone(),
+        Arc::clone(&outbox),
+        peer.ip().is_loopback(),
+    );
+    let connection_id = session.connection_id();
+    tracing::debug!(connection = connection_id, %peer, "accepted STOMP connection");
+    let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
+    let writer_task = tokio::spawn(write_loop(writer, Arc::clone(&outbox), heartbeat_rx));
+    let mut buffer = BytesMut::new();
+    read_loop(
+        &mut reader,
+        &mut buffer,
+        &mut session,
+        &outbox,
+        &config,
+        &mut shutdown,
+        &mut alarms,
+        &heartbeat_tx,
+    )
+    .await;
+    let closed_by_broker = session.is_closed();
+    session.terminate();
+    let _ = writer_task.await;
+    if closed_by_broker {
+        // Wait for the client to see the last frames and close its side.
+        let mut discard = [0u8; 4096];
+        let _ = tokio::time::timeout(CLOSE_LINGER, async {
+            while matches!(reader.read(&mut discard).await, Ok(n) if n > 0) {}
+        })
+        .await;
+    }
+    tracing::debug!(connection = connection_id, %peer, "STOMP connection closed");
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn read_loop(
+    reader: &mut OwnedReadHalf,
+    buffer: &mut BytesMut,
+    session: &mut Session,
+    outbox: &Outbox,
+    config: &ListenerConfig,
+    shutdown: &mut watch::Receiver<bool>,
+    alarms: &mut watch::Receiver<Option<String>>,
+    heartbeat_tx: &watch::Sender<Option<Duration>>,
+) {
+    let login_deadline = Instant::now() + config.login_timeout;
+    let mut last_read = Instant::now();
+    let mut alarms_alive = true;
+    let far = Duration::from_secs(24 * 3600);
+    loop {
+        // A resource alarm stops reading publishing connections; subscriptions keep
+        // receiving through the writer.
+        let blocked = session.is_publisher() && alarms.borrow().is_some();
+        // A client that does not read its replies is not read either (bounded memory).
+        let paused = outbox.pending_bytes() > READ_PAUSE_BYTES;
+        let deadline = if !session.is_connected() {
+            login_deadline
+        } else {
+            match session.heartbeat().1 {
+                // Twice the promised interval: the spec asks servers to be tolerant.
+                expect if expect > 0 && !blocked && !paused => {
+                    last_read + Duration::from_millis(u64::from(expect) * 2)
+                }
+                _ => Instant::now() + far,
+            }
+        };
+        // Biased: an alarm or shutdown is seen before more bytes are read, so a publisher
+        // is held back from its very next frame.
+        let read = tokio::select! {
+            biased;
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    session.force_close("shutdown");
+                    return;
+                }
+                continue;
+            }
+            changed = alarms.changed(), if alarms_alive => {
+                alarms_alive = changed.is_ok();
+                continue;
+            }
+            _ = outbox.drained.notified(), if paused => continue,
+            read = read_some(reader, buffer), if !blocked && !paused => read,
+            _ = tokio::time::sleep_until(deadline) => {
+                if session.is_connected() {
+                    tracing::warn!(connection = session.connection_id(), "no heart-beat from STOMP client; closing");
+                } else {
+                    tracing::warn!(connection = session.connection_id(), "STOMP login timed out");
+                }
+                return;
+            }
+        };
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) => last_read = Instant::now(),
+        }
+        loop {
+            match session.decode(buffer) {
+                Ok(Some(Decoded::Heartbeat)) => {}
+                Ok(Some(Decoded::Frame(frame))) => {
+                    let was_connected = session.is_connected();
+                    if session.handle_frame(frame) == Control::Close {
+                        return;
+                    }
+                    if !was_connected && session.is_connected() {
+                        let send = session.heartbeat().0;
+                        let _ = heartbeat_tx
+                            .send((send > 0).then(|| Duration::from_millis(u64::from(send))));
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    session.handle_frame_error(error);
+                    return;
+                }
+            }
+        }
+        // A publisher whose socket always has data would otherwise never give its worker
+        // thread back to the consumers it wakes.
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Reads what is available into `buffer`. An idle connection holds no read buffer: when
+/// everything read was consumed the buffer is released, and a new one is allocated only once
+/// the socket is readable again.
+async fn read_some(reader: &mut OwnedReadHalf, buffer: &mut BytesMut) -> std::io::Result<usize> {
+    loop {
+        if buffer.is_empty() {
+            *buffer = BytesMut::new();
+            reader.readable().await?;
+            buffer.reserve(READ_CHUNK);
+        } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
+            buffer.reserve(READ_CHUNK);
+        }
+        match reader.try_read_buf(buffer) {
+            Ok(read) => return Ok(read),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                reader.readable().await?;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+async fn write_loop(
+    mut writer: OwnedWriteHalf,
+    outbox: Arc<Outbox>,
+    mut heartbeat: watch::Receiver<Option<Duration>>,
+) {
+    let mut last_write = Instant::now();
+    let mut heartbeat_alive = true;
+    loop {
+        if let Some(drained) = outbox.drain() {
+            // Room is free again: let starved subscriptions' queues refill the buffer while
+            // this batch is on its way.
+            for subscription in drained.starved {
+                subscription.queue.dispatch();
+            }
+            outbox.set_writing(drained.bytes.len());
+            let written = writer.write_all(&drained.bytes).await;
+            outbox.set_writing(0);
+            if written.is_err() {
+                outbox.close();
+                return;
+            }
+            last_write = Instant::now();
+            continue;
+        }
+        if outbox.is_closed() {
+            let _ = writer.shutdown().await;
+            return;
+        }
+        let interval = *heartbeat.borrow();
+        let next_beat = interval.map(|interval| last_write + interval);
+        tokio::select! {
+            _ = outbox.notify.notified() => {}
+            changed = heartbeat.changed(), if heartbeat_alive => {
+                heartbeat_alive = changed.is_ok();
+            }
+            _ = sleep_until(next_beat) => outbox.send_heartbeat(),
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
