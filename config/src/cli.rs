@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::error::ConfigError;
+use crate::mqtt::MQTT_KEYS;
 use crate::settings::{Settings, KEYS};
 
 /// The usage text `--help` returns in [`ConfigError::HelpRequested`].
@@ -18,8 +19,9 @@ pub fn usage() -> String {
          \n\
          Keys (default in parentheses):\n",
     );
-    let width = KEYS.iter().map(|(key, _)| key.len()).max().unwrap_or(0);
-    for (key, description) in KEYS {
+    let keys = || KEYS.iter().chain(MQTT_KEYS);
+    let width = keys().map(|(key, _)| key.len()).max().unwrap_or(0);
+    for (key, description) in keys() {
         text.push_str(&format!("  {key:width$}  {description}\n"));
     }
     text

@@ -20,9 +20,11 @@ mod cli;
 mod definitions;
 mod error;
 mod listen_addr;
+mod mqtt;
 mod settings;
 
 pub use cli::usage;
+pub use mqtt::{MqttSettings, MQTT_KEYS, MQTT_MAX_PACKET_SIZE_LIMIT};
 pub use definitions::{
     json_args_to_table, json_to_value, BindingDefinition, Definitions, DefinitionsError,
     DestinationType, ExchangeDefinition, PermissionDefinition, PluginExchange, QueueDefinition,

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
+use crate::mqtt::MqttSettings;
 
 /// RabbitMQ's (and so Warren's) smallest negotiable frame size.
 pub const FRAME_MIN_SIZE: u32 = 4096;
@@ -130,6 +131,8 @@ pub struct Settings {
     /// `consumer_timeout`: milliseconds a delivery may stay unacknowledged before its channel
     /// is closed with 406 (RabbitMQ's default: 30 minutes); `None` (`false`) disables it.
     pub consumer_timeout: Option<Duration>,
+    /// The `mqtt.*` keys: the MQTT listener.
+    pub mqtt: MqttSettings,
 }
 
 impl Default for Settings {
@@ -152,6 +155,7 @@ impl Default for Settings {
             connection_max: None,
             consistent_hash_exchange: false,
             consumer_timeout: Some(Duration::from_millis(1_800_000)),
+            mqtt: MqttSettings::default(),
         }
     }
 }
@@ -321,6 +325,9 @@ impl Settings {
                             .map_err(|_| invalid("a non-negative integer or 'infinity'"))?,
                     )
                 };
+            }
+            _ if key.starts_with("mqtt.") => {
+                return self.mqtt.set(key, value, parse_listener);
             }
             _ => return self.set_named(key, value),
         }

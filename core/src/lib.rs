@@ -20,6 +20,7 @@ pub mod message;
 pub mod password;
 pub mod policy;
 pub mod queue;
+pub mod retained;
 pub mod routing;
 pub mod value;
 pub mod vhost;
