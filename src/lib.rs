@@ -16,6 +16,7 @@ use warren_amqp091::{ListenerConfig, SessionConfig};
 use warren_config::Settings;
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
+use warren_core::retained::InMemoryRetained;
 use warren_core::Broker;
 
 pub use definitions::apply_definitions;
@@ -67,10 +68,63 @@ async fn expire_messages(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
     }
 }
 
+/// Binds every MQTT listener (`mqtt.listeners.tcp.*`) and spawns their accept loops, which
+/// share one client registry and one retained message store.
+async fn start_mqtt(
+    settings: &Settings,
+    broker: &Arc<Broker>,
+    shutdown: &watch::Receiver<bool>,
+    listeners: &mut JoinSet<()>,
+) -> Result<Vec<SocketAddr>, StartError> {
+    let mqtt = &settings.mqtt;
+    let context = warren_mqtt::MqttContext {
+        broker: Arc::clone(broker),
+        registry: warren_mqtt::ClientRegistry::new(),
+        // In memory until the disk store lands; a persistent RetainedStore plugs in here.
+        retained: InMemoryRetained::new(),
+        config: Arc::new(warren_mqtt::SessionConfig {
+            vhost: mqtt.vhost.clone(),
+            default_user: mqtt.default_user.clone(),
+            default_pass: mqtt.default_pass.clone(),
+            allow_anonymous: mqtt.allow_anonymous,
+            exchange: mqtt.exchange.clone(),
+            prefetch: mqtt.prefetch,
+            max_packet_size: mqtt.max_packet_size,
+            max_message_size: settings.max_message_size,
+        }),
+    };
+    let config = warren_mqtt::ListenerConfig {
+        connect_timeout: settings.handshake_timeout,
+        connection_max: settings.connection_max,
+        ..warren_mqtt::ListenerConfig::default()
+    };
+    let mut addrs = Vec::new();
+    for addr in mqtt.listeners() {
+        let text = addr.to_socket_addr_string();
+        let bind_error = |error| StartError::Bind {
+            protocol: "mqtt",
+            addr: text.clone(),
+            error,
+        };
+        let listener = TcpListener::bind(&text).await.map_err(bind_error)?;
+        let bound = listener.local_addr().map_err(bind_error)?;
+        tracing::info!("listening protocol=mqtt addr={bound}");
+        addrs.push(bound);
+        listeners.spawn(warren_mqtt::serve(
+            listener,
+            context.clone(),
+            config.clone(),
+            shutdown.clone(),
+        ));
+    }
+    Ok(addrs)
+}
+
 /// A running Warren server.
 pub struct Server {
     broker: Arc<Broker>,
     amqp_addrs: Vec<SocketAddr>,
+    mqtt_addrs: Vec<SocketAddr>,
     shutdown: watch::Sender<bool>,
     listeners: JoinSet<()>,
 }
@@ -138,9 +192,11 @@ impl Server {
                 shutdown_rx.clone(),
             ));
         }
+        let mqtt_addrs = start_mqtt(&settings, &broker, &shutdown_rx, &mut listeners).await?;
         Ok(Server {
             broker,
             amqp_addrs,
+            mqtt_addrs,
             shutdown,
             listeners,
         })
@@ -156,13 +212,23 @@ impl Server {
         &self.amqp_addrs
     }
 
+    /// The address the first MQTT listener is bound to, if MQTT is enabled.
+    pub fn mqtt_addr(&self) -> Option<SocketAddr> {
+        self.mqtt_addrs.first().copied()
+    }
+
+    /// Every bound MQTT listener address.
+    pub fn mqtt_addrs(&self) -> &[SocketAddr] {
+        &self.mqtt_addrs
+    }
+
     /// The broker model, for embedding and tests.
     pub fn broker(&self) -> &Arc<Broker> {
         &self.broker
     }
 
-    /// Stops accepting, closes every connection with 320 CONNECTION_FORCED and waits for
-    /// the listeners to finish.
+    /// Stops accepting, closes every AMQP connection with 320 CONNECTION_FORCED and every
+    /// MQTT connection (without publishing wills), and waits for the listeners to finish.
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
         while self.listeners.join_next().await.is_some() {}

@@ -24,7 +24,6 @@ mod mqtt;
 mod settings;
 
 pub use cli::usage;
-pub use mqtt::{MqttSettings, MQTT_KEYS, MQTT_MAX_PACKET_SIZE_LIMIT};
 pub use definitions::{
     json_args_to_table, json_to_value, BindingDefinition, Definitions, DefinitionsError,
     DestinationType, ExchangeDefinition, PermissionDefinition, PluginExchange, QueueDefinition,
@@ -32,4 +31,5 @@ pub use definitions::{
 };
 pub use error::ConfigError;
 pub use listen_addr::ListenAddr;
+pub use mqtt::{MqttSettings, MQTT_KEYS, MQTT_MAX_PACKET_SIZE_LIMIT};
 pub use settings::{LogLevel, Settings, FRAME_MIN_SIZE, KEYS, MAX_MESSAGE_SIZE_LIMIT};

@@ -187,7 +187,9 @@ mod tests {
         assert_eq!(settings.mqtt.exchange, "amq.topic");
         assert_eq!(settings.mqtt.prefetch, 10);
         assert!(settings.mqtt.allow_anonymous);
-        settings.set("mqtt.listeners.tcp.default", "127.0.0.1:0").unwrap();
+        settings
+            .set("mqtt.listeners.tcp.default", "127.0.0.1:0")
+            .unwrap();
         settings.set("mqtt.listeners.tcp.other", "1884").unwrap();
         settings.set("mqtt.vhost", "devices").unwrap();
         settings.set("mqtt.allow_anonymous", "false").unwrap();

@@ -76,7 +76,12 @@ impl RetainedStore for InMemoryRetained {
         }
     }
 
-    fn matching(&self, vhost: &str, matches: &dyn Fn(&str) -> bool, out: &mut Vec<RetainedMessage>) {
+    fn matching(
+        &self,
+        vhost: &str,
+        matches: &dyn Fn(&str) -> bool,
+        out: &mut Vec<RetainedMessage>,
+    ) {
         let vhosts = self.vhosts.read();
         if let Some(topics) = vhosts.get(vhost) {
             out.extend(
@@ -126,7 +131,10 @@ mod tests {
         store.retain("other", retained("a/b", "elsewhere"));
         assert_eq!(store.count("/"), 2);
         assert_eq!(&store.get("/", "a/b").unwrap().message.body[..], b"two");
-        assert_eq!(&store.get("other", "a/b").unwrap().message.body[..], b"elsewhere");
+        assert_eq!(
+            &store.get("other", "a/b").unwrap().message.body[..],
+            b"elsewhere"
+        );
 
         let mut out = Vec::new();
         store.matching("/", &|topic| topic.starts_with("a/"), &mut out);

@@ -25,6 +25,9 @@ impl TestBroker {
         config
             .set("listeners.tcp.default", "127.0.0.1:0")
             .expect("valid listener");
+        config
+            .set("mqtt.listeners.tcp.default", "127.0.0.1:0")
+            .expect("valid MQTT listener");
         for (key, value) in settings {
             config
                 .set(key, value)
@@ -37,6 +40,13 @@ impl TestBroker {
     /// The AMQP listener's address.
     pub fn addr(&self) -> SocketAddr {
         self.server.amqp_addr()
+    }
+
+    /// The MQTT listener's address.
+    pub fn mqtt_addr(&self) -> SocketAddr {
+        self.server
+            .mqtt_addr()
+            .expect("the MQTT listener is enabled in tests")
     }
 
     /// `amqp://guest:guest@127.0.0.1:PORT/%2f`.

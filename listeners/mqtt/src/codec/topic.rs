@@ -290,7 +290,10 @@ mod tests {
         assert_eq!(mqtt_topic_to_routing_key("/a/b/"), ".a.b.");
         // Dots and slashes swap, as in RabbitMQ 3.8+.
         assert_eq!(mqtt_topic_to_routing_key("spBv1.0/g"), "spBv1/0.g");
-        assert_eq!(mqtt_topic_to_routing_key("devices/42/temp"), "devices.42.temp");
+        assert_eq!(
+            mqtt_topic_to_routing_key("devices/42/temp"),
+            "devices.42.temp"
+        );
         assert!(matches!(
             mqtt_topic_to_routing_key("plain"),
             Cow::Borrowed("plain")

@@ -1,0 +1,241 @@
+//! The tokio driver: accepts sockets and runs one task per connection that reads into a
+//! buffer, feeds the codec and the [`Session`], and writes whatever accumulated in the
+//! [`Outbox`] in one write.
+//!
+//! One task per connection (not a reader and a writer) and buffers allocated only while
+//! there is something to read or write keep an idle connection to a few kilobytes. The
+//! keep-alive and CONNECT timeouts are the only clocks, and they live here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::time::{timeout, Instant};
+
+use crate::codec::decode;
+use crate::outbox::Outbox;
+use crate::session::{acknowledge_all, Control, End, MqttContext, Session};
+
+/// Settings of an MQTT listener.
+#[derive(Clone)]
+pub struct ListenerConfig {
+    /// How long a client has from connecting to sending CONNECT.
+    pub connect_timeout: Duration,
+    /// How long a new connection waits for the one it takes over to finish.
+    pub takeover_timeout: Duration,
+    /// Most connections this listener serves at once; more are refused.
+    pub connection_max: Option<usize>,
+}
+
+impl Default for ListenerConfig {
+    fn default() -> Self {
+        ListenerConfig {
+            connect_timeout: Duration::from_secs(10),
+            takeover_timeout: Duration::from_secs(5),
+            connection_max: None,
+        }
+    }
+}
+
+/// How much to read at a time.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Accepts connections until `shutdown` turns true, then closes every connection and
+/// returns once they all ended. `accept` is the listener's accept step (which backs off
+/// when the process is out of file descriptors).
+pub async fn serve(
+    listener: TcpListener,
+    context: MqttContext,
+    config: ListenerConfig,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let config = Arc::new(config);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    if config.connection_max.is_some_and(|max| connections.len() >= max) {
+                        tracing::warn!(%peer, "MQTT connection refused: connection_max is reached");
+                        drop(stream);
+                        continue;
+                    }
+                    connections.spawn(run_connection(
+                        stream,
+                        peer,
+                        context.clone(),
+                        Arc::clone(&config),
+                        shutdown.clone(),
+                    ));
+                }
+                Err(error) => {
+                    // Out of file descriptors and similar: back off instead of spinning,
+                    // and keep serving the connections already open.
+                    tracing::warn!(%error, "MQTT accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+/// Runs one connection to its end.
+pub async fn run_connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    context: MqttContext,
+    config: Arc<ListenerConfig>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let outbox = Outbox::new(context.config.prefetch);
+    let mut session = Session::new(context, Arc::clone(&outbox), peer.ip().is_loopback());
+    tracing::debug!(connection = session.connection_id(), %peer, "accepted MQTT connection");
+    let (mut reader, mut writer) = stream.split();
+    let end = drive(
+        &mut reader,
+        &mut writer,
+        &mut session,
+        &outbox,
+        &config,
+        &mut shutdown,
+    )
+    .await;
+    // Whatever the session still has to say (a refusing CONNACK) goes out before the close.
+    let _ = flush(&mut writer, &outbox).await;
+    session.terminate(end);
+    let _ = writer.shutdown().await;
+    tracing::debug!(connection = session.connection_id(), %peer, "MQTT connection closed");
+}
+
+async fn drive(
+    reader: &mut ReadHalf<'_>,
+    writer: &mut WriteHalf<'_>,
+    session: &mut Session,
+    outbox: &Outbox,
+    config: &ListenerConfig,
+    shutdown: &mut watch::Receiver<bool>,
+) -> End {
+    let mut buffer = BytesMut::new();
+    let connect_deadline = Instant::now() + config.connect_timeout;
+    let mut last_heard = Instant::now();
+    loop {
+        let deadline = match session.keep_alive() {
+            // MQTT-3.1.2-24: one and a half keep-alive periods without a packet.
+            Some(keep_alive) => last_heard + keep_alive.mul_f32(1.5),
+            None if !session.is_connected() => connect_deadline,
+            None => Instant::now() + Duration::from_secs(24 * 3600),
+        };
+        let read = tokio::select! {
+            read = read_some(reader, &mut buffer) => read,
+            _ = outbox.notify.notified() => {
+                if let Err(error) = flush(writer, outbox).await {
+                    return End::Abnormal(format!("socket error: {error}"));
+                }
+                continue;
+            }
+            _ = outbox.kick.notified() => {
+                return End::Abnormal("another connection took over the client identifier".into());
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                return End::Abnormal(if session.is_connected() {
+                    "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
+                } else {
+                    "no CONNECT within the connect timeout".into()
+                });
+            }
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    return End::Shutdown;
+                }
+                continue;
+            }
+        };
+        match read {
+            Ok(0) => return End::Abnormal("client closed the socket without DISCONNECT".into()),
+            Err(error) => return End::Abnormal(format!("socket error: {error}")),
+            Ok(_) => last_heard = Instant::now(),
+        }
+        loop {
+            match decode(&mut buffer, session.max_packet_size()) {
+                Ok(Some(packet)) => match session.handle_packet(packet) {
+                    Control::Continue => {}
+                    Control::Close(end) => return end,
+                    Control::AwaitTakeover(takeover) => {
+                        takeover.kick();
+                        if timeout(config.takeover_timeout, takeover.ended())
+                            .await
+                            .is_err()
+                        {
+                            tracing::warn!(
+                                connection = session.connection_id(),
+                                "the connection taken over did not finish in time"
+                            );
+                        }
+                        match session.resume_connect() {
+                            Control::Continue => {}
+                            Control::Close(end) => return end,
+                            Control::AwaitTakeover(_) => {
+                                return End::Abnormal("takeover raced with another".into())
+                            }
+                        }
+                    }
+                },
+                Ok(None) => break,
+                Err(error) => match session.handle_decode_error(&error) {
+                    Control::Close(end) => return end,
+                    _ => return End::Abnormal(error.to_string()),
+                },
+            }
+        }
+        if let Err(error) = flush(writer, outbox).await {
+            return End::Abnormal(format!("socket error: {error}"));
+        }
+    }
+}
+
+/// Writes everything the outbox holds, settling what it asks for and kicking queues that
+/// waited for room (which may refill it, hence the loop).
+async fn flush(writer: &mut WriteHalf<'_>, outbox: &Outbox) -> std::io::Result<()> {
+    while let Some(drained) = outbox.drain() {
+        acknowledge_all(drained.to_ack);
+        for queue in drained.starved {
+            queue.dispatch();
+        }
+        if !drained.bytes.is_empty() {
+            writer.write_all(&drained.bytes).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads what is available into `buffer`. An idle connection holds no read buffer: when
+/// everything read was consumed the buffer is released, and a new one is allocated only once
+/// the socket is readable again.
+async fn read_some(reader: &mut ReadHalf<'_>, buffer: &mut BytesMut) -> std::io::Result<usize> {
+    loop {
+        if buffer.is_empty() {
+            *buffer = BytesMut::new();
+            reader.readable().await?;
+            buffer.reserve(READ_CHUNK);
+        } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
+            buffer.reserve(READ_CHUNK);
+        }
+        match reader.try_read_buf(buffer) {
+            Ok(read) => return Ok(read),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                reader.readable().await?;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
