@@ -105,6 +105,17 @@ impl Session {
             }
         };
 
+        if vhost.exchange(&config.exchange).is_none() {
+            // The vhost cannot carry MQTT traffic: the service is up but not usable there.
+            return self.refuse(
+                ConnectReturnCode::ServerUnavailable,
+                &format!(
+                    "exchange '{}' (mqtt.exchange) does not exist in vhost '{}'",
+                    config.exchange,
+                    vhost.name()
+                ),
+            );
+        }
         let (ended_tx, ended_rx) = watch::channel(());
         let key = (vhost.name().to_string(), client_id.clone());
         let takeover = self.context.registry.claim(
