@@ -97,9 +97,11 @@ impl MqttClient {
                 .expect("a packet in time")
                 .expect("the connection is open");
             match packet {
-                Packet::PingResp | Packet::PubAck(_) | Packet::PubComp(_) | Packet::PubRec(_) => {
-                    continue
-                }
+                Packet::PingResp
+                | Packet::PubAck(_)
+                | Packet::PubComp(_)
+                | Packet::PubRec(_)
+                | Packet::PubRel(_) => continue,
                 other => return other,
             }
         }
