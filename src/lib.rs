@@ -5,6 +5,7 @@
 //! wrapper around [`Server::start`]; tests start servers in-process the same way.
 
 mod definitions;
+pub mod limits;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

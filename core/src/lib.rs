@@ -9,6 +9,7 @@
 //! a consumer's sink or keeps it ready. Listeners settle deliveries (ack, requeue, reject) with
 //! one core call per queue, whatever their wire protocol calls it.
 
+pub mod accept;
 pub mod access;
 pub mod broker;
 pub mod consumer;

@@ -46,8 +46,8 @@ impl Default for ListenerConfig {
 const READ_CHUNK: usize = 16 * 1024;
 
 /// Accepts connections until `shutdown` turns true, then closes every connection and
-/// returns once they all ended. `accept` is the listener's accept step (which backs off
-/// when the process is out of file descriptors).
+/// returns once they all ended. A failed accept (out of file descriptors) backs off and
+/// leaves open connections alone.
 pub async fn serve(
     listener: TcpListener,
     context: MqttContext,
@@ -76,8 +76,8 @@ pub async fn serve(
                 Err(error) => {
                     // Out of file descriptors and similar: back off instead of spinning,
                     // and keep serving the connections already open.
-                    tracing::warn!(%error, "MQTT accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let backoff = warren_core::accept::accept_failed("mqtt", &error);
+                    tokio::time::sleep(backoff).await;
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
