@@ -5,6 +5,8 @@
 /// and logs both. Returns the (soft, hard) limits in force afterwards, `None` where the
 /// platform has no such limit or it could not be read.
 #[cfg(unix)]
+// `rlim_t` is 64 bits on most platforms but not all: the casts are needed somewhere.
+#[allow(clippy::unnecessary_cast)]
 pub fn raise_open_file_limit() -> Option<(u64, u64)> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,

@@ -12,6 +12,8 @@ use mqtt_common::{connect_packet, RawClient};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use warren_interop_tests::TestBroker;
 
+// `rlim_t` is 64 bits on most platforms but not all: the casts are needed somewhere.
+#[allow(clippy::unnecessary_cast)]
 fn set_soft_limit(soft: u64) -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,

@@ -152,7 +152,7 @@ async fn retained_messages_reach_new_subscribers_including_wildcards() {
 
     let mut wildcard = connect(options(broker.mqtt_addr(), "wildcard")).await;
     wildcard.subscribe("status/+", QoS::AtLeastOnce).await;
-    let mut got = vec![wildcard.next_publish().await, wildcard.next_publish().await];
+    let mut got = [wildcard.next_publish().await, wildcard.next_publish().await];
     got.sort_by(|x, y| x.topic.cmp(&y.topic));
     assert_eq!(got[0].topic, "status/a");
     assert_eq!(
