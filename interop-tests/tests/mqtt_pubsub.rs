@@ -274,3 +274,35 @@ async fn amqp_publish_to_amq_topic_reaches_mqtt_subscriber() {
     amqp.close(200, "bye".into()).await.unwrap();
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_resource_alarm_stops_reading_publishers_until_cleared() {
+    use warren_core::broker::Alarm;
+    let broker = TestBroker::start().await;
+    let mut subscriber = connect(options(broker.mqtt_addr(), "reader")).await;
+    subscriber.subscribe("load", QoS::AtLeastOnce).await;
+    let mut publisher = connect(options(broker.mqtt_addr(), "writer")).await;
+    publisher.publish("load", QoS::AtLeastOnce, b"before").await;
+    assert_eq!(&subscriber.next_publish().await.payload[..], b"before");
+
+    broker.broker().set_alarm(Alarm::Memory, true);
+    let queue = broker
+        .broker()
+        .vhost("/")
+        .unwrap()
+        .queue("mqtt-subscription-readerqos1")
+        .unwrap();
+    publisher.publish("load", QoS::AtLeastOnce, b"during").await;
+    assert!(
+        subscriber
+            .no_publish_within(Duration::from_millis(300))
+            .await
+    );
+    assert_eq!(queue.message_count(), 0, "not read, so not routed");
+
+    broker.broker().set_alarm(Alarm::Memory, false);
+    assert_eq!(&subscriber.next_publish().await.payload[..], b"during");
+    subscriber.disconnect().await;
+    publisher.disconnect().await;
+    broker.shutdown().await;
+}

@@ -55,6 +55,10 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let config = Arc::new(config);
+    let (alarm_tx, alarms) = watch::channel(None);
+    context.broker.subscribe_alarms(Box::new(move |reason| {
+        let _ = alarm_tx.send(reason);
+    }));
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -71,6 +75,7 @@ pub async fn serve(
                         context.clone(),
                         Arc::clone(&config),
                         shutdown.clone(),
+                        alarms.clone(),
                     ));
                 }
                 Err(error) => {
@@ -95,6 +100,7 @@ pub async fn run_connection(
     context: MqttContext,
     config: Arc<ListenerConfig>,
     mut shutdown: watch::Receiver<bool>,
+    mut alarms: watch::Receiver<Option<String>>,
 ) {
     let _ = stream.set_nodelay(true);
     let outbox = Outbox::new(context.config.prefetch);
@@ -108,6 +114,7 @@ pub async fn run_connection(
         &outbox,
         &config,
         &mut shutdown,
+        &mut alarms,
     )
     .await;
     // Whatever the session still has to say (a refusing CONNACK) goes out before the close.
@@ -124,40 +131,55 @@ async fn drive(
     outbox: &Outbox,
     config: &ListenerConfig,
     shutdown: &mut watch::Receiver<bool>,
+    alarms: &mut watch::Receiver<Option<String>>,
 ) -> End {
     let mut buffer = BytesMut::new();
     let connect_deadline = Instant::now() + config.connect_timeout;
     let mut last_heard = Instant::now();
+    let mut alarms_alive = true;
     loop {
+        // A resource alarm stops reading publishers (as RabbitMQ does: MQTT 3.1.1 has no
+        // way to tell them); deliveries to subscribers go on.
+        let blocked = session.is_publisher() && alarms.borrow().is_some();
         let deadline = match session.keep_alive() {
+            // Silence is ours while blocked: the keep-alive restarts when reading resumes.
+            Some(_) if blocked => Instant::now() + Duration::from_secs(24 * 3600),
             // MQTT-3.1.2-24: one and a half keep-alive periods without a packet.
             Some(keep_alive) => last_heard + keep_alive.mul_f32(1.5),
             None if !session.is_connected() => connect_deadline,
             None => Instant::now() + Duration::from_secs(24 * 3600),
         };
+        // Biased: an alarm, a takeover or shutdown is seen before more input is read.
         let read = tokio::select! {
-            read = read_some(reader, &mut buffer) => read,
-            _ = outbox.notify.notified() => {
-                if let Err(error) = flush(writer, outbox).await {
-                    return End::Abnormal(format!("socket error: {error}"));
-                }
+            biased;
+            changed = alarms.changed(), if alarms_alive => {
+                alarms_alive = changed.is_ok();
+                // A client that was not read cannot be blamed for silence: restart the clock.
+                last_heard = Instant::now();
                 continue;
             }
             _ = outbox.kick.notified() => {
                 return End::Abnormal("another connection took over the client identifier".into());
-            }
-            _ = tokio::time::sleep_until(deadline) => {
-                return End::Abnormal(if session.is_connected() {
-                    "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
-                } else {
-                    "no CONNECT within the connect timeout".into()
-                });
             }
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {
                     return End::Shutdown;
                 }
                 continue;
+            }
+            _ = outbox.notify.notified() => {
+                if let Err(error) = flush(writer, outbox).await {
+                    return End::Abnormal(format!("socket error: {error}"));
+                }
+                continue;
+            }
+            read = read_some(reader, &mut buffer), if !blocked => read,
+            _ = tokio::time::sleep_until(deadline) => {
+                return End::Abnormal(if session.is_connected() {
+                    "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
+                } else {
+                    "no CONNECT within the connect timeout".into()
+                });
             }
         };
         match read {

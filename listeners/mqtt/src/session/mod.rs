@@ -157,6 +157,8 @@ pub struct Session {
     from_loopback: bool,
     connected: Option<Box<Connected>>,
     closed: bool,
+    /// Whether the client has published: only publishers are blocked by resource alarms.
+    published: bool,
 }
 
 impl Session {
@@ -171,6 +173,7 @@ impl Session {
             from_loopback,
             connected: None,
             closed: false,
+            published: false,
         }
     }
 
@@ -195,6 +198,11 @@ impl Session {
         (connected.keep_alive > 0).then(|| Duration::from_secs(u64::from(connected.keep_alive)))
     }
 
+    /// Whether the client has published (resource alarms stop reading publishers only).
+    pub fn is_publisher(&self) -> bool {
+        self.published
+    }
+
     /// The largest packet to accept now: small until CONNECT succeeded.
     pub fn max_packet_size(&self) -> usize {
         if self.is_connected() {
@@ -216,7 +224,10 @@ impl Session {
                 "first packet is {}, not CONNECT (MQTT-3.1.0-1)",
                 packet.packet_type().name()
             )),
-            Packet::Publish(publish) => self.publish(publish),
+            Packet::Publish(publish) => {
+                self.published = true;
+                self.publish(publish)
+            }
             Packet::PubAck(ack) => {
                 if let Some((queue, id)) = self.outbox.acknowledge(ack.packet_id) {
                     queue.settle(&[id], Settlement::Ack);
