@@ -42,8 +42,13 @@ impl Default for ListenerConfig {
     }
 }
 
-/// How much to read at a time.
+/// How much to read at a time while data flows.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// The first read after a connection was idle: most such wake-ups are one small packet
+/// (CONNECT, SUBSCRIBE, PINGREQ), and a small buffer does not fragment the heap the way a
+/// freshly freed 16 KiB one per connection does. A full first read grows it to `READ_CHUNK`.
+const FIRST_READ: usize = 512;
 
 /// Accepts connections until `shutdown` turns true, then closes every connection and
 /// returns once they all ended. A failed accept (out of file descriptors) backs off and
@@ -248,7 +253,7 @@ async fn read_some(reader: &mut ReadHalf<'_>, buffer: &mut BytesMut) -> std::io:
         if buffer.is_empty() {
             *buffer = BytesMut::new();
             reader.readable().await?;
-            buffer.reserve(READ_CHUNK);
+            buffer.reserve(FIRST_READ);
         } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
             buffer.reserve(READ_CHUNK);
         }

@@ -32,6 +32,12 @@ impl Session {
                 return self.protocol_error(&format!("will topic {:?}: {problem}", will.topic));
             }
         }
+        // The will lives as long as the connection: copy it out of the read buffer, which
+        // it would otherwise keep allocated for the connection's whole life.
+        let last_will = last_will.map(|will| crate::codec::LastWill {
+            message: bytes::Bytes::copy_from_slice(&will.message),
+            ..will
+        });
         let client_id = if client_id.is_empty() {
             if !clean_session {
                 // MQTT-3.1.3-8: a persistent session needs an identifier to resume by.
