@@ -142,6 +142,7 @@ async fn drive(
     let connect_deadline = Instant::now() + config.connect_timeout;
     let mut last_heard = Instant::now();
     let mut alarms_alive = true;
+    let mut busy = false;
     loop {
         // A resource alarm stops reading publishers (as RabbitMQ does: MQTT 3.1.1 has no
         // way to tell them); deliveries to subscribers go on.
@@ -178,7 +179,7 @@ async fn drive(
                 }
                 continue;
             }
-            read = read_some(reader, &mut buffer), if !blocked => read,
+            read = read_some(reader, &mut buffer, &mut busy), if !blocked => read,
             _ = tokio::time::sleep_until(deadline) => {
                 return End::Abnormal(if session.is_connected() {
                     "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
@@ -246,21 +247,35 @@ async fn flush(writer: &mut WriteHalf<'_>, outbox: &Outbox) -> std::io::Result<(
 }
 
 /// Reads what is available into `buffer`. An idle connection holds no read buffer: when
-/// everything read was consumed the buffer is released, and a new one is allocated only once
-/// the socket is readable again.
-async fn read_some(reader: &mut ReadHalf<'_>, buffer: &mut BytesMut) -> std::io::Result<usize> {
+/// everything read was consumed and the last read did not fill the buffer, the buffer is
+/// released, and a small one is allocated only once the socket is readable again. While data
+/// flows (`busy`: the last read filled the buffer) reads go straight into 16 KiB chunks.
+async fn read_some(
+    reader: &mut ReadHalf<'_>,
+    buffer: &mut BytesMut,
+    busy: &mut bool,
+) -> std::io::Result<usize> {
     loop {
-        if buffer.is_empty() {
+        if buffer.is_empty() && !*busy {
             *buffer = BytesMut::new();
             reader.readable().await?;
             buffer.reserve(FIRST_READ);
         } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
             buffer.reserve(READ_CHUNK);
         }
+        let room = buffer.capacity() - buffer.len();
         match reader.try_read_buf(buffer) {
-            Ok(read) => return Ok(read),
+            Ok(read) => {
+                *busy = read == room;
+                return Ok(read);
+            }
+            // Readiness was stale, or a busy connection caught up: wait for the socket
+            // (releasing the buffer first if it holds nothing).
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                reader.readable().await?;
+                *busy = false;
+                if !buffer.is_empty() {
+                    reader.readable().await?;
+                }
             }
             Err(error) => return Err(error),
         }
