@@ -155,7 +155,9 @@ async fn drive(
             None if !session.is_connected() => connect_deadline,
             None => Instant::now() + Duration::from_secs(24 * 3600),
         };
-        // Biased: an alarm, a takeover or shutdown is seen before more input is read.
+        // Biased: an alarm, a takeover or shutdown is seen before more input is read, and
+        // input before deliveries (every read ends with a flush anyway), so a subscriber
+        // flooded with deliveries still has its PUBACKs and PINGREQs read.
         let read = tokio::select! {
             biased;
             changed = alarms.changed(), if alarms_alive => {
@@ -173,13 +175,13 @@ async fn drive(
                 }
                 continue;
             }
+            read = read_some(reader, &mut buffer, &mut busy), if !blocked => read,
             _ = outbox.notify.notified() => {
                 if let Err(error) = flush(writer, outbox).await {
                     return End::Abnormal(format!("socket error: {error}"));
                 }
                 continue;
             }
-            read = read_some(reader, &mut buffer, &mut busy), if !blocked => read,
             _ = tokio::time::sleep_until(deadline) => {
                 return End::Abnormal(if session.is_connected() {
                     "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
