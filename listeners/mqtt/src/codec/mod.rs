@@ -49,6 +49,6 @@ pub use wire::MAX_REMAINING_LENGTH;
 #[cfg(test)]
 mod oracle_tests;
 #[cfg(test)]
-mod prop_tests;
+pub(crate) mod prop_tests;
 #[cfg(test)]
 mod tests;

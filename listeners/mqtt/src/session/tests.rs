@@ -239,3 +239,42 @@ fn the_will_goes_out_on_an_abnormal_end_only() {
         .collect();
     assert_eq!(payloads, vec![Bytes::from_static(b"lost")]);
 }
+
+mod properties {
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::codec::prop_tests::{packet, protocol};
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever a connected client sends, the session neither panics nor writes
+        /// anything a client could not decode, and ending it leaves nothing behind.
+        #[test]
+        fn any_packet_sequence_is_handled_and_cleaned_up(
+            clean_session in any::<bool>(),
+            packets in vec(packet(protocol()), 0..16),
+        ) {
+            let context = context();
+            let (mut session, outbox) = session(&context);
+            let _ = session.handle_packet(connect_packet("fuzz", clean_session, None));
+            let mut end = End::Abnormal("test over".into());
+            for packet in packets {
+                if let Control::Close(reason) = session.handle_packet(packet) {
+                    end = reason;
+                    break;
+                }
+            }
+            let _ = sent(&outbox);
+            session.terminate(end);
+            prop_assert_eq!(context.registry.connected(), 0);
+            let vhost = context.broker.vhost("/").unwrap();
+            for queue in vhost.queues() {
+                prop_assert!(!clean_session, "clean session left {}", queue.name());
+                prop_assert_eq!(queue.consumer_count(), 0);
+            }
+        }
+    }
+}
