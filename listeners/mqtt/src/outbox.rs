@@ -87,6 +87,9 @@ pub struct Drained {
 pub struct Leftovers {
     /// Deliveries never (fully) acknowledged, to requeue.
     pub unacknowledged: Vec<(Arc<Queue>, u64)>,
+    /// QoS 2 deliveries released (PUBREL sent) but not completed: a persistent session sends
+    /// PUBREL for them again on reconnect (MQTT-4.4.0-1).
+    pub released: Vec<u16>,
     /// Deliveries to acknowledge.
     pub to_ack: Vec<(Arc<Queue>, u64)>,
 }
@@ -216,6 +219,29 @@ impl Outbox {
         true
     }
 
+    /// Resumes QoS 2 deliveries a previous connection of the session had released: sends
+    /// PUBREL again and waits for PUBCOMP (MQTT-4.4.0-1). Their messages were settled
+    /// already, so they take no room in the window.
+    pub fn resume_released(&self, packet_ids: &[u16]) {
+        let mut state = self.state.lock();
+        for &packet_id in packet_ids {
+            state.in_flight.insert(
+                packet_id,
+                InFlight {
+                    queue: None,
+                    id: 0,
+                    qos: QoS::ExactlyOnce,
+                    released: true,
+                    counted: false,
+                },
+            );
+        }
+        drop(state);
+        for &packet_id in packet_ids {
+            self.send(&Packet::PubRel(PubRel { packet_id }));
+        }
+    }
+
     /// Deliveries in flight (QoS 1 and 2 not yet completed).
     pub fn in_flight_count(&self) -> usize {
         self.state.lock().in_flight.len()
@@ -249,6 +275,13 @@ impl Outbox {
         let mut state = self.state.lock();
         state.closed = true;
         state.starved.clear();
+        let mut released: Vec<u16> = state
+            .in_flight
+            .iter()
+            .filter(|(_, entry)| entry.released)
+            .map(|(packet_id, _)| *packet_id)
+            .collect();
+        released.sort_unstable();
         let mut unacknowledged: Vec<(Arc<Queue>, u64)> = state
             .in_flight
             .drain()
@@ -263,6 +296,7 @@ impl Outbox {
         self.notify.notify_one();
         Leftovers {
             unacknowledged,
+            released,
             to_ack,
         }
     }

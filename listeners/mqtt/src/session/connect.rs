@@ -172,6 +172,7 @@ impl Session {
             connected.client_id.clone(),
         );
         let stored = self.context.registry.take_session(&key);
+        let mut resume_released = Vec::new();
         let existing_queues: Vec<(QoS, Arc<warren_core::queue::Queue>)> =
             [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
                 .into_iter()
@@ -193,6 +194,7 @@ impl Session {
             if let Some(stored) = stored {
                 connected.filters = stored.subscriptions;
                 connected.inbound_qos2 = stored.inbound_qos2;
+                resume_released = stored.outbound_released;
             }
         }
         connected.accepted = true;
@@ -211,6 +213,9 @@ impl Session {
             session_present,
             "MQTT connection accepted"
         );
+        // PUBREL again for QoS 2 deliveries released before the client went away, before
+        // any new delivery.
+        self.outbox.resume_released(&resume_released);
         if !connected.clean_session {
             for (qos, _) in existing_queues {
                 if let Err(reason) = self.ensure_consumer(qos) {

@@ -362,6 +362,7 @@ impl Session {
                 registry::StoredSession {
                     subscriptions: std::mem::take(&mut connected.filters),
                     inbound_qos2: std::mem::take(&mut connected.inbound_qos2),
+                    outbound_released: leftovers.released,
                 },
             );
         }

@@ -31,6 +31,9 @@ pub struct StoredSession {
     /// QoS 2 packet identifiers received and routed but not yet released by PUBREL: a
     /// re-sent PUBLISH with one of these is not routed again.
     pub inbound_qos2: Vec<u16>,
+    /// Outbound QoS 2 packet identifiers released (PUBREL sent) but not completed: PUBREL
+    /// is sent again on reconnect.
+    pub outbound_released: Vec<u16>,
 }
 
 struct Holder {

@@ -240,6 +240,47 @@ fn the_will_goes_out_on_an_abnormal_end_only() {
     assert_eq!(payloads, vec![Bytes::from_static(b"lost")]);
 }
 
+#[test]
+fn a_released_qos2_delivery_gets_pubrel_again_after_reconnect() {
+    use crate::codec::{PubComp, PubRel};
+    let context = context();
+    let (mut first, outbox) = session(&context);
+    let _ = first.handle_packet(connect_packet("q2", false, None));
+    let _ = first.handle_packet(subscribe("t", QoS::ExactlyOnce));
+    let _ = first.handle_packet(publish("t", QoS::ExactlyOnce, Some(5), b"y"));
+    let delivered = sent(&outbox)
+        .into_iter()
+        .find_map(|p| match p {
+            Packet::Publish(p) if p.qos == QoS::ExactlyOnce => p.packet_id,
+            _ => None,
+        })
+        .expect("a QoS 2 delivery");
+    let _ = first.handle_packet(Packet::PubRec(PubRec {
+        packet_id: delivered,
+    }));
+    assert!(sent(&outbox).contains(&Packet::PubRel(PubRel {
+        packet_id: delivered
+    })));
+    first.terminate(End::Abnormal("gone before PUBCOMP".into()));
+
+    let (mut second, outbox) = session(&context);
+    let _ = second.handle_packet(connect_packet("q2", false, None));
+    let packets = sent(&outbox);
+    assert_eq!(packets[0], accepted(true));
+    assert!(packets.contains(&Packet::PubRel(PubRel {
+        packet_id: delivered
+    })));
+    assert_eq!(outbox.in_flight_count(), 1);
+    let _ = second.handle_packet(Packet::PubComp(PubComp {
+        packet_id: delivered,
+    }));
+    assert_eq!(outbox.in_flight_count(), 0);
+    // The message was settled at PUBREC: nothing is redelivered.
+    assert!(!sent(&outbox)
+        .iter()
+        .any(|p| matches!(p, Packet::Publish(_))));
+}
+
 mod properties {
     use proptest::collection::vec;
     use proptest::prelude::*;
