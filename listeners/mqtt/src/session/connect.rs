@@ -13,8 +13,12 @@ use warren_core::value::Table;
 use warren_core::ErrorKind;
 
 use super::{queue_name, Connected, Control, End, Session, Subscription};
-use crate::codec::{validate_topic_name, ConnAck, Connect, ConnectReturnCode, Packet, QoS};
+use crate::codec::{
+    binding_key_to_mqtt_filter, validate_topic_name, ConnAck, Connect, ConnectReturnCode, Packet,
+    QoS,
+};
 use crate::outbox::SubscriptionSink;
+use warren_core::exchange::DestinationName;
 
 impl Session {
     pub(super) fn connect(&mut self, connect: Connect) -> Control {
@@ -191,10 +195,22 @@ impl Session {
             }
         } else {
             connected.session_present = stored.is_some() || !existing_queues.is_empty();
-            if let Some(stored) = stored {
-                connected.filters = stored.subscriptions;
-                connected.inbound_qos2 = stored.inbound_qos2;
-                resume_released = stored.outbound_released;
+            match stored {
+                Some(stored) => {
+                    connected.filters = stored.subscriptions;
+                    connected.inbound_qos2 = stored.inbound_qos2;
+                    resume_released = stored.outbound_released;
+                }
+                // Queues without stored state (the broker restarted, and the disk store kept
+                // durable queues and bindings): the subscriptions are the bindings.
+                None if !existing_queues.is_empty() => {
+                    connected.filters = subscriptions_from_bindings(
+                        &connected.vhost,
+                        &self.context.config.exchange,
+                        &connected.client_id,
+                    );
+                }
+                None => {}
             }
         }
         connected.accepted = true;
@@ -293,6 +309,34 @@ impl Session {
             )
             .map_err(|e| e.message)
     }
+}
+
+/// The subscriptions of a client as its queues' bindings from the MQTT exchange say: each
+/// binding key translated back to a filter, with the QoS of the queue it binds.
+fn subscriptions_from_bindings(
+    vhost: &warren_core::vhost::VHost,
+    exchange: &str,
+    client_id: &str,
+) -> Vec<(String, QoS)> {
+    let Some(exchange) = vhost.exchange(exchange) else {
+        return Vec::new();
+    };
+    let queues = [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
+        .map(|qos| (queue_name(client_id, qos), qos));
+    exchange
+        .bindings()
+        .into_iter()
+        .filter_map(|binding| {
+            let DestinationName::Queue(queue) = &binding.destination else {
+                return None;
+            };
+            let (_, qos) = queues.iter().find(|(name, _)| name == queue)?;
+            Some((
+                binding_key_to_mqtt_filter(&binding.routing_key).into_owned(),
+                *qos,
+            ))
+        })
+        .collect()
 }
 
 /// A client identifier for a client that sent none: `warren-` and 22 random characters.

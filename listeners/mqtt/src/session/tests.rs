@@ -281,6 +281,41 @@ fn a_released_qos2_delivery_gets_pubrel_again_after_reconnect() {
         .any(|p| matches!(p, Packet::Publish(_))));
 }
 
+#[test]
+fn subscriptions_are_rebuilt_from_bindings_when_no_session_was_stored() {
+    use crate::codec::{UnsubAck, Unsubscribe};
+    let context = context();
+    let (mut first, _outbox) = session(&context);
+    let _ = first.handle_packet(connect_packet("restarted", false, None));
+    let _ = first.handle_packet(subscribe("a/+/c", QoS::AtLeastOnce));
+    first.terminate(End::Disconnect);
+    // As after a restart: the queue and its binding survived, the stored state did not.
+    let key = ("/".to_string(), "restarted".to_string());
+    assert!(context.registry.take_session(&key).is_some());
+
+    let (mut second, outbox) = session(&context);
+    let _ = second.handle_packet(connect_packet("restarted", false, None));
+    assert_eq!(sent(&outbox), vec![accepted(true)]);
+    let _ = second.handle_packet(Packet::Unsubscribe(Unsubscribe {
+        packet_id: 2,
+        topics: vec!["a/+/c".into()],
+    }));
+    assert_eq!(
+        sent(&outbox),
+        vec![Packet::UnsubAck(UnsubAck { packet_id: 2 })]
+    );
+    let exchange = context
+        .broker
+        .vhost("/")
+        .unwrap()
+        .exchange("amq.topic")
+        .unwrap();
+    assert!(
+        exchange.bindings().is_empty(),
+        "the rebuilt subscription was unbound"
+    );
+}
+
 mod properties {
     use proptest::collection::vec;
     use proptest::prelude::*;
