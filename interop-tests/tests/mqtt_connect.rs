@@ -238,3 +238,44 @@ async fn a_second_connection_with_the_same_client_id_takes_over() {
     second.disconnect().await;
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn mqtt_3_1_clients_connect_and_get_no_session_present_flag() {
+    let broker = TestBroker::start().await;
+    let mut raw = RawClient::open(broker.mqtt_addr()).await;
+    // "MQIsdp" level 3, persistent session, guest/guest.
+    let mut body = vec![
+        0,
+        6,
+        b'M',
+        b'Q',
+        b'I',
+        b's',
+        b'd',
+        b'p',
+        3,
+        0b1100_0000,
+        0,
+        60,
+    ];
+    for field in [&b"old-device"[..], b"guest", b"guest"] {
+        body.extend_from_slice(&(field.len() as u16).to_be_bytes());
+        body.extend_from_slice(field);
+    }
+    raw.send(&packet(0x10, &body)).await;
+    assert_eq!(raw.read_exact(4).await, vec![0x20, 2, 0, 0]);
+    raw.send(&[0xE0, 0]).await;
+    assert!(raw.is_closed_by_broker().await);
+    // Its queue-less session exists now; a 3.1 CONNACK still carries no session-present bit.
+    let mut raw = RawClient::open(broker.mqtt_addr()).await;
+    raw.send(&packet(0x10, &body)).await;
+    assert_eq!(raw.read_exact(4).await, vec![0x20, 2, 0, 0]);
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn mqtt_listeners_can_be_disabled() {
+    let broker = TestBroker::start_with(&[("mqtt.listeners.tcp", "none")]).await;
+    assert!(broker.server().mqtt_addr().is_none());
+    broker.shutdown().await;
+}
