@@ -21,7 +21,9 @@ use warren_core::message::Message;
 use warren_core::queue::Queue;
 use warren_core::value::Value;
 
-use crate::codec::{self, encode_publish, routing_key_to_mqtt_topic, Packet, PubRel, QoS};
+use crate::codec::{
+    self, encode_publish, filter_matches, routing_key_to_mqtt_topic, Packet, PubRel, QoS,
+};
 
 /// Above this many buffered bytes queues stop delivering until the driver drains the buffer,
 /// so a slow socket leaves messages in their queues instead of in memory here.
@@ -61,6 +63,9 @@ struct OutboxState {
     to_ack: Vec<(Arc<Queue>, u64)>,
     /// Deliveries that arrived after the connection closed, to requeue.
     orphaned: Vec<(Arc<Queue>, u64)>,
+    /// The subscriptions whose filter starts with `$`, with their QoS: the only ones a
+    /// `$` topic may be delivered for (MQTT-4.7.2-1). Empty for most clients.
+    dollar_filters: Vec<(String, QoS)>,
     closed: bool,
 }
 
@@ -107,6 +112,7 @@ impl Outbox {
                 starved: Vec::new(),
                 to_ack: Vec::new(),
                 orphaned: Vec::new(),
+                dollar_filters: Vec::new(),
                 closed: false,
             }),
             notify: Notify::new(),
@@ -240,6 +246,11 @@ impl Outbox {
         for &packet_id in packet_ids {
             self.send(&Packet::PubRel(PubRel { packet_id }));
         }
+    }
+
+    /// Records the session's filters that start with `$` (see [`SubscriptionSink`]).
+    pub fn set_dollar_filters(&self, filters: Vec<(String, QoS)>) {
+        self.state.lock().dollar_filters = filters;
     }
 
     /// Deliveries in flight (QoS 1 and 2 not yet completed).
@@ -403,6 +414,23 @@ impl DeliverySink for SubscriptionSink {
         // A message keeps the QoS it was published with when that is lower (RabbitMQ).
         let qos = publish_qos(message).map_or(self.qos, |published| published.min(self.qos));
         let topic = routing_key_to_mqtt_topic(&message.routing_key);
+        // The topic exchange routes `$SYS.x` to a `#` binding, but a filter starting with a
+        // wildcard must not match a `$` topic (MQTT-4.7.2-1): deliver it only for a filter
+        // of this QoS that starts with `$` and matches, else settle it unseen.
+        if topic.starts_with('$')
+            && !state
+                .dollar_filters
+                .iter()
+                .any(|(filter, qos)| *qos == self.qos && filter_matches(filter, &topic))
+        {
+            if counted {
+                state.counted = state.counted.saturating_sub(1);
+            }
+            if delivery.needs_settlement {
+                state.to_ack.push((delivery.queue, delivery.id));
+            }
+            return;
+        }
         let packet_id = (qos != QoS::AtMostOnce).then(|| state.allocate_packet_id());
         let dup = delivery.redelivered && qos != QoS::AtMostOnce;
         let OutboxState {

@@ -229,6 +229,8 @@ impl Session {
             session_present,
             "MQTT connection accepted"
         );
+        self.outbox
+            .set_dollar_filters(super::dollar_filters(&connected.filters));
         // PUBREL again for QoS 2 deliveries released before the client went away, before
         // any new delivery.
         self.outbox.resume_released(&resume_released);

@@ -292,6 +292,14 @@ impl Session {
         Control::Close(End::Abnormal(reason.to_string()))
     }
 
+    /// Tells the outbox which filters may receive `$` topics (those starting with `$`).
+    fn sync_dollar_filters(&self) {
+        if let Some(connected) = self.connected.as_deref() {
+            self.outbox
+                .set_dollar_filters(dollar_filters(&connected.filters));
+        }
+    }
+
     /// Lets queues deliver again once the window has room.
     fn kick_starved(&self) {
         for queue in self.outbox.take_starved() {
@@ -370,6 +378,15 @@ impl Session {
         // Dropping the sender tells a connection taking over that this one is done.
         connected.ended = None;
     }
+}
+
+/// The filters starting with `$`: the only ones a `$` topic may be delivered for.
+fn dollar_filters(filters: &[(String, QoS)]) -> Vec<(String, QoS)> {
+    filters
+        .iter()
+        .filter(|(filter, _)| filter.starts_with('$'))
+        .cloned()
+        .collect()
 }
 
 /// The queue of a client's subscriptions at one QoS, named as RabbitMQ names them.

@@ -32,6 +32,7 @@ impl Session {
                 }
             }
         }
+        self.sync_dollar_filters();
         // SUBACK first, then deliveries from the new subscriptions.
         self.outbox.send(&Packet::SubAck(SubAck {
             packet_id: subscribe.packet_id,
@@ -165,6 +166,7 @@ impl Session {
                 }
             }
         }
+        self.sync_dollar_filters();
         self.outbox.send(&Packet::UnsubAck(UnsubAck {
             packet_id: unsubscribe.packet_id,
         }));

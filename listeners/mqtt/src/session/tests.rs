@@ -53,6 +53,8 @@ fn connect_packet(client_id: &str, clean_session: bool, will: Option<LastWill>) 
 fn sent(outbox: &Outbox) -> Vec<Packet> {
     let mut packets = Vec::new();
     while let Some(drained) = outbox.drain() {
+        // As the driver does: settle what the outbox asks for.
+        super::acknowledge_all(drained.to_ack);
         let mut buffer = BytesMut::from(&drained.bytes[..]);
         while let Some(packet) = decode(&mut buffer, MAX_REMAINING_LENGTH).expect("valid output") {
             packets.push(packet);
@@ -314,6 +316,43 @@ fn subscriptions_are_rebuilt_from_bindings_when_no_session_was_stored() {
         exchange.bindings().is_empty(),
         "the rebuilt subscription was unbound"
     );
+}
+
+#[test]
+fn dollar_topics_are_not_matched_by_leading_wildcards() {
+    let context = context();
+    let (mut everything, everything_outbox) = session(&context);
+    let _ = everything.handle_packet(connect_packet("everything", true, None));
+    let _ = everything.handle_packet(subscribe("#", QoS::AtLeastOnce));
+    let (mut system, system_outbox) = session(&context);
+    let _ = system.handle_packet(connect_packet("system", true, None));
+    let _ = system.handle_packet(subscribe("$SYS/+", QoS::AtLeastOnce));
+    let _ = sent(&everything_outbox);
+    let _ = sent(&system_outbox);
+
+    let _ = system.handle_packet(publish("$SYS/load", QoS::AtLeastOnce, Some(1), b"1"));
+    let _ = system.handle_packet(publish("plain", QoS::AtLeastOnce, Some(2), b"2"));
+    let topics = |packets: Vec<Packet>| -> Vec<String> {
+        packets
+            .into_iter()
+            .filter_map(|p| match p {
+                Packet::Publish(p) => Some(p.topic),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(topics(sent(&system_outbox)), vec!["$SYS/load".to_string()]);
+    assert_eq!(topics(sent(&everything_outbox)), vec!["plain".to_string()]);
+    // The skipped message was settled, not left unacknowledged in the window.
+    assert_eq!(everything_outbox.in_flight_count(), 1);
+    let queue = context
+        .broker
+        .vhost("/")
+        .unwrap()
+        .queue("mqtt-subscription-everythingqos1")
+        .unwrap();
+    assert_eq!(queue.message_count(), 0);
+    assert_eq!(queue.stats().acknowledged, 1);
 }
 
 mod properties {
