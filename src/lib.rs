@@ -5,6 +5,7 @@
 //! wrapper around [`Server::start`]; tests start servers in-process the same way.
 
 mod definitions;
+pub mod limits;
 pub mod resource_monitor;
 
 use std::net::SocketAddr;
@@ -17,6 +18,7 @@ use warren_amqp091::{ListenerConfig, SessionConfig};
 use warren_config::Settings;
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
+use warren_core::retained::InMemoryRetained;
 use warren_core::Broker;
 
 use crate::resource_monitor::ResourceMonitor;
@@ -112,12 +114,57 @@ fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
     }
 }
 
+/// Binds every MQTT listener (`mqtt.listeners.tcp.*`) and spawns their accept loops, which
+/// share one client registry and one retained message store.
+async fn start_mqtt(
+    settings: &Settings,
+    broker: &Arc<Broker>,
+    shutdown: &watch::Receiver<bool>,
+    listeners: &mut JoinSet<()>,
+) -> Result<Vec<SocketAddr>, StartError> {
+    let mqtt = &settings.mqtt;
+    let context = warren_mqtt::MqttContext {
+        broker: Arc::clone(broker),
+        registry: warren_mqtt::ClientRegistry::new(),
+        // In memory until the disk store lands; a persistent RetainedStore plugs in here.
+        retained: InMemoryRetained::new(),
+        config: Arc::new(warren_mqtt::SessionConfig {
+            vhost: mqtt.vhost.clone(),
+            default_user: mqtt.default_user.clone(),
+            default_pass: mqtt.default_pass.clone(),
+            allow_anonymous: mqtt.allow_anonymous,
+            exchange: mqtt.exchange.clone(),
+            prefetch: mqtt.prefetch,
+            max_packet_size: mqtt.max_packet_size,
+            max_message_size: settings.max_message_size,
+        }),
+    };
+    let config = warren_mqtt::ListenerConfig {
+        connect_timeout: settings.handshake_timeout,
+        connection_max: settings.connection_max,
+        ..warren_mqtt::ListenerConfig::default()
+    };
+    let mut addrs = Vec::new();
+    for addr in mqtt.listeners() {
+        let (listener, bound) = bind("mqtt", addr).await?;
+        addrs.push(bound);
+        listeners.spawn(warren_mqtt::serve(
+            listener,
+            context.clone(),
+            config.clone(),
+            shutdown.clone(),
+        ));
+    }
+    Ok(addrs)
+}
+
 /// A running Warren server.
 pub struct Server {
     broker: Arc<Broker>,
     resource_monitor: Arc<ResourceMonitor>,
     amqp_addrs: Vec<SocketAddr>,
     stomp_addr: Option<SocketAddr>,
+    mqtt_addrs: Vec<SocketAddr>,
     shutdown: watch::Sender<bool>,
     listeners: JoinSet<()>,
 }
@@ -204,11 +251,13 @@ impl Server {
             }
             None => None,
         };
+        let mqtt_addrs = start_mqtt(&settings, &broker, &shutdown_rx, &mut listeners).await?;
         Ok(Server {
             broker,
             resource_monitor,
             amqp_addrs,
             stomp_addr,
+            mqtt_addrs,
             shutdown,
             listeners,
         })
@@ -230,6 +279,16 @@ impl Server {
         &self.amqp_addrs
     }
 
+    /// The address the first MQTT listener is bound to, if MQTT is enabled.
+    pub fn mqtt_addr(&self) -> Option<SocketAddr> {
+        self.mqtt_addrs.first().copied()
+    }
+
+    /// Every bound MQTT listener address.
+    pub fn mqtt_addrs(&self) -> &[SocketAddr] {
+        &self.mqtt_addrs
+    }
+
     /// The broker model, for embedding and tests.
     pub fn broker(&self) -> &Arc<Broker> {
         &self.broker
@@ -240,8 +299,8 @@ impl Server {
         &self.resource_monitor
     }
 
-    /// Stops accepting, closes every connection with 320 CONNECTION_FORCED and waits for
-    /// the listeners to finish.
+    /// Stops accepting, closes every AMQP connection with 320 CONNECTION_FORCED and every
+    /// MQTT connection (without publishing wills), and waits for the listeners to finish.
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
         while self.listeners.join_next().await.is_some() {}

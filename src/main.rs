@@ -37,6 +37,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    warren::limits::raise_open_file_limit();
     runtime.block_on(async {
         // Install the handlers before listening: a SIGTERM that arrives once the listening
         // line is logged must shut down gracefully, not kill the process by default action.

@@ -42,6 +42,9 @@ pub struct ResourceMonitor {
     limits: Mutex<(MemoryHighWatermark, DiskFreeLimit)>,
     /// Which readings already failed and were logged, so the log says it once.
     unreadable_logged: Mutex<(bool, bool)>,
+    /// The alarms this monitor raised (memory, disk). It clears only those, so an alarm
+    /// raised through the core by someone else stays until they clear it.
+    raised: Mutex<(bool, bool)>,
 }
 
 impl ResourceMonitor {
@@ -57,6 +60,7 @@ impl ResourceMonitor {
             total_memory,
             limits: Mutex::new((settings.memory_high_watermark, settings.disk_free_limit)),
             unreadable_logged: Mutex::new((false, false)),
+            raised: Mutex::new((false, false)),
         });
         monitor.log_limits();
         monitor
@@ -89,11 +93,12 @@ impl ResourceMonitor {
             disk_free: disk_free_bytes(&self.data_dir),
             disk_free_limit: disk_limit_bytes(disk_limit, self.total_memory),
         };
-        let raised = self.broker.alarms();
+        let mut raised = self.raised.lock();
         match reading.memory_used {
             Some(used) => {
                 let over = used > reading.memory_limit;
-                if over != raised.contains(&Alarm::Memory) {
+                if over != raised.0 {
+                    raised.0 = over;
                     if over {
                         tracing::warn!(
                             used,
@@ -115,7 +120,8 @@ impl ResourceMonitor {
         match reading.disk_free {
             Some(free) => {
                 let short = free < reading.disk_free_limit;
-                if short != raised.contains(&Alarm::Disk) {
+                if short != raised.1 {
+                    raised.1 = short;
                     if short {
                         tracing::warn!(
                             free,
@@ -336,6 +342,22 @@ mod tests {
         assert_eq!(broker.alarms(), vec![Alarm::Disk]);
 
         monitor.set_disk_free_limit(DiskFreeLimit::Absolute(0));
+        monitor.check();
+        assert!(broker.alarms().is_empty());
+    }
+
+    #[test]
+    fn alarms_raised_by_others_are_left_alone() {
+        let broker = Broker::new(Default::default());
+        let monitor = ResourceMonitor::new(Arc::clone(&broker), &Settings::default());
+        broker.set_alarm(Alarm::Memory, true);
+        monitor.check();
+        assert_eq!(
+            broker.alarms(),
+            vec![Alarm::Memory],
+            "not the monitor's to clear"
+        );
+        broker.set_alarm(Alarm::Memory, false);
         monitor.check();
         assert!(broker.alarms().is_empty());
     }

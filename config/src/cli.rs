@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::error::ConfigError;
+use crate::mqtt::MQTT_KEYS;
 use crate::settings::{Settings, KEYS};
 use crate::stomp::STOMP_KEYS;
 
@@ -19,9 +20,9 @@ pub fn usage() -> String {
          \n\
          Keys (default in parentheses):\n",
     );
-    let keys = KEYS.iter().chain(STOMP_KEYS);
-    let width = keys.clone().map(|(key, _)| key.len()).max().unwrap_or(0);
-    for (key, description) in keys {
+    let keys = || KEYS.iter().chain(STOMP_KEYS).chain(MQTT_KEYS);
+    let width = keys().map(|(key, _)| key.len()).max().unwrap_or(0);
+    for (key, description) in keys() {
         text.push_str(&format!("  {key:width$}  {description}\n"));
     }
     text

@@ -20,6 +20,7 @@ mod cli;
 mod definitions;
 mod error;
 mod listen_addr;
+mod mqtt;
 mod settings;
 mod stomp;
 
@@ -31,6 +32,7 @@ pub use definitions::{
 };
 pub use error::ConfigError;
 pub use listen_addr::ListenAddr;
+pub use mqtt::{MqttSettings, MQTT_KEYS, MQTT_MAX_PACKET_SIZE_LIMIT};
 pub use settings::{
     DiskFreeLimit, LogLevel, MemoryHighWatermark, Settings, FRAME_MIN_SIZE, KEYS,
     MAX_MESSAGE_SIZE_LIMIT,

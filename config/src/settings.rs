@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
+use crate::mqtt::MqttSettings;
 use crate::stomp::StompSettings;
 
 /// RabbitMQ's (and so Warren's) smallest negotiable frame size.
@@ -142,6 +143,8 @@ pub struct Settings {
     pub disk_free_limit: DiskFreeLimit,
     /// The `stomp.` keys: the STOMP listener.
     pub stomp: StompSettings,
+    /// The `mqtt.*` keys: the MQTT listener.
+    pub mqtt: MqttSettings,
 }
 
 /// When the memory alarm is raised (`vm_memory_high_watermark.*`).
@@ -186,6 +189,7 @@ impl Default for Settings {
             total_memory_override: None,
             disk_free_limit: DiskFreeLimit::Absolute(50_000_000),
             stomp: StompSettings::default(),
+            mqtt: MqttSettings::default(),
         }
     }
 }
@@ -412,6 +416,9 @@ impl Settings {
                 );
             }
             _ if key.starts_with("stomp.") => return self.stomp.set(key, value),
+            _ if key.starts_with("mqtt.") => {
+                return self.mqtt.set(key, value, parse_listener);
+            }
             _ => return self.set_named(key, value),
         }
         Ok(())

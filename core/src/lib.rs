@@ -9,6 +9,7 @@
 //! a consumer's sink or keeps it ready. Listeners settle deliveries (ack, requeue, reject) with
 //! one core call per queue, whatever their wire protocol calls it.
 
+pub mod accept;
 pub mod access;
 pub mod broker;
 pub mod consumer;
@@ -20,6 +21,7 @@ pub mod message;
 pub mod password;
 pub mod policy;
 pub mod queue;
+pub mod retained;
 pub mod routing;
 pub mod value;
 pub mod vhost;

@@ -30,6 +30,9 @@ impl TestBroker {
         config
             .set("stomp.listeners.tcp.default", "127.0.0.1:0")
             .expect("valid STOMP listener");
+        config
+            .set("mqtt.listeners.tcp.default", "127.0.0.1:0")
+            .expect("valid MQTT listener");
         for (key, value) in settings {
             config
                 .set(key, value)
@@ -49,6 +52,13 @@ impl TestBroker {
         self.server
             .stomp_addr()
             .expect("the test broker listens for STOMP")
+    }
+
+    /// The MQTT listener's address.
+    pub fn mqtt_addr(&self) -> SocketAddr {
+        self.server
+            .mqtt_addr()
+            .expect("the MQTT listener is enabled in tests")
     }
 
     /// `amqp://guest:guest@127.0.0.1:PORT/%2f`.

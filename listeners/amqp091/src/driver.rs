@@ -76,9 +76,10 @@ pub async fn serve(
                     connections.spawn(run_connection(stream, peer, broker, config, shutdown, alarms));
                 }
                 Err(error) => {
-                    // Out of file descriptors and similar: back off instead of spinning.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // Out of file descriptors and similar: back off instead of spinning,
+                    // and keep serving the connections already open.
+                    let backoff = warren_core::accept::accept_failed("amqp", &error);
+                    tokio::time::sleep(backoff).await;
                 }
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}

@@ -1,6 +1,15 @@
 //! # warren-mqtt
 //!
-//! The MQTT listener. Today: the sans-IO `codec`. The session (mapping MQTT onto the core's
-//! exchanges and queues) and the tokio driver follow.
+//! The MQTT 3.1 / 3.1.1 listener, in three layers: [`codec`] (sans-IO packets), [`session`]
+//! (the protocol state machine driving the core: CONNECT, subscriptions as queues, QoS 0/1/2,
+//! wills, retained messages, persistent sessions) and [`driver`] (one tokio task per
+//! connection). [`outbox`] is the seam between the core's queues and a connection's socket.
 
 pub mod codec;
+pub mod driver;
+pub mod outbox;
+pub mod session;
+
+pub use driver::{serve, ListenerConfig};
+pub use session::registry::ClientRegistry;
+pub use session::{MqttContext, SessionConfig};

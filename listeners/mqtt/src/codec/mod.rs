@@ -40,14 +40,15 @@ pub use packet::{
 };
 pub use publish::encode_publish;
 pub use topic::{
-    filter_matches, mqtt_filter_to_binding_key, mqtt_topic_to_routing_key,
-    routing_key_to_mqtt_topic, validate_topic_filter, validate_topic_name, TopicError,
+    binding_key_to_mqtt_filter, filter_matches, mqtt_filter_to_binding_key,
+    mqtt_topic_to_routing_key, routing_key_to_mqtt_topic, validate_topic_filter,
+    validate_topic_name, TopicError,
 };
 pub use wire::MAX_REMAINING_LENGTH;
 
 #[cfg(test)]
 mod oracle_tests;
 #[cfg(test)]
-mod prop_tests;
+pub(crate) mod prop_tests;
 #[cfg(test)]
 mod tests;

@@ -3,21 +3,19 @@
 //!
 //! Warren routes MQTT messages through a topic exchange, as RabbitMQ does through
 //! `amq.topic`, so MQTT and AMQP clients see each other's messages. The translation is
-//! RabbitMQ's (`rabbit_mqtt_util:mqtt_to_amqp/1` and `amqp_to_mqtt/1`, whose `to_amqp` and
-//! `to_mqtt` are plain character replacements):
+//! RabbitMQ's (3.8 and later, `rabbit_mqtt_util:mqtt_to_amqp/1` and `amqp_to_mqtt/1`): the
+//! level separators are swapped, so a `.` inside an MQTT topic level survives the round trip.
 //!
 //! | MQTT | AMQP | meaning |
 //! | --- | --- | --- |
 //! | `/` | `.` | level separator |
+//! | `.` | `/` | an ordinary character inside a level |
 //! | `+` | `*` | exactly one level |
 //! | `#` | `#` | zero or more levels |
 //!
-//! RabbitMQ does not escape a `.` inside an MQTT topic: it passes through unchanged and so
-//! becomes a level separator on the AMQP side, and comes back to MQTT subscribers as `/`
-//! (`a.b` is delivered as `a/b`). RabbitMQ documents this as a limitation ("MQTT topics
-//! that have dots in them won't work as expected"); we keep it, because an AMQP client
-//! bound to `a.b` or `a.*` expects exactly those messages. Likewise a `*` in an AMQP routing
-//! key reaches MQTT subscribers as `+`.
+//! An MQTT publish on `devices/42/temp` reaches an AMQP queue bound with `devices.*.temp`;
+//! `spBv1.0/group` becomes `spBv1/0.group` and comes back to MQTT subscribers unchanged. A
+//! `*` in an AMQP routing key reaches MQTT subscribers as `+`.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -154,24 +152,30 @@ fn replace_ascii<'a>(text: &'a str, pairs: &[(char, char)]) -> Cow<'a, str> {
     )
 }
 
-/// The AMQP routing key for an MQTT topic name: `/` becomes `.` (RabbitMQ's
-/// `mqtt_to_amqp`). A `.` in the topic stays a `.` (see the module documentation).
+/// The AMQP routing key for an MQTT topic name: `/` becomes `.` and `.` becomes `/`
+/// (RabbitMQ's `mqtt_to_amqp`).
 pub fn mqtt_topic_to_routing_key(topic: &str) -> Cow<'_, str> {
     // RabbitMQ runs topic names and filters through the same function; a valid topic name
-    // has no '+', so the second pair never applies to one.
-    replace_ascii(topic, &[('/', '.'), ('+', '*')])
+    // has no '+', so the last pair never applies to one.
+    replace_ascii(topic, &[('/', '.'), ('.', '/'), ('+', '*')])
 }
 
-/// The AMQP binding key for an MQTT topic filter: `/` becomes `.`, `+` becomes `*`, `#`
-/// stays `#` (RabbitMQ's `mqtt_to_amqp`).
+/// The AMQP binding key for an MQTT topic filter: `/` becomes `.`, `.` becomes `/`, `+`
+/// becomes `*`, `#` stays `#` (RabbitMQ's `mqtt_to_amqp`).
 pub fn mqtt_filter_to_binding_key(filter: &str) -> Cow<'_, str> {
-    replace_ascii(filter, &[('/', '.'), ('+', '*')])
+    replace_ascii(filter, &[('/', '.'), ('.', '/'), ('+', '*')])
 }
 
 /// The MQTT topic name for an AMQP routing key, for deliveries to MQTT subscribers: `.`
-/// becomes `/` and `*` becomes `+` (RabbitMQ's `amqp_to_mqtt`).
+/// becomes `/`, `/` becomes `.` and `*` becomes `+` (RabbitMQ's `amqp_to_mqtt`).
 pub fn routing_key_to_mqtt_topic(routing_key: &str) -> Cow<'_, str> {
-    replace_ascii(routing_key, &[('.', '/'), ('*', '+')])
+    replace_ascii(routing_key, &[('.', '/'), ('/', '.'), ('*', '+')])
+}
+
+/// The MQTT topic filter an AMQP binding key stands for: the inverse of
+/// [`mqtt_filter_to_binding_key`], used to rebuild a session's subscriptions from bindings.
+pub fn binding_key_to_mqtt_filter(binding_key: &str) -> Cow<'_, str> {
+    replace_ascii(binding_key, &[('.', '/'), ('/', '.'), ('*', '+')])
 }
 
 #[cfg(test)]
@@ -284,8 +288,12 @@ mod tests {
     fn mqtt_topics_translate_to_rabbitmq_routing_keys() {
         assert_eq!(mqtt_topic_to_routing_key("cities/london"), "cities.london");
         assert_eq!(mqtt_topic_to_routing_key("/a/b/"), ".a.b.");
-        // Dots pass through unchanged, as in RabbitMQ.
-        assert_eq!(mqtt_topic_to_routing_key("spBv1.0/g"), "spBv1.0.g");
+        // Dots and slashes swap, as in RabbitMQ 3.8+.
+        assert_eq!(mqtt_topic_to_routing_key("spBv1.0/g"), "spBv1/0.g");
+        assert_eq!(
+            mqtt_topic_to_routing_key("devices/42/temp"),
+            "devices.42.temp"
+        );
         assert!(matches!(
             mqtt_topic_to_routing_key("plain"),
             Cow::Borrowed("plain")
@@ -298,6 +306,9 @@ mod tests {
 
         assert_eq!(routing_key_to_mqtt_topic("cities.london"), "cities/london");
         assert_eq!(routing_key_to_mqtt_topic("a.*.#"), "a/+/#");
+        assert_eq!(routing_key_to_mqtt_topic("v1/0.x"), "v1.0/x");
+        assert_eq!(mqtt_filter_to_binding_key("v1.0/+"), "v1/0.*");
+        assert_eq!(binding_key_to_mqtt_filter("v1/0.*.#"), "v1.0/+/#");
         assert!(matches!(
             routing_key_to_mqtt_topic("plain"),
             Cow::Borrowed("plain")
@@ -305,15 +316,14 @@ mod tests {
     }
 
     #[test]
-    fn translation_round_trips_for_topics_without_dots() {
-        for topic in ["a/b/c", "/a", "a//b", "x", "€/ü"] {
+    fn translation_round_trips() {
+        for topic in ["a/b/c", "/a", "a//b", "x", "€/ü", "a.b/c", "spBv1.0/g/./x"] {
             let key = mqtt_topic_to_routing_key(topic);
             assert_eq!(routing_key_to_mqtt_topic(&key), topic);
         }
-        // The documented RabbitMQ limitation: a dot comes back as a slash.
-        assert_eq!(
-            routing_key_to_mqtt_topic(&mqtt_topic_to_routing_key("a.b/c")),
-            "a/b/c"
-        );
+        for filter in ["a/+/c.d/#", "+", "#", "x.y"] {
+            let key = mqtt_filter_to_binding_key(filter);
+            assert_eq!(binding_key_to_mqtt_filter(&key), filter);
+        }
     }
 }

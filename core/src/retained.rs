@@ -1,0 +1,150 @@
+//! Retained messages: the last message published with the retain flag on each topic, per
+//! vhost, handed to new subscribers whose filter matches.
+//!
+//! MQTT is the only protocol that retains today, but the store knows no protocol: topics are
+//! opaque strings and the listener passes its own filter matching in. [`RetainedStore`] is the
+//! seam for the disk store: [`InMemoryRetained`] keeps everything in memory (lost on
+//! restart); a persistent implementation replaces it without touching the listener.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::message::Message;
+
+/// One retained message.
+#[derive(Debug, Clone)]
+pub struct RetainedMessage {
+    /// The topic it was published to, in the publishing protocol's form.
+    pub topic: String,
+    /// The message; its body is shared, never copied.
+    pub message: Arc<Message>,
+    /// The quality of service it was published with (MQTT 0, 1 or 2).
+    pub qos: u8,
+}
+
+/// Where retained messages live. Implementations must be cheap to read concurrently:
+/// every subscription reads, only retained publishes write.
+pub trait RetainedStore: Send + Sync {
+    /// Stores `retained` as the topic's retained message, replacing any previous one.
+    fn retain(&self, vhost: &str, retained: RetainedMessage);
+
+    /// Removes the topic's retained message (MQTT: a retained publish with an empty payload).
+    fn clear(&self, vhost: &str, topic: &str);
+
+    /// Appends to `out` the retained messages of `vhost` whose topic `matches` accepts.
+    fn matching(&self, vhost: &str, matches: &dyn Fn(&str) -> bool, out: &mut Vec<RetainedMessage>);
+
+    /// The retained message of one topic, if any (a subscription without wildcards).
+    fn get(&self, vhost: &str, topic: &str) -> Option<RetainedMessage>;
+
+    /// How many retained messages `vhost` holds.
+    fn count(&self, vhost: &str) -> usize;
+}
+
+/// Retained messages in memory, one map per vhost.
+#[derive(Default)]
+pub struct InMemoryRetained {
+    vhosts: RwLock<HashMap<String, HashMap<String, RetainedMessage>>>,
+}
+
+impl InMemoryRetained {
+    /// An empty store.
+    pub fn new() -> Arc<InMemoryRetained> {
+        Arc::new(InMemoryRetained::default())
+    }
+}
+
+impl RetainedStore for InMemoryRetained {
+    fn retain(&self, vhost: &str, retained: RetainedMessage) {
+        let mut vhosts = self.vhosts.write();
+        let topics = match vhosts.get_mut(vhost) {
+            Some(topics) => topics,
+            None => vhosts.entry(vhost.to_string()).or_default(),
+        };
+        topics.insert(retained.topic.clone(), retained);
+    }
+
+    fn clear(&self, vhost: &str, topic: &str) {
+        let mut vhosts = self.vhosts.write();
+        if let Some(topics) = vhosts.get_mut(vhost) {
+            topics.remove(topic);
+            if topics.is_empty() {
+                vhosts.remove(vhost);
+            }
+        }
+    }
+
+    fn matching(
+        &self,
+        vhost: &str,
+        matches: &dyn Fn(&str) -> bool,
+        out: &mut Vec<RetainedMessage>,
+    ) {
+        let vhosts = self.vhosts.read();
+        if let Some(topics) = vhosts.get(vhost) {
+            out.extend(
+                topics
+                    .values()
+                    .filter(|retained| matches(&retained.topic))
+                    .cloned(),
+            );
+        }
+    }
+
+    fn get(&self, vhost: &str, topic: &str) -> Option<RetainedMessage> {
+        self.vhosts.read().get(vhost)?.get(topic).cloned()
+    }
+
+    fn count(&self, vhost: &str) -> usize {
+        self.vhosts.read().get(vhost).map_or(0, HashMap::len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Properties;
+    use bytes::Bytes;
+
+    fn retained(topic: &str, body: &'static str) -> RetainedMessage {
+        RetainedMessage {
+            topic: topic.to_string(),
+            message: Arc::new(Message {
+                exchange: "amq.topic".into(),
+                routing_key: topic.replace('/', "."),
+                properties: Properties::default(),
+                encoded_properties: None,
+                body: Bytes::from_static(body.as_bytes()),
+            }),
+            qos: 1,
+        }
+    }
+
+    #[test]
+    fn retained_messages_are_kept_per_vhost_replaced_and_cleared() {
+        let store = InMemoryRetained::new();
+        store.retain("/", retained("a/b", "one"));
+        store.retain("/", retained("a/b", "two"));
+        store.retain("/", retained("a/c", "three"));
+        store.retain("other", retained("a/b", "elsewhere"));
+        assert_eq!(store.count("/"), 2);
+        assert_eq!(&store.get("/", "a/b").unwrap().message.body[..], b"two");
+        assert_eq!(
+            &store.get("other", "a/b").unwrap().message.body[..],
+            b"elsewhere"
+        );
+
+        let mut out = Vec::new();
+        store.matching("/", &|topic| topic.starts_with("a/"), &mut out);
+        assert_eq!(out.len(), 2);
+
+        store.clear("/", "a/b");
+        assert!(store.get("/", "a/b").is_none());
+        assert_eq!(store.count("/"), 1);
+        store.clear("/", "a/c");
+        assert_eq!(store.count("/"), 0);
+        assert_eq!(store.count("other"), 1);
+    }
+}

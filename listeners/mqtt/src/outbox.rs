@@ -1,0 +1,482 @@
+//! The connection's outgoing side, shared between its driver task and the queues that
+//! deliver to its subscriptions: one buffer of encoded packets, the in-flight QoS 1 and 2
+//! deliveries by packet identifier, and the in-flight window (`mqtt.prefetch`).
+//!
+//! One mutex guards it all. Queues call [`DeliverySink::reserve`] and
+//! [`DeliverySink::deliver`] with their own lock held, so the lock order is queue, then
+//! outbox; code holding the outbox lock never calls into a queue. Settlements a delivery
+//! needs at once (a QoS 0 delivery from a QoS 1 queue) are collected here and carried out by
+//! the driver after it takes the buffer.
+//!
+//! An idle connection holds no buffer: the driver takes the allocation along with the bytes.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use warren_core::consumer::{Delivery, DeliverySink};
+use warren_core::idmap::IdMap;
+use warren_core::message::Message;
+use warren_core::queue::Queue;
+use warren_core::value::Value;
+
+use crate::codec::{
+    self, encode_publish, filter_matches, routing_key_to_mqtt_topic, Packet, PubRel, QoS,
+};
+
+/// Above this many buffered bytes queues stop delivering until the driver drains the buffer,
+/// so a slow socket leaves messages in their queues instead of in memory here.
+pub const OUTBOX_HIGH_WATER: usize = 512 * 1024;
+
+/// The header a message published over MQTT carries its QoS in (RabbitMQ's name).
+pub const PUBLISH_QOS_HEADER: &str = "x-mqtt-publish-qos";
+
+/// The header telling AMQP consumers an MQTT publish was a re-send (RabbitMQ's name).
+pub const DUP_HEADER: &str = "x-mqtt-dup";
+
+/// One QoS 1 or 2 delivery the client has not finished acknowledging.
+#[derive(Debug)]
+pub struct InFlight {
+    /// The queue to settle with; `None` for a retained message sent on subscribe.
+    pub queue: Option<Arc<Queue>>,
+    /// The queue's id of the message.
+    pub id: u64,
+    /// The QoS it was sent with.
+    pub qos: QoS,
+    /// QoS 2: PUBREC arrived, the queue was settled and PUBREL sent; waiting for PUBCOMP.
+    pub released: bool,
+    /// Whether it counts against the in-flight window.
+    counted: bool,
+}
+
+struct OutboxState {
+    buffer: BytesMut,
+    in_flight: IdMap<u16, InFlight>,
+    next_packet_id: u16,
+    /// Deliveries counted against `prefetch`: reserved, or in flight and counted.
+    counted: u32,
+    prefetch: u32,
+    /// Queues refused for lack of room or window, to kick when it frees up.
+    starved: Vec<Arc<Queue>>,
+    /// Deliveries to acknowledge to their queue at once (sent as QoS 0).
+    to_ack: Vec<(Arc<Queue>, u64)>,
+    /// Deliveries that arrived after the connection closed, to requeue.
+    orphaned: Vec<(Arc<Queue>, u64)>,
+    /// The subscriptions whose filter starts with `$`, with their QoS: the only ones a
+    /// `$` topic may be delivered for (MQTT-4.7.2-1). Empty for most clients.
+    dollar_filters: Vec<(String, QoS)>,
+    closed: bool,
+}
+
+/// The shared outgoing side of one MQTT connection.
+pub struct Outbox {
+    state: Mutex<OutboxState>,
+    /// Wakes the driver when the buffer gets its first bytes.
+    pub notify: Notify,
+    /// Wakes the driver when another connection takes over this client identifier.
+    pub kick: Notify,
+}
+
+/// What the driver took from the outbox.
+pub struct Drained {
+    /// Encoded packets to write.
+    pub bytes: Bytes,
+    /// Queues to kick because room freed up.
+    pub starved: Vec<Arc<Queue>>,
+    /// Deliveries to acknowledge to their queues.
+    pub to_ack: Vec<(Arc<Queue>, u64)>,
+}
+
+/// What was left when the connection closed.
+pub struct Leftovers {
+    /// Deliveries never (fully) acknowledged, to requeue.
+    pub unacknowledged: Vec<(Arc<Queue>, u64)>,
+    /// QoS 2 deliveries released (PUBREL sent) but not completed: a persistent session sends
+    /// PUBREL for them again on reconnect (MQTT-4.4.0-1).
+    pub released: Vec<u16>,
+    /// Deliveries to acknowledge.
+    pub to_ack: Vec<(Arc<Queue>, u64)>,
+}
+
+impl Outbox {
+    /// A new, empty outbox with an in-flight window of `prefetch` deliveries.
+    pub fn new(prefetch: u16) -> Arc<Outbox> {
+        Arc::new(Outbox {
+            state: Mutex::new(OutboxState {
+                buffer: BytesMut::new(),
+                in_flight: IdMap::default(),
+                next_packet_id: 1,
+                counted: 0,
+                prefetch: u32::from(prefetch.max(1)),
+                starved: Vec::new(),
+                to_ack: Vec::new(),
+                orphaned: Vec::new(),
+                dollar_filters: Vec::new(),
+                closed: false,
+            }),
+            notify: Notify::new(),
+            kick: Notify::new(),
+        })
+    }
+
+    /// Encodes a packet into the buffer.
+    pub fn send(&self, packet: &Packet) {
+        let mut state = self.state.lock();
+        if state.closed {
+            return;
+        }
+        let was_empty = state.buffer.is_empty();
+        if let Err(error) = codec::encode(packet, &mut state.buffer) {
+            // Only a broker bug can produce a packet the wire cannot carry.
+            tracing::error!(packet = packet.packet_type().name(), %error, "could not encode packet");
+        }
+        drop(state);
+        if was_empty {
+            self.notify.notify_one();
+        }
+    }
+
+    /// Sends a retained message to a new subscriber, with the RETAIN flag set. QoS 1 and 2
+    /// take a packet identifier but no queue and no room in the window: they come from the
+    /// retained store, not from a queue.
+    pub fn send_retained(&self, topic: &str, message: &Message, qos: QoS) {
+        let mut state = self.state.lock();
+        if state.closed {
+            return;
+        }
+        let was_empty = state.buffer.is_empty();
+        let packet_id = (qos != QoS::AtMostOnce).then(|| state.allocate_packet_id());
+        let OutboxState {
+            buffer, in_flight, ..
+        } = &mut *state;
+        match encode_publish(buffer, topic, qos, packet_id, true, false, &message.body) {
+            Ok(()) => {
+                if let Some(packet_id) = packet_id {
+                    in_flight.insert(
+                        packet_id,
+                        InFlight {
+                            queue: None,
+                            id: 0,
+                            qos,
+                            released: false,
+                            counted: false,
+                        },
+                    );
+                }
+            }
+            Err(error) => tracing::warn!(topic, %error, "retained message not sent"),
+        }
+        drop(state);
+        if was_empty {
+            self.notify.notify_one();
+        }
+    }
+
+    /// PUBACK: ends a QoS 1 delivery. Returns the queue and id to settle, if the packet
+    /// identifier was in flight at QoS 1 and came from a queue.
+    pub fn acknowledge(&self, packet_id: u16) -> Option<(Arc<Queue>, u64)> {
+        let mut state = self.state.lock();
+        match state.in_flight.get(&packet_id) {
+            Some(entry) if entry.qos == QoS::AtLeastOnce => {}
+            _ => return None,
+        }
+        let entry = state.in_flight.remove(&packet_id)?;
+        state.uncount(&entry);
+        entry.queue.map(|queue| (queue, entry.id))
+    }
+
+    /// PUBREC: the client has a QoS 2 delivery. Sends PUBREL and returns the queue and id to
+    /// settle the first time; a repeated PUBREC only gets PUBREL again (MQTT-4.3.3-1).
+    pub fn received(&self, packet_id: u16) -> Option<(Arc<Queue>, u64)> {
+        let mut state = self.state.lock();
+        let known = state
+            .in_flight
+            .get(&packet_id)
+            .is_some_and(|entry| entry.qos == QoS::ExactlyOnce);
+        if !known {
+            // Unknown identifier: answer so the client can finish its side, as Mosquitto does.
+            drop(state);
+            self.send(&Packet::PubRel(PubRel { packet_id }));
+            return None;
+        }
+        let settle = match state.in_flight.get_mut(&packet_id) {
+            Some(entry) if !entry.released => {
+                entry.released = true;
+                entry.queue.take().map(|queue| (queue, entry.id))
+            }
+            _ => None,
+        };
+        drop(state);
+        self.send(&Packet::PubRel(PubRel { packet_id }));
+        settle
+    }
+
+    /// PUBCOMP: ends a QoS 2 delivery. Returns whether it was known.
+    pub fn complete(&self, packet_id: u16) -> bool {
+        let mut state = self.state.lock();
+        match state.in_flight.get(&packet_id) {
+            Some(entry) if entry.qos == QoS::ExactlyOnce && entry.released => {}
+            _ => return false,
+        }
+        if let Some(entry) = state.in_flight.remove(&packet_id) {
+            state.uncount(&entry);
+        }
+        true
+    }
+
+    /// Resumes QoS 2 deliveries a previous connection of the session had released: sends
+    /// PUBREL again and waits for PUBCOMP (MQTT-4.4.0-1). Their messages were settled
+    /// already, so they take no room in the window.
+    pub fn resume_released(&self, packet_ids: &[u16]) {
+        let mut state = self.state.lock();
+        for &packet_id in packet_ids {
+            state.in_flight.insert(
+                packet_id,
+                InFlight {
+                    queue: None,
+                    id: 0,
+                    qos: QoS::ExactlyOnce,
+                    released: true,
+                    counted: false,
+                },
+            );
+        }
+        drop(state);
+        for &packet_id in packet_ids {
+            self.send(&Packet::PubRel(PubRel { packet_id }));
+        }
+    }
+
+    /// Records the session's filters that start with `$` (see [`SubscriptionSink`]).
+    pub fn set_dollar_filters(&self, filters: Vec<(String, QoS)>) {
+        self.state.lock().dollar_filters = filters;
+    }
+
+    /// Deliveries in flight (QoS 1 and 2 not yet completed).
+    pub fn in_flight_count(&self) -> usize {
+        self.state.lock().in_flight.len()
+    }
+
+    /// Takes the queues waiting for room, to kick (outside the lock).
+    pub fn take_starved(&self) -> Vec<Arc<Queue>> {
+        std::mem::take(&mut self.state.lock().starved)
+    }
+
+    /// Takes everything buffered for the driver to write.
+    pub fn drain(&self) -> Option<Drained> {
+        let mut state = self.state.lock();
+        if state.buffer.is_empty() && state.to_ack.is_empty() {
+            return None;
+        }
+        // Take the allocation along: an idle connection keeps no write buffer.
+        let bytes = std::mem::take(&mut state.buffer).freeze();
+        let starved = std::mem::take(&mut state.starved);
+        let to_ack = std::mem::take(&mut state.to_ack);
+        Some(Drained {
+            bytes,
+            starved,
+            to_ack,
+        })
+    }
+
+    /// Closes the outbox: queues get no more room, and what was in flight is returned for
+    /// the session to requeue. Buffered bytes stay for a last flush.
+    pub fn close(&self) -> Leftovers {
+        let mut state = self.state.lock();
+        state.closed = true;
+        state.starved.clear();
+        let mut released: Vec<u16> = state
+            .in_flight
+            .iter()
+            .filter(|(_, entry)| entry.released)
+            .map(|(packet_id, _)| *packet_id)
+            .collect();
+        released.sort_unstable();
+        let mut unacknowledged: Vec<(Arc<Queue>, u64)> = state
+            .in_flight
+            .drain()
+            .filter_map(|(_, entry)| entry.queue.map(|queue| (queue, entry.id)))
+            .collect();
+        unacknowledged.append(&mut state.orphaned);
+        // Requeue in delivery order so a resumed session sees its messages in order.
+        unacknowledged.sort_by_key(|(_, id)| *id);
+        state.counted = 0;
+        let to_ack = std::mem::take(&mut state.to_ack);
+        drop(state);
+        self.notify.notify_one();
+        Leftovers {
+            unacknowledged,
+            released,
+            to_ack,
+        }
+    }
+
+    /// Takes deliveries that arrived after [`Outbox::close`], to requeue.
+    pub fn take_orphaned(&self) -> Vec<(Arc<Queue>, u64)> {
+        std::mem::take(&mut self.state.lock().orphaned)
+    }
+
+    /// Bytes waiting to be written.
+    pub fn pending_bytes(&self) -> usize {
+        self.state.lock().buffer.len()
+    }
+}
+
+impl OutboxState {
+    /// The next free packet identifier: never 0, never one still in flight (MQTT-2.3.1-4).
+    /// The window is at most 65535 - 1 deliveries, so a free one always exists.
+    fn allocate_packet_id(&mut self) -> u16 {
+        loop {
+            let id = self.next_packet_id;
+            self.next_packet_id = self.next_packet_id.checked_add(1).unwrap_or(1);
+            if id != 0 && !self.in_flight.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    fn uncount(&mut self, entry: &InFlight) {
+        if entry.counted {
+            self.counted = self.counted.saturating_sub(1);
+        }
+    }
+
+    fn mark_starved(&mut self, queue: &Arc<Queue>) {
+        if !self.starved.iter().any(|q| Arc::ptr_eq(q, queue)) {
+            self.starved.push(Arc::clone(queue));
+        }
+    }
+}
+
+/// The QoS an MQTT publisher gave a message (RabbitMQ's `x-mqtt-publish-qos` header), if it
+/// came over MQTT.
+pub fn publish_qos(message: &Message) -> Option<QoS> {
+    let value = message
+        .properties
+        .headers
+        .as_ref()?
+        .get(PUBLISH_QOS_HEADER)?
+        .as_i64()?;
+    QoS::from_u8(u8::try_from(value).ok()?)
+}
+
+/// One subscription queue of a connection (`mqtt-subscription-<client id>qos<n>`) as a core
+/// delivery sink.
+pub struct SubscriptionSink {
+    outbox: Arc<Outbox>,
+    queue: Arc<Queue>,
+    /// The QoS the queue's subscriptions were granted: the most a delivery gets.
+    qos: QoS,
+}
+
+impl SubscriptionSink {
+    /// A sink delivering `queue`'s messages at up to `qos`.
+    pub fn new(outbox: Arc<Outbox>, queue: Arc<Queue>, qos: QoS) -> Arc<SubscriptionSink> {
+        Arc::new(SubscriptionSink { outbox, queue, qos })
+    }
+}
+
+impl DeliverySink for SubscriptionSink {
+    fn reserve(&self) -> bool {
+        let mut state = self.outbox.state.lock();
+        if state.closed {
+            return false;
+        }
+        if state.buffer.len() >= OUTBOX_HIGH_WATER {
+            state.mark_starved(&self.queue);
+            return false;
+        }
+        if self.qos == QoS::AtMostOnce {
+            return true;
+        }
+        if state.counted >= state.prefetch {
+            state.mark_starved(&self.queue);
+            return false;
+        }
+        state.counted += 1;
+        true
+    }
+
+    fn deliver(&self, delivery: Delivery) {
+        let mut state = self.outbox.state.lock();
+        let counted = self.qos != QoS::AtMostOnce;
+        if state.closed {
+            // The connection closed between reserve and deliver; the queue's lock is held
+            // here, so the session requeues it later instead of settling it now.
+            if delivery.needs_settlement {
+                state.orphaned.push((delivery.queue, delivery.id));
+            }
+            return;
+        }
+        let was_empty = state.buffer.is_empty();
+        let message = &delivery.message;
+        // A message keeps the QoS it was published with when that is lower (RabbitMQ).
+        let qos = publish_qos(message).map_or(self.qos, |published| published.min(self.qos));
+        let topic = routing_key_to_mqtt_topic(&message.routing_key);
+        // The topic exchange routes `$SYS.x` to a `#` binding, but a filter starting with a
+        // wildcard must not match a `$` topic (MQTT-4.7.2-1): deliver it only for a filter
+        // of this QoS that starts with `$` and matches, else settle it unseen.
+        if topic.starts_with('$')
+            && !state
+                .dollar_filters
+                .iter()
+                .any(|(filter, qos)| *qos == self.qos && filter_matches(filter, &topic))
+        {
+            if counted {
+                state.counted = state.counted.saturating_sub(1);
+            }
+            if delivery.needs_settlement {
+                state.to_ack.push((delivery.queue, delivery.id));
+            }
+            return;
+        }
+        let packet_id = (qos != QoS::AtMostOnce).then(|| state.allocate_packet_id());
+        let dup = delivery.redelivered && qos != QoS::AtMostOnce;
+        let OutboxState {
+            buffer, in_flight, ..
+        } = &mut *state;
+        let encoded = encode_publish(buffer, &topic, qos, packet_id, false, dup, &message.body);
+        if let Err(error) = &encoded {
+            // A routing key longer than a topic can be: the message cannot reach MQTT.
+            tracing::warn!(routing_key = %message.routing_key, %error, "delivery to MQTT dropped");
+        }
+        match packet_id {
+            Some(packet_id) if encoded.is_ok() => {
+                in_flight.insert(
+                    packet_id,
+                    InFlight {
+                        queue: Some(delivery.queue),
+                        id: delivery.id,
+                        qos,
+                        released: false,
+                        counted,
+                    },
+                );
+            }
+            _ => {
+                if counted {
+                    state.counted = state.counted.saturating_sub(1);
+                }
+                if delivery.needs_settlement {
+                    state.to_ack.push((delivery.queue, delivery.id));
+                }
+            }
+        }
+        drop(state);
+        if was_empty {
+            self.outbox.notify.notify_one();
+        }
+    }
+
+    fn cancelled(&self) {
+        // The subscription queue was deleted (by an operator): the subscription is gone,
+        // which MQTT 3.1.1 cannot tell the client about.
+        tracing::info!(queue = self.queue.name(), "MQTT subscription queue deleted");
+    }
+}
+
+/// The `x-mqtt-publish-qos` header value for a QoS.
+pub fn publish_qos_value(qos: QoS) -> Value {
+    Value::I8(qos.as_u8() as i8)
+}

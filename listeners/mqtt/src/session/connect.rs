@@ -1,0 +1,354 @@
+//! CONNECT: client identifier rules, authentication and vhost, takeover of a client
+//! identifier held by another connection, and resuming or discarding a stored session.
+
+use std::sync::Arc;
+
+use rand::Rng;
+use tokio::sync::watch;
+use warren_core::access::Access;
+use warren_core::access::ResourceKind;
+use warren_core::broker::AuthFailure;
+use warren_core::consumer::ConsumerSpec;
+use warren_core::value::Table;
+use warren_core::ErrorKind;
+
+use super::{queue_name, Connected, Control, End, Session, Subscription};
+use crate::codec::{
+    binding_key_to_mqtt_filter, validate_topic_name, ConnAck, Connect, ConnectReturnCode, Packet,
+    QoS,
+};
+use crate::outbox::SubscriptionSink;
+use warren_core::exchange::DestinationName;
+
+impl Session {
+    pub(super) fn connect(&mut self, connect: Connect) -> Control {
+        let Connect {
+            protocol,
+            keep_alive,
+            client_id,
+            clean_session,
+            last_will,
+            username,
+            password,
+        } = connect;
+        if let Some(will) = &last_will {
+            if let Err(problem) = validate_topic_name(&will.topic) {
+                return self.protocol_error(&format!("will topic {:?}: {problem}", will.topic));
+            }
+        }
+        // The will lives as long as the connection: copy it out of the read buffer, which
+        // it would otherwise keep allocated for the connection's whole life.
+        let last_will = last_will.map(|will| crate::codec::LastWill {
+            message: bytes::Bytes::copy_from_slice(&will.message),
+            ..will
+        });
+        let client_id = if client_id.is_empty() {
+            if !clean_session {
+                // MQTT-3.1.3-8: a persistent session needs an identifier to resume by.
+                return self.refuse(
+                    ConnectReturnCode::IdentifierRejected,
+                    "empty client identifier with clean session = 0",
+                );
+            }
+            generated_client_id()
+        } else {
+            client_id
+        };
+
+        let config = Arc::clone(&self.context.config);
+        let (vhost_name, user, password) = match (username, password) {
+            (None, None) if config.allow_anonymous => (
+                config.vhost.clone(),
+                config.default_user.clone(),
+                config.default_pass.clone(),
+            ),
+            (None, None) => {
+                return self.refuse(
+                    ConnectReturnCode::BadUserNamePassword,
+                    "no credentials provided and mqtt.allow_anonymous is false",
+                )
+            }
+            (Some(username), Some(password)) => {
+                let Ok(password) = String::from_utf8(password.to_vec()) else {
+                    return self.refuse(
+                        ConnectReturnCode::BadUserNamePassword,
+                        "password is not valid UTF-8",
+                    );
+                };
+                match username.split_once(':') {
+                    Some((vhost, user)) => (vhost.to_string(), user.to_string(), password),
+                    None => (config.vhost.clone(), username, password),
+                }
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                return self.refuse(
+                    ConnectReturnCode::BadUserNamePassword,
+                    "a user name without a password or a password without a user name",
+                )
+            }
+        };
+        if let Err(failure) = self
+            .context
+            .broker
+            .authenticate(&user, &password, self.from_loopback)
+        {
+            let code = match failure {
+                AuthFailure::LoopbackOnly => ConnectReturnCode::NotAuthorized,
+                AuthFailure::UnknownUser | AuthFailure::BadPassword => {
+                    ConnectReturnCode::BadUserNamePassword
+                }
+            };
+            return self.refuse(code, &format!("login of user '{user}' failed: {failure}"));
+        }
+        let vhost = match self.context.broker.open_vhost(&user, &vhost_name) {
+            Ok(vhost) => vhost,
+            Err(error) => {
+                // An unknown vhost reads like a bad user name ("vhost:user"), as in RabbitMQ;
+                // a user without permissions there is not authorized.
+                let code = if self.context.broker.vhost(&vhost_name).is_none() {
+                    ConnectReturnCode::BadUserNamePassword
+                } else {
+                    ConnectReturnCode::NotAuthorized
+                };
+                debug_assert!(error.kind == ErrorKind::NotAllowed);
+                return self.refuse(code, &error.message);
+            }
+        };
+
+        if vhost.exchange(&config.exchange).is_none() {
+            // The vhost cannot carry MQTT traffic: the service is up but not usable there.
+            return self.refuse(
+                ConnectReturnCode::ServerUnavailable,
+                &format!(
+                    "exchange '{}' (mqtt.exchange) does not exist in vhost '{}'",
+                    config.exchange,
+                    vhost.name()
+                ),
+            );
+        }
+        let (ended_tx, ended_rx) = watch::channel(());
+        let key = (vhost.name().to_string(), client_id.clone());
+        let takeover = self.context.registry.claim(
+            key,
+            self.connection_id,
+            Arc::clone(&self.outbox),
+            ended_rx,
+        );
+        self.connected = Some(Box::new(Connected {
+            vhost,
+            user,
+            client_id,
+            clean_session,
+            protocol,
+            keep_alive,
+            will: last_will,
+            filters: Vec::new(),
+            consumers: [None, None, None],
+            may_publish: None,
+            inbound_qos2: Vec::new(),
+            ended: Some(ended_tx),
+            accepted: false,
+            session_present: false,
+            routed: Vec::new(),
+        }));
+        match takeover {
+            Some(takeover) => {
+                tracing::info!(
+                    connection = self.connection_id,
+                    client_id = self.client_id().unwrap_or(""),
+                    "MQTT client identifier in use: taking over the existing connection"
+                );
+                Control::AwaitTakeover(takeover)
+            }
+            None => self.resume_connect(),
+        }
+    }
+
+    /// Finishes CONNECT once no other connection holds the client identifier: resumes or
+    /// discards the stored session, answers CONNACK and starts consuming.
+    pub fn resume_connect(&mut self) -> Control {
+        let connection_id = self.connection_id;
+        let Some(connected) = self.connected.as_deref_mut() else {
+            return Control::Close(End::Abnormal("CONNECT state lost".into()));
+        };
+        let key = (
+            connected.vhost.name().to_string(),
+            connected.client_id.clone(),
+        );
+        let stored = self.context.registry.take_session(&key);
+        let mut resume_released = Vec::new();
+        let existing_queues: Vec<(QoS, Arc<warren_core::queue::Queue>)> =
+            [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
+                .into_iter()
+                .filter_map(|qos| {
+                    connected
+                        .vhost
+                        .queue(&queue_name(&connected.client_id, qos))
+                        .map(|queue| (qos, queue))
+                })
+                .collect();
+        if connected.clean_session {
+            // A clean session starts afresh: whatever a previous session left goes
+            // (MQTT-3.1.2-6).
+            for (_, queue) in &existing_queues {
+                connected.vhost.remove_queue(queue);
+            }
+        } else {
+            connected.session_present = stored.is_some() || !existing_queues.is_empty();
+            match stored {
+                Some(stored) => {
+                    connected.filters = stored.subscriptions;
+                    connected.inbound_qos2 = stored.inbound_qos2;
+                    resume_released = stored.outbound_released;
+                }
+                // Queues without stored state (the broker restarted, and the disk store kept
+                // durable queues and bindings): the subscriptions are the bindings.
+                None if !existing_queues.is_empty() => {
+                    connected.filters = subscriptions_from_bindings(
+                        &connected.vhost,
+                        &self.context.config.exchange,
+                        &connected.client_id,
+                    );
+                }
+                None => {}
+            }
+        }
+        connected.accepted = true;
+        // MQTT 3.1 has no session-present flag; its byte must be 0.
+        let session_present =
+            connected.session_present && connected.protocol == crate::codec::ProtocolLevel::V3_1_1;
+        self.outbox.send(&Packet::ConnAck(ConnAck {
+            session_present,
+            code: ConnectReturnCode::Accepted,
+        }));
+        tracing::debug!(
+            connection = connection_id,
+            client_id = %connected.client_id,
+            user = %connected.user,
+            vhost = connected.vhost.name(),
+            session_present,
+            "MQTT connection accepted"
+        );
+        self.outbox
+            .set_dollar_filters(super::dollar_filters(&connected.filters));
+        // PUBREL again for QoS 2 deliveries released before the client went away, before
+        // any new delivery.
+        self.outbox.resume_released(&resume_released);
+        if !connected.clean_session {
+            for (qos, _) in existing_queues {
+                if let Err(reason) = self.ensure_consumer(qos) {
+                    tracing::warn!(
+                        connection = connection_id,
+                        "cannot resume MQTT subscription queue: {reason}"
+                    );
+                }
+            }
+        }
+        Control::Continue
+    }
+
+    /// Refuses CONNECT with a return code and closes (MQTT-3.2.2-5).
+    fn refuse(&mut self, code: ConnectReturnCode, reason: &str) -> Control {
+        tracing::warn!(
+            connection = self.connection_id,
+            code = code as u8,
+            "MQTT connection refused: {reason}"
+        );
+        self.outbox.send(&Packet::ConnAck(ConnAck {
+            session_present: false,
+            code,
+        }));
+        Control::Close(End::Abnormal(reason.to_string()))
+    }
+
+    /// Starts consuming the subscription queue of `qos` unless this connection already does.
+    pub(super) fn ensure_consumer(&mut self, qos: QoS) -> Result<(), String> {
+        let connection_id = self.connection_id;
+        let Some(connected) = self.connected.as_deref_mut() else {
+            return Err("not connected".into());
+        };
+        let slot = usize::from(qos.as_u8());
+        if connected.consumers[slot].is_some() {
+            return Ok(());
+        }
+        let name = queue_name(&connected.client_id, qos);
+        let actor = warren_core::vhost::Actor {
+            user: &connected.user,
+            connection_id,
+        };
+        let queue = connected
+            .vhost
+            .queue_for(actor, &name, Access::Read)
+            .map_err(|e| e.message)?;
+        let sink = SubscriptionSink::new(Arc::clone(&self.outbox), Arc::clone(&queue), qos);
+        let spec = ConsumerSpec {
+            tag: Arc::from(connected.client_id.as_str()),
+            connection_id,
+            needs_settlement: qos != QoS::AtMostOnce,
+            exclusive: false,
+            priority: 0,
+            arguments: Table::new(),
+        };
+        let consumer_id = connected
+            .vhost
+            .consume(&queue, spec, sink)
+            .map_err(|e| e.message)?;
+        connected.consumers[slot] = Some(Subscription { queue, consumer_id });
+        Ok(())
+    }
+
+    /// Whether the connected user may read the subscription queue of `qos` (checked before
+    /// granting a subscription, as RabbitMQ checks configure, write and read).
+    pub(super) fn may_read_queue(&self, qos: QoS) -> Result<(), String> {
+        let connected = self.connected.as_deref().ok_or("not connected")?;
+        connected
+            .vhost
+            .check(
+                &connected.user,
+                Access::Read,
+                ResourceKind::Queue,
+                &queue_name(&connected.client_id, qos),
+            )
+            .map_err(|e| e.message)
+    }
+}
+
+/// The subscriptions of a client as its queues' bindings from the MQTT exchange say: each
+/// binding key translated back to a filter, with the QoS of the queue it binds.
+fn subscriptions_from_bindings(
+    vhost: &warren_core::vhost::VHost,
+    exchange: &str,
+    client_id: &str,
+) -> Vec<(String, QoS)> {
+    let Some(exchange) = vhost.exchange(exchange) else {
+        return Vec::new();
+    };
+    let queues = [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
+        .map(|qos| (queue_name(client_id, qos), qos));
+    exchange
+        .bindings()
+        .into_iter()
+        .filter_map(|binding| {
+            let DestinationName::Queue(queue) = &binding.destination else {
+                return None;
+            };
+            let (_, qos) = queues.iter().find(|(name, _)| name == queue)?;
+            Some((
+                binding_key_to_mqtt_filter(&binding.routing_key).into_owned(),
+                *qos,
+            ))
+        })
+        .collect()
+}
+
+/// A client identifier for a client that sent none: `warren-` and 22 random characters.
+fn generated_client_id() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::thread_rng();
+    let mut id = String::with_capacity(29);
+    id.push_str("warren-");
+    for _ in 0..22 {
+        id.push(char::from(ALPHABET[rng.gen_range(0..ALPHABET.len())]));
+    }
+    id
+}

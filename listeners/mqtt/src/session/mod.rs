@@ -1,0 +1,416 @@
+//! The MQTT session state machine: packets in, core calls and packets out. No sockets and
+//! no clocks; the driver feeds it packets, reads [`Session::keep_alive`] and calls
+//! [`Session::terminate`] with the reason the connection ended.
+//!
+//! How MQTT maps onto the core (RabbitMQ's MQTT plugin semantics):
+//!
+//! - CONNECT authenticates through `Broker::authenticate`; a `vhost:user` user name picks
+//!   the vhost, otherwise `mqtt.vhost`; clients without credentials log in as
+//!   `mqtt.default_user` when `mqtt.allow_anonymous` is on.
+//! - PUBLISH routes through `mqtt.exchange` (a topic exchange, `amq.topic`) with the topic
+//!   translated to a routing key (`codec::mqtt_topic_to_routing_key`).
+//! - Each granted QoS level of a client has one queue, `mqtt-subscription-<client id>qos<n>`,
+//!   bound to the exchange with each filter's binding key and consumed by this connection.
+//!   A clean session's queues are exclusive and go with the connection; a persistent
+//!   session's are durable and keep collecting messages while the client is away.
+//! - Deliveries go out through the [`Outbox`]; QoS 1/2 deliveries count against the
+//!   in-flight window (`mqtt.prefetch`), the core's consumer credit.
+//!
+//! Files: `connect.rs` (CONNECT, takeover, session resume), `subscribe.rs` (SUBSCRIBE,
+//! UNSUBSCRIBE, retained messages on subscribe), `publish.rs` (PUBLISH in, QoS 2, wills).
+
+mod connect;
+mod publish;
+pub mod registry;
+mod subscribe;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use warren_core::queue::{Queue, Settlement};
+use warren_core::retained::RetainedStore;
+use warren_core::vhost::VHost;
+use warren_core::Broker;
+
+use crate::codec::{DecodeError, LastWill, Packet, ProtocolLevel, QoS};
+use crate::outbox::Outbox;
+use registry::{ClientRegistry, Takeover};
+
+/// The largest packet accepted before CONNECT succeeded (RabbitMQ's
+/// `mqtt.max_packet_size_unauthenticated` default).
+pub const MAX_PACKET_SIZE_UNAUTHENTICATED: usize = 65_536;
+
+/// Settings of MQTT sessions (the `mqtt.*` keys).
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// The vhost of user names without a `vhost:` prefix.
+    pub vhost: String,
+    /// The user of clients without credentials.
+    pub default_user: String,
+    /// That user's password.
+    pub default_pass: String,
+    /// Whether clients without credentials may connect as `default_user`.
+    pub allow_anonymous: bool,
+    /// The topic exchange publishes go to and subscriptions bind to.
+    pub exchange: String,
+    /// The most QoS 1/2 deliveries in flight per connection.
+    pub prefetch: u16,
+    /// The largest packet accepted after CONNECT.
+    pub max_packet_size: usize,
+    /// The largest message payload accepted (the broker's `max_message_size`).
+    pub max_message_size: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            vhost: "/".into(),
+            default_user: "guest".into(),
+            default_pass: "guest".into(),
+            allow_anonymous: true,
+            exchange: "amq.topic".into(),
+            prefetch: 10,
+            max_packet_size: 268_435_455,
+            max_message_size: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// What the broker-wide parts of MQTT a session needs: the core, the client registry and
+/// the retained message store.
+#[derive(Clone)]
+pub struct MqttContext {
+    /// The core.
+    pub broker: Arc<Broker>,
+    /// Client identifiers in use and stored persistent sessions.
+    pub registry: Arc<ClientRegistry>,
+    /// Retained messages.
+    pub retained: Arc<dyn RetainedStore>,
+    /// Session settings.
+    pub config: Arc<SessionConfig>,
+}
+
+/// Why a connection ended; decides whether the will is published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The client sent DISCONNECT: the will is discarded.
+    Disconnect,
+    /// The server is shutting down: the will is not published.
+    Shutdown,
+    /// Anything else (keep-alive timeout, socket error, protocol error, takeover): the will
+    /// is published. The text is for the log.
+    Abnormal(String),
+}
+
+/// What the driver does after a packet.
+#[must_use]
+pub enum Control {
+    /// Go on reading.
+    Continue,
+    /// Flush what is buffered and close the connection, then call [`Session::terminate`].
+    Close(End),
+    /// Another connection holds the client identifier: kick it, wait for it to end, then
+    /// call [`Session::resume_connect`].
+    AwaitTakeover(Takeover),
+}
+
+/// One subscription queue this connection consumes.
+struct Subscription {
+    queue: Arc<Queue>,
+    consumer_id: u64,
+}
+
+/// The state of an accepted connection. Boxed, so a connection still in CONNECT costs
+/// little.
+struct Connected {
+    vhost: Arc<VHost>,
+    user: String,
+    client_id: String,
+    clean_session: bool,
+    protocol: ProtocolLevel,
+    keep_alive: u16,
+    will: Option<LastWill>,
+    /// Topic filters with their granted QoS, in subscription order.
+    filters: Vec<(String, QoS)>,
+    /// The consumers of the qos0, qos1 and qos2 queues.
+    consumers: [Option<Subscription>; 3],
+    /// Whether the user may publish to the exchange; checked once per connection.
+    may_publish: Option<bool>,
+    /// QoS 2 packet identifiers routed but not yet released (MQTT 4.3.3, method B).
+    inbound_qos2: Vec<u16>,
+    /// Dropped when the session ends, which tells a connection taking over that it may go on.
+    ended: Option<watch::Sender<()>>,
+    /// Whether CONNACK was sent (the takeover wait is over).
+    accepted: bool,
+    session_present: bool,
+    routed: Vec<Arc<Queue>>,
+}
+
+/// One MQTT connection's protocol state.
+pub struct Session {
+    context: MqttContext,
+    outbox: Arc<Outbox>,
+    connection_id: u64,
+    from_loopback: bool,
+    connected: Option<Box<Connected>>,
+    closed: bool,
+    /// Whether the client has published: only publishers are blocked by resource alarms.
+    published: bool,
+}
+
+impl Session {
+    /// A session for a new connection; `from_loopback` tells whether the peer address is a
+    /// loopback address (for loopback-only users).
+    pub fn new(context: MqttContext, outbox: Arc<Outbox>, from_loopback: bool) -> Session {
+        let connection_id = context.broker.next_connection_id();
+        Session {
+            context,
+            outbox,
+            connection_id,
+            from_loopback,
+            connected: None,
+            closed: false,
+            published: false,
+        }
+    }
+
+    /// The broker-wide connection id.
+    pub fn connection_id(&self) -> u64 {
+        self.connection_id
+    }
+
+    /// The client identifier, once connected.
+    pub fn client_id(&self) -> Option<&str> {
+        self.connected.as_deref().map(|c| c.client_id.as_str())
+    }
+
+    /// Whether CONNECT was accepted.
+    pub fn is_connected(&self) -> bool {
+        self.connected.as_deref().is_some_and(|c| c.accepted)
+    }
+
+    /// The keep-alive interval the client asked for, once connected (`None` when off).
+    pub fn keep_alive(&self) -> Option<Duration> {
+        let connected = self.connected.as_deref().filter(|c| c.accepted)?;
+        (connected.keep_alive > 0).then(|| Duration::from_secs(u64::from(connected.keep_alive)))
+    }
+
+    /// Whether the client has published (resource alarms stop reading publishers only).
+    pub fn is_publisher(&self) -> bool {
+        self.published
+    }
+
+    /// The largest packet to accept now: small until CONNECT succeeded.
+    pub fn max_packet_size(&self) -> usize {
+        if self.is_connected() {
+            self.context.config.max_packet_size
+        } else {
+            MAX_PACKET_SIZE_UNAUTHENTICATED.min(self.context.config.max_packet_size)
+        }
+    }
+
+    /// Handles one packet from the client.
+    pub fn handle_packet(&mut self, packet: Packet) -> Control {
+        let connected = self.is_connected();
+        match packet {
+            Packet::Connect(connect) if !connected && self.connected.is_none() => {
+                self.connect(connect)
+            }
+            Packet::Connect(_) => self.protocol_error("second CONNECT (MQTT-3.1.0-2)"),
+            _ if !connected => self.protocol_error(&format!(
+                "first packet is {}, not CONNECT (MQTT-3.1.0-1)",
+                packet.packet_type().name()
+            )),
+            Packet::Publish(publish) => {
+                self.published = true;
+                self.publish(publish)
+            }
+            Packet::PubAck(ack) => {
+                if let Some((queue, id)) = self.outbox.acknowledge(ack.packet_id) {
+                    queue.settle(&[id], Settlement::Ack);
+                }
+                self.kick_starved();
+                Control::Continue
+            }
+            Packet::PubRec(received) => {
+                if let Some((queue, id)) = self.outbox.received(received.packet_id) {
+                    queue.settle(&[id], Settlement::Ack);
+                }
+                Control::Continue
+            }
+            Packet::PubComp(complete) => {
+                self.outbox.complete(complete.packet_id);
+                self.kick_starved();
+                Control::Continue
+            }
+            Packet::PubRel(release) => self.release(release.packet_id),
+            Packet::Subscribe(subscribe) => self.subscribe(subscribe),
+            Packet::Unsubscribe(unsubscribe) => self.unsubscribe(unsubscribe),
+            Packet::PingReq => {
+                self.outbox.send(&Packet::PingResp);
+                Control::Continue
+            }
+            Packet::Disconnect => {
+                // A clean DISCONNECT discards the will (MQTT-3.14.4-3).
+                if let Some(connected) = self.connected.as_deref_mut() {
+                    connected.will = None;
+                }
+                Control::Close(End::Disconnect)
+            }
+            Packet::ConnAck(_) | Packet::SubAck(_) | Packet::UnsubAck(_) | Packet::PingResp => {
+                let name = packet.packet_type().name();
+                self.protocol_error(&format!("{name} is sent by servers, not clients"))
+            }
+        }
+    }
+
+    /// Handles a packet that could not be decoded: an unsupported protocol in CONNECT gets
+    /// CONNACK 0x01 (MQTT-3.1.2-2); everything else just closes.
+    pub fn handle_decode_error(&mut self, error: &DecodeError) -> Control {
+        if self.connected.is_none() {
+            if let Some(code) = error.connack_code() {
+                tracing::warn!(connection = self.connection_id, %error, "MQTT connection refused");
+                self.outbox.send(&Packet::ConnAck(crate::codec::ConnAck {
+                    session_present: false,
+                    code,
+                }));
+                return Control::Close(End::Abnormal(error.to_string()));
+            }
+        }
+        self.protocol_error(&error.to_string())
+    }
+
+    fn protocol_error(&mut self, reason: &str) -> Control {
+        tracing::warn!(
+            connection = self.connection_id,
+            client_id = self.client_id().unwrap_or(""),
+            "closing MQTT connection: {reason}"
+        );
+        Control::Close(End::Abnormal(reason.to_string()))
+    }
+
+    /// Tells the outbox which filters may receive `$` topics (those starting with `$`).
+    fn sync_dollar_filters(&self) {
+        if let Some(connected) = self.connected.as_deref() {
+            self.outbox
+                .set_dollar_filters(dollar_filters(&connected.filters));
+        }
+    }
+
+    /// Lets queues deliver again once the window has room.
+    fn kick_starved(&self) {
+        for queue in self.outbox.take_starved() {
+            queue.dispatch();
+        }
+    }
+
+    /// Ends the session: publishes the will on an abnormal end, requeues what was in
+    /// flight, deletes a clean session's queues or stores a persistent session's state, and
+    /// frees the client identifier. Safe to call more than once.
+    pub fn terminate(&mut self, end: End) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let leftovers = self.outbox.close();
+        let Some(mut connected) = self.connected.take() else {
+            return;
+        };
+        if !connected.accepted {
+            // Refused or still waiting for a takeover: nothing was set up.
+            if let Some(ended) = connected.ended.take() {
+                drop(ended);
+                self.context.registry.release(
+                    &(
+                        connected.vhost.name().to_string(),
+                        connected.client_id.clone(),
+                    ),
+                    self.connection_id,
+                );
+            }
+            return;
+        }
+        if let End::Abnormal(reason) = &end {
+            tracing::info!(
+                connection = self.connection_id,
+                client_id = %connected.client_id,
+                "MQTT connection ended abnormally: {reason}"
+            );
+            if let Some(will) = connected.will.take() {
+                self.publish_will(&mut connected, will);
+            }
+        }
+        for subscription in connected.consumers.iter_mut().filter_map(Option::take) {
+            connected
+                .vhost
+                .cancel(&subscription.queue, subscription.consumer_id);
+        }
+        settle_grouped(leftovers.to_ack, Settlement::Ack);
+        settle_grouped(leftovers.unacknowledged, Settlement::Requeue);
+        settle_grouped(self.outbox.take_orphaned(), Settlement::Requeue);
+        let key = (
+            connected.vhost.name().to_string(),
+            connected.client_id.clone(),
+        );
+        if connected.clean_session {
+            for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
+                let name = queue_name(&connected.client_id, qos);
+                if let Some(queue) = connected.vhost.queue(&name) {
+                    if queue.config().exclusive_owner == Some(self.connection_id) {
+                        connected.vhost.remove_queue(&queue);
+                    }
+                }
+            }
+        } else {
+            self.context.registry.store_session(
+                key.clone(),
+                registry::StoredSession {
+                    subscriptions: std::mem::take(&mut connected.filters),
+                    inbound_qos2: std::mem::take(&mut connected.inbound_qos2),
+                    outbound_released: leftovers.released,
+                },
+            );
+        }
+        self.context.registry.release(&key, self.connection_id);
+        // Dropping the sender tells a connection taking over that this one is done.
+        connected.ended = None;
+    }
+}
+
+/// The filters starting with `$`: the only ones a `$` topic may be delivered for.
+fn dollar_filters(filters: &[(String, QoS)]) -> Vec<(String, QoS)> {
+    filters
+        .iter()
+        .filter(|(filter, _)| filter.starts_with('$'))
+        .cloned()
+        .collect()
+}
+
+/// The queue of a client's subscriptions at one QoS, named as RabbitMQ names them.
+pub fn queue_name(client_id: &str, qos: QoS) -> String {
+    format!("mqtt-subscription-{client_id}qos{}", qos.as_u8())
+}
+
+/// Settles deliveries grouped by queue, one core call per run of the same queue.
+fn settle_grouped(deliveries: Vec<(Arc<Queue>, u64)>, settlement: Settlement) {
+    let mut index = 0;
+    while index < deliveries.len() {
+        let queue = &deliveries[index].0;
+        let mut ids = Vec::new();
+        let mut end = index;
+        while end < deliveries.len() && Arc::ptr_eq(&deliveries[end].0, queue) {
+            ids.push(deliveries[end].1);
+            end += 1;
+        }
+        queue.settle(&ids, settlement);
+        index = end;
+    }
+}
+
+/// Settles deliveries the driver took from the outbox (QoS 0 copies of QoS 1 messages).
+pub fn acknowledge_all(deliveries: Vec<(Arc<Queue>, u64)>) {
+    settle_grouped(deliveries, Settlement::Ack);
+}

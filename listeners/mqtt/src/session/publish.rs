@@ -1,0 +1,180 @@
+//! PUBLISH from the client (QoS 0, 1 and 2), PUBREL, and the will.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use warren_core::message::{Message, Properties};
+use warren_core::queue::EnqueueOutcome;
+use warren_core::retained::RetainedMessage;
+use warren_core::value::{Table, Value};
+
+use super::{Connected, Control, Session};
+use crate::codec::{
+    mqtt_topic_to_routing_key, LastWill, Packet, PubAck, PubComp, PubRec, Publish, QoS,
+};
+use crate::outbox::{publish_qos_value, DUP_HEADER, PUBLISH_QOS_HEADER};
+
+impl Session {
+    pub(super) fn publish(&mut self, publish: Publish) -> Control {
+        let Publish {
+            dup,
+            qos,
+            retain,
+            topic,
+            packet_id,
+            payload,
+        } = publish;
+        let Some(connected) = self.connected.as_deref_mut() else {
+            return Control::Close(super::End::Abnormal("PUBLISH before CONNECT".into()));
+        };
+        if qos == QoS::ExactlyOnce {
+            // Method B of MQTT 4.3.3: route on the first PUBLISH, remember its identifier
+            // until PUBREL, and answer a re-sent PUBLISH with PUBREC only.
+            let packet_id = packet_id.unwrap_or(0);
+            if connected.inbound_qos2.contains(&packet_id) {
+                self.outbox.send(&Packet::PubRec(PubRec { packet_id }));
+                return Control::Continue;
+            }
+        }
+        let outcome = route_publish(&self.context, connected, &topic, payload, qos, retain, dup);
+        if let Err(reason) = outcome {
+            return self.protocol_error(&reason);
+        }
+        // The acknowledgement goes out once the message is in its queues. When the disk
+        // store lands, persistent queues confirm after the write; this is where to wait.
+        match (qos, packet_id) {
+            (QoS::AtLeastOnce, Some(packet_id)) => {
+                self.outbox.send(&Packet::PubAck(PubAck { packet_id }));
+            }
+            (QoS::ExactlyOnce, Some(packet_id)) => {
+                if let Some(connected) = self.connected.as_deref_mut() {
+                    connected.inbound_qos2.push(packet_id);
+                }
+                self.outbox.send(&Packet::PubRec(PubRec { packet_id }));
+            }
+            _ => {}
+        }
+        Control::Continue
+    }
+
+    /// PUBREL: the client releases a QoS 2 message; the identifier may be reused.
+    pub(super) fn release(&mut self, packet_id: u16) -> Control {
+        if let Some(connected) = self.connected.as_deref_mut() {
+            connected.inbound_qos2.retain(|id| *id != packet_id);
+        }
+        // Answered even for an unknown identifier (MQTT-4.3.3-2 lets the client finish).
+        self.outbox.send(&Packet::PubComp(PubComp { packet_id }));
+        Control::Continue
+    }
+
+    /// Publishes the will of a connection that ended abnormally. A refusal is logged.
+    pub(super) fn publish_will(&self, connected: &mut Connected, will: LastWill) {
+        let LastWill {
+            topic,
+            message,
+            qos,
+            retain,
+        } = will;
+        if let Err(reason) = route_publish(
+            &self.context,
+            connected,
+            &topic,
+            message,
+            qos,
+            retain,
+            false,
+        ) {
+            tracing::warn!(
+                connection = self.connection_id,
+                client_id = %connected.client_id,
+                "MQTT will not published: {reason}"
+            );
+        }
+    }
+}
+
+/// Routes one MQTT message through the exchange, retaining it first if asked. Errors are
+/// the reason to close the connection (no permission, payload too large, no exchange).
+fn route_publish(
+    context: &super::MqttContext,
+    connected: &mut Connected,
+    topic: &str,
+    payload: Bytes,
+    qos: QoS,
+    retain: bool,
+    dup: bool,
+) -> Result<(), String> {
+    let config = &context.config;
+    let may_publish = *connected.may_publish.get_or_insert_with(|| {
+        connected
+            .vhost
+            .check_publish(&connected.user, &config.exchange)
+            .is_ok()
+    });
+    if !may_publish {
+        // RabbitMQ closes the connection: MQTT 3.1.1 has no way to refuse a PUBLISH.
+        return Err(format!(
+            "access to write to exchange '{}' in vhost '{}' refused for user '{}'",
+            config.exchange,
+            connected.vhost.name(),
+            connected.user
+        ));
+    }
+    if payload.len() > config.max_message_size {
+        return Err(format!(
+            "message size {} is larger than configured max size {}",
+            payload.len(),
+            config.max_message_size
+        ));
+    }
+    let mut headers = Table::new();
+    headers.insert(PUBLISH_QOS_HEADER, publish_qos_value(qos));
+    headers.insert(DUP_HEADER, Value::Bool(dup));
+    let message = Arc::new(Message {
+        exchange: config.exchange.clone(),
+        routing_key: mqtt_topic_to_routing_key(topic).into_owned(),
+        properties: Properties {
+            headers: Some(headers),
+            // RabbitMQ: QoS 0 is transient, QoS 1 and 2 are persistent.
+            delivery_mode: Some(if qos == QoS::AtMostOnce { 1 } else { 2 }),
+            ..Properties::default()
+        },
+        encoded_properties: None,
+        // Copied so a message waiting in a queue does not pin the connection's read buffer.
+        body: Bytes::copy_from_slice(&payload),
+    });
+    if retain {
+        let vhost = connected.vhost.name();
+        if message.body.is_empty() {
+            // An empty retained payload clears the topic (MQTT-3.3.1-10) and is still
+            // delivered to current subscribers (MQTT-3.3.1-11 does not stop it).
+            context.retained.clear(vhost, topic);
+        } else {
+            context.retained.retain(
+                vhost,
+                RetainedMessage {
+                    topic: topic.to_string(),
+                    message: Arc::clone(&message),
+                    qos: qos.as_u8(),
+                },
+            );
+        }
+    }
+    let mut routed = std::mem::take(&mut connected.routed);
+    routed.clear();
+    let result = connected
+        .vhost
+        .route(&config.exchange, &message, &mut routed);
+    if let Err(error) = result {
+        connected.routed = routed;
+        return Err(error.message);
+    }
+    for queue in routed.drain(..) {
+        if queue.enqueue(Arc::clone(&message)) == EnqueueOutcome::Rejected {
+            // x-overflow = reject-publish: MQTT 3.1.1 has no negative acknowledgement.
+            tracing::debug!(queue = queue.name(), "MQTT message refused by a full queue");
+        }
+    }
+    connected.routed = routed;
+    Ok(())
+}
