@@ -21,6 +21,7 @@ pub mod password;
 pub mod policy;
 pub mod queue;
 pub mod routing;
+pub mod store;
 pub mod value;
 pub mod vhost;
 

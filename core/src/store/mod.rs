@@ -1,0 +1,493 @@
+//! The message store: persistent messages of durable queues, on disk (design in
+//! docs/storage.md).
+//!
+//! Data flow: a publisher's task appends a framed record to the pending buffer (under one
+//! short mutex) and gets a sequence number back; one writer thread takes everything pending
+//! from every connection, writes it to the current segment file with one `write`, calls
+//! `fdatasync` once, and publishes the highest sequence number that is now on disk. Listeners
+//! send a publisher confirm for a persistent message once that durable sequence number has
+//! reached the message's. Queues record removals (ack, reject, expiry, purge, deletion) and
+//! deliveries the same way, without waiting. Segments whose messages are all gone are deleted
+//! by the writer. At boot, [`MessageStore::open`] replays the segments ([`recovery`]).
+//!
+//! When more bytes are waiting for the writer than `max_unwritten_bytes`, the store raises its
+//! flow signal ([`MessageStore::subscribe_flow`]); listeners stop reading publishing
+//! connections until it clears, so a publisher faster than the disk is slowed down instead of
+//! growing memory.
+
+mod record;
+mod recovery;
+
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::watch;
+
+use crate::message::Message;
+
+pub use record::QueueName;
+pub use recovery::{Damage, RecoveredMessage, Recovered, RecoveryReport};
+use recovery::{segment_of, SegmentState};
+
+/// File extension of segment files.
+pub const SEGMENT_EXTENSION: &str = "wseg";
+
+/// How the store is set up.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// The directory holding the segment files.
+    pub dir: PathBuf,
+    /// A segment is closed and a new one started once it reaches this size.
+    pub segment_size: u64,
+    /// Above this many bytes waiting to be written, publishers are paused.
+    pub max_unwritten_bytes: usize,
+}
+
+impl StoreConfig {
+    /// Defaults for a store in `dir`: 64 MiB segments, 64 MiB of unwritten bytes at most.
+    pub fn new(dir: impl Into<PathBuf>) -> StoreConfig {
+        StoreConfig {
+            dir: dir.into(),
+            segment_size: 64 * 1024 * 1024,
+            max_unwritten_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Writes the durable definitions; called by the writer thread before it fsyncs a batch
+/// whenever the topology changed, so a confirm never precedes the queue it depends on.
+pub type DefinitionsWriter = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// What the writer does with a message's reference count.
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    /// Published to `refs` durable queues.
+    Published { id: u64, refs: u32 },
+    /// Left one queue.
+    Removed { id: u64 },
+    /// A delivered mark was written for it.
+    Marked { id: u64 },
+}
+
+#[derive(Default)]
+struct Pending {
+    buffer: Vec<u8>,
+    events: Vec<Event>,
+    /// The sequence number of the last submission.
+    last_seq: u64,
+    next_id: u64,
+    /// Bytes the writer took and has not finished writing.
+    in_flight: usize,
+    flow_blocked: bool,
+    stopping: bool,
+}
+
+struct Shared {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    durable: watch::Sender<u64>,
+    flow: watch::Sender<bool>,
+    /// Bumped by every change of durable topology; the writer persists definitions when it
+    /// moved.
+    topology_generation: Arc<AtomicU64>,
+    definitions: Mutex<Option<DefinitionsWriter>>,
+    max_unwritten: usize,
+}
+
+/// The message store. One per broker; shared by every durable queue.
+pub struct MessageStore {
+    shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    dir: PathBuf,
+}
+
+impl MessageStore {
+    /// Opens (creating if needed) the store in `config.dir`, replays what is there and starts
+    /// the writer thread. The recovered messages are returned for the broker to put back in
+    /// their queues; messages of queues that no longer exist must be released with
+    /// [`MessageStore::remove`].
+    pub fn open(config: StoreConfig) -> io::Result<(Arc<MessageStore>, Recovered)> {
+        fs::create_dir_all(&config.dir)?;
+        let mut recovered = recovery::recover(&config.dir)?;
+        let segments = std::mem::take(&mut recovered.segments);
+        let (durable, _) = watch::channel(0);
+        let (flow, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending {
+                next_id: recovered.next_store_id,
+                ..Pending::default()
+            }),
+            wake: Condvar::new(),
+            durable,
+            flow,
+            topology_generation: Arc::new(AtomicU64::new(0)),
+            definitions: Mutex::new(None),
+            max_unwritten: config.max_unwritten_bytes.max(1),
+        });
+        let mut writer = Writer::new(&config, segments, recovered.next_segment)?;
+        let thread_shared = Arc::clone(&shared);
+        let handle = std::thread::Builder::new()
+            .name("warren-store-writer".into())
+            .spawn(move || writer.run(&thread_shared))?;
+        tracing::info!(
+            dir = %config.dir.display(),
+            segments = recovered.report.segments,
+            records = recovered.report.records,
+            queues = recovered.queues.len(),
+            messages = recovered.queues.values().map(Vec::len).sum::<usize>(),
+            "message store recovered"
+        );
+        Ok((
+            Arc::new(MessageStore {
+                shared,
+                writer: Mutex::new(Some(handle)),
+                dir: config.dir,
+            }),
+            recovered,
+        ))
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The counter the broker bumps on every durable topology change.
+    pub fn topology_generation(&self) -> &Arc<AtomicU64> {
+        &self.shared.topology_generation
+    }
+
+    /// Installs the function that writes durable definitions (see [`DefinitionsWriter`]).
+    pub fn set_definitions_writer(&self, writer: DefinitionsWriter) {
+        *self.shared.definitions.lock() = Some(writer);
+        self.wake();
+    }
+
+    /// Wakes the writer: the topology changed.
+    pub fn wake(&self) {
+        let _pending = self.shared.pending.lock();
+        self.shared.wake.notify_one();
+    }
+
+    fn submit(&self, append: impl FnOnce(&mut Pending)) -> u64 {
+        let mut pending = self.shared.pending.lock();
+        let was_empty = pending.buffer.is_empty() && pending.events.is_empty();
+        append(&mut pending);
+        pending.last_seq += 1;
+        let seq = pending.last_seq;
+        if !pending.flow_blocked
+            && pending.buffer.len() + pending.in_flight > self.shared.max_unwritten
+        {
+            pending.flow_blocked = true;
+            self.shared.flow.send_replace(true);
+        }
+        if was_empty {
+            self.shared.wake.notify_one();
+        }
+        seq
+    }
+
+    /// Appends a persistent message routed to the durable `queues`. Returns its store id and
+    /// the sequence number to wait for (see [`MessageStore::subscribe_durable`]).
+    pub fn publish(&self, message: &Message, queues: &[&QueueName]) -> (u64, u64) {
+        let mut id = 0;
+        let seq = self.submit(|pending| {
+            id = pending.next_id;
+            pending.next_id += 1;
+            record::encode_publish(&mut pending.buffer, id, queues, message);
+            pending.events.push(Event::Published {
+                id,
+                refs: queues.len() as u32,
+            });
+        });
+        (id, seq)
+    }
+
+    /// Records that messages left `queue` for good (ack, reject, expiry, purge, deletion).
+    pub fn remove(&self, queue: &QueueName, ids: &[u64]) {
+        if ids.is_empty() {
+            return;
+        }
+        self.submit(|pending| {
+            record::encode_ids(&mut pending.buffer, false, queue, ids);
+            pending
+                .events
+                .extend(ids.iter().map(|&id| Event::Removed { id }));
+        });
+    }
+
+    /// Records that messages of `queue` were delivered and await settlement, so they come
+    /// back flagged redelivered after a crash.
+    pub fn mark_delivered(&self, queue: &QueueName, ids: &[u64]) {
+        if ids.is_empty() {
+            return;
+        }
+        self.submit(|pending| {
+            record::encode_ids(&mut pending.buffer, true, queue, ids);
+            pending
+                .events
+                .extend(ids.iter().map(|&id| Event::Marked { id }));
+        });
+    }
+
+    /// The highest sequence number known to be on disk.
+    pub fn durable_seq(&self) -> u64 {
+        *self.shared.durable.borrow()
+    }
+
+    /// Follows the durable sequence number.
+    pub fn subscribe_durable(&self) -> watch::Receiver<u64> {
+        self.shared.durable.subscribe()
+    }
+
+    /// Follows the flow signal: `true` while publishers should not be read.
+    pub fn subscribe_flow(&self) -> watch::Receiver<bool> {
+        self.shared.flow.subscribe()
+    }
+
+    /// Whether publishers should be paused now.
+    pub fn flow_blocked(&self) -> bool {
+        *self.shared.flow.borrow()
+    }
+
+    /// Writes everything pending, then stops the writer thread. Later submissions are
+    /// dropped (the broker is shutting down).
+    pub fn close(&self) {
+        {
+            let mut pending = self.shared.pending.lock();
+            pending.stopping = true;
+            self.shared.wake.notify_one();
+        }
+        if let Some(handle) = self.writer.lock().take() {
+            let _ = handle.join();
+        }
+    }
+
+    /// Segment files now on disk (for tests and operators).
+    pub fn segment_count(&self) -> usize {
+        recovery::segment_files(&self.dir).map_or(0, |f| f.len())
+    }
+}
+
+impl Drop for MessageStore {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The writer thread's own state: the open segment and every segment's bookkeeping.
+struct Writer {
+    dir: PathBuf,
+    segment_size: u64,
+    /// Every segment on disk, oldest first; the last one is open for appends.
+    segments: Vec<SegmentState>,
+    /// (first store id, segment number), ascending, for segments that hold messages.
+    index: Vec<(u64, u64)>,
+    file: Option<File>,
+    size: u64,
+    next_segment: u64,
+    written_generation: u64,
+}
+
+impl Writer {
+    fn new(config: &StoreConfig, segments: Vec<SegmentState>, next: u64) -> io::Result<Writer> {
+        let index = segments
+            .iter()
+            .filter_map(|s| s.first_id.map(|id| (id, s.number)))
+            .collect();
+        let mut writer = Writer {
+            dir: config.dir.clone(),
+            segment_size: config.segment_size.max(1024),
+            segments,
+            index,
+            file: None,
+            size: 0,
+            next_segment: next,
+            written_generation: 0,
+        };
+        writer.start_segment()?;
+        Ok(writer)
+    }
+
+    /// Opens a fresh segment file (never appends to one left by an earlier run: its tail
+    /// may have been cut).
+    fn start_segment(&mut self) -> io::Result<()> {
+        let number = self.next_segment;
+        self.next_segment += 1;
+        let path = self.dir.join(format!("{number:012}.{SEGMENT_EXTENSION}"));
+        self.file = Some(
+            OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .open(&path)?,
+        );
+        // The new directory entry must survive a crash too.
+        File::open(&self.dir)?.sync_all()?;
+        self.size = 0;
+        self.segments.push(SegmentState {
+            number,
+            path,
+            first_id: None,
+            live: 0,
+            targets: BTreeSet::new(),
+        });
+        Ok(())
+    }
+
+    fn run(&mut self, shared: &Shared) {
+        let mut spare = Vec::new();
+        let mut events_spare = Vec::new();
+        loop {
+            let (mut buffer, mut events, seq, stopping) = {
+                let mut pending = shared.pending.lock();
+                loop {
+                    let idle = pending.buffer.is_empty() && pending.events.is_empty();
+                    let topology_moved = shared.topology_generation.load(Ordering::Acquire)
+                        != self.written_generation;
+                    if !idle || pending.stopping || topology_moved {
+                        break;
+                    }
+                    shared.wake.wait(&mut pending);
+                }
+                let buffer = std::mem::replace(&mut pending.buffer, std::mem::take(&mut spare));
+                let events = std::mem::replace(&mut pending.events, std::mem::take(&mut events_spare));
+                pending.in_flight = buffer.len();
+                (buffer, events, pending.last_seq, pending.stopping)
+            };
+            let generation = shared.topology_generation.load(Ordering::Acquire);
+            if generation != self.written_generation {
+                if let Some(write_definitions) = shared.definitions.lock().as_ref() {
+                    if let Err(error) = write_definitions() {
+                        tracing::error!(%error, "cannot write durable definitions");
+                    }
+                }
+                self.written_generation = generation;
+            }
+            let mut written = true;
+            if !buffer.is_empty() {
+                if let Err(error) = self.append(&buffer) {
+                    // Nothing after this can be confirmed; keep the broker running so
+                    // consumers can drain, and say why confirms stopped.
+                    tracing::error!(%error, "message store: write failed; persistent publishes will not be confirmed");
+                    written = false;
+                }
+            }
+            if written {
+                shared.durable.send_replace(seq);
+            }
+            for event in events.drain(..) {
+                self.account(event);
+            }
+            if self.size >= self.segment_size {
+                if let Err(error) = self.start_segment() {
+                    tracing::error!(%error, "message store: cannot start a new segment");
+                }
+            }
+            self.collect_garbage();
+            buffer.clear();
+            {
+                let mut pending = shared.pending.lock();
+                pending.in_flight = 0;
+                if pending.flow_blocked && pending.buffer.len() <= shared.max_unwritten / 2 {
+                    pending.flow_blocked = false;
+                    shared.flow.send_replace(false);
+                }
+                let done = stopping && pending.buffer.is_empty() && pending.events.is_empty();
+                // Keep one allocation around instead of growing a new buffer every batch.
+                if buffer.capacity() <= 4 * 1024 * 1024 {
+                    spare = buffer;
+                }
+                events_spare = events;
+                if done {
+                    return;
+                }
+            }
+        }
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let file = self
+            .file
+            .as_mut()
+            .ok_or_else(|| io::Error::other("no open segment"))?;
+        file.write_all(bytes)?;
+        file.sync_data()?;
+        self.size += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn segment_mut(&mut self, number: u64) -> Option<&mut SegmentState> {
+        let position = self
+            .segments
+            .binary_search_by_key(&number, |s| s.number)
+            .ok()?;
+        self.segments.get_mut(position)
+    }
+
+    fn account(&mut self, event: Event) {
+        let current = self.segments.last().map_or(0, |s| s.number);
+        match event {
+            Event::Published { id, refs } => {
+                if let Some(segment) = self.segments.last_mut() {
+                    if segment.first_id.is_none() {
+                        segment.first_id = Some(id);
+                        self.index.push((id, segment.number));
+                    }
+                    segment.live += u64::from(refs);
+                }
+            }
+            Event::Removed { id } => {
+                if let Some(target) = segment_of(&self.index, id) {
+                    if let Some(segment) = self.segment_mut(target) {
+                        segment.live = segment.live.saturating_sub(1);
+                    }
+                    if target != current {
+                        if let Some(segment) = self.segments.last_mut() {
+                            segment.targets.insert(target);
+                        }
+                    }
+                }
+            }
+            Event::Marked { id } => {
+                if let Some(target) = segment_of(&self.index, id) {
+                    if target != current {
+                        if let Some(segment) = self.segments.last_mut() {
+                            segment.targets.insert(target);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Deletes every closed segment with no live message whose records no longer matter:
+    /// every segment its removals refer to is gone already.
+    fn collect_garbage(&mut self) {
+        loop {
+            let last = self.segments.len().saturating_sub(1);
+            let existing: BTreeSet<u64> = self.segments.iter().map(|s| s.number).collect();
+            let Some(position) = self.segments[..last].iter().position(|s| {
+                s.live == 0 && s.targets.iter().all(|t| !existing.contains(t))
+            }) else {
+                return;
+            };
+            // The index keeps the deleted segment's range, so a late id of it can never be
+            // taken for an id of the segment before.
+            let segment = self.segments.remove(position);
+            match fs::remove_file(&segment.path) {
+                Ok(()) => tracing::debug!(file = %segment.path.display(), "message store: segment deleted"),
+                Err(error) => tracing::warn!(file = %segment.path.display(), %error, "message store: cannot delete segment"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,243 @@
+use super::*;
+use crate::message::Properties;
+use bytes::Bytes;
+use std::sync::atomic::AtomicUsize;
+
+/// A fresh directory for one test, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "warren-store-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&path);
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn queue(name: &str) -> QueueName {
+    QueueName {
+        vhost: "/".into(),
+        name: name.into(),
+    }
+}
+
+fn message(body: &str) -> Message {
+    Message {
+        exchange: String::new(),
+        routing_key: "q".into(),
+        properties: Properties {
+            delivery_mode: Some(2),
+            ..Properties::default()
+        },
+        encoded_properties: None,
+        body: Bytes::copy_from_slice(body.as_bytes()),
+    }
+}
+
+fn open(dir: &TempDir) -> (Arc<MessageStore>, Recovered) {
+    let mut config = StoreConfig::new(&dir.0);
+    config.segment_size = 4096;
+    MessageStore::open(config).expect("store opens")
+}
+
+fn bodies(recovered: &Recovered, name: &str) -> Vec<(String, bool)> {
+    recovered
+        .queues
+        .get(&queue(name))
+        .map(|list| {
+            list.iter()
+                .map(|m| {
+                    (
+                        String::from_utf8_lossy(&m.message.body).into_owned(),
+                        m.redelivered,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits (bounded) until everything submitted so far is on disk.
+fn flush(store: &MessageStore, seq: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.durable_seq() < seq {
+        assert!(std::time::Instant::now() < deadline, "writer stuck");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn acked_messages_stay_gone_and_delivered_ones_come_back_redelivered() {
+    let dir = TempDir::new("basic");
+    let (a, b) = (queue("a"), queue("b"));
+    {
+        let (store, recovered) = open(&dir);
+        assert!(recovered.queues.is_empty());
+        let (id1, _) = store.publish(&message("one"), &[&a, &b]);
+        let (id2, _) = store.publish(&message("two"), &[&a]);
+        let (id3, _) = store.publish(&message("three"), &[&a]);
+        store.remove(&a, &[id1]);
+        store.mark_delivered(&a, &[id2]);
+        store.mark_delivered(&b, &[id1]);
+        let (_, seq) = store.publish(&message("four"), &[&b]);
+        store.remove(&a, &[id3]);
+        flush(&store, seq);
+        store.close();
+    }
+    let (_store, recovered) = open(&dir);
+    assert_eq!(bodies(&recovered, "a"), vec![("two".to_string(), true)]);
+    assert_eq!(
+        bodies(&recovered, "b"),
+        vec![("one".to_string(), true), ("four".to_string(), false)]
+    );
+    assert!(recovered.report.damaged.is_empty());
+    assert_eq!(recovered.report.torn_tail, None);
+}
+
+#[test]
+fn a_torn_tail_is_cut_off_and_everything_before_it_recovers() {
+    let dir = TempDir::new("torn");
+    let q = queue("q");
+    {
+        let (store, _) = open(&dir);
+        let mut seq = 0;
+        for i in 0..5 {
+            seq = store.publish(&message(&format!("m{i}")), &[&q]).1;
+        }
+        flush(&store, seq);
+        store.close();
+    }
+    let files = recovery::segment_files(&dir.0).unwrap();
+    let (_, newest) = files.last().unwrap();
+    let length = fs::metadata(newest).unwrap().len();
+    // Half a record at the end, as a crash in the middle of a write leaves it.
+    let mut torn = Vec::new();
+    record::encode_publish(&mut torn, 99, &[&q], &message("never confirmed"));
+    let mut file = OpenOptions::new().append(true).open(newest).unwrap();
+    file.write_all(&torn[..torn.len() / 2]).unwrap();
+    drop(file);
+    let (store, recovered) = open(&dir);
+    assert_eq!(
+        bodies(&recovered, "q").iter().map(|(b, _)| b.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "m1", "m2", "m3", "m4"]
+    );
+    assert_eq!(recovered.report.torn_tail, Some((newest.clone(), length)));
+    assert!(recovered.report.damaged.is_empty());
+    assert_eq!(fs::metadata(newest).unwrap().len(), length);
+    drop(store);
+}
+
+#[test]
+fn corruption_in_the_middle_is_reported_with_file_and_offset_and_the_rest_is_kept() {
+    let dir = TempDir::new("corrupt");
+    let q = queue("q");
+    let mut offsets = Vec::new();
+    {
+        let (store, _) = open(&dir);
+        let mut seq = 0;
+        for i in 0..5 {
+            let mut one = Vec::new();
+            record::encode_publish(&mut one, 0, &[&q], &message(&format!("m{i}")));
+            offsets.push(one.len());
+            seq = store.publish(&message(&format!("m{i}")), &[&q]).1;
+            flush(&store, seq);
+        }
+        flush(&store, seq);
+        store.close();
+    }
+    let files = recovery::segment_files(&dir.0).unwrap();
+    let (_, segment) = files.last().unwrap();
+    let mut bytes = fs::read(segment).unwrap();
+    // Flip a byte inside the body of the third record.
+    let third = offsets[0] + offsets[1];
+    let inside = third + offsets[2] - 2;
+    bytes[inside] ^= 0xff;
+    fs::write(segment, &bytes).unwrap();
+    let (_store, recovered) = open(&dir);
+    assert_eq!(
+        bodies(&recovered, "q").iter().map(|(b, _)| b.as_str()).collect::<Vec<_>>(),
+        vec!["m0", "m1", "m3", "m4"]
+    );
+    assert_eq!(
+        recovered.report.damaged,
+        vec![Damage {
+            file: segment.clone(),
+            offset: third as u64,
+            skipped: offsets[2] as u64,
+        }]
+    );
+    assert_eq!(recovered.report.torn_tail, None);
+}
+
+#[test]
+fn segments_whose_messages_are_all_removed_are_deleted() {
+    let dir = TempDir::new("gc");
+    let q = queue("q");
+    let (store, _) = open(&dir);
+    let body = "x".repeat(1000);
+    let mut ids = Vec::new();
+    // About 1 KB per record, 4 KB segments: a new segment every few messages.
+    for _ in 0..40 {
+        let (id, seq) = store.publish(&message(&body), &[&q]);
+        ids.push(id);
+        flush(&store, seq);
+    }
+    let before = store.segment_count();
+    assert!(before >= 8, "expected many segments, found {before}");
+    // Keep the last message; everything before it is acked.
+    store.remove(&q, &ids[..39]);
+    // One more write so the writer runs a pass after the removal.
+    let (_, seq) = store.publish(&message("tail"), &[&queue("other")]);
+    flush(&store, seq);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.segment_count() > 3 {
+        assert!(std::time::Instant::now() < deadline, "segments not collected: {}", store.segment_count());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    store.close();
+    drop(store);
+    let (_store, recovered) = open(&dir);
+    assert_eq!(bodies(&recovered, "q"), vec![(body.clone(), false)]);
+    assert_eq!(bodies(&recovered, "other"), vec![("tail".to_string(), false)]);
+}
+
+#[test]
+fn a_writer_that_falls_behind_raises_the_flow_signal_until_it_catches_up() {
+    let dir = TempDir::new("flow");
+    let mut config = StoreConfig::new(&dir.0);
+    config.max_unwritten_bytes = 10_000;
+    let (store, _) = MessageStore::open(config).unwrap();
+    let q = queue("q");
+    let body = "y".repeat(2000);
+    // Stall the writer: it needs this lock to write definitions after a topology change.
+    let stall = store.shared.definitions.lock();
+    store.topology_generation().fetch_add(1, Ordering::Release);
+    store.wake();
+    let mut seq = 0;
+    for _ in 0..4 {
+        seq = store.publish(&message(&body), &[&q]).1;
+    }
+    assert!(!store.flow_blocked(), "8 KB is under the limit");
+    for _ in 0..4 {
+        seq = store.publish(&message(&body), &[&q]).1;
+    }
+    assert!(store.flow_blocked(), "16 KB is over the limit");
+    drop(stall);
+    flush(&store, seq);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while store.flow_blocked() {
+        assert!(std::time::Instant::now() < deadline, "flow signal never cleared");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
