@@ -130,6 +130,13 @@ pub struct Settings {
     /// `consumer_timeout`: milliseconds a delivery may stay unacknowledged before its channel
     /// is closed with 406 (RabbitMQ's default: 30 minutes); `None` (`false`) disables it.
     pub consumer_timeout: Option<Duration>,
+    /// `msg_store_file_size_limit`: size at which the message store closes a segment file
+    /// and starts a new one (RabbitMQ's key). Default 16 MiB.
+    pub msg_store_file_size_limit: usize,
+    /// `msg_store_max_unwritten_bytes` (Warren-specific): bytes of persistent messages
+    /// waiting for the disk beyond which publishing connections are no longer read, until the
+    /// writer catches up. Default 64 MiB.
+    pub msg_store_max_unwritten_bytes: usize,
 }
 
 impl Default for Settings {
@@ -152,6 +159,8 @@ impl Default for Settings {
             connection_max: None,
             consistent_hash_exchange: false,
             consumer_timeout: Some(Duration::from_millis(1_800_000)),
+            msg_store_file_size_limit: 16 * 1024 * 1024,
+            msg_store_max_unwritten_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -185,6 +194,14 @@ pub const KEYS: &[(&str, &str)] = &[
         "largest message, bytes or with KB/MB/GB/KiB/MiB/GiB, <= 512MiB (16MiB)",
     ),
     ("data_dir", "storage directory (warren-data)"),
+    (
+        "msg_store_file_size_limit",
+        "message store segment size, bytes or with a suffix, >= 4096 (16MiB)",
+    ),
+    (
+        "msg_store_max_unwritten_bytes",
+        "persistent bytes waiting for the disk before publishers are paused (64MiB)",
+    ),
     (
         "consumer_timeout",
         "ms a delivery may stay unacknowledged before its channel closes, or false (1800000)",
@@ -310,6 +327,18 @@ impl Settings {
                     "false" => false,
                     _ => return Err(invalid("true or false")),
                 };
+            }
+            "msg_store_file_size_limit" => {
+                self.msg_store_file_size_limit = parse_size(value)
+                    .filter(|size| *size >= 4096)
+                    .ok_or_else(|| {
+                        invalid("a size of at least 4096 bytes, as an integer or with a suffix")
+                    })?;
+            }
+            "msg_store_max_unwritten_bytes" => {
+                self.msg_store_max_unwritten_bytes = parse_size(value)
+                    .filter(|size| *size >= 1)
+                    .ok_or_else(|| invalid("a positive size, as an integer or with a suffix"))?;
             }
             "connection_max" => {
                 self.connection_max = if value == "infinity" {

@@ -2,15 +2,57 @@
 //! port, and the URLs clients connect with. Each test starts its own broker, so tests never
 //! share state or ports.
 
+pub mod process;
+
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use warren::Server;
 use warren_config::Settings;
 
+/// A directory of its own under the system temp dir, removed when dropped. Every test
+/// broker gets one as its `data_dir`, so parallel tests never share a message store.
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates a fresh, empty directory whose name starts with `warren-<label>-`.
+    pub fn new(label: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "warren-{label}-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("temporary directory");
+        TempDir { path }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
 /// A broker started for one test.
 pub struct TestBroker {
     server: Server,
+    /// Declared after `server`, so it is removed after the server is dropped.
+    data_dir: TempDir,
 }
 
 impl TestBroker {
@@ -20,18 +62,29 @@ impl TestBroker {
     }
 
     /// Starts a broker with extra `KEY=VALUE` settings applied after the test defaults.
+    /// Its `data_dir` is a fresh temporary directory (removed when the broker is dropped)
+    /// unless `settings` give one.
     pub async fn start_with(settings: &[(&str, &str)]) -> TestBroker {
+        let data_dir = TempDir::new("test-broker");
         let mut config = Settings::default();
         config
             .set("listeners.tcp.default", "127.0.0.1:0")
             .expect("valid listener");
+        config
+            .set("data_dir", &data_dir.path().display().to_string())
+            .expect("valid data_dir");
         for (key, value) in settings {
             config
                 .set(key, value)
                 .unwrap_or_else(|e| panic!("test setting {key}={value}: {e}"));
         }
         let server = Server::start(config).await.expect("broker starts");
-        TestBroker { server }
+        TestBroker { server, data_dir }
+    }
+
+    /// The broker's data directory.
+    pub fn data_dir(&self) -> &Path {
+        self.data_dir.path()
     }
 
     /// The AMQP listener's address.

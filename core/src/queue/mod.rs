@@ -15,6 +15,7 @@ use crate::consumer::{ConsumerSpec, Delivery, DeliverySink};
 use crate::error::{resource, CoreError, CoreResult};
 use crate::idmap::IdMap;
 use crate::message::Message;
+use crate::store::{MessageStore, QueueName, RecoveredMessage};
 use crate::value::Table;
 use crate::vhost::VHost;
 
@@ -105,6 +106,14 @@ pub struct QueueStats {
 struct UnsettledMessage {
     message: Arc<Message>,
     expires_at: Option<u64>,
+    /// See [`ReadyMessage`]'s `store_id`.
+    store_id: u64,
+}
+
+/// A durable queue's link to the message store.
+struct StoreLink {
+    store: Arc<MessageStore>,
+    name: QueueName,
 }
 
 struct AttachedConsumer {
@@ -144,6 +153,11 @@ struct QueueState {
     last_sweep: u64,
     /// Messages to dead-letter once the lock is released (routing takes other queues' locks).
     dead_letters: Vec<(Arc<Message>, DeathReason)>,
+    /// Store ids that left the queue for good, recorded in the store once the lock is
+    /// released.
+    store_removed: Vec<u64>,
+    /// Store ids delivered unsettled, recorded likewise.
+    store_delivered: Vec<u64>,
 }
 
 impl QueueState {
@@ -162,6 +176,19 @@ impl QueueState {
         Some(ready)
     }
 
+    /// Notes a delivery of a stored message: a delivered mark when it awaits settlement, a
+    /// removal when it was settled on the spot (auto-ack).
+    fn note_delivered(&mut self, store_id: u64, needs_settlement: bool) {
+        if store_id == 0 {
+            return;
+        }
+        if needs_settlement {
+            self.store_delivered.push(store_id);
+        } else {
+            self.store_removed.push(store_id);
+        }
+    }
+
     fn forget_ready(&mut self, ready: &ReadyMessage) {
         self.ready_bytes -= ready.message.body.len() as u64;
         self.expiring -= usize::from(ready.expires_at.is_some());
@@ -177,6 +204,8 @@ pub struct Queue {
     /// The vhost dead letters are routed in.
     vhost: Weak<VHost>,
     state: Mutex<QueueState>,
+    /// Set for a durable queue when the broker has a message store.
+    store: OnceLock<StoreLink>,
 }
 
 static NEXT_CONSUMER_ID: AtomicU64 = AtomicU64::new(1);
@@ -214,7 +243,57 @@ impl Queue {
                 last_used: now_ms(),
                 ..QueueState::default()
             }),
+            store: OnceLock::new(),
         })
+    }
+
+    /// Keeps this queue's persistent messages in `store` from now on.
+    pub(crate) fn link_store(&self, store: Arc<MessageStore>) {
+        let name = QueueName {
+            vhost: self.config.vhost.clone(),
+            name: self.config.name.clone(),
+        };
+        let _ = self.store.set(StoreLink { store, name });
+    }
+
+    /// The store and this queue's name in it, for a durable queue of a broker with a store.
+    pub fn store_name(&self) -> Option<(&Arc<MessageStore>, &QueueName)> {
+        self.store.get().map(|link| (&link.store, &link.name))
+    }
+
+    /// Puts messages recovered from the store back, in order, before any client can reach
+    /// the queue.
+    pub fn restore(self: &Arc<Self>, messages: Vec<RecoveredMessage>) {
+        let mut state = self.state.lock();
+        let now = now_ms();
+        for recovered in messages {
+            let ttl = match (
+                state.limits.message_ttl,
+                recovered.message.properties.expiration_ms(),
+            ) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let id = state.next_message_id;
+            state.next_message_id += 1;
+            state.push_ready(ReadyMessage {
+                id,
+                message: recovered.message,
+                redelivered: recovered.redelivered,
+                expires_at: ttl.map(|ttl| now.saturating_add(ttl)),
+                store_id: recovered.store_id,
+            });
+        }
+        self.finish(state);
+    }
+
+    /// Records in the store what left the queue and what was delivered; called with the
+    /// queue lock released.
+    fn flush_store(&self, removed: Vec<u64>, delivered: Vec<u64>) {
+        if let Some(link) = self.store.get() {
+            link.store.mark_delivered(&link.name, &delivered);
+            link.store.remove(&link.name, &removed);
+        }
     }
 
     /// The queue's effective limits and dead-letter settings (arguments and policies).
@@ -245,7 +324,7 @@ impl Queue {
                 break;
             }
             let Some(head) = state.pop_ready() else { break };
-            self.discard(&mut state, head.message, DeathReason::MaxLen);
+            self.discard(&mut state, head.message, head.store_id, DeathReason::MaxLen);
         }
         self.finish(state);
     }
@@ -253,7 +332,13 @@ impl Queue {
     /// Releases the lock, then routes the dead letters it collected.
     fn finish(&self, mut state: MutexGuard<'_, QueueState>) {
         let dead = std::mem::take(&mut state.dead_letters);
+        let stored = !state.store_removed.is_empty() || !state.store_delivered.is_empty();
+        let removed = std::mem::take(&mut state.store_removed);
+        let delivered = std::mem::take(&mut state.store_delivered);
         drop(state);
+        if stored {
+            self.flush_store(removed, delivered);
+        }
         if dead.is_empty() {
             return;
         }
@@ -264,7 +349,16 @@ impl Queue {
 
     /// Removes a message for `reason`: dead-letters it where the queue has a dead-letter
     /// exchange, otherwise counts it as dropped.
-    fn discard(&self, state: &mut QueueState, message: Arc<Message>, reason: DeathReason) {
+    fn discard(
+        &self,
+        state: &mut QueueState,
+        message: Arc<Message>,
+        store_id: u64,
+        reason: DeathReason,
+    ) {
+        if store_id != 0 {
+            state.store_removed.push(store_id);
+        }
         match reason {
             DeathReason::Expired => state.stats.expired += 1,
             DeathReason::Rejected => state.stats.dropped += 1,
@@ -305,7 +399,12 @@ impl Queue {
             match state.ready.front() {
                 Some(head) if head.expires_at.is_some_and(|at| at < now) => {
                     if let Some(expired) = state.pop_ready() {
-                        self.discard(state, expired.message, DeathReason::Expired);
+                        self.discard(
+                            state,
+                            expired.message,
+                            expired.store_id,
+                            DeathReason::Expired,
+                        );
                     }
                 }
                 _ => return,
@@ -343,6 +442,7 @@ impl Queue {
             self.discard(
                 &mut state,
                 Arc::clone(&message.message),
+                message.store_id,
                 DeathReason::Expired,
             );
         }
@@ -406,8 +506,18 @@ impl Queue {
     /// Appends a message and hands ready messages to consumers with credit, applying the
     /// queue's TTL and length limits.
     pub fn enqueue(self: &Arc<Self>, message: Arc<Message>) -> EnqueueOutcome {
+        self.enqueue_stored(message, 0)
+    }
+
+    /// [`Queue::enqueue`] for a message the store holds for this queue under `store_id`
+    /// (0: not stored). Whatever does not stay in the queue is recorded as removed.
+    pub fn enqueue_stored(self: &Arc<Self>, message: Arc<Message>, store_id: u64) -> EnqueueOutcome {
         let mut state = self.state.lock();
         if state.deleted {
+            if store_id != 0 {
+                state.store_removed.push(store_id);
+                self.finish(state);
+            }
             return EnqueueOutcome::Enqueued;
         }
         let ttl = match (state.limits.message_ttl, message.properties.expiration_ms()) {
@@ -433,12 +543,12 @@ impl Queue {
                 Overflow::DropHead => {
                     while over(&state) {
                         let Some(head) = state.pop_ready() else { break };
-                        self.discard(&mut state, head.message, DeathReason::MaxLen);
+                        self.discard(&mut state, head.message, head.store_id, DeathReason::MaxLen);
                     }
                     // A message larger than the byte limit by itself is dropped too.
                     if over(&state) {
                         state.stats.published += 1;
-                        self.discard(&mut state, message, DeathReason::MaxLen);
+                        self.discard(&mut state, message, store_id, DeathReason::MaxLen);
                         self.finish(state);
                         return EnqueueOutcome::Enqueued;
                     }
@@ -446,7 +556,9 @@ impl Queue {
                 Overflow::RejectPublish | Overflow::RejectPublishDlx if over(&state) => {
                     state.stats.rejected_publishes += 1;
                     if overflow == Overflow::RejectPublishDlx {
-                        self.discard(&mut state, message, DeathReason::MaxLen);
+                        self.discard(&mut state, message, store_id, DeathReason::MaxLen);
+                    } else if store_id != 0 {
+                        state.store_removed.push(store_id);
                     }
                     self.finish(state);
                     return EnqueueOutcome::Rejected;
@@ -462,6 +574,7 @@ impl Queue {
             message,
             redelivered: false,
             expires_at: ttl.map(|ttl| now.saturating_add(ttl)),
+            store_id,
         });
         self.dispatch_locked(&mut state);
         self.finish(state);
@@ -503,9 +616,11 @@ impl Queue {
                     UnsettledMessage {
                         message: Arc::clone(&ready.message),
                         expires_at: ready.expires_at,
+                        store_id: ready.store_id,
                     },
                 );
             }
+            state.note_delivered(ready.store_id, needs_settlement);
             state.stats.delivered += 1;
             sink.deliver(Delivery {
                 queue: Arc::clone(self),
@@ -565,9 +680,11 @@ impl Queue {
                 UnsettledMessage {
                     message: Arc::clone(&ready.message),
                     expires_at: ready.expires_at,
+                    store_id: ready.store_id,
                 },
             );
         }
+        state.note_delivered(ready.store_id, needs_settlement);
         state.stats.delivered += 1;
         let remaining = state.ready.len() as u64;
         let delivery = Delivery {
@@ -588,15 +705,23 @@ impl Queue {
         match settlement {
             Settlement::Ack => {
                 for id in ids {
-                    if state.unsettled.remove(id).is_some() {
+                    if let Some(unsettled) = state.unsettled.remove(id) {
                         state.stats.acknowledged += 1;
+                        if unsettled.store_id != 0 {
+                            state.store_removed.push(unsettled.store_id);
+                        }
                     }
                 }
             }
             Settlement::Reject => {
                 for id in ids {
                     if let Some(unsettled) = state.unsettled.remove(id) {
-                        self.discard(&mut state, unsettled.message, DeathReason::Rejected);
+                        self.discard(
+                            &mut state,
+                            unsettled.message,
+                            unsettled.store_id,
+                            DeathReason::Rejected,
+                        );
                     }
                 }
             }
@@ -608,6 +733,7 @@ impl Queue {
                             message: unsettled.message,
                             redelivered: true,
                             expires_at: unsettled.expires_at,
+                            store_id: unsettled.store_id,
                         };
                         state.ready_bytes += ready.message.body.len() as u64;
                         state.expiring += usize::from(ready.expires_at.is_some());
@@ -690,9 +816,12 @@ impl Queue {
     pub fn purge(&self) -> u64 {
         let mut state = self.state.lock();
         let count = state.ready.len() as u64;
+        let removed: Vec<u64> = state.ready.store_ids().collect();
+        state.store_removed.extend(removed);
         state.ready.clear();
         state.ready_bytes = 0;
         state.expiring = 0;
+        self.finish(state);
         count
     }
 
@@ -703,6 +832,17 @@ impl Queue {
             let mut state = self.state.lock();
             state.deleted = true;
             let count = state.ready.len() as u64;
+            let mut removed: Vec<u64> = state.ready.store_ids().collect();
+            removed.extend(
+                state
+                    .unsettled
+                    .values()
+                    .map(|u| u.store_id)
+                    .filter(|&id| id != 0),
+            );
+            if !removed.is_empty() {
+                self.flush_store(removed, Vec::new());
+            }
             state.ready.clear();
             state.ready_bytes = 0;
             state.expiring = 0;

@@ -13,6 +13,8 @@ pub(super) struct ReadyMessage {
     pub(super) redelivered: bool,
     /// When the message expires (`now_ms` clock), from the queue's and the message's TTL.
     pub(super) expires_at: Option<u64>,
+    /// The message store's id when the message is on disk for this queue; 0 when not.
+    pub(super) store_id: u64,
 }
 
 /// Ready messages: one FIFO per priority level (one level for a queue without
@@ -99,6 +101,14 @@ impl ReadyStore {
         }
         self.len -= taken.len();
         taken
+    }
+
+    /// The store ids of every ready message that is on disk.
+    pub(super) fn store_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.levels
+            .iter()
+            .flat_map(|level| level.iter().map(|m| m.store_id))
+            .filter(|&id| id != 0)
     }
 
     pub(super) fn clear(&mut self) {

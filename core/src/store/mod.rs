@@ -64,6 +64,36 @@ impl StoreConfig {
 /// whenever the topology changed, so a confirm never precedes the queue it depends on.
 pub type DefinitionsWriter = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
 
+/// The broker's link to its message store, shared with every vhost: empty until the server
+/// attaches a store (an in-memory broker never does).
+#[derive(Default)]
+pub struct Durability {
+    store: std::sync::OnceLock<Arc<MessageStore>>,
+}
+
+impl Durability {
+    /// The store, once attached.
+    pub fn store(&self) -> Option<&Arc<MessageStore>> {
+        self.store.get()
+    }
+
+    /// Attaches the store; false if one was attached already.
+    pub fn attach(&self, store: Arc<MessageStore>) -> bool {
+        self.store.set(store).is_ok()
+    }
+
+    /// Durable topology changed (call after the change is visible): the writer persists the
+    /// definitions before it next confirms anything.
+    pub fn topology_changed(&self) {
+        if let Some(store) = self.store.get() {
+            store
+                .topology_generation()
+                .fetch_add(1, Ordering::Release);
+            store.wake();
+        }
+    }
+}
+
 /// What the writer does with a message's reference count.
 #[derive(Debug, Clone, Copy)]
 enum Event {
@@ -166,6 +196,10 @@ impl MessageStore {
     /// Installs the function that writes durable definitions (see [`DefinitionsWriter`]).
     pub fn set_definitions_writer(&self, writer: DefinitionsWriter) {
         *self.shared.definitions.lock() = Some(writer);
+        // Write once now: changes made before the writer was installed were not written.
+        self.shared
+            .topology_generation
+            .fetch_add(1, Ordering::Release);
         self.wake();
     }
 
