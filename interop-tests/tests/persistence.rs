@@ -279,7 +279,7 @@ async fn crash_and_recover(seed: u64) {
         assert!(seen.insert(body.clone()), "seed {seed}: {body} came back twice");
         let (publisher, index) = body.split_once('-').expect("body format");
         if let Some(previous) = last_index.insert(publisher.to_string(), index.to_string()) {
-            assert!(previous < *index, "seed {seed}: {body} came back out of order");
+            assert!(previous.as_str() < index, "seed {seed}: {body} came back out of order");
         }
         match delivered.get(body) {
             Some((at, acked)) => {
