@@ -13,6 +13,7 @@ Connection:
                             (default amqp://guest:guest@127.0.0.1:5672/%2f)
 Topology:
   -u, --queue NAME          queue name (default perf-test); declared non-durable, deleted at the end
+      --durable             declare the queues durable (for persistent-message benchmarks)
       --queues N            spread producers/consumers over N queues NAME-1..NAME-N (default 1)
   -t, --type TYPE           exchange type: direct, fanout, topic or headers
   -e, --exchange NAME       exchange to declare and publish to (default: the default exchange,
@@ -102,6 +103,8 @@ pub struct Config {
     pub routing_key: Option<String>,
     pub size: usize,
     pub persistent: bool,
+    /// Declare queues durable.
+    pub durable: bool,
     pub confirm: Option<usize>,
     pub qos: u16,
     pub autoack: bool,
@@ -136,6 +139,7 @@ impl Default for Config {
             routing_key: None,
             size: 16,
             persistent: false,
+            durable: false,
             confirm: None,
             qos: 0,
             autoack: false,
@@ -251,6 +255,7 @@ where
                     .map(|ms| number(&flag, ms.trim()))
                     .collect::<Result<_, _>>()?;
             }
+            "--durable" => config.durable = true,
             "-s" | "--size" => config.size = number(&flag, &value(&flag)?)?,
             "-f" | "--flag" => match value(&flag)?.as_str() {
                 "persistent" => config.persistent = true,

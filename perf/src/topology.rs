@@ -109,7 +109,7 @@ impl Topology {
             let declare = Method::QueueDeclare {
                 queue: queue.clone(),
                 passive: false,
-                durable: false,
+                durable: config.durable,
                 exclusive: false,
                 auto_delete: false,
                 no_wait: false,
