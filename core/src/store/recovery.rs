@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::message::Message;
 
-use super::record::{read_record, QueueName, Read, Record, HEADER_LEN, MAGIC};
+use super::record::{read_record, read_record_at, QueueName, Read, Record, HEADER_LEN, MAGIC};
 use super::SEGMENT_EXTENSION;
 
 /// A message that comes back into a durable queue after a restart.
@@ -119,7 +119,7 @@ pub(super) fn recover(dir: &Path) -> io::Result<Recovered> {
     let mut next_store_id = 1;
     let last = files.len().saturating_sub(1);
     for (position, (number, path)) in files.iter().enumerate() {
-        let bytes = fs::read(path)?;
+        let bytes = bytes::Bytes::from(fs::read(path)?);
         let mut segment = SegmentState {
             number: *number,
             path: path.clone(),
@@ -129,7 +129,7 @@ pub(super) fn recover(dir: &Path) -> io::Result<Recovered> {
         };
         let mut offset = 0usize;
         while offset < bytes.len() {
-            match read_record(&bytes[offset..]) {
+            match read_record_at(&bytes, offset) {
                 Read::Record(record, used) => {
                     report.records += 1;
                     apply(
