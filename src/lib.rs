@@ -92,6 +92,7 @@ impl Server {
             dir: settings.data_dir.join(persistence::STORE_DIR),
             segment_size: settings.msg_store_file_size_limit as u64,
             max_unwritten_bytes: settings.msg_store_max_unwritten_bytes,
+            queue_max_in_memory: settings.queue_max_in_memory_messages,
         };
         let (store, recovered) = MessageStore::open(store_config).map_err(|error| {
             StartError::Storage(format!(

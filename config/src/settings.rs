@@ -137,6 +137,10 @@ pub struct Settings {
     /// waiting for the disk beyond which publishing connections are no longer read, until the
     /// writer catches up. Default 64 MiB.
     pub msg_store_max_unwritten_bytes: usize,
+    /// `queue_max_in_memory_messages` (Warren-specific): ready messages a durable queue keeps
+    /// in memory; persistent messages beyond it keep only an index entry and are read back
+    /// from the message store when delivered. Default 100000.
+    pub queue_max_in_memory_messages: usize,
 }
 
 impl Default for Settings {
@@ -161,6 +165,7 @@ impl Default for Settings {
             consumer_timeout: Some(Duration::from_millis(1_800_000)),
             msg_store_file_size_limit: 16 * 1024 * 1024,
             msg_store_max_unwritten_bytes: 64 * 1024 * 1024,
+            queue_max_in_memory_messages: 100_000,
         }
     }
 }
@@ -201,6 +206,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "msg_store_max_unwritten_bytes",
         "persistent bytes waiting for the disk before publishers are paused (64MiB)",
+    ),
+    (
+        "queue_max_in_memory_messages",
+        "ready messages a durable queue keeps in memory; persistent ones beyond are paged out (100000)",
     ),
     (
         "consumer_timeout",
@@ -339,6 +348,11 @@ impl Settings {
                 self.msg_store_max_unwritten_bytes = parse_size(value)
                     .filter(|size| *size >= 1)
                     .ok_or_else(|| invalid("a positive size, as an integer or with a suffix"))?;
+            }
+            "queue_max_in_memory_messages" => {
+                self.queue_max_in_memory_messages = value
+                    .parse()
+                    .map_err(|_| invalid("a non-negative integer"))?;
             }
             "connection_max" => {
                 self.connection_max = if value == "infinity" {

@@ -283,10 +283,12 @@ async fn crash_and_recover(seed: u64) {
         }
         match delivered.get(body) {
             Some((at, acked)) => {
-                if *acked || *at < horizon {
+                // A delivery the client saw before a later publish was confirmed was on disk
+                // (its record precedes that publish's); later ones may not have been.
+                if *at < horizon {
                     assert!(
                         redelivered,
-                        "seed {seed}: {body} was delivered before the kill but is not flagged redelivered"
+                        "seed {seed}: {body} was delivered before the kill (at {at}, acked {acked}, horizon {horizon}) but is not flagged redelivered"
                     );
                 }
             }
@@ -532,7 +534,11 @@ async fn a_truncated_segment_tail_loses_only_the_cut_record() {
 async fn a_backlog_is_drained_after_a_restart_and_its_segments_are_deleted() {
     tokio::time::timeout(TEST_LIMIT, async {
         const COUNT: usize = 5000;
-        const SETTINGS: &[&str] = &["msg_store_file_size_limit=262144"];
+        // Bodies past the first 1000 of the queue stay on disk and are read back on delivery.
+        const SETTINGS: &[&str] = &[
+            "msg_store_file_size_limit=262144",
+            "queue_max_in_memory_messages=1000",
+        ];
         let dir = TempDir::new("backlog");
         let warren = start(dir.path(), SETTINGS).await;
         let (connection, channel) = connect(&warren.url()).await;

@@ -23,7 +23,7 @@ mod limits;
 mod ready;
 
 pub use limits::{DeathReason, Overflow, QueueLimits};
-use ready::{ReadyMessage, ReadyStore};
+use ready::{paged_placeholder, ReadyMessage, ReadyStore};
 
 /// Least time between two full expiry passes over one queue; with the server's 250 ms tick,
 /// an expired message is removed within a second.
@@ -101,6 +101,8 @@ pub struct QueueStats {
     pub dropped_maxlen: u64,
     /// Publishes refused by `reject-publish`.
     pub rejected_publishes: u64,
+    /// Ready messages whose body is on disk only (paged out; see docs/storage.md).
+    pub paged_out: u64,
 }
 
 struct UnsettledMessage {
@@ -162,7 +164,8 @@ struct QueueState {
 
 impl QueueState {
     fn push_ready(&mut self, ready: ReadyMessage) {
-        self.ready_bytes += ready.message.body.len() as u64;
+        self.ready_bytes += ready.body_len();
+        self.stats.paged_out += u64::from(ready.paged);
         self.expiring += usize::from(ready.expires_at.is_some());
         if let Some(at) = ready.expires_at {
             self.next_expiry = self.next_expiry.min(at);
@@ -190,7 +193,8 @@ impl QueueState {
     }
 
     fn forget_ready(&mut self, ready: &ReadyMessage) {
-        self.ready_bytes -= ready.message.body.len() as u64;
+        self.ready_bytes -= ready.body_len();
+        self.stats.paged_out -= u64::from(ready.paged);
         self.expiring -= usize::from(ready.expires_at.is_some());
     }
 }
@@ -276,15 +280,72 @@ impl Queue {
             };
             let id = state.next_message_id;
             state.next_message_id += 1;
-            state.push_ready(ReadyMessage {
+            let ready = ReadyMessage {
                 id,
                 message: recovered.message,
                 redelivered: recovered.redelivered,
                 expires_at: ttl.map(|ttl| now.saturating_add(ttl)),
                 store_id: recovered.store_id,
-            });
+                paged: false,
+                paged_len: 0,
+            };
+            let ready = self.page_out_if_over(&state, ready);
+            state.push_ready(ready);
         }
         self.finish(state);
+    }
+
+    /// Beyond the store's per-queue limit of ready messages in memory, a stored message keeps
+    /// only its index entry; the body is read back from disk when it is delivered.
+    fn page_out_if_over(&self, state: &QueueState, ready: ReadyMessage) -> ReadyMessage {
+        let Some(link) = self.store.get() else {
+            return ready;
+        };
+        if ready.store_id == 0
+            || ready.paged
+            || state.ready.len() < link.store.queue_max_in_memory()
+            || ready.message.body.len() > u32::MAX as usize
+        {
+            return ready;
+        }
+        link.store.hold_until_written(ready.store_id, &ready.message);
+        ReadyMessage {
+            paged: true,
+            paged_len: ready.message.body.len() as u32,
+            message: paged_placeholder(ready.message.properties.priority),
+            ..ready
+        }
+    }
+
+    /// The message of a ready message, read back from the store if it was paged out. `None`
+    /// (logged) if the store cannot give it back.
+    fn page_in(&self, ready: &ReadyMessage) -> Option<Arc<Message>> {
+        if !ready.paged {
+            return Some(Arc::clone(&ready.message));
+        }
+        let link = self.store.get()?;
+        match link.store.read(ready.store_id) {
+            Ok(message) => Some(message),
+            Err(error) => {
+                tracing::error!(
+                    queue = %self.config.name,
+                    vhost = %self.config.vhost,
+                    %error,
+                    "a paged-out message cannot be read back from the message store; it is dropped"
+                );
+                None
+            }
+        }
+    }
+
+    /// Discards a ready message: the body is read back only when it is dead-lettered.
+    fn discard_ready(&self, state: &mut QueueState, ready: ReadyMessage, reason: DeathReason) {
+        let message = if ready.paged && state.limits.dead_letter_exchange.is_some() {
+            self.page_in(&ready).unwrap_or_else(|| Arc::clone(&ready.message))
+        } else {
+            Arc::clone(&ready.message)
+        };
+        self.discard(state, message, ready.store_id, reason);
     }
 
     /// Records in the store what left the queue and what was delivered; called with the
@@ -324,7 +385,7 @@ impl Queue {
                 break;
             }
             let Some(head) = state.pop_ready() else { break };
-            self.discard(&mut state, head.message, head.store_id, DeathReason::MaxLen);
+            self.discard_ready(&mut state, head, DeathReason::MaxLen);
         }
         self.finish(state);
     }
@@ -399,12 +460,7 @@ impl Queue {
             match state.ready.front() {
                 Some(head) if head.expires_at.is_some_and(|at| at < now) => {
                     if let Some(expired) = state.pop_ready() {
-                        self.discard(
-                            state,
-                            expired.message,
-                            expired.store_id,
-                            DeathReason::Expired,
-                        );
+                        self.discard_ready(state, expired, DeathReason::Expired);
                     }
                 }
                 _ => return,
@@ -439,12 +495,7 @@ impl Queue {
         let expired = taken.len();
         for message in &taken {
             state.forget_ready(message);
-            self.discard(
-                &mut state,
-                Arc::clone(&message.message),
-                message.store_id,
-                DeathReason::Expired,
-            );
+            self.discard_ready(&mut state, message.clone(), DeathReason::Expired);
         }
         self.finish(state);
         // The expired messages are freed here, after the lock is released, so publishers are
@@ -543,7 +594,7 @@ impl Queue {
                 Overflow::DropHead => {
                     while over(&state) {
                         let Some(head) = state.pop_ready() else { break };
-                        self.discard(&mut state, head.message, head.store_id, DeathReason::MaxLen);
+                        self.discard_ready(&mut state, head, DeathReason::MaxLen);
                     }
                     // A message larger than the byte limit by itself is dropped too.
                     if over(&state) {
@@ -569,13 +620,17 @@ impl Queue {
         let id = state.next_message_id;
         state.next_message_id += 1;
         state.stats.published += 1;
-        state.push_ready(ReadyMessage {
+        let ready = ReadyMessage {
             id,
             message,
             redelivered: false,
             expires_at: ttl.map(|ttl| now.saturating_add(ttl)),
             store_id,
-        });
+            paged: false,
+            paged_len: 0,
+        };
+        let ready = self.page_out_if_over(&state, ready);
+        state.push_ready(ready);
         self.dispatch_locked(&mut state);
         self.finish(state);
         EnqueueOutcome::Enqueued
@@ -600,13 +655,29 @@ impl Queue {
             if state.ready.is_empty() || state.consumers.is_empty() {
                 return;
             }
+            // A paged-out head is read back before any consumer's credit is reserved for it.
+            let paged_in = match state.ready.front() {
+                Some(head) if head.paged => match self.page_in(head) {
+                    Some(message) => Some(message),
+                    None => {
+                        if let Some(lost) = state.pop_ready() {
+                            state.store_removed.push(lost.store_id);
+                        }
+                        continue;
+                    }
+                },
+                _ => None,
+            };
             let Some(index) = self.next_consumer_with_credit(state) else {
                 state.consumers_starved = true;
                 return;
             };
-            let Some(ready) = state.pop_ready() else {
+            let Some(mut ready) = state.pop_ready() else {
                 return;
             };
+            if let Some(message) = paged_in {
+                ready.message = message;
+            }
             let consumer = &state.consumers[index];
             let needs_settlement = consumer.spec.needs_settlement;
             let sink = Arc::clone(&consumer.sink);
@@ -670,9 +741,22 @@ impl Queue {
         let now = now_ms();
         state.last_used = now;
         self.expire_head(&mut state, now);
-        let Some(ready) = state.pop_ready() else {
-            self.finish(state);
-            return None;
+        let ready = loop {
+            let Some(mut ready) = state.pop_ready() else {
+                self.finish(state);
+                return None;
+            };
+            if !ready.paged {
+                break ready;
+            }
+            match self.page_in(&ready) {
+                Some(message) => {
+                    ready.message = message;
+                    ready.paged = false;
+                    break ready;
+                }
+                None => state.store_removed.push(ready.store_id),
+            }
         };
         if needs_settlement {
             state.unsettled.insert(
@@ -734,8 +818,10 @@ impl Queue {
                             redelivered: true,
                             expires_at: unsettled.expires_at,
                             store_id: unsettled.store_id,
+                            paged: false,
+                            paged_len: 0,
                         };
-                        state.ready_bytes += ready.message.body.len() as u64;
+                        state.ready_bytes += ready.body_len();
                         state.expiring += usize::from(ready.expires_at.is_some());
                         if let Some(at) = ready.expires_at {
                             state.next_expiry = state.next_expiry.min(at);
@@ -820,6 +906,7 @@ impl Queue {
         state.store_removed.extend(removed);
         state.ready.clear();
         state.ready_bytes = 0;
+        state.stats.paged_out = 0;
         state.expiring = 0;
         self.finish(state);
         count
@@ -845,6 +932,7 @@ impl Queue {
             }
             state.ready.clear();
             state.ready_bytes = 0;
+            state.stats.paged_out = 0;
             state.expiring = 0;
             state.unsettled.clear();
             (count, std::mem::take(&mut state.consumers))

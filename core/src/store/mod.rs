@@ -18,7 +18,7 @@
 mod record;
 mod recovery;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -47,6 +47,9 @@ pub struct StoreConfig {
     pub segment_size: u64,
     /// Above this many bytes waiting to be written, publishers are paused.
     pub max_unwritten_bytes: usize,
+    /// Ready messages a durable queue keeps in memory; persistent messages beyond this are
+    /// kept on disk only (an index entry in memory) and read back when delivered.
+    pub queue_max_in_memory: usize,
 }
 
 impl StoreConfig {
@@ -56,6 +59,7 @@ impl StoreConfig {
             dir: dir.into(),
             segment_size: 64 * 1024 * 1024,
             max_unwritten_bytes: 64 * 1024 * 1024,
+            queue_max_in_memory: 100_000,
         }
     }
 }
@@ -98,7 +102,7 @@ impl Durability {
 #[derive(Debug, Clone, Copy)]
 enum Event {
     /// Published to `refs` durable queues.
-    Published { id: u64, refs: u32 },
+    Published { id: u64, refs: u32, at: usize },
     /// Left one queue.
     Removed { id: u64 },
     /// A delivered mark was written for it.
@@ -128,6 +132,26 @@ struct Shared {
     topology_generation: Arc<AtomicU64>,
     definitions: Mutex<Option<DefinitionsWriter>>,
     max_unwritten: usize,
+    locations: Mutex<Locations>,
+    queue_max_in_memory: usize,
+}
+
+/// Where each message's publish record is, for reading bodies back (paged-out backlogs).
+#[derive(Default)]
+struct Locations {
+    /// Every store id up to this one is in a segment file.
+    written_through: u64,
+    /// Paged-out messages whose record is not written yet, kept until it is.
+    held: BTreeMap<u64, Arc<Message>>,
+    /// Segments holding publish records, by their first store id.
+    segments: BTreeMap<u64, SegmentFile>,
+}
+
+/// A segment open for reading, with the offset of each of its publish records (its store ids
+/// are contiguous from the key it is filed under).
+struct SegmentFile {
+    file: Arc<File>,
+    offsets: Vec<u64>,
 }
 
 /// The message store. One per broker; shared by every durable queue.
@@ -145,7 +169,22 @@ impl MessageStore {
     pub fn open(config: StoreConfig) -> io::Result<(Arc<MessageStore>, Recovered)> {
         fs::create_dir_all(&config.dir)?;
         let mut recovered = recovery::recover(&config.dir)?;
-        let segments = std::mem::take(&mut recovered.segments);
+        let mut segments = std::mem::take(&mut recovered.segments);
+        let mut locations = Locations {
+            written_through: recovered.next_store_id.saturating_sub(1),
+            ..Locations::default()
+        };
+        for segment in &mut segments {
+            if let Some(first) = segment.first_id {
+                locations.segments.insert(
+                    first,
+                    SegmentFile {
+                        file: Arc::new(File::open(&segment.path)?),
+                        offsets: std::mem::take(&mut segment.offsets),
+                    },
+                );
+            }
+        }
         let (durable, _) = watch::channel(0);
         let (flow, _) = watch::channel(false);
         let shared = Arc::new(Shared {
@@ -159,6 +198,8 @@ impl MessageStore {
             topology_generation: Arc::new(AtomicU64::new(0)),
             definitions: Mutex::new(None),
             max_unwritten: config.max_unwritten_bytes.max(1),
+            locations: Mutex::new(locations),
+            queue_max_in_memory: config.queue_max_in_memory,
         });
         let mut writer = Writer::new(&config, segments, recovered.next_segment)?;
         let thread_shared = Arc::clone(&shared);
@@ -234,10 +275,12 @@ impl MessageStore {
         let seq = self.submit(|pending| {
             id = pending.next_id;
             pending.next_id += 1;
+            let at = pending.buffer.len();
             record::encode_publish(&mut pending.buffer, id, queues, message);
             pending.events.push(Event::Published {
                 id,
                 refs: queues.len() as u32,
+                at,
             });
         });
         (id, seq)
@@ -268,6 +311,42 @@ impl MessageStore {
                 .events
                 .extend(ids.iter().map(|&id| Event::Marked { id }));
         });
+    }
+
+    /// Ready messages a durable queue keeps in memory before it pages persistent ones out.
+    pub fn queue_max_in_memory(&self) -> usize {
+        self.shared.queue_max_in_memory
+    }
+
+    /// Called by a queue that drops its copy of message `id` (paging out): keeps the message
+    /// here until its record is in a segment file, so [`MessageStore::read`] always finds it.
+    pub fn hold_until_written(&self, id: u64, message: &Arc<Message>) {
+        let mut locations = self.shared.locations.lock();
+        if id > locations.written_through {
+            locations.held.insert(id, Arc::clone(message));
+        }
+    }
+
+    /// Reads message `id` back (a paged-out message being delivered).
+    pub fn read(&self, id: u64) -> io::Result<Arc<Message>> {
+        let (file, offset) = {
+            let locations = self.shared.locations.lock();
+            if let Some(message) = locations.held.get(&id) {
+                return Ok(Arc::clone(message));
+            }
+            let found = locations
+                .segments
+                .range(..=id)
+                .next_back()
+                .and_then(|(first, segment)| {
+                    let index = usize::try_from(id - first).ok()?;
+                    Some((Arc::clone(&segment.file), *segment.offsets.get(index)?))
+                });
+            found.ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, format!("message {id} is not in the store"))
+            })?
+        };
+        read_message_at(&file, offset, id)
     }
 
     /// The highest sequence number known to be on disk.
@@ -327,6 +406,10 @@ struct Writer {
     size: u64,
     next_segment: u64,
     written_generation: u64,
+    /// The open segment, opened for reading (paged-out messages are read through it).
+    reader: Option<Arc<File>>,
+    /// The first store id filed under the open segment in [`Locations`], once it has one.
+    reader_segment: Option<u64>,
 }
 
 impl Writer {
@@ -344,6 +427,8 @@ impl Writer {
             size: 0,
             next_segment: next,
             written_generation: 0,
+            reader: None,
+            reader_segment: None,
         };
         writer.start_segment()?;
         Ok(writer)
@@ -364,6 +449,8 @@ impl Writer {
         );
         // The new directory entry must survive a crash too.
         File::open(&self.dir)?.sync_all()?;
+        self.reader = Some(Arc::new(File::open(&path)?));
+        self.reader_segment = None;
         self.size = 0;
         self.segments.push(SegmentState {
             number,
@@ -371,6 +458,7 @@ impl Writer {
             first_id: None,
             live: 0,
             targets: BTreeSet::new(),
+            offsets: Vec::new(),
         });
         Ok(())
     }
@@ -405,6 +493,7 @@ impl Writer {
                 self.written_generation = generation;
             }
             let mut written = true;
+            let base = self.size;
             if !buffer.is_empty() {
                 if let Err(error) = self.append(&buffer) {
                     // Nothing after this can be confirmed; keep the broker running so
@@ -414,6 +503,7 @@ impl Writer {
                 }
             }
             if written {
+                self.note_locations(shared, &events, base);
                 shared.durable.send_replace(seq);
             }
             for event in events.drain(..) {
@@ -424,7 +514,7 @@ impl Writer {
                     tracing::error!(%error, "message store: cannot start a new segment");
                 }
             }
-            self.collect_garbage();
+            self.collect_garbage(shared);
             buffer.clear();
             {
                 let mut pending = shared.pending.lock();
@@ -443,6 +533,47 @@ impl Writer {
                     return;
                 }
             }
+        }
+    }
+
+    /// Files the offsets of the publish records just written and releases held messages.
+    fn note_locations(&mut self, shared: &Shared, events: &[Event], base: u64) {
+        let mut locations = shared.locations.lock();
+        let mut highest = locations.written_through;
+        for event in events {
+            let Event::Published { id, at, .. } = *event else {
+                continue;
+            };
+            highest = highest.max(id);
+            let offset = base + at as u64;
+            let needs_new = locations
+                .segments
+                .range(..=id)
+                .next_back()
+                .is_none_or(|(first, segment)| {
+                    first + segment.offsets.len() as u64 != id || self.reader_segment != Some(*first)
+                });
+            if needs_new {
+                let Some(file) = self.reader.clone() else {
+                    continue;
+                };
+                self.reader_segment = Some(id);
+                locations.segments.insert(
+                    id,
+                    SegmentFile {
+                        file,
+                        offsets: Vec::new(),
+                    },
+                );
+            }
+            if let Some((_, segment)) = locations.segments.range_mut(..=id).next_back() {
+                segment.offsets.push(offset);
+            }
+        }
+        locations.written_through = highest;
+        if !locations.held.is_empty() {
+            let keep = locations.held.split_off(&(highest + 1));
+            locations.held = keep;
         }
     }
 
@@ -468,7 +599,7 @@ impl Writer {
     fn account(&mut self, event: Event) {
         let current = self.segments.last().map_or(0, |s| s.number);
         match event {
-            Event::Published { id, refs } => {
+            Event::Published { id, refs, .. } => {
                 if let Some(segment) = self.segments.last_mut() {
                     if segment.first_id.is_none() {
                         segment.first_id = Some(id);
@@ -503,7 +634,7 @@ impl Writer {
 
     /// Deletes every closed segment with no live message whose records no longer matter:
     /// every segment its removals refer to is gone already.
-    fn collect_garbage(&mut self) {
+    fn collect_garbage(&mut self, shared: &Shared) {
         loop {
             let last = self.segments.len().saturating_sub(1);
             let existing: BTreeSet<u64> = self.segments.iter().map(|s| s.number).collect();
@@ -515,11 +646,42 @@ impl Writer {
             // The index keeps the deleted segment's range, so a late id of it can never be
             // taken for an id of the segment before.
             let segment = self.segments.remove(position);
+            if let Some(first) = segment.first_id {
+                shared.locations.lock().segments.remove(&first);
+            }
             match fs::remove_file(&segment.path) {
                 Ok(()) => tracing::debug!(file = %segment.path.display(), "message store: segment deleted"),
                 Err(error) => tracing::warn!(file = %segment.path.display(), %error, "message store: cannot delete segment"),
             }
         }
+    }
+}
+
+/// Reads the publish record at `offset` of a segment and returns its message.
+fn read_message_at(file: &File, offset: u64, id: u64) -> io::Result<Arc<Message>> {
+    use std::os::unix::fs::FileExt;
+    let damaged = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the record of message {id} at offset {offset} is damaged"),
+        )
+    };
+    let mut header = [0u8; record::HEADER_LEN];
+    file.read_exact_at(&mut header, offset)?;
+    let length = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    if length > record::MAX_PAYLOAD {
+        return Err(damaged());
+    }
+    let mut bytes = vec![0u8; record::HEADER_LEN + length as usize];
+    bytes[..record::HEADER_LEN].copy_from_slice(&header);
+    file.read_exact_at(&mut bytes[record::HEADER_LEN..], offset + record::HEADER_LEN as u64)?;
+    match record::read_record(&bytes) {
+        record::Read::Record(record::Record::Publish { store_id, message, .. }, _)
+            if store_id == id =>
+        {
+            Ok(Arc::new(message))
+        }
+        _ => Err(damaged()),
     }
 }
 

@@ -65,6 +65,8 @@ pub(super) struct SegmentState {
     /// Older segments whose messages this segment's remove/delivered records refer to:
     /// while one of them exists, deleting this segment would lose those records.
     pub(super) targets: BTreeSet<u64>,
+    /// Offsets of the publish records, in store id order (ids are contiguous per segment).
+    pub(super) offsets: Vec<u64>,
 }
 
 /// Everything the store found on disk.
@@ -126,12 +128,17 @@ pub(super) fn recover(dir: &Path) -> io::Result<Recovered> {
             first_id: None,
             live: 0,
             targets: BTreeSet::new(),
+            offsets: Vec::new(),
         };
         let mut offset = 0usize;
         while offset < bytes.len() {
             match read_record_at(&bytes, offset) {
                 Read::Record(record, used) => {
                     report.records += 1;
+                    let published = match &record {
+                        Record::Publish { store_id, .. } => Some(*store_id),
+                        _ => None,
+                    };
                     apply(
                         record,
                         &mut segment,
@@ -140,6 +147,9 @@ pub(super) fn recover(dir: &Path) -> io::Result<Recovered> {
                         &mut queues,
                         &mut next_store_id,
                     );
+                    if let Some(store_id) = published {
+                        note_offset(&mut segment, store_id, offset as u64);
+                    }
                     offset += used;
                 }
                 Read::Incomplete if position == last => {
@@ -265,6 +275,24 @@ fn note_targets(segment: &mut SegmentState, index: &[(u64, u64)], ids: &[u64]) {
                 segment.targets.insert(target);
             }
         }
+    }
+}
+
+/// Files the offset of a publish record; a gap left by a damaged record is filled with
+/// offsets that never read back as anything.
+fn note_offset(segment: &mut SegmentState, store_id: u64, offset: u64) {
+    let first = *segment.first_id.get_or_insert(store_id);
+    let Some(index) = store_id.checked_sub(first).and_then(|i| usize::try_from(i).ok()) else {
+        return;
+    };
+    if index > segment.offsets.len() + 1_000_000 {
+        return;
+    }
+    while segment.offsets.len() < index {
+        segment.offsets.push(u64::MAX);
+    }
+    if segment.offsets.len() == index {
+        segment.offsets.push(offset);
     }
 }
 
