@@ -119,6 +119,9 @@ impl Topology {
                 Method::QueueDeclareOk { .. } => {}
                 other => return Err(unexpected("queue.declare-ok", &other)),
             }
+            if config.keep {
+                continue;
+            }
             let purge = Method::QueuePurge {
                 queue: queue.clone(),
                 no_wait: false,

@@ -271,23 +271,24 @@ impl Queue {
         let mut state = self.state.lock();
         let now = now_ms();
         for recovered in messages {
-            let ttl = match (
-                state.limits.message_ttl,
-                recovered.message.properties.expiration_ms(),
-            ) {
+            let ttl = match (state.limits.message_ttl, recovered.expiration_ms) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
             let id = state.next_message_id;
             state.next_message_id += 1;
+            let (message, paged) = match recovered.message {
+                Some(message) => (message, false),
+                None => (paged_placeholder(recovered.priority), true),
+            };
             let ready = ReadyMessage {
                 id,
-                message: recovered.message,
+                message,
                 redelivered: recovered.redelivered,
                 expires_at: ttl.map(|ttl| now.saturating_add(ttl)),
                 store_id: recovered.store_id,
-                paged: false,
-                paged_len: 0,
+                paged,
+                paged_len: if paged { recovered.body_len } else { 0 },
             };
             let ready = self.page_out_if_over(&state, ready);
             state.push_ready(ready);

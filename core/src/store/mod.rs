@@ -168,7 +168,7 @@ impl MessageStore {
     /// [`MessageStore::remove`].
     pub fn open(config: StoreConfig) -> io::Result<(Arc<MessageStore>, Recovered)> {
         fs::create_dir_all(&config.dir)?;
-        let mut recovered = recovery::recover(&config.dir)?;
+        let mut recovered = recovery::recover(&config.dir, config.queue_max_in_memory)?;
         let mut segments = std::mem::take(&mut recovered.segments);
         let mut locations = Locations {
             written_through: recovered.next_store_id.saturating_sub(1),

@@ -13,6 +13,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+
 use crate::message::Message;
 
 use super::record::{read_record, read_record_at, QueueName, Read, Record, HEADER_LEN, MAGIC};
@@ -23,10 +24,28 @@ use super::SEGMENT_EXTENSION;
 pub struct RecoveredMessage {
     /// The store's id (queues keep it to record acks).
     pub store_id: u64,
-    /// The message.
-    pub message: Arc<Message>,
+    /// The message, for the first `queue_max_in_memory` messages of each queue; `None` for
+    /// the rest, which stay on disk (paged out) until delivered.
+    pub message: Option<Arc<Message>>,
     /// Delivered before the restart and not settled.
     pub redelivered: bool,
+    /// The message's priority property (a paged-out message still needs its level).
+    pub priority: Option<u8>,
+    /// The body's length.
+    pub body_len: u32,
+    /// The message's own TTL (`expiration`), in milliseconds.
+    pub expiration_ms: Option<u64>,
+}
+
+/// What recovery keeps per live message while it replays: where it is and what a queue needs
+/// to hold it paged out. The message itself is read again only if it will be in memory.
+#[derive(Debug, Clone, Copy)]
+struct MessageMeta {
+    segment: u64,
+    offset: u64,
+    body_len: u32,
+    priority: Option<u8>,
+    expiration_ms: Option<u64>,
 }
 
 /// A place where recovery skipped damaged bytes.
@@ -107,14 +126,15 @@ pub(super) fn segment_of(index: &[(u64, u64)], id: u64) -> Option<u64> {
     (position > 0).then(|| index[position - 1].1)
 }
 
-/// Replays every segment in `dir`.
-pub(super) fn recover(dir: &Path) -> io::Result<Recovered> {
+/// Replays every segment in `dir`; the first `in_memory` live messages of each queue are
+/// read into memory, the others are returned as index entries only.
+pub(super) fn recover(dir: &Path, in_memory: usize) -> io::Result<Recovered> {
     let files = segment_files(dir)?;
     let mut report = RecoveryReport {
         segments: files.len(),
         ..RecoveryReport::default()
     };
-    let mut messages: HashMap<u64, (Arc<Message>, u64)> = HashMap::new();
+    let mut messages: HashMap<u64, MessageMeta> = HashMap::new();
     let mut queues: BTreeMap<QueueName, BTreeMap<u64, bool>> = BTreeMap::new();
     let mut segments: Vec<SegmentState> = Vec::new();
     let mut index: Vec<(u64, u64)> = Vec::new();
@@ -141,6 +161,7 @@ pub(super) fn recover(dir: &Path) -> io::Result<Recovered> {
                     };
                     apply(
                         record,
+                        offset as u64,
                         &mut segment,
                         &mut index,
                         &mut messages,
@@ -195,19 +216,44 @@ pub(super) fn recover(dir: &Path) -> io::Result<Recovered> {
         segments.push(segment);
     }
     let mut recovered_queues = BTreeMap::new();
+    let mut readers: HashMap<u64, fs::File> = HashMap::new();
     for (queue, ids) in queues {
         let mut list = Vec::with_capacity(ids.len());
         for (id, delivered) in ids {
-            if let Some((message, segment)) = messages.get(&id) {
-                if let Some(state) = segments.iter_mut().find(|s| s.number == *segment) {
-                    state.live += 1;
-                }
-                list.push(RecoveredMessage {
-                    store_id: id,
-                    message: Arc::clone(message),
-                    redelivered: delivered,
-                });
+            let Some(meta) = messages.get(&id) else {
+                continue;
+            };
+            if let Ok(position) = segments.binary_search_by_key(&meta.segment, |s| s.number) {
+                segments[position].live += 1;
             }
+            let message = if list.len() < in_memory {
+                let path = &segments
+                    .iter()
+                    .find(|s| s.number == meta.segment)
+                    .map(|s| s.path.clone());
+                let file = match (readers.get(&meta.segment), path) {
+                    (Some(_), _) => None,
+                    (None, Some(path)) => Some(fs::File::open(path)?),
+                    (None, None) => None,
+                };
+                if let Some(file) = file {
+                    readers.insert(meta.segment, file);
+                }
+                match readers.get(&meta.segment) {
+                    Some(file) => Some(super::read_message_at(file, meta.offset, id)?),
+                    None => None,
+                }
+            } else {
+                None
+            };
+            list.push(RecoveredMessage {
+                store_id: id,
+                message,
+                redelivered: delivered,
+                priority: meta.priority,
+                body_len: meta.body_len,
+                expiration_ms: meta.expiration_ms,
+            });
         }
         if !list.is_empty() {
             recovered_queues.insert(queue, list);
@@ -225,9 +271,10 @@ pub(super) fn recover(dir: &Path) -> io::Result<Recovered> {
 
 fn apply(
     record: Record,
+    offset: u64,
     segment: &mut SegmentState,
     index: &mut Vec<(u64, u64)>,
-    messages: &mut HashMap<u64, (Arc<Message>, u64)>,
+    messages: &mut HashMap<u64, MessageMeta>,
     queues: &mut BTreeMap<QueueName, BTreeMap<u64, bool>>,
     next_store_id: &mut u64,
 ) {
@@ -242,7 +289,16 @@ fn apply(
                 index.push((store_id, segment.number));
             }
             *next_store_id = (*next_store_id).max(store_id + 1);
-            messages.insert(store_id, (Arc::new(message), segment.number));
+            messages.insert(
+                store_id,
+                MessageMeta {
+                    segment: segment.number,
+                    offset,
+                    body_len: u32::try_from(message.body.len()).unwrap_or(u32::MAX),
+                    priority: message.properties.priority,
+                    expiration_ms: message.properties.expiration_ms(),
+                },
+            );
             for queue in targets {
                 queues.entry(queue).or_default().insert(store_id, false);
             }

@@ -59,7 +59,8 @@ fn bodies(recovered: &Recovered, name: &str) -> Vec<(String, bool)> {
             list.iter()
                 .map(|m| {
                     (
-                        String::from_utf8_lossy(&m.message.body).into_owned(),
+                        String::from_utf8_lossy(&m.message.as_ref().expect("in memory").body)
+                            .into_owned(),
                         m.redelivered,
                     )
                 })
@@ -299,4 +300,35 @@ fn a_backlog_beyond_the_in_memory_limit_is_paged_out_and_read_back_in_order() {
     expected.push("transient".into());
     assert_eq!(bodies, expected);
     assert_eq!(queue.stats().paged_out, 0);
+}
+
+#[test]
+fn recovery_reads_only_the_first_messages_of_a_queue_into_memory() {
+    let dir = TempDir::new("recover-paged");
+    let q = queue("q");
+    {
+        let (store, _) = open(&dir);
+        let mut seq = 0;
+        for i in 0..5 {
+            let mut m = message(&format!("body-{i}"));
+            m.properties.priority = Some(i);
+            seq = store.publish(&m, &[&q]).1;
+        }
+        flush(&store, seq);
+        store.close();
+    }
+    let mut config = StoreConfig::new(&dir.0);
+    config.queue_max_in_memory = 2;
+    let (store, recovered) = MessageStore::open(config).unwrap();
+    let list = &recovered.queues[&q];
+    assert_eq!(list.len(), 5);
+    assert!(list[..2].iter().all(|m| m.message.is_some()));
+    assert!(list[2..].iter().all(|m| m.message.is_none()));
+    assert_eq!(
+        list.iter().map(|m| (m.priority, m.body_len)).collect::<Vec<_>>(),
+        (0..5).map(|i| (Some(i), 6)).collect::<Vec<_>>()
+    );
+    // The ones left on disk read back by store id.
+    let back = store.read(list[4].store_id).unwrap();
+    assert_eq!(&back.body[..], b"body-4");
 }
