@@ -486,22 +486,23 @@ impl Writer {
             let generation = shared.topology_generation.load(Ordering::Acquire);
             if generation != self.written_generation {
                 if let Some(write_definitions) = shared.definitions.lock().as_ref() {
-                    if let Err(error) = write_definitions() {
-                        tracing::error!(%error, "cannot write durable definitions");
+                    // Like messages: nothing is confirmed before the queues it sits in are
+                    // on disk, so a failed write is retried (given up only at shutdown).
+                    let mut attempts = 0u32;
+                    while let Err(error) = write_definitions() {
+                        attempts += 1;
+                        if attempts == 1 || attempts % 100 == 0 {
+                            tracing::error!(%error, attempts, "cannot write durable definitions; retrying");
+                        }
+                        if stopping && attempts >= 10 {
+                            break;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(100));
                     }
                 }
                 self.written_generation = generation;
             }
-            let mut written = true;
-            let base = self.size;
-            if !buffer.is_empty() {
-                if let Err(error) = self.append(&buffer) {
-                    // Nothing after this can be confirmed; keep the broker running so
-                    // consumers can drain, and say why confirms stopped.
-                    tracing::error!(%error, "message store: write failed; persistent publishes will not be confirmed");
-                    written = false;
-                }
-            }
+            let (written, base) = self.append_until_written(&buffer, stopping);
             if written {
                 self.note_locations(shared, &events, base);
                 shared.durable.send_replace(seq);
@@ -577,15 +578,49 @@ impl Writer {
         }
     }
 
+    /// Writes a batch, retrying (in a fresh segment) until the disk takes it: confirms wait
+    /// and, as unwritten bytes pile up, publishers are paused, but nothing is confirmed that
+    /// is not on disk. Gives up only while shutting down. Returns whether the batch was
+    /// written and the offset it starts at.
+    fn append_until_written(&mut self, buffer: &[u8], stopping: bool) -> (bool, u64) {
+        if buffer.is_empty() {
+            return (true, self.size);
+        }
+        let mut attempts = 0u32;
+        loop {
+            let base = self.size;
+            let error = match self.append(buffer) {
+                Ok(()) => return (true, base),
+                Err(error) => error,
+            };
+            attempts += 1;
+            if attempts == 1 || attempts % 100 == 0 {
+                tracing::error!(%error, attempts, "message store: write failed (disk full?); persistent publishes wait until it succeeds");
+            }
+            if stopping && attempts >= 10 {
+                return (false, base);
+            }
+            // The failed write may have left part of the batch behind: go on in a new segment
+            // (recovery skips the damaged tail of the old one).
+            if let Err(error) = self.start_segment() {
+                tracing::error!(%error, "message store: cannot start a new segment");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
         let file = self
             .file
             .as_mut()
             .ok_or_else(|| io::Error::other("no open segment"))?;
-        file.write_all(bytes)?;
-        file.sync_data()?;
-        self.size += bytes.len() as u64;
-        Ok(())
+        let result = file.write_all(bytes).and_then(|()| file.sync_data());
+        match result {
+            Ok(()) => self.size += bytes.len() as u64,
+            // Part of the batch may be in the file: keep offsets true to the file.
+            Err(_) => self.size = file.metadata().map_or(self.size, |m| m.len()),
+        }
+        result
     }
 
     fn segment_mut(&mut self, number: u64) -> Option<&mut SegmentState> {
