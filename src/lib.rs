@@ -50,9 +50,7 @@ impl std::fmt::Display for StartError {
             } => {
                 write!(f, "cannot listen for {protocol} on {addr}: {error}")
             }
-            StartError::Definitions(message) | StartError::Storage(message) => {
-                f.write_str(message)
-            }
+            StartError::Definitions(message) | StartError::Storage(message) => f.write_str(message),
         }
     }
 }

@@ -71,7 +71,10 @@ pub fn restore_messages(broker: &Broker, recovered: Recovered) {
             }
         }
     }
-    tracing::info!(messages = restored, "persistent messages restored to their queues");
+    tracing::info!(
+        messages = restored,
+        "persistent messages restored to their queues"
+    );
 }
 
 /// Writes `document` to `path` so that a crash leaves either the old or the new file: write

@@ -407,9 +407,15 @@ fn message_store_keys_take_sizes_and_counts() {
     assert_eq!(settings.msg_store_file_size_limit, 16 * 1024 * 1024);
     assert_eq!(settings.msg_store_max_unwritten_bytes, 64 * 1024 * 1024);
     assert_eq!(settings.queue_max_in_memory_messages, 100_000);
-    settings.set("msg_store_file_size_limit", "1MiB").expect("size");
-    settings.set("msg_store_max_unwritten_bytes", "8388608").expect("size");
-    settings.set("queue_max_in_memory_messages", "0").expect("count");
+    settings
+        .set("msg_store_file_size_limit", "1MiB")
+        .expect("size");
+    settings
+        .set("msg_store_max_unwritten_bytes", "8388608")
+        .expect("size");
+    settings
+        .set("queue_max_in_memory_messages", "0")
+        .expect("count");
     assert_eq!(settings.msg_store_file_size_limit, 1024 * 1024);
     assert_eq!(settings.msg_store_max_unwritten_bytes, 8 * 1024 * 1024);
     assert_eq!(settings.queue_max_in_memory_messages, 0);

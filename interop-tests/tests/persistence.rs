@@ -250,9 +250,17 @@ async fn crash_and_recover(seed: u64) {
     let kill_after = 200 + rng.below(1500) as usize;
     let mut tasks = Vec::new();
     for id in 0..publishers {
-        tasks.push(tokio::spawn(publisher(url.clone(), id, Arc::clone(&observed))));
+        tasks.push(tokio::spawn(publisher(
+            url.clone(),
+            id,
+            Arc::clone(&observed),
+        )));
     }
-    tasks.push(tokio::spawn(consumer(url.clone(), seed, Arc::clone(&observed))));
+    tasks.push(tokio::spawn(consumer(
+        url.clone(),
+        seed,
+        Arc::clone(&observed),
+    )));
     let reached = wait_for(Duration::from_secs(60), || {
         observed.confirmed.lock().expect("lock").len() >= kill_after
     })
@@ -276,10 +284,16 @@ async fn crash_and_recover(seed: u64) {
     let mut seen = HashSet::new();
     let mut last_index: HashMap<String, String> = HashMap::new();
     for (body, redelivered) in &recovered {
-        assert!(seen.insert(body.clone()), "seed {seed}: {body} came back twice");
+        assert!(
+            seen.insert(body.clone()),
+            "seed {seed}: {body} came back twice"
+        );
         let (publisher, index) = body.split_once('-').expect("body format");
         if let Some(previous) = last_index.insert(publisher.to_string(), index.to_string()) {
-            assert!(previous.as_str() < index, "seed {seed}: {body} came back out of order");
+            assert!(
+                previous.as_str() < index,
+                "seed {seed}: {body} came back out of order"
+            );
         }
         match delivered.get(body) {
             Some((at, acked)) => {
@@ -297,7 +311,9 @@ async fn crash_and_recover(seed: u64) {
     }
     let lost: Vec<&String> = confirmed
         .iter()
-        .filter(|body| !seen.contains(*body) && !delivered.get(*body).is_some_and(|(_, acked)| *acked))
+        .filter(|body| {
+            !seen.contains(*body) && !delivered.get(*body).is_some_and(|(_, acked)| *acked)
+        })
         .collect();
     assert!(
         lost.is_empty(),
@@ -321,7 +337,8 @@ async fn sigkill_at_seeded_points_loses_no_confirmed_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn durable_topology_and_persistent_messages_survive_a_clean_restart_and_transient_ones_do_not() {
+async fn durable_topology_and_persistent_messages_survive_a_clean_restart_and_transient_ones_do_not(
+) {
     tokio::time::timeout(TEST_LIMIT, async {
         let dir = TempDir::new("topology");
         let warren = start(dir.path(), &[]).await;
@@ -443,7 +460,9 @@ async fn durable_topology_and_persistent_messages_survive_a_clean_restart_and_tr
         assert_eq!(passive("d.x", true).await.expect("durable exchange"), 0);
         assert_eq!(passive("d.q", false).await.expect("durable queue"), 1);
         for (name, exchange) in [("t.x", true), ("t.q", false), ("x.q", false)] {
-            let error = passive(name, exchange).await.expect_err("gone after restart");
+            let error = passive(name, exchange)
+                .await
+                .expect_err("gone after restart");
             match error.kind() {
                 ErrorKind::ProtocolError(e) => assert_eq!(e.get_id(), 404, "{name}"),
                 other => panic!("{name}: expected 404, got {other:?}"),
@@ -486,7 +505,12 @@ async fn a_truncated_segment_tail_loses_only_the_cut_record() {
         let warren = start(dir.path(), &[]).await;
         let (connection, channel) = connect(&warren.url()).await;
         declare_durable(&channel, "cut").await;
-        publish_confirmed(&channel, "cut", (0..50).map(|i| format!("m{i:02}").into_bytes())).await;
+        publish_confirmed(
+            &channel,
+            "cut",
+            (0..50).map(|i| format!("m{i:02}").into_bytes()),
+        )
+        .await;
         drop(connection);
         tokio::task::spawn_blocking(move || warren.kill())
             .await
@@ -520,7 +544,11 @@ async fn a_truncated_segment_tail_loses_only_the_cut_record() {
 
         let warren = start(dir.path(), &[]).await;
         let (_connection, channel) = connect(&warren.url()).await;
-        let bodies: Vec<String> = drain(&channel, "cut").await.into_iter().map(|(b, _)| b).collect();
+        let bodies: Vec<String> = drain(&channel, "cut")
+            .await
+            .into_iter()
+            .map(|(b, _)| b)
+            .collect();
         let mut expected: Vec<String> = (0..49).map(|i| format!("m{i:02}")).collect();
         expected.push("after".into());
         assert_eq!(bodies, expected);
@@ -583,33 +611,45 @@ async fn users_vhosts_permissions_and_policies_survive_a_restart() {
     let core = broker.broker();
     core.add_user("alice", "secret", vec!["management".into()]);
     core.add_vhost("staging");
-    core.set_permissions("alice", "staging", Permissions::new("^a", ".*", ".*").expect("valid"))
-        .expect("permissions");
+    core.set_permissions(
+        "alice",
+        "staging",
+        Permissions::new("^a", ".*", ".*").expect("valid"),
+    )
+    .expect("permissions");
     let mut definition = Table::new();
     definition.insert("message-ttl", Value::I64(5000));
-    core.vhost("staging")
-        .expect("vhost")
-        .set_policy(
-            Policy::new("ttl", "^t\\.", "queues", 3, definition, false).expect("valid policy"),
-            false,
-        );
+    core.vhost("staging").expect("vhost").set_policy(
+        Policy::new("ttl", "^t\\.", "queues", 3, definition, false).expect("valid policy"),
+        false,
+    );
     broker.shutdown().await;
 
     let broker = TestBroker::start_with(&settings).await;
     let core = broker.broker();
     assert!(core.authenticate("alice", "secret", true).is_ok());
-    assert_eq!(core.user("alice").expect("alice").tags, vec!["management".to_string()]);
+    assert_eq!(
+        core.user("alice").expect("alice").tags,
+        vec!["management".to_string()]
+    );
     let staging = core.vhost("staging").expect("vhost restored");
     let granted = staging.permissions("alice").expect("permissions restored");
     assert_eq!(granted.patterns(), ("^a", ".*", ".*"));
     let policies = staging.policies(false);
     assert_eq!(policies.len(), 1);
     assert_eq!(
-        (policies[0].name.as_str(), policies[0].pattern.as_str(), policies[0].priority),
+        (
+            policies[0].name.as_str(),
+            policies[0].pattern.as_str(),
+            policies[0].priority
+        ),
         ("ttl", "^t\\.", 3)
     );
     assert_eq!(
-        policies[0].definition.get("message-ttl").and_then(Value::as_i64),
+        policies[0]
+            .definition
+            .get("message-ttl")
+            .and_then(Value::as_i64),
         Some(5000)
     );
     broker.shutdown().await;

@@ -103,7 +103,7 @@ pub async fn run(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String>
     } else {
         match tokio::time::timeout(Duration::from_secs(10), topology.delete(&mut setup)).await {
             Ok(Ok(())) => setup.close().await,
-        Ok(Err(error)) => eprintln!("note: cleaning up the queues failed: {error}"),
+            Ok(Err(error)) => eprintln!("note: cleaning up the queues failed: {error}"),
             Err(_) => eprintln!("note: the broker did not answer queue.delete within 10 s"),
         }
     }

@@ -309,7 +309,8 @@ impl Queue {
         {
             return ready;
         }
-        link.store.hold_until_written(ready.store_id, &ready.message);
+        link.store
+            .hold_until_written(ready.store_id, &ready.message);
         ReadyMessage {
             paged: true,
             paged_len: ready.message.body.len() as u32,
@@ -342,7 +343,8 @@ impl Queue {
     /// Discards a ready message: the body is read back only when it is dead-lettered.
     fn discard_ready(&self, state: &mut QueueState, ready: ReadyMessage, reason: DeathReason) {
         let message = if ready.paged && state.limits.dead_letter_exchange.is_some() {
-            self.page_in(&ready).unwrap_or_else(|| Arc::clone(&ready.message))
+            self.page_in(&ready)
+                .unwrap_or_else(|| Arc::clone(&ready.message))
         } else {
             Arc::clone(&ready.message)
         };
@@ -563,7 +565,11 @@ impl Queue {
 
     /// [`Queue::enqueue`] for a message the store holds for this queue under `store_id`
     /// (0: not stored). Whatever does not stay in the queue is recorded as removed.
-    pub fn enqueue_stored(self: &Arc<Self>, message: Arc<Message>, store_id: u64) -> EnqueueOutcome {
+    pub fn enqueue_stored(
+        self: &Arc<Self>,
+        message: Arc<Message>,
+        store_id: u64,
+    ) -> EnqueueOutcome {
         let mut state = self.state.lock();
         if state.deleted {
             if store_id != 0 {

@@ -32,8 +32,8 @@ use tokio::sync::watch;
 use crate::message::Message;
 
 pub use record::QueueName;
-pub use recovery::{Damage, RecoveredMessage, Recovered, RecoveryReport};
 use recovery::{segment_of, SegmentState};
+pub use recovery::{Damage, Recovered, RecoveredMessage, RecoveryReport};
 
 /// File extension of segment files.
 pub const SEGMENT_EXTENSION: &str = "wseg";
@@ -90,9 +90,7 @@ impl Durability {
     /// definitions before it next confirms anything.
     pub fn topology_changed(&self) {
         if let Some(store) = self.store.get() {
-            store
-                .topology_generation()
-                .fetch_add(1, Ordering::Release);
+            store.topology_generation().fetch_add(1, Ordering::Release);
             store.wake();
         }
     }
@@ -343,7 +341,10 @@ impl MessageStore {
                     Some((Arc::clone(&segment.file), *segment.offsets.get(index)?))
                 });
             found.ok_or_else(|| {
-                io::Error::new(io::ErrorKind::NotFound, format!("message {id} is not in the store"))
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("message {id} is not in the store"),
+                )
             })?
         };
         read_message_at(&file, offset, id)
@@ -479,7 +480,8 @@ impl Writer {
                     shared.wake.wait(&mut pending);
                 }
                 let buffer = std::mem::replace(&mut pending.buffer, std::mem::take(&mut spare));
-                let events = std::mem::replace(&mut pending.events, std::mem::take(&mut events_spare));
+                let events =
+                    std::mem::replace(&mut pending.events, std::mem::take(&mut events_spare));
                 pending.in_flight = buffer.len();
                 (buffer, events, pending.last_seq, pending.stopping)
             };
@@ -491,7 +493,7 @@ impl Writer {
                     let mut attempts = 0u32;
                     while let Err(error) = write_definitions() {
                         attempts += 1;
-                        if attempts == 1 || attempts % 100 == 0 {
+                        if attempts.rem_euclid(100) == 1 {
                             tracing::error!(%error, attempts, "cannot write durable definitions; retrying");
                         }
                         if stopping && attempts >= 10 {
@@ -547,13 +549,15 @@ impl Writer {
             };
             highest = highest.max(id);
             let offset = base + at as u64;
-            let needs_new = locations
-                .segments
-                .range(..=id)
-                .next_back()
-                .is_none_or(|(first, segment)| {
-                    first + segment.offsets.len() as u64 != id || self.reader_segment != Some(*first)
-                });
+            let needs_new =
+                locations
+                    .segments
+                    .range(..=id)
+                    .next_back()
+                    .is_none_or(|(first, segment)| {
+                        first + segment.offsets.len() as u64 != id
+                            || self.reader_segment != Some(*first)
+                    });
             if needs_new {
                 let Some(file) = self.reader.clone() else {
                     continue;
@@ -594,7 +598,7 @@ impl Writer {
                 Err(error) => error,
             };
             attempts += 1;
-            if attempts == 1 || attempts % 100 == 0 {
+            if attempts.rem_euclid(100) == 1 {
                 tracing::error!(%error, attempts, "message store: write failed (disk full?); persistent publishes wait until it succeeds");
             }
             if stopping && attempts >= 10 {
@@ -673,9 +677,10 @@ impl Writer {
         loop {
             let last = self.segments.len().saturating_sub(1);
             let existing: BTreeSet<u64> = self.segments.iter().map(|s| s.number).collect();
-            let Some(position) = self.segments[..last].iter().position(|s| {
-                s.live == 0 && s.targets.iter().all(|t| !existing.contains(t))
-            }) else {
+            let Some(position) = self.segments[..last]
+                .iter()
+                .position(|s| s.live == 0 && s.targets.iter().all(|t| !existing.contains(t)))
+            else {
                 return;
             };
             // The index keeps the deleted segment's range, so a late id of it can never be
@@ -685,8 +690,12 @@ impl Writer {
                 shared.locations.lock().segments.remove(&first);
             }
             match fs::remove_file(&segment.path) {
-                Ok(()) => tracing::debug!(file = %segment.path.display(), "message store: segment deleted"),
-                Err(error) => tracing::warn!(file = %segment.path.display(), %error, "message store: cannot delete segment"),
+                Ok(()) => {
+                    tracing::debug!(file = %segment.path.display(), "message store: segment deleted")
+                }
+                Err(error) => {
+                    tracing::warn!(file = %segment.path.display(), %error, "message store: cannot delete segment")
+                }
             }
         }
     }
@@ -709,13 +718,17 @@ fn read_message_at(file: &File, offset: u64, id: u64) -> io::Result<Arc<Message>
     }
     let mut bytes = vec![0u8; record::HEADER_LEN + length as usize];
     bytes[..record::HEADER_LEN].copy_from_slice(&header);
-    file.read_exact_at(&mut bytes[record::HEADER_LEN..], offset + record::HEADER_LEN as u64)?;
+    file.read_exact_at(
+        &mut bytes[record::HEADER_LEN..],
+        offset + record::HEADER_LEN as u64,
+    )?;
     match record::read_record(&bytes) {
-        record::Read::Record(record::Record::Publish { store_id, message, .. }, _)
-            if store_id == id =>
-        {
-            Ok(Arc::new(message))
-        }
+        record::Read::Record(
+            record::Record::Publish {
+                store_id, message, ..
+            },
+            _,
+        ) if store_id == id => Ok(Arc::new(message)),
         _ => Err(damaged()),
     }
 }

@@ -41,6 +41,9 @@ pub struct QueueName {
 }
 
 /// One decoded record.
+// Records are decoded and consumed one at a time, never stored in bulk: boxing the message
+// would only add an allocation per record during recovery.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 #[cfg_attr(test, derive(PartialEq))]
 pub enum Record {
@@ -123,6 +126,7 @@ pub fn encode_ids(out: &mut Vec<u8>, delivered: bool, queue: &QueueName, ids: &[
 }
 
 /// What reading one record at an offset found.
+#[allow(clippy::large_enum_variant)] // see `Record`
 #[derive(Debug)]
 pub enum Read {
     /// A good record and the total bytes it took.
@@ -148,7 +152,8 @@ fn read_record_in(bytes: &[u8], shared: Option<(&Bytes, usize)>) -> Read {
     if bytes.len() < HEADER_LEN {
         return Read::Incomplete;
     }
-    let word = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let word =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     if word(0) != MAGIC {
         return Read::Damaged;
     }
@@ -194,7 +199,8 @@ fn decode_payload_in(payload: &[u8], shared: Option<(&Bytes, usize)>) -> Option<
             let body_bytes = cursor.long()?;
             let body = match shared {
                 Some((segment, payload_offset)) => {
-                    let start = payload_offset + (body_bytes.as_ptr() as usize - payload.as_ptr() as usize);
+                    let start =
+                        payload_offset + (body_bytes.as_ptr() as usize - payload.as_ptr() as usize);
                     segment.slice(start..start + body_bytes.len())
                 }
                 None => Bytes::copy_from_slice(body_bytes),
@@ -217,7 +223,9 @@ fn decode_payload_in(payload: &[u8], shared: Option<(&Bytes, usize)>) -> Option<
             if count > cursor.0.len() / 8 {
                 return None;
             }
-            let ids = (0..count).map(|_| cursor.u64()).collect::<Option<Vec<_>>>()?;
+            let ids = (0..count)
+                .map(|_| cursor.u64())
+                .collect::<Option<Vec<_>>>()?;
             if kind == REMOVE {
                 Record::Remove { queue, ids }
             } else {
@@ -426,13 +434,25 @@ impl<'a> Cursor<'a> {
         } else {
             None
         };
-        let delivery_mode = if flags & (1 << 3) != 0 { Some(self.u8()?) } else { None };
-        let priority = if flags & (1 << 4) != 0 { Some(self.u8()?) } else { None };
+        let delivery_mode = if flags & (1 << 3) != 0 {
+            Some(self.u8()?)
+        } else {
+            None
+        };
+        let priority = if flags & (1 << 4) != 0 {
+            Some(self.u8()?)
+        } else {
+            None
+        };
         let correlation_id = opt_str(self, 1 << 5)?;
         let reply_to = opt_str(self, 1 << 6)?;
         let expiration = opt_str(self, 1 << 7)?;
         let message_id = opt_str(self, 1 << 8)?;
-        let timestamp = if flags & (1 << 9) != 0 { Some(self.u64()?) } else { None };
+        let timestamp = if flags & (1 << 9) != 0 {
+            Some(self.u64()?)
+        } else {
+            None
+        };
         Some(Properties {
             content_type,
             content_encoding,
@@ -525,7 +545,11 @@ mod tests {
         headers.insert("n", Value::I32(-7));
         headers.insert(
             "nested",
-            Value::Array(vec![Value::string("a"), Value::Table(Table::new()), Value::Void]),
+            Value::Array(vec![
+                Value::string("a"),
+                Value::Table(Table::new()),
+                Value::Void,
+            ]),
         );
         Message {
             exchange: "ex".into(),
@@ -555,7 +579,10 @@ mod tests {
         let mut records = Vec::new();
         let segment = Bytes::from(out.clone());
         while offset < out.len() {
-            match (read_record(&out[offset..]), read_record_at(&segment, offset)) {
+            match (
+                read_record(&out[offset..]),
+                read_record_at(&segment, offset),
+            ) {
                 (Read::Record(record, used), Read::Record(shared, shared_used)) => {
                     assert_eq!(record, shared);
                     assert_eq!(used, shared_used);
@@ -593,7 +620,10 @@ mod tests {
         let last = flipped.len() - 1;
         flipped[last] ^= 0x40;
         assert!(matches!(read_record(&flipped), Read::Damaged));
-        assert!(matches!(read_record(&out[..out.len() - 3]), Read::Incomplete));
+        assert!(matches!(
+            read_record(&out[..out.len() - 3]),
+            Read::Incomplete
+        ));
         assert!(matches!(read_record(&out[..5]), Read::Incomplete));
     }
 

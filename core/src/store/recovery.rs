@@ -13,7 +13,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-
 use crate::message::Message;
 
 use super::record::{read_record, read_record_at, QueueName, Read, Record, HEADER_LEN, MAGIC};
@@ -338,7 +337,10 @@ fn note_targets(segment: &mut SegmentState, index: &[(u64, u64)], ids: &[u64]) {
 /// offsets that never read back as anything.
 fn note_offset(segment: &mut SegmentState, store_id: u64, offset: u64) {
     let first = *segment.first_id.get_or_insert(store_id);
-    let Some(index) = store_id.checked_sub(first).and_then(|i| usize::try_from(i).ok()) else {
+    let Some(index) = store_id
+        .checked_sub(first)
+        .and_then(|i| usize::try_from(i).ok())
+    else {
         return;
     };
     if index > segment.offsets.len() + 1_000_000 {

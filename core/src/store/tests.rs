@@ -130,7 +130,10 @@ fn a_torn_tail_is_cut_off_and_everything_before_it_recovers() {
     drop(file);
     let (store, recovered) = open(&dir);
     assert_eq!(
-        bodies(&recovered, "q").iter().map(|(b, _)| b.as_str()).collect::<Vec<_>>(),
+        bodies(&recovered, "q")
+            .iter()
+            .map(|(b, _)| b.as_str())
+            .collect::<Vec<_>>(),
         vec!["m0", "m1", "m2", "m3", "m4"]
     );
     assert_eq!(recovered.report.torn_tail, Some((newest.clone(), length)));
@@ -167,7 +170,10 @@ fn corruption_in_the_middle_is_reported_with_file_and_offset_and_the_rest_is_kep
     fs::write(segment, &bytes).unwrap();
     let (_store, recovered) = open(&dir);
     assert_eq!(
-        bodies(&recovered, "q").iter().map(|(b, _)| b.as_str()).collect::<Vec<_>>(),
+        bodies(&recovered, "q")
+            .iter()
+            .map(|(b, _)| b.as_str())
+            .collect::<Vec<_>>(),
         vec!["m0", "m1", "m3", "m4"]
     );
     assert_eq!(
@@ -203,14 +209,21 @@ fn segments_whose_messages_are_all_removed_are_deleted() {
     flush(&store, seq);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while store.segment_count() > 3 {
-        assert!(std::time::Instant::now() < deadline, "segments not collected: {}", store.segment_count());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "segments not collected: {}",
+            store.segment_count()
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     store.close();
     drop(store);
     let (_store, recovered) = open(&dir);
     assert_eq!(bodies(&recovered, "q"), vec![(body.clone(), false)]);
-    assert_eq!(bodies(&recovered, "other"), vec![("tail".to_string(), false)]);
+    assert_eq!(
+        bodies(&recovered, "other"),
+        vec![("tail".to_string(), false)]
+    );
 }
 
 #[test]
@@ -238,7 +251,10 @@ fn a_writer_that_falls_behind_raises_the_flow_signal_until_it_catches_up() {
     flush(&store, seq);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while store.flow_blocked() {
-        assert!(std::time::Instant::now() < deadline, "flow signal never cleared");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "flow signal never cleared"
+        );
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
@@ -277,8 +293,11 @@ fn a_backlog_beyond_the_in_memory_limit_is_paged_out_and_read_back_in_order() {
     let queue = vhost.queue("q").unwrap();
     let mut last_seq = 0;
     for i in 0..10 {
-        let outcome = vhost.enqueue_routed(Arc::new(message(&format!("m{i}"))), &[Arc::clone(&queue)]);
-        last_seq = outcome.durable_seq.expect("persistent message in a durable queue is stored");
+        let outcome =
+            vhost.enqueue_routed(Arc::new(message(&format!("m{i}"))), &[Arc::clone(&queue)]);
+        last_seq = outcome
+            .durable_seq
+            .expect("persistent message in a durable queue is stored");
     }
     // A transient message is never paged: it is not on disk.
     let mut transient = message("transient");
@@ -325,7 +344,9 @@ fn recovery_reads_only_the_first_messages_of_a_queue_into_memory() {
     assert!(list[..2].iter().all(|m| m.message.is_some()));
     assert!(list[2..].iter().all(|m| m.message.is_none()));
     assert_eq!(
-        list.iter().map(|m| (m.priority, m.body_len)).collect::<Vec<_>>(),
+        list.iter()
+            .map(|m| (m.priority, m.body_len))
+            .collect::<Vec<_>>(),
         (0..5).map(|i| (Some(i), 6)).collect::<Vec<_>>()
     );
     // The ones left on disk read back by store id.

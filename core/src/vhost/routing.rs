@@ -153,8 +153,7 @@ impl VHost {
             } else {
                 0
             };
-            accepted &=
-                queue.enqueue_stored(Arc::clone(&message), id) == EnqueueOutcome::Enqueued;
+            accepted &= queue.enqueue_stored(Arc::clone(&message), id) == EnqueueOutcome::Enqueued;
         }
         Enqueued {
             accepted,

@@ -146,6 +146,7 @@ pub async fn run_connection(
     tracing::debug!(connection = connection_id, %peer, "connection closed");
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn read_loop(
     reader: &mut OwnedReadHalf,
     session: &mut Session,

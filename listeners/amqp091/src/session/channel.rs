@@ -12,9 +12,7 @@ use warren_core::exchange::DestinationName;
 use warren_core::message::parse_expiration;
 use warren_core::message::{Message, Properties};
 use warren_core::queue::{Queue, Settlement};
-use warren_core::vhost::{
-    Actor, Enqueued, ExchangeDeclare, QueueDeclare, VHost, DIRECT_REPLY_TO,
-};
+use warren_core::vhost::{Actor, Enqueued, ExchangeDeclare, QueueDeclare, VHost, DIRECT_REPLY_TO};
 
 use super::{settle_grouped, Session};
 use crate::codec::{
