@@ -654,3 +654,58 @@ async fn users_vhosts_permissions_and_policies_survive_a_restart() {
     );
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishers_paused_by_a_writer_that_falls_behind_resume_and_lose_nothing() {
+    // One unwritten byte is "behind": every persistent publish raises the flow signal, so
+    // publishing connections are paused and resumed all the time.
+    let broker = TestBroker::start_with(&[("msg_store_max_unwritten_bytes", "1")]).await;
+    tokio::time::timeout(TEST_LIMIT, async {
+        let (_setup, channel) = connect(&broker.url()).await;
+        declare_durable(&channel, "flow").await;
+        let mut flow = broker
+            .broker()
+            .message_store()
+            .expect("a test broker has a store")
+            .subscribe_flow();
+        let raised = tokio::spawn(async move {
+            while flow.changed().await.is_ok() {
+                if *flow.borrow_and_update() {
+                    return true;
+                }
+            }
+            false
+        });
+        let mut publishers = Vec::new();
+        for p in 0..2 {
+            let url = broker.url();
+            publishers.push(tokio::spawn(async move {
+                let (_connection, channel) = connect(&url).await;
+                publish_confirmed(
+                    &channel,
+                    "flow",
+                    (0..1000).map(move |i| format!("{p}-{i:04}").into_bytes()),
+                )
+                .await;
+            }));
+        }
+        for publisher in publishers {
+            publisher.await.expect("publisher finished");
+        }
+        assert!(raised.await.expect("watcher"), "the flow signal was raised");
+        let bodies = drain(&channel, "flow").await;
+        assert_eq!(bodies.len(), 2000);
+        for p in 0..2 {
+            let mine: Vec<String> = bodies
+                .iter()
+                .map(|(b, _)| b.clone())
+                .filter(|b| b.starts_with(&format!("{p}-")))
+                .collect();
+            let expected: Vec<String> = (0..1000).map(|i| format!("{p}-{i:04}")).collect();
+            assert_eq!(mine, expected, "publisher {p}: every message, in order");
+        }
+    })
+    .await
+    .expect("bounded in time");
+    broker.shutdown().await;
+}
