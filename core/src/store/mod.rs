@@ -681,25 +681,128 @@ impl Writer {
                 .iter()
                 .position(|s| s.live == 0 && s.targets.iter().all(|t| !existing.contains(t)))
             else {
-                return;
+                break;
             };
-            // The index keeps the deleted segment's range, so a late id of it can never be
-            // taken for an id of the segment before.
-            let segment = self.segments.remove(position);
-            if let Some(first) = segment.first_id {
-                shared.locations.lock().segments.remove(&first);
+            self.delete_segment(position, shared);
+        }
+        self.compact_pinned(shared);
+    }
+
+    /// Deletes the segment at `position` of `self.segments`.
+    fn delete_segment(&mut self, position: usize, shared: &Shared) {
+        // The index keeps the deleted segment's range, so a late id of it can never be taken
+        // for an id of the segment before.
+        let segment = self.segments.remove(position);
+        if let Some(first) = segment.first_id {
+            shared.locations.lock().segments.remove(&first);
+        }
+        match fs::remove_file(&segment.path) {
+            Ok(()) => {
+                tracing::debug!(file = %segment.path.display(), "message store: segment deleted")
             }
-            match fs::remove_file(&segment.path) {
-                Ok(()) => {
-                    tracing::debug!(file = %segment.path.display(), "message store: segment deleted")
-                }
-                Err(error) => {
-                    tracing::warn!(file = %segment.path.display(), %error, "message store: cannot delete segment")
-                }
+            Err(error) => {
+                tracing::warn!(file = %segment.path.display(), %error, "message store: cannot delete segment")
             }
         }
     }
+
+    /// A long-unacknowledged message keeps its segment, and every later segment whose remove
+    /// records refer to a segment still there, on disk: a chain. Once `PINNED_SEGMENTS_BEFORE_COMPACTION`
+    /// segments without a live message are kept only for their records, the oldest is
+    /// compacted: the remove and delivered records that still matter (those about messages in
+    /// segments that exist) are appended again to the open segment, then it is deleted. The
+    /// next pass can then delete the segments that referred to it.
+    fn compact_pinned(&mut self, shared: &Shared) {
+        let last = self.segments.len().saturating_sub(1);
+        let pinned: Vec<usize> = (0..last).filter(|&i| self.segments[i].live == 0).collect();
+        if pinned.len() < PINNED_SEGMENTS_BEFORE_COMPACTION {
+            return;
+        }
+        // Only segments held by a few stragglers: while a backlog drains, segments are
+        // pinned by segments with many live messages that will go soon anyway, and carrying
+        // their records forward would only write them again.
+        let live_of = |number: &u64| {
+            self.segments
+                .binary_search_by_key(number, |s| s.number)
+                .map_or(0, |i| self.segments[i].live)
+        };
+        let Some(position) = pinned.into_iter().find(|&i| {
+            self.segments[i]
+                .targets
+                .iter()
+                .all(|t| live_of(t) <= STRAGGLERS)
+        }) else {
+            return;
+        };
+        let number = self.segments[position].number;
+        let bytes = match fs::read(&self.segments[position].path) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::warn!(%error, "message store: cannot read a segment to compact it");
+                return;
+            }
+        };
+        let existing: BTreeSet<u64> = self.segments.iter().map(|s| s.number).collect();
+        let mut carried = Vec::new();
+        let mut targets = BTreeSet::new();
+        let mut offset = 0;
+        while offset < bytes.len() {
+            let (found, used) = match record::read_record(&bytes[offset..]) {
+                record::Read::Record(found, used) => (found, used),
+                // Recovery skips damage the same way: what it would not read is not carried.
+                _ => match recovery::next_good_record(&bytes, offset + 1) {
+                    Some(next) => {
+                        offset = next;
+                        continue;
+                    }
+                    None => break,
+                },
+            };
+            offset += used;
+            let (delivered, queue, ids) = match found {
+                record::Record::Remove { queue, ids } => (false, queue, ids),
+                record::Record::Delivered { queue, ids } => (true, queue, ids),
+                record::Record::Publish { .. } => continue,
+            };
+            let still_relevant: Vec<u64> = ids
+                .into_iter()
+                .filter(|id| {
+                    segment_of(&self.index, *id).is_some_and(|target| {
+                        target != number && existing.contains(&target) && {
+                            targets.insert(target);
+                            true
+                        }
+                    })
+                })
+                .collect();
+            if !still_relevant.is_empty() {
+                record::encode_ids(&mut carried, delivered, &queue, &still_relevant);
+            }
+        }
+        if !carried.is_empty() {
+            let (written, _) = self.append_until_written(&carried, false);
+            if !written {
+                return;
+            }
+            if let Some(current) = self.segments.last_mut() {
+                current.targets.extend(targets);
+            }
+        }
+        tracing::debug!(
+            segment = number,
+            carried = carried.len(),
+            "message store: segment compacted"
+        );
+        self.delete_segment(position, shared);
+    }
 }
+
+/// Closed segments without a live message, kept only because of their records, before the
+/// oldest is compacted (see `Writer::compact_pinned`).
+const PINNED_SEGMENTS_BEFORE_COMPACTION: usize = 4;
+
+/// Live messages in a segment few enough to call them stragglers (see `compact_pinned`).
+const STRAGGLERS: u64 = 64;
 
 /// Reads the publish record at `offset` of a segment and returns its message.
 fn read_message_at(file: &File, offset: u64, id: u64) -> io::Result<Arc<Message>> {

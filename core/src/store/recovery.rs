@@ -355,7 +355,7 @@ fn note_offset(segment: &mut SegmentState, store_id: u64, offset: u64) {
 }
 
 /// The offset of the next record at or after `from` whose checksum holds.
-fn next_good_record(bytes: &[u8], from: usize) -> Option<usize> {
+pub(super) fn next_good_record(bytes: &[u8], from: usize) -> Option<usize> {
     let magic = MAGIC.to_le_bytes();
     let mut at = from;
     while at + HEADER_LEN <= bytes.len() {

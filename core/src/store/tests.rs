@@ -353,3 +353,44 @@ fn recovery_reads_only_the_first_messages_of_a_queue_into_memory() {
     let back = store.read(list[4].store_id).unwrap();
     assert_eq!(&back.body[..], b"body-4");
 }
+
+#[test]
+fn one_long_unacked_message_does_not_keep_the_segments_after_it() {
+    let dir = TempDir::new("pinned");
+    let q = queue("q");
+    let (store, _) = open(&dir);
+    let body = "z".repeat(1000);
+    // The first message stays unacknowledged (delivered) for the whole test.
+    let (held, seq) = store.publish(&message("held"), &[&q]);
+    store.mark_delivered(&q, &[held]);
+    flush(&store, seq);
+    let mut previous = None;
+    for _ in 0..80 {
+        let (id, seq) = store.publish(&message(&body), &[&q]);
+        // Each message is acked after the next one is published, so most removals land in
+        // a later segment than their message: without compaction the segments form a chain
+        // pinned by the held message.
+        if let Some(previous) = previous.replace(id) {
+            store.remove(&q, &[previous]);
+        }
+        flush(&store, seq);
+    }
+    if let Some(last) = previous {
+        store.remove(&q, &[last]);
+    }
+    let (_, seq) = store.publish(&message("tail"), &[&queue("other")]);
+    flush(&store, seq);
+    let segments = store.segment_count();
+    assert!(
+        segments <= 8,
+        "80 KB in 4 KB segments, one message held: {segments} segments kept"
+    );
+    store.close();
+    drop(store);
+    let (_store, recovered) = open(&dir);
+    assert_eq!(bodies(&recovered, "q"), vec![("held".to_string(), true)]);
+    assert_eq!(
+        bodies(&recovered, "other"),
+        vec![("tail".to_string(), false)]
+    );
+}
