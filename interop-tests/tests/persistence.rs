@@ -238,10 +238,10 @@ async fn consumer(url: String, seed: u64, observed: Arc<Observed>) {
     }
 }
 
-async fn crash_and_recover(seed: u64) {
+async fn crash_and_recover(seed: u64, settings: &'static [&'static str]) {
     let mut rng = SplitMix(seed);
     let dir = TempDir::new("crash");
-    let warren = start(dir.path(), &[]).await;
+    let warren = start(dir.path(), settings).await;
     let url = warren.url();
     let (setup, channel) = connect(&url).await;
     declare_durable(&channel, "crash").await;
@@ -275,7 +275,7 @@ async fn crash_and_recover(seed: u64) {
     }
     drop(setup);
 
-    let warren = start(dir.path(), &[]).await;
+    let warren = start(dir.path(), settings).await;
     let (_connection, channel) = connect(&warren.url()).await;
     let recovered = drain(&channel, "crash").await;
     let confirmed = observed.confirmed.lock().expect("lock").clone();
@@ -328,9 +328,12 @@ async fn crash_and_recover(seed: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_at_seeded_points_loses_no_confirmed_message() {
     tokio::time::timeout(TEST_LIMIT * 2, async {
-        for seed in [11, 42, 2026] {
-            crash_and_recover(seed).await;
+        for seed in [11, 42] {
+            crash_and_recover(seed, &[]).await;
         }
+        // Most of the backlog paged out (bodies on disk only) while publishing and after the
+        // restart.
+        crash_and_recover(2026, &["queue_max_in_memory_messages=50"]).await;
     })
     .await
     .expect("bounded in time");
