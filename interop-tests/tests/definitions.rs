@@ -132,6 +132,10 @@ async fn start_error(contents: &str) -> (String, String) {
     settings
         .set("load_definitions", &path.display().to_string())
         .expect("path");
+    // Its own data_dir, so the message store is not created in the working directory.
+    settings
+        .set("data_dir", &dir.join("data").display().to_string())
+        .expect("data_dir");
     let error = match Server::start(settings).await {
         Ok(server) => {
             server.shutdown().await;
