@@ -6,6 +6,7 @@
 
 mod definitions;
 pub mod limits;
+pub mod persistence;
 pub mod resource_monitor;
 
 use std::net::SocketAddr;
@@ -19,6 +20,7 @@ use warren_config::Settings;
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
 use warren_core::retained::InMemoryRetained;
+use warren_core::store::{MessageStore, StoreConfig};
 use warren_core::Broker;
 
 use crate::resource_monitor::ResourceMonitor;
@@ -39,6 +41,8 @@ pub enum StartError {
     },
     /// The definitions file could not be loaded or applied.
     Definitions(String),
+    /// The data directory or the message store could not be opened.
+    Storage(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -51,7 +55,7 @@ impl std::fmt::Display for StartError {
             } => {
                 write!(f, "cannot listen for {protocol} on {addr}: {error}")
             }
-            StartError::Definitions(message) => f.write_str(message),
+            StartError::Definitions(message) | StartError::Storage(message) => f.write_str(message),
         }
     }
 }
@@ -176,6 +180,19 @@ impl Server {
         let broker = Broker::new(Limits {
             max_message_size: settings.max_message_size,
         });
+        let store_config = StoreConfig {
+            dir: settings.data_dir.join(persistence::STORE_DIR),
+            segment_size: settings.msg_store_file_size_limit as u64,
+            max_unwritten_bytes: settings.msg_store_max_unwritten_bytes,
+            queue_max_in_memory: settings.queue_max_in_memory_messages,
+        };
+        let (store, recovered) = MessageStore::open(store_config).map_err(|error| {
+            StartError::Storage(format!(
+                "cannot open the message store in {}: {error}",
+                settings.data_dir.display()
+            ))
+        })?;
+        broker.attach_store(store);
         let vhost = broker.add_vhost(&settings.default_vhost);
         broker.add_user(
             &settings.default_user,
@@ -188,9 +205,15 @@ impl Server {
             tracing::info!("plugin enabled: {}", warren_consistent_hash::TYPE_NAME);
         }
         broker.set_loopback_users(settings.loopback_users.iter().cloned());
+        let saved = persistence::definitions_path(&settings.data_dir);
+        if saved.exists() {
+            apply_definitions(&broker, &saved, &settings).map_err(StartError::Definitions)?;
+        }
         if let Some(path) = &settings.load_definitions {
             apply_definitions(&broker, path, &settings).map_err(StartError::Definitions)?;
         }
+        persistence::restore_messages(&broker, recovered);
+        persistence::install_definitions_writer(&broker, &settings.data_dir);
 
         // The first check runs before any listener accepts, so a broker that starts over its
         // limits blocks publishers from their first frame.
@@ -304,5 +327,10 @@ impl Server {
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
         while self.listeners.join_next().await.is_some() {}
+        if let Some(store) = self.broker.message_store() {
+            // Writes what is pending (the last acks) and stops the writer thread.
+            let store = Arc::clone(store);
+            let _ = tokio::task::spawn_blocking(move || store.close()).await;
+        }
     }
 }

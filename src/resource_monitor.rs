@@ -42,6 +42,9 @@ pub struct ResourceMonitor {
     limits: Mutex<(MemoryHighWatermark, DiskFreeLimit)>,
     /// Which readings already failed and were logged, so the log says it once.
     unreadable_logged: Mutex<(bool, bool)>,
+    /// /proc/self/statm, opened once: reading it afresh at offset 0 gives current figures,
+    /// and a broker out of file descriptors can still measure its memory.
+    statm: Option<std::fs::File>,
     /// The alarms this monitor raised (memory, disk). It clears only those, so an alarm
     /// raised through the core by someone else stays until they clear it.
     raised: Mutex<(bool, bool)>,
@@ -61,6 +64,7 @@ impl ResourceMonitor {
             limits: Mutex::new((settings.memory_high_watermark, settings.disk_free_limit)),
             unreadable_logged: Mutex::new((false, false)),
             raised: Mutex::new((false, false)),
+            statm: std::fs::File::open("/proc/self/statm").ok(),
         });
         monitor.log_limits();
         monitor
@@ -88,7 +92,7 @@ impl ResourceMonitor {
     pub fn check(&self) -> ResourceReading {
         let (watermark, disk_limit) = *self.limits.lock();
         let reading = ResourceReading {
-            memory_used: resident_memory(),
+            memory_used: self.statm.as_ref().and_then(resident_memory),
             memory_limit: memory_limit_bytes(watermark, self.total_memory),
             disk_free: disk_free_bytes(&self.data_dir),
             disk_free_limit: disk_limit_bytes(disk_limit, self.total_memory),
@@ -246,12 +250,16 @@ fn parse_statm_resident(statm: &str, page_size: u64) -> Option<u64> {
     pages.checked_mul(page_size)
 }
 
-/// The broker process's resident set size, as RabbitMQ's default `rss` strategy measures it.
-fn resident_memory() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+/// The broker process's resident set size, as RabbitMQ's default `rss` strategy measures it,
+/// from an open /proc/self/statm.
+fn resident_memory(statm: &std::fs::File) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut text = [0u8; 256];
+    let read = statm.read_at(&mut text, 0).ok()?;
+    let statm = std::str::from_utf8(&text[..read]).ok()?;
     // SAFETY: sysconf has no preconditions; it only reads a system constant.
     let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    parse_statm_resident(&statm, u64::try_from(page_size).ok()?)
+    parse_statm_resident(statm, u64::try_from(page_size).ok()?)
 }
 
 /// Free space available to unprivileged users on the file system holding `dir` (or its
@@ -317,7 +325,11 @@ mod tests {
 
     #[test]
     fn this_machine_reports_memory_and_disk() {
-        let used = resident_memory().expect("readable on Linux");
+        let statm = std::fs::File::open("/proc/self/statm").expect("readable on Linux");
+        let used = resident_memory(&statm).expect("readable on Linux");
+        let grown = vec![1u8; 64 << 20];
+        assert!(resident_memory(&statm).expect("read again") >= used + (32 << 20));
+        drop(grown);
         assert!(used > 0);
         assert!(total_memory_available().expect("readable on Linux") > used);
         let free = disk_free_bytes(Path::new("some/dir/not/created/yet")).expect("readable");

@@ -145,6 +145,17 @@ pub struct Settings {
     pub stomp: StompSettings,
     /// The `mqtt.*` keys: the MQTT listener.
     pub mqtt: MqttSettings,
+    /// `msg_store_file_size_limit`: size at which the message store closes a segment file
+    /// and starts a new one (RabbitMQ's key). Default 16 MiB.
+    pub msg_store_file_size_limit: usize,
+    /// `msg_store_max_unwritten_bytes` (Warren-specific): bytes of persistent messages
+    /// waiting for the disk beyond which publishing connections are no longer read, until the
+    /// writer catches up. Default 64 MiB.
+    pub msg_store_max_unwritten_bytes: usize,
+    /// `queue_max_in_memory_messages` (Warren-specific): ready messages a durable queue keeps
+    /// in memory; persistent messages beyond it keep only an index entry and are read back
+    /// from the message store when delivered. Default 100000.
+    pub queue_max_in_memory_messages: usize,
 }
 
 /// When the memory alarm is raised (`vm_memory_high_watermark.*`).
@@ -190,6 +201,9 @@ impl Default for Settings {
             disk_free_limit: DiskFreeLimit::Absolute(50_000_000),
             stomp: StompSettings::default(),
             mqtt: MqttSettings::default(),
+            msg_store_file_size_limit: 16 * 1024 * 1024,
+            msg_store_max_unwritten_bytes: 64 * 1024 * 1024,
+            queue_max_in_memory_messages: 100_000,
         }
     }
 }
@@ -223,6 +237,18 @@ pub const KEYS: &[(&str, &str)] = &[
         "largest message, bytes or with KB/MB/GB/KiB/MiB/GiB, <= 512MiB (16MiB)",
     ),
     ("data_dir", "storage directory (warren-data)"),
+    (
+        "msg_store_file_size_limit",
+        "message store segment size, bytes or with a suffix, >= 4096 (16MiB)",
+    ),
+    (
+        "msg_store_max_unwritten_bytes",
+        "persistent bytes waiting for the disk before publishers are paused (64MiB)",
+    ),
+    (
+        "queue_max_in_memory_messages",
+        "ready messages a durable queue keeps in memory; persistent ones beyond are paged out (100000)",
+    ),
     (
         "consumer_timeout",
         "ms a delivery may stay unacknowledged before its channel closes, or false (1800000)",
@@ -368,6 +394,23 @@ impl Settings {
                     "false" => false,
                     _ => return Err(invalid("true or false")),
                 };
+            }
+            "msg_store_file_size_limit" => {
+                self.msg_store_file_size_limit = parse_size(value)
+                    .filter(|size| *size >= 4096)
+                    .ok_or_else(|| {
+                        invalid("a size of at least 4096 bytes, as an integer or with a suffix")
+                    })?;
+            }
+            "msg_store_max_unwritten_bytes" => {
+                self.msg_store_max_unwritten_bytes = parse_size(value)
+                    .filter(|size| *size >= 1)
+                    .ok_or_else(|| invalid("a positive size, as an integer or with a suffix"))?;
+            }
+            "queue_max_in_memory_messages" => {
+                self.queue_max_in_memory_messages = value
+                    .parse()
+                    .map_err(|_| invalid("a non-negative integer"))?;
             }
             "connection_max" => {
                 self.connection_max = if value == "infinity" {

@@ -200,6 +200,17 @@ fn bad_values_name_key_value_and_expectation() {
         ("default_vhost", "", "a virtual host name"),
         ("default_user", "", "a user name"),
         ("data_dir", "", "a directory path"),
+        (
+            "msg_store_file_size_limit",
+            "1000",
+            "a size of at least 4096 bytes, as an integer or with a suffix",
+        ),
+        (
+            "msg_store_max_unwritten_bytes",
+            "0",
+            "a positive size, as an integer or with a suffix",
+        ),
+        ("queue_max_in_memory_messages", "-5", "a non-negative integer"),
         ("load_definitions", "", "the path of a definitions.json file"),
         (
             "listeners.tcp.default",
@@ -444,4 +455,24 @@ fn resource_alarm_limits_in_every_form() {
         let key = bad.split(" =").next().expect("key");
         assert!(text.contains(key), "{bad}: {text}");
     }
+}
+
+#[test]
+fn message_store_keys_take_sizes_and_counts() {
+    let mut settings = Settings::default();
+    assert_eq!(settings.msg_store_file_size_limit, 16 * 1024 * 1024);
+    assert_eq!(settings.msg_store_max_unwritten_bytes, 64 * 1024 * 1024);
+    assert_eq!(settings.queue_max_in_memory_messages, 100_000);
+    settings
+        .set("msg_store_file_size_limit", "1MiB")
+        .expect("size");
+    settings
+        .set("msg_store_max_unwritten_bytes", "8388608")
+        .expect("size");
+    settings
+        .set("queue_max_in_memory_messages", "0")
+        .expect("count");
+    assert_eq!(settings.msg_store_file_size_limit, 1024 * 1024);
+    assert_eq!(settings.msg_store_max_unwritten_bytes, 8 * 1024 * 1024);
+    assert_eq!(settings.queue_max_in_memory_messages, 0);
 }

@@ -10,6 +10,7 @@ use crate::access::{Permissions, User};
 use crate::error::{CoreError, CoreResult};
 use crate::exchange::ExchangeType;
 use crate::password::PasswordHash;
+use crate::store::{Durability, MessageStore};
 use crate::vhost::{ExchangeTypes, VHost};
 
 /// Broker-wide limits every listener enforces.
@@ -82,6 +83,7 @@ pub struct Broker {
     alarms: Mutex<Vec<Alarm>>,
     alarm_listeners: Mutex<Vec<AlarmListener>>,
     exchange_types: ExchangeTypes,
+    durability: Arc<Durability>,
 }
 
 impl Broker {
@@ -96,7 +98,27 @@ impl Broker {
             alarms: Mutex::new(Vec::new()),
             alarm_listeners: Mutex::new(Vec::new()),
             exchange_types: ExchangeTypes::default(),
+            durability: Arc::default(),
         })
+    }
+
+    /// Attaches the message store: durable queues declared from now on keep their persistent
+    /// messages there, and durable topology changes are written by its writer. Attach before
+    /// declaring anything.
+    pub fn attach_store(&self, store: Arc<MessageStore>) -> bool {
+        self.durability.attach(store)
+    }
+
+    /// The message store, when the broker has one.
+    pub fn message_store(&self) -> Option<&Arc<MessageStore>> {
+        self.durability.store()
+    }
+
+    /// Every user, sorted by name.
+    pub fn users(&self) -> Vec<Arc<User>> {
+        let mut users: Vec<Arc<User>> = self.users.read().values().cloned().collect();
+        users.sort_by(|a, b| a.name.cmp(&b.name));
+        users
     }
 
     /// Broker-wide limits.
@@ -170,17 +192,34 @@ impl Broker {
 
     /// Creates a vhost, or returns the existing one.
     pub fn add_vhost(&self, name: &str) -> Arc<VHost> {
-        let mut vhosts = self.vhosts.write();
-        Arc::clone(
-            vhosts.entry(name.to_string()).or_insert_with(|| {
-                VHost::with_exchange_types(name, Arc::clone(&self.exchange_types))
-            }),
-        )
+        let mut created = false;
+        let vhost = {
+            let mut vhosts = self.vhosts.write();
+            Arc::clone(vhosts.entry(name.to_string()).or_insert_with(|| {
+                created = true;
+                VHost::in_broker(
+                    name,
+                    Arc::clone(&self.exchange_types),
+                    Arc::clone(&self.durability),
+                )
+            }))
+        };
+        if created {
+            self.durability.topology_changed();
+        }
+        vhost
     }
 
     /// Deletes a vhost and everything in it.
     pub fn delete_vhost(&self, name: &str) -> bool {
-        self.vhosts.write().remove(name).is_some()
+        let removed = self.vhosts.write().remove(name);
+        if let Some(vhost) = &removed {
+            for queue in vhost.queues() {
+                vhost.remove_queue(&queue);
+            }
+            self.durability.topology_changed();
+        }
+        removed.is_some()
     }
 
     /// The vhost called `name`.
@@ -198,6 +237,7 @@ impl Broker {
     /// Adds or replaces a user.
     pub fn put_user(&self, user: User) {
         self.users.write().insert(user.name.clone(), Arc::new(user));
+        self.durability.topology_changed();
     }
 
     /// Adds or replaces a user with a plain-text password (hashed here).

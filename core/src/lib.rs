@@ -23,6 +23,7 @@ pub mod policy;
 pub mod queue;
 pub mod retained;
 pub mod routing;
+pub mod store;
 pub mod value;
 pub mod vhost;
 

@@ -4,15 +4,74 @@
 
 pub mod stomp;
 
+pub mod process;
+
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use warren::Server;
 use warren_config::Settings;
 
+/// A directory of its own under the system temp dir, removed when dropped. Every test
+/// broker gets one as its `data_dir`, so parallel tests never share a message store.
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates a fresh, empty directory whose name starts with `warren-<label>-`.
+    pub fn new(label: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "warren-{label}-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("temporary directory");
+        TempDir { path }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Every listener key of the broker. Tests set each to 127.0.0.1 port 0, so that parallel
+/// tests never collide with each other or with a broker on the standard ports.
+pub const TEST_LISTENERS: &[&str] = &[
+    "listeners.tcp.default",
+    "mqtt.listeners.tcp.default",
+    "stomp.listeners.tcp.default",
+];
+
+/// `--set KEY=127.0.0.1:0` arguments for every [`TEST_LISTENERS`] key, for tests that spawn
+/// the `warren` binary.
+pub fn test_listener_args() -> Vec<String> {
+    TEST_LISTENERS
+        .iter()
+        .flat_map(|key| ["--set".to_owned(), format!("{key}=127.0.0.1:0")])
+        .collect()
+}
+
 /// A broker started for one test.
 pub struct TestBroker {
     server: Server,
+    /// Declared after `server`, so it is removed after the server is dropped.
+    data_dir: TempDir,
 }
 
 impl TestBroker {
@@ -22,24 +81,29 @@ impl TestBroker {
     }
 
     /// Starts a broker with extra `KEY=VALUE` settings applied after the test defaults.
+    /// Its `data_dir` is a fresh temporary directory (removed when the broker is dropped)
+    /// unless `settings` give one.
     pub async fn start_with(settings: &[(&str, &str)]) -> TestBroker {
+        let data_dir = TempDir::new("test-broker");
         let mut config = Settings::default();
+        for key in TEST_LISTENERS {
+            config.set(key, "127.0.0.1:0").expect("valid test listener");
+        }
         config
-            .set("listeners.tcp.default", "127.0.0.1:0")
-            .expect("valid listener");
-        config
-            .set("stomp.listeners.tcp.default", "127.0.0.1:0")
-            .expect("valid STOMP listener");
-        config
-            .set("mqtt.listeners.tcp.default", "127.0.0.1:0")
-            .expect("valid MQTT listener");
+            .set("data_dir", &data_dir.path().display().to_string())
+            .expect("valid data_dir");
         for (key, value) in settings {
             config
                 .set(key, value)
                 .unwrap_or_else(|e| panic!("test setting {key}={value}: {e}"));
         }
         let server = Server::start(config).await.expect("broker starts");
-        TestBroker { server }
+        TestBroker { server, data_dir }
+    }
+
+    /// The broker's data directory.
+    pub fn data_dir(&self) -> &Path {
+        self.data_dir.path()
     }
 
     /// The AMQP listener's address.

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use amqprs::channel::{BasicGetArguments, QueueDeclareArguments};
 use amqprs_common::connect_addr;
+use warren_interop_tests::test_listener_args;
 
 /// Start-up, build and exit limits. Generous: the first call may compile the binary.
 const START_LIMIT: Duration = Duration::from_secs(30);
@@ -85,12 +86,7 @@ impl Running {
     fn start(name: &str) -> Running {
         let data_dir = temp_dir(name);
         let mut child = Command::new(warren_binary())
-            .arg("--set")
-            .arg("listeners.tcp.default=127.0.0.1:0")
-            .arg("--set")
-            .arg("stomp.listeners.tcp.default=127.0.0.1:0")
-            .arg("--set")
-            .arg("mqtt.listeners.tcp.default=127.0.0.1:0")
+            .args(test_listener_args())
             .arg("--set")
             .arg(format!("data_dir={}", data_dir.display()))
             .env_remove("WARREN_LOG")
@@ -230,10 +226,7 @@ async fn sigterm_without_clients_exits_0() {
 fn an_unknown_setting_stops_start_up_naming_the_key() {
     let data_dir = temp_dir("unknown-key");
     let output = Command::new(warren_binary())
-        .arg("--set")
-        .arg("listeners.tcp.default=127.0.0.1:0")
-        .arg("--set")
-        .arg("mqtt.listeners.tcp.default=127.0.0.1:0")
+        .args(test_listener_args())
         .arg("--set")
         .arg(format!("data_dir={}", data_dir.display()))
         .arg("--set")

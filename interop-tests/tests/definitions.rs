@@ -11,7 +11,7 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties, ErrorKind};
 use warren::Server;
 use warren_config::Settings;
-use warren_interop_tests::TestBroker;
+use warren_interop_tests::{TestBroker, TEST_LISTENERS};
 
 fn fixture() -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -126,15 +126,16 @@ async fn start_error(contents: &str) -> (String, String) {
     let path = dir.join("definitions.json");
     std::fs::write(&path, contents).expect("write fixture");
     let mut settings = Settings::default();
-    settings
-        .set("listeners.tcp.default", "127.0.0.1:0")
-        .expect("listener");
-    settings
-        .set("stomp.listeners.tcp.default", "127.0.0.1:0")
-        .expect("STOMP listener");
+    for key in TEST_LISTENERS {
+        settings.set(key, "127.0.0.1:0").expect("test listener");
+    }
     settings
         .set("load_definitions", &path.display().to_string())
         .expect("path");
+    // Its own data_dir, so the message store is not created in the working directory.
+    settings
+        .set("data_dir", &dir.join("data").display().to_string())
+        .expect("data_dir");
     let error = match Server::start(settings).await {
         Ok(server) => {
             server.shutdown().await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use mqtt_common::{connect_packet, RawClient};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use warren_interop_tests::TestBroker;
+use warren_interop_tests::{wait_for, TestBroker};
 
 // `rlim_t` is 64 bits on most platforms but not all: the casts are needed somewhere.
 #[allow(clippy::unnecessary_cast)]
@@ -33,6 +33,15 @@ fn set_soft_limit(soft: u64) -> u64 {
 async fn out_of_file_descriptors_keeps_open_connections_and_recovers() {
     let broker = TestBroker::start().await;
     let mut open = RawClient::connected(broker.mqtt_addr(), "already-open").await;
+    // The store's writer saves the definitions once after start-up, opening a file: let it
+    // finish, or the descriptor it frees could let the waiting client in below.
+    let definitions = broker
+        .data_dir()
+        .join(warren::persistence::DEFINITIONS_FILE);
+    assert!(
+        wait_for(Duration::from_secs(10), || definitions.exists()).await,
+        "definitions saved at start-up"
+    );
 
     let in_use = std::fs::read_dir("/proc/self/fd").map_or(64, |d| d.count()) as u64;
     let before = set_soft_limit(in_use + 16);

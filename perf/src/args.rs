@@ -16,6 +16,9 @@ Connection:
                             stomp://user:pass@host:port/vhost for --stomp-queue (port 61613)
 Topology:
   -u, --queue NAME          queue name (default perf-test); declared non-durable, deleted at the end
+      --durable             declare the queues durable (for persistent-message benchmarks)
+      --keep                neither purge the queues at the start nor delete them at the end
+                            (fill a backlog with -y 0, drain it in a later run with -x 0)
       --queues N            spread producers/consumers over N queues NAME-1..NAME-N (default 1)
   -t, --type TYPE           exchange type: direct, fanout, topic or headers
   -e, --exchange NAME       exchange to declare and publish to (default: the default exchange,
@@ -131,6 +134,10 @@ pub struct Config {
     pub routing_key: Option<String>,
     pub size: usize,
     pub persistent: bool,
+    /// Declare queues durable.
+    pub durable: bool,
+    /// Keep the queues' messages: no purge at the start, no delete at the end.
+    pub keep: bool,
     pub confirm: Option<usize>,
     pub qos: u16,
     pub autoack: bool,
@@ -167,6 +174,8 @@ impl Default for Config {
             routing_key: None,
             size: 16,
             persistent: false,
+            durable: false,
+            keep: false,
             confirm: None,
             qos: 0,
             autoack: false,
@@ -285,6 +294,8 @@ where
                     .map(|ms| number(&flag, ms.trim()))
                     .collect::<Result<_, _>>()?;
             }
+            "--durable" => config.durable = true,
+            "--keep" => config.keep = true,
             "-s" | "--size" => config.size = number(&flag, &value(&flag)?)?,
             "-f" | "--flag" => match value(&flag)?.as_str() {
                 "persistent" => config.persistent = true,

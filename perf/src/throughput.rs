@@ -98,10 +98,14 @@ pub async fn run(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String>
     if stuck > 0 {
         eprintln!("note: {stuck} connection(s) did not close within 10 s; dropped");
     }
-    match tokio::time::timeout(Duration::from_secs(10), topology.delete(&mut setup)).await {
-        Ok(Ok(())) => setup.close().await,
-        Ok(Err(error)) => eprintln!("note: cleaning up the queues failed: {error}"),
-        Err(_) => eprintln!("note: the broker did not answer queue.delete within 10 s"),
+    if config.keep {
+        setup.close().await;
+    } else {
+        match tokio::time::timeout(Duration::from_secs(10), topology.delete(&mut setup)).await {
+            Ok(Ok(())) => setup.close().await,
+            Ok(Err(error)) => eprintln!("note: cleaning up the queues failed: {error}"),
+            Err(_) => eprintln!("note: the broker did not answer queue.delete within 10 s"),
+        }
     }
 
     print_summary(&config, &shared, &totals);

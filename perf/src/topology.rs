@@ -109,7 +109,7 @@ impl Topology {
             let declare = Method::QueueDeclare {
                 queue: queue.clone(),
                 passive: false,
-                durable: false,
+                durable: config.durable,
                 exclusive: false,
                 auto_delete: false,
                 no_wait: false,
@@ -118,6 +118,9 @@ impl Topology {
             match conn.call(CH, &declare).await? {
                 Method::QueueDeclareOk { .. } => {}
                 other => return Err(unexpected("queue.declare-ok", &other)),
+            }
+            if config.keep {
+                continue;
             }
             let purge = Method::QueuePurge {
                 queue: queue.clone(),

@@ -15,6 +15,7 @@ use crate::consumer::{ConsumerSpec, Delivery, DeliverySink};
 use crate::error::{resource, CoreError, CoreResult};
 use crate::idmap::IdMap;
 use crate::message::Message;
+use crate::store::{MessageStore, QueueName, RecoveredMessage};
 use crate::value::Table;
 use crate::vhost::VHost;
 
@@ -22,7 +23,7 @@ mod limits;
 mod ready;
 
 pub use limits::{DeathReason, Overflow, QueueLimits};
-use ready::{ReadyMessage, ReadyStore};
+use ready::{paged_placeholder, ReadyMessage, ReadyStore};
 
 /// Least time between two full expiry passes over one queue; with the server's 250 ms tick,
 /// an expired message is removed within a second.
@@ -100,11 +101,21 @@ pub struct QueueStats {
     pub dropped_maxlen: u64,
     /// Publishes refused by `reject-publish`.
     pub rejected_publishes: u64,
+    /// Ready messages whose body is on disk only (paged out; see docs/storage.md).
+    pub paged_out: u64,
 }
 
 struct UnsettledMessage {
     message: Arc<Message>,
     expires_at: Option<u64>,
+    /// See [`ReadyMessage`]'s `store_id`.
+    store_id: u64,
+}
+
+/// A durable queue's link to the message store.
+struct StoreLink {
+    store: Arc<MessageStore>,
+    name: QueueName,
 }
 
 struct AttachedConsumer {
@@ -144,11 +155,17 @@ struct QueueState {
     last_sweep: u64,
     /// Messages to dead-letter once the lock is released (routing takes other queues' locks).
     dead_letters: Vec<(Arc<Message>, DeathReason)>,
+    /// Store ids that left the queue for good, recorded in the store once the lock is
+    /// released.
+    store_removed: Vec<u64>,
+    /// Store ids delivered unsettled, recorded likewise.
+    store_delivered: Vec<u64>,
 }
 
 impl QueueState {
     fn push_ready(&mut self, ready: ReadyMessage) {
-        self.ready_bytes += ready.message.body.len() as u64;
+        self.ready_bytes += ready.body_len();
+        self.stats.paged_out += u64::from(ready.paged);
         self.expiring += usize::from(ready.expires_at.is_some());
         if let Some(at) = ready.expires_at {
             self.next_expiry = self.next_expiry.min(at);
@@ -162,8 +179,22 @@ impl QueueState {
         Some(ready)
     }
 
+    /// Notes a delivery of a stored message: a delivered mark when it awaits settlement, a
+    /// removal when it was settled on the spot (auto-ack).
+    fn note_delivered(&mut self, store_id: u64, needs_settlement: bool) {
+        if store_id == 0 {
+            return;
+        }
+        if needs_settlement {
+            self.store_delivered.push(store_id);
+        } else {
+            self.store_removed.push(store_id);
+        }
+    }
+
     fn forget_ready(&mut self, ready: &ReadyMessage) {
-        self.ready_bytes -= ready.message.body.len() as u64;
+        self.ready_bytes -= ready.body_len();
+        self.stats.paged_out -= u64::from(ready.paged);
         self.expiring -= usize::from(ready.expires_at.is_some());
     }
 }
@@ -177,6 +208,8 @@ pub struct Queue {
     /// The vhost dead letters are routed in.
     vhost: Weak<VHost>,
     state: Mutex<QueueState>,
+    /// Set for a durable queue when the broker has a message store.
+    store: OnceLock<StoreLink>,
 }
 
 static NEXT_CONSUMER_ID: AtomicU64 = AtomicU64::new(1);
@@ -214,7 +247,117 @@ impl Queue {
                 last_used: now_ms(),
                 ..QueueState::default()
             }),
+            store: OnceLock::new(),
         })
+    }
+
+    /// Keeps this queue's persistent messages in `store` from now on.
+    pub(crate) fn link_store(&self, store: Arc<MessageStore>) {
+        let name = QueueName {
+            vhost: self.config.vhost.clone(),
+            name: self.config.name.clone(),
+        };
+        let _ = self.store.set(StoreLink { store, name });
+    }
+
+    /// The store and this queue's name in it, for a durable queue of a broker with a store.
+    pub fn store_name(&self) -> Option<(&Arc<MessageStore>, &QueueName)> {
+        self.store.get().map(|link| (&link.store, &link.name))
+    }
+
+    /// Puts messages recovered from the store back, in order, before any client can reach
+    /// the queue.
+    pub fn restore(self: &Arc<Self>, messages: Vec<RecoveredMessage>) {
+        let mut state = self.state.lock();
+        let now = now_ms();
+        for recovered in messages {
+            let ttl = match (state.limits.message_ttl, recovered.expiration_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let id = state.next_message_id;
+            state.next_message_id += 1;
+            let (message, paged) = match recovered.message {
+                Some(message) => (message, false),
+                None => (paged_placeholder(recovered.priority), true),
+            };
+            let ready = ReadyMessage {
+                id,
+                message,
+                redelivered: recovered.redelivered,
+                expires_at: ttl.map(|ttl| now.saturating_add(ttl)),
+                store_id: recovered.store_id,
+                paged,
+                paged_len: if paged { recovered.body_len } else { 0 },
+            };
+            let ready = self.page_out_if_over(&state, ready);
+            state.push_ready(ready);
+        }
+        self.finish(state);
+    }
+
+    /// Beyond the store's per-queue limit of ready messages in memory, a stored message keeps
+    /// only its index entry; the body is read back from disk when it is delivered.
+    fn page_out_if_over(&self, state: &QueueState, ready: ReadyMessage) -> ReadyMessage {
+        let Some(link) = self.store.get() else {
+            return ready;
+        };
+        if ready.store_id == 0
+            || ready.paged
+            || state.ready.len() < link.store.queue_max_in_memory()
+            || ready.message.body.len() > u32::MAX as usize
+        {
+            return ready;
+        }
+        link.store
+            .hold_until_written(ready.store_id, &ready.message);
+        ReadyMessage {
+            paged: true,
+            paged_len: ready.message.body.len() as u32,
+            message: paged_placeholder(ready.message.properties.priority),
+            ..ready
+        }
+    }
+
+    /// The message of a ready message, read back from the store if it was paged out. `None`
+    /// (logged) if the store cannot give it back.
+    fn page_in(&self, ready: &ReadyMessage) -> Option<Arc<Message>> {
+        if !ready.paged {
+            return Some(Arc::clone(&ready.message));
+        }
+        let link = self.store.get()?;
+        match link.store.read(ready.store_id) {
+            Ok(message) => Some(message),
+            Err(error) => {
+                tracing::error!(
+                    queue = %self.config.name,
+                    vhost = %self.config.vhost,
+                    %error,
+                    "a paged-out message cannot be read back from the message store; it is dropped"
+                );
+                None
+            }
+        }
+    }
+
+    /// Discards a ready message: the body is read back only when it is dead-lettered.
+    fn discard_ready(&self, state: &mut QueueState, ready: ReadyMessage, reason: DeathReason) {
+        let message = if ready.paged && state.limits.dead_letter_exchange.is_some() {
+            self.page_in(&ready)
+                .unwrap_or_else(|| Arc::clone(&ready.message))
+        } else {
+            Arc::clone(&ready.message)
+        };
+        self.discard(state, message, ready.store_id, reason);
+    }
+
+    /// Records in the store what left the queue and what was delivered; called with the
+    /// queue lock released.
+    fn flush_store(&self, removed: Vec<u64>, delivered: Vec<u64>) {
+        if let Some(link) = self.store.get() {
+            link.store.mark_delivered(&link.name, &delivered);
+            link.store.remove(&link.name, &removed);
+        }
     }
 
     /// The queue's effective limits and dead-letter settings (arguments and policies).
@@ -245,7 +388,7 @@ impl Queue {
                 break;
             }
             let Some(head) = state.pop_ready() else { break };
-            self.discard(&mut state, head.message, DeathReason::MaxLen);
+            self.discard_ready(&mut state, head, DeathReason::MaxLen);
         }
         self.finish(state);
     }
@@ -253,7 +396,13 @@ impl Queue {
     /// Releases the lock, then routes the dead letters it collected.
     fn finish(&self, mut state: MutexGuard<'_, QueueState>) {
         let dead = std::mem::take(&mut state.dead_letters);
+        let stored = !state.store_removed.is_empty() || !state.store_delivered.is_empty();
+        let removed = std::mem::take(&mut state.store_removed);
+        let delivered = std::mem::take(&mut state.store_delivered);
         drop(state);
+        if stored {
+            self.flush_store(removed, delivered);
+        }
         if dead.is_empty() {
             return;
         }
@@ -264,7 +413,16 @@ impl Queue {
 
     /// Removes a message for `reason`: dead-letters it where the queue has a dead-letter
     /// exchange, otherwise counts it as dropped.
-    fn discard(&self, state: &mut QueueState, message: Arc<Message>, reason: DeathReason) {
+    fn discard(
+        &self,
+        state: &mut QueueState,
+        message: Arc<Message>,
+        store_id: u64,
+        reason: DeathReason,
+    ) {
+        if store_id != 0 {
+            state.store_removed.push(store_id);
+        }
         match reason {
             DeathReason::Expired => state.stats.expired += 1,
             DeathReason::Rejected => state.stats.dropped += 1,
@@ -305,7 +463,7 @@ impl Queue {
             match state.ready.front() {
                 Some(head) if head.expires_at.is_some_and(|at| at < now) => {
                     if let Some(expired) = state.pop_ready() {
-                        self.discard(state, expired.message, DeathReason::Expired);
+                        self.discard_ready(state, expired, DeathReason::Expired);
                     }
                 }
                 _ => return,
@@ -340,11 +498,7 @@ impl Queue {
         let expired = taken.len();
         for message in &taken {
             state.forget_ready(message);
-            self.discard(
-                &mut state,
-                Arc::clone(&message.message),
-                DeathReason::Expired,
-            );
+            self.discard_ready(&mut state, message.clone(), DeathReason::Expired);
         }
         self.finish(state);
         // The expired messages are freed here, after the lock is released, so publishers are
@@ -406,8 +560,22 @@ impl Queue {
     /// Appends a message and hands ready messages to consumers with credit, applying the
     /// queue's TTL and length limits.
     pub fn enqueue(self: &Arc<Self>, message: Arc<Message>) -> EnqueueOutcome {
+        self.enqueue_stored(message, 0)
+    }
+
+    /// [`Queue::enqueue`] for a message the store holds for this queue under `store_id`
+    /// (0: not stored). Whatever does not stay in the queue is recorded as removed.
+    pub fn enqueue_stored(
+        self: &Arc<Self>,
+        message: Arc<Message>,
+        store_id: u64,
+    ) -> EnqueueOutcome {
         let mut state = self.state.lock();
         if state.deleted {
+            if store_id != 0 {
+                state.store_removed.push(store_id);
+                self.finish(state);
+            }
             return EnqueueOutcome::Enqueued;
         }
         let ttl = match (state.limits.message_ttl, message.properties.expiration_ms()) {
@@ -433,12 +601,12 @@ impl Queue {
                 Overflow::DropHead => {
                     while over(&state) {
                         let Some(head) = state.pop_ready() else { break };
-                        self.discard(&mut state, head.message, DeathReason::MaxLen);
+                        self.discard_ready(&mut state, head, DeathReason::MaxLen);
                     }
                     // A message larger than the byte limit by itself is dropped too.
                     if over(&state) {
                         state.stats.published += 1;
-                        self.discard(&mut state, message, DeathReason::MaxLen);
+                        self.discard(&mut state, message, store_id, DeathReason::MaxLen);
                         self.finish(state);
                         return EnqueueOutcome::Enqueued;
                     }
@@ -446,7 +614,9 @@ impl Queue {
                 Overflow::RejectPublish | Overflow::RejectPublishDlx if over(&state) => {
                     state.stats.rejected_publishes += 1;
                     if overflow == Overflow::RejectPublishDlx {
-                        self.discard(&mut state, message, DeathReason::MaxLen);
+                        self.discard(&mut state, message, store_id, DeathReason::MaxLen);
+                    } else if store_id != 0 {
+                        state.store_removed.push(store_id);
                     }
                     self.finish(state);
                     return EnqueueOutcome::Rejected;
@@ -457,12 +627,17 @@ impl Queue {
         let id = state.next_message_id;
         state.next_message_id += 1;
         state.stats.published += 1;
-        state.push_ready(ReadyMessage {
+        let ready = ReadyMessage {
             id,
             message,
             redelivered: false,
             expires_at: ttl.map(|ttl| now.saturating_add(ttl)),
-        });
+            store_id,
+            paged: false,
+            paged_len: 0,
+        };
+        let ready = self.page_out_if_over(&state, ready);
+        state.push_ready(ready);
         self.dispatch_locked(&mut state);
         self.finish(state);
         EnqueueOutcome::Enqueued
@@ -487,13 +662,29 @@ impl Queue {
             if state.ready.is_empty() || state.consumers.is_empty() {
                 return;
             }
+            // A paged-out head is read back before any consumer's credit is reserved for it.
+            let paged_in = match state.ready.front() {
+                Some(head) if head.paged => match self.page_in(head) {
+                    Some(message) => Some(message),
+                    None => {
+                        if let Some(lost) = state.pop_ready() {
+                            state.store_removed.push(lost.store_id);
+                        }
+                        continue;
+                    }
+                },
+                _ => None,
+            };
             let Some(index) = self.next_consumer_with_credit(state) else {
                 state.consumers_starved = true;
                 return;
             };
-            let Some(ready) = state.pop_ready() else {
+            let Some(mut ready) = state.pop_ready() else {
                 return;
             };
+            if let Some(message) = paged_in {
+                ready.message = message;
+            }
             let consumer = &state.consumers[index];
             let needs_settlement = consumer.spec.needs_settlement;
             let sink = Arc::clone(&consumer.sink);
@@ -503,9 +694,11 @@ impl Queue {
                     UnsettledMessage {
                         message: Arc::clone(&ready.message),
                         expires_at: ready.expires_at,
+                        store_id: ready.store_id,
                     },
                 );
             }
+            state.note_delivered(ready.store_id, needs_settlement);
             state.stats.delivered += 1;
             sink.deliver(Delivery {
                 queue: Arc::clone(self),
@@ -555,9 +748,22 @@ impl Queue {
         let now = now_ms();
         state.last_used = now;
         self.expire_head(&mut state, now);
-        let Some(ready) = state.pop_ready() else {
-            self.finish(state);
-            return None;
+        let ready = loop {
+            let Some(mut ready) = state.pop_ready() else {
+                self.finish(state);
+                return None;
+            };
+            if !ready.paged {
+                break ready;
+            }
+            match self.page_in(&ready) {
+                Some(message) => {
+                    ready.message = message;
+                    ready.paged = false;
+                    break ready;
+                }
+                None => state.store_removed.push(ready.store_id),
+            }
         };
         if needs_settlement {
             state.unsettled.insert(
@@ -565,9 +771,11 @@ impl Queue {
                 UnsettledMessage {
                     message: Arc::clone(&ready.message),
                     expires_at: ready.expires_at,
+                    store_id: ready.store_id,
                 },
             );
         }
+        state.note_delivered(ready.store_id, needs_settlement);
         state.stats.delivered += 1;
         let remaining = state.ready.len() as u64;
         let delivery = Delivery {
@@ -588,15 +796,23 @@ impl Queue {
         match settlement {
             Settlement::Ack => {
                 for id in ids {
-                    if state.unsettled.remove(id).is_some() {
+                    if let Some(unsettled) = state.unsettled.remove(id) {
                         state.stats.acknowledged += 1;
+                        if unsettled.store_id != 0 {
+                            state.store_removed.push(unsettled.store_id);
+                        }
                     }
                 }
             }
             Settlement::Reject => {
                 for id in ids {
                     if let Some(unsettled) = state.unsettled.remove(id) {
-                        self.discard(&mut state, unsettled.message, DeathReason::Rejected);
+                        self.discard(
+                            &mut state,
+                            unsettled.message,
+                            unsettled.store_id,
+                            DeathReason::Rejected,
+                        );
                     }
                 }
             }
@@ -608,8 +824,11 @@ impl Queue {
                             message: unsettled.message,
                             redelivered: true,
                             expires_at: unsettled.expires_at,
+                            store_id: unsettled.store_id,
+                            paged: false,
+                            paged_len: 0,
                         };
-                        state.ready_bytes += ready.message.body.len() as u64;
+                        state.ready_bytes += ready.body_len();
                         state.expiring += usize::from(ready.expires_at.is_some());
                         if let Some(at) = ready.expires_at {
                             state.next_expiry = state.next_expiry.min(at);
@@ -690,9 +909,13 @@ impl Queue {
     pub fn purge(&self) -> u64 {
         let mut state = self.state.lock();
         let count = state.ready.len() as u64;
+        let removed: Vec<u64> = state.ready.store_ids().collect();
+        state.store_removed.extend(removed);
         state.ready.clear();
         state.ready_bytes = 0;
+        state.stats.paged_out = 0;
         state.expiring = 0;
+        self.finish(state);
         count
     }
 
@@ -703,8 +926,20 @@ impl Queue {
             let mut state = self.state.lock();
             state.deleted = true;
             let count = state.ready.len() as u64;
+            let mut removed: Vec<u64> = state.ready.store_ids().collect();
+            removed.extend(
+                state
+                    .unsettled
+                    .values()
+                    .map(|u| u.store_id)
+                    .filter(|&id| id != 0),
+            );
+            if !removed.is_empty() {
+                self.flush_store(removed, Vec::new());
+            }
             state.ready.clear();
             state.ready_bytes = 0;
+            state.stats.paged_out = 0;
             state.expiring = 0;
             state.unsettled.clear();
             (count, std::mem::take(&mut state.consumers))

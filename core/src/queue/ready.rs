@@ -1,9 +1,9 @@
 //! The ready messages of a queue: one FIFO per priority level.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use crate::message::Message;
+use crate::message::{Message, Properties};
 
 /// A message waiting for a consumer.
 #[derive(Clone)]
@@ -13,6 +13,45 @@ pub(super) struct ReadyMessage {
     pub(super) redelivered: bool,
     /// When the message expires (`now_ms` clock), from the queue's and the message's TTL.
     pub(super) expires_at: Option<u64>,
+    /// The message store's id when the message is on disk for this queue; 0 when not.
+    pub(super) store_id: u64,
+    /// The body is on disk only: `message` is a shared placeholder carrying the priority,
+    /// and `paged_len` the body's length.
+    pub(super) paged: bool,
+    pub(super) paged_len: u32,
+}
+
+impl ReadyMessage {
+    /// The body's length, whether it is in memory or paged out.
+    pub(super) fn body_len(&self) -> u64 {
+        if self.paged {
+            u64::from(self.paged_len)
+        } else {
+            self.message.body.len() as u64
+        }
+    }
+}
+
+/// The placeholder message of a paged-out ready message with this priority: one shared
+/// allocation per priority, so a paged-out message costs only its index entry.
+pub(super) fn paged_placeholder(priority: Option<u8>) -> Arc<Message> {
+    static PLACEHOLDERS: OnceLock<Vec<Arc<Message>>> = OnceLock::new();
+    let all = PLACEHOLDERS.get_or_init(|| {
+        (0..=256u16)
+            .map(|p| {
+                let mut message = Message {
+                    exchange: String::new(),
+                    routing_key: String::new(),
+                    properties: Properties::default(),
+                    encoded_properties: None,
+                    body: bytes::Bytes::new(),
+                };
+                message.properties.priority = u8::try_from(p).ok();
+                Arc::new(message)
+            })
+            .collect()
+    });
+    Arc::clone(&all[priority.map_or(256, usize::from)])
 }
 
 /// Ready messages: one FIFO per priority level (one level for a queue without
@@ -99,6 +138,14 @@ impl ReadyStore {
         }
         self.len -= taken.len();
         taken
+    }
+
+    /// The store ids of every ready message that is on disk.
+    pub(super) fn store_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.levels
+            .iter()
+            .flat_map(|level| level.iter().map(|m| m.store_id))
+            .filter(|&id| id != 0)
     }
 
     pub(super) fn clear(&mut self) {

@@ -20,10 +20,13 @@ use crate::exchange::{Binding, DestinationName, Exchange, ExchangeConfig, Exchan
 use crate::policy::{select, Policy};
 use crate::queue::{ConsumerRemoval, Queue, QueueConfig, QueueLimits};
 use crate::routing::headers::validate_x_match;
+use crate::store::Durability;
 use crate::value::{Table, Value};
 
 mod policies;
 mod routing;
+
+pub use routing::Enqueued;
 
 /// The connection id the broker itself acts as (boot-time definitions).
 pub const BROKER_CONNECTION: u64 = 0;
@@ -120,6 +123,9 @@ pub struct VHost {
     /// The vhost's default queue type (metadata), for durable non-exclusive queues declared
     /// without `x-queue-type`.
     default_queue_type: RwLock<Option<String>>,
+    /// The broker's message store link: durable queues keep persistent messages there and
+    /// durable topology changes are reported to it.
+    durability: Arc<Durability>,
 }
 
 /// The registry of plugin exchange types, by type name.
@@ -134,6 +140,16 @@ impl VHost {
 
     /// A vhost that can declare the plugin exchange types in `exchange_types`.
     pub fn with_exchange_types(name: &str, exchange_types: ExchangeTypes) -> Arc<VHost> {
+        Self::in_broker(name, exchange_types, Arc::default())
+    }
+
+    /// A vhost of a broker: plugin exchange types and the message store link are the
+    /// broker's.
+    pub fn in_broker(
+        name: &str,
+        exchange_types: ExchangeTypes,
+        durability: Arc<Durability>,
+    ) -> Arc<VHost> {
         let vhost = VHost {
             name: name.to_string(),
             exchanges: RwLock::new(HashMap::new()),
@@ -146,6 +162,7 @@ impl VHost {
             operator_policies: RwLock::new(Vec::new()),
             exchange_types,
             default_queue_type: RwLock::new(None),
+            durability,
         };
         {
             let mut exchanges = vhost.exchanges.write();
@@ -189,6 +206,24 @@ impl VHost {
     /// Sets the vhost's default queue type (vhost metadata `default_queue_type`).
     pub fn set_default_queue_type(&self, queue_type: Option<String>) {
         *self.default_queue_type.write() = queue_type;
+        self.durability.topology_changed();
+    }
+
+    /// The broker's message store link.
+    pub fn durability(&self) -> &Arc<Durability> {
+        &self.durability
+    }
+
+    /// Every user's permissions here, sorted by user.
+    pub fn permission_entries(&self) -> Vec<(String, Arc<Permissions>)> {
+        let mut entries: Vec<(String, Arc<Permissions>)> = self
+            .permissions
+            .read()
+            .iter()
+            .map(|(user, p)| (user.clone(), Arc::clone(p)))
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries
     }
 
     /// The vhost's default queue type, if one is set.
@@ -201,11 +236,13 @@ impl VHost {
         self.permissions
             .write()
             .insert(user.to_string(), Arc::new(permissions));
+        self.durability.topology_changed();
     }
 
     /// Removes `user`'s permissions here.
     pub fn clear_permissions(&self, user: &str) {
         self.permissions.write().remove(user);
+        self.durability.topology_changed();
     }
 
     /// `user`'s permissions here, if any.
@@ -331,7 +368,11 @@ impl VHost {
         let alternate = select(&self.policies.read(), |p| p.matches_exchange(&request.name))
             .and_then(Policy::alternate_exchange);
         exchange.set_policy_alternate(alternate);
+        let durable = request.durable;
         self.exchanges.write().insert(request.name, exchange);
+        if durable {
+            self.durability.topology_changed();
+        }
         Ok(())
     }
 
@@ -409,8 +450,11 @@ impl VHost {
 
     /// Removes an exchange and every binding to or from it. Caller holds the topology lock.
     fn remove_exchange_locked(&self, name: &str) {
-        self.exchanges.write().remove(name);
+        let removed = self.exchanges.write().remove(name);
         self.remove_bindings_to_locked(&DestinationName::Exchange(name.to_string()));
+        if removed.is_some_and(|x| x.config().durable) {
+            self.durability.topology_changed();
+        }
     }
 
     /// Removes every binding to `destination`, then deletes auto-delete exchanges that lost
@@ -501,9 +545,18 @@ impl VHost {
             auto_delete: request.auto_delete,
             arguments: request.arguments,
         };
+        let persistent = config.durable && config.exclusive_owner.is_none();
         let queue = Queue::in_vhost(config, self.me.clone());
+        if persistent {
+            if let Some(store) = self.durability.store() {
+                queue.link_store(Arc::clone(store));
+            }
+        }
         self.apply_policies_to(&queue);
         self.queues.write().insert(name.clone(), queue);
+        if persistent {
+            self.durability.topology_changed();
+        }
         Ok(QueueDeclared {
             name,
             message_count: 0,
@@ -612,7 +665,11 @@ impl VHost {
             }
         }
         self.remove_bindings_to_locked(&DestinationName::Queue(queue.name().to_string()));
-        queue.mark_deleted()
+        let count = queue.mark_deleted();
+        if queue.config().durable && queue.config().exclusive_owner.is_none() {
+            self.durability.topology_changed();
+        }
+        count
     }
 
     /// Deletes a queue on behalf of the broker (exclusive owner gone, auto-delete), with no
@@ -732,7 +789,15 @@ impl VHost {
                 }
             )));
         }
+        let durable = exchange.config().durable
+            && match &target {
+                Target::Queue(q) => q.config().durable && q.config().exclusive_owner.is_none(),
+                Target::Exchange(_) => true,
+            };
         exchange.bind(binding, target);
+        if durable {
+            self.durability.topology_changed();
+        }
         Ok(())
     }
 
@@ -748,8 +813,12 @@ impl VHost {
         let (binding, _target, exchange) =
             self.resolve_binding(actor, source, destination, routing_key, arguments)?;
         let _topology = self.topology.lock();
-        if exchange.unbind(&binding) && exchange.config().auto_delete && !exchange.has_bindings() {
+        let unbound = exchange.unbind(&binding);
+        if unbound && exchange.config().auto_delete && !exchange.has_bindings() {
             self.remove_exchange_locked(exchange.name());
+        }
+        if unbound && exchange.config().durable {
+            self.durability.topology_changed();
         }
         Ok(())
     }

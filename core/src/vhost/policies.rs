@@ -23,6 +23,9 @@ impl VHost {
             policies.push(policy);
         }
         self.apply_policies();
+        if !operator {
+            self.durability.topology_changed();
+        }
     }
 
     /// Clears a policy by name; a missing one is a 404 as in RabbitMQ.
@@ -49,6 +52,9 @@ impl VHost {
             )));
         }
         self.apply_policies();
+        if !operator {
+            self.durability.topology_changed();
+        }
         Ok(())
     }
 

@@ -10,8 +10,20 @@ use crate::dead_letter::{death_field, with_death};
 use crate::error::{CoreError, CoreResult};
 use crate::exchange::{Exchange, Target};
 use crate::message::Message;
-use crate::queue::{DeathReason, Queue};
+use crate::queue::{DeathReason, EnqueueOutcome, Queue};
+use crate::store::QueueName;
 use crate::value::Value;
+
+/// What [`VHost::enqueue_routed`] did with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enqueued {
+    /// Every queue took it (false: a queue refused it with `x-overflow = reject-publish`;
+    /// the publisher gets a nack).
+    pub accepted: bool,
+    /// For a persistent message written to the store: the store sequence number that must
+    /// be durable before the publisher may be told the message is safe.
+    pub durable_seq: Option<u64>,
+}
 
 impl VHost {
     /// Removes expired messages from every queue (called about every 250 ms by the server).
@@ -96,7 +108,7 @@ impl VHost {
                 .flatten()
                 .any(|entry| death_field(entry, "reason") == Some("rejected"));
             let dead = Arc::new(dead);
-            for target in &routed {
+            routed.retain(|target| {
                 let cycles = !rejected_in_history
                     && deaths
                         .iter()
@@ -107,10 +119,45 @@ impl VHost {
                         queue = target.name(),
                         "dead-letter cycle detected; message dropped"
                     );
-                    continue;
                 }
-                target.enqueue(Arc::clone(&dead));
+                !cycles
+            });
+            self.enqueue_routed(dead, &routed);
+        }
+    }
+
+    /// Enqueues a routed message in `queues` (from [`VHost::route`]). A persistent message
+    /// that reaches a durable queue is written to the message store once, shared by every
+    /// durable queue it reached; the returned `durable_seq` is what a listener waits for (see
+    /// [`crate::store::MessageStore::subscribe_durable`]) before confirming it.
+    pub fn enqueue_routed(&self, message: Arc<Message>, queues: &[Arc<Queue>]) -> Enqueued {
+        let mut store_id = 0;
+        let mut durable_seq = None;
+        if message.properties.is_persistent() {
+            if let Some(store) = self.durability.store() {
+                let names: Vec<&QueueName> = queues
+                    .iter()
+                    .filter_map(|q| q.store_name().map(|(_, name)| name))
+                    .collect();
+                if !names.is_empty() {
+                    let (id, seq) = store.publish(&message, &names);
+                    store_id = id;
+                    durable_seq = Some(seq);
+                }
             }
+        }
+        let mut accepted = true;
+        for queue in queues {
+            let id = if store_id != 0 && queue.store_name().is_some() {
+                store_id
+            } else {
+                0
+            };
+            accepted &= queue.enqueue_stored(Arc::clone(&message), id) == EnqueueOutcome::Enqueued;
+        }
+        Enqueued {
+            accepted,
+            durable_seq,
         }
     }
 

@@ -118,6 +118,7 @@ pub async fn run_connection(
     let writer = Arc::new(writer);
     let outbox = Outbox::new(FRAME_MIN_SIZE);
     let from_loopback = peer.ip().is_loopback();
+    let store_handle = broker.message_store().cloned();
     let mut session = Session::new(
         broker,
         config.session.clone(),
@@ -125,6 +126,10 @@ pub async fn run_connection(
         from_loopback,
     );
     let connection_id = session.connection_id();
+    let mut store = StoreSignals {
+        durable: store_handle.as_ref().map(|s| s.subscribe_durable()),
+        flow: store_handle.as_ref().map(|s| s.subscribe_flow()),
+    };
     tracing::debug!(connection = connection_id, %peer, "accepted AMQP 0-9-1 connection");
     let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
     let writer_task = tokio::spawn(write_loop(
@@ -141,6 +146,7 @@ pub async fn run_connection(
         &config,
         &mut shutdown,
         &mut alarms,
+        &mut store,
         &heartbeat_tx,
     )
     .await;
@@ -160,6 +166,7 @@ async fn read_loop(
     config: &ListenerConfig,
     shutdown: &mut watch::Receiver<bool>,
     alarms: &mut watch::Receiver<Option<String>>,
+    store: &mut StoreSignals,
     heartbeat_tx: &watch::Sender<Option<Duration>>,
 ) {
     let mut buffer = BytesMut::new();
@@ -178,6 +185,12 @@ async fn read_loop(
             None
         };
         session.set_blocked(reason.as_deref());
+        // The message store is behind: publishers wait (credit-based back-pressure; not an
+        // alarm, so no connection.blocked, as with RabbitMQ's internal flow control).
+        let store_full = close_deadline.is_none()
+            && session.is_publisher()
+            && store.flow.as_ref().is_some_and(|f| *f.borrow());
+        let awaits_durability = session.awaits_durability() && store.durable.is_some();
         // A client that does not read its replies is not read either (bounded memory).
         let paused = close_deadline.is_none() && outbox.pending_bytes() > READ_PAUSE_BYTES;
         let timeout_due = if close_deadline.is_none() {
@@ -193,12 +206,20 @@ async fn read_loop(
             match session.heartbeat() {
                 // Two missed heartbeats and the peer is considered dead (not while we are
                 // the ones not reading).
-                Some(interval) if !blocked && !paused => Instant::now() + interval * 2,
+                Some(interval) if !blocked && !paused && !store_full => {
+                    Instant::now() + interval * 2
+                }
                 _ => Instant::now() + Duration::from_secs(24 * 3600),
             }
         };
         let read = tokio::select! {
-            read = read_some(reader, &mut buffer), if !blocked && !paused => read,
+            read = read_some(reader, &mut buffer), if !blocked && !paused && !store_full => read,
+            // Confirms of persistent messages go out once the store has them on disk.
+            _ = changed_or_pending(&mut store.durable), if awaits_durability => {
+                session.end_of_batch();
+                continue;
+            }
+            _ = changed_or_pending_flow(&mut store.flow), if store_full => continue,
             _ = outbox.drained.notified(), if paused => continue,
             changed = alarms.changed(), if alarms_alive => {
                 alarms_alive = changed.is_ok();
@@ -362,6 +383,38 @@ async fn read_some(reader: &mut OwnedReadHalf, buffer: &mut BytesMut) -> std::io
             }
             Err(error) => return Err(error),
         }
+    }
+}
+
+/// The message store's signals a connection follows.
+struct StoreSignals {
+    /// The durable sequence number, for holding confirms of persistent messages.
+    durable: Option<watch::Receiver<u64>>,
+    /// `true` while the store's writer is behind.
+    flow: Option<watch::Receiver<bool>>,
+}
+
+/// Waits for the durable sequence number to move (forever without a store).
+async fn changed_or_pending(receiver: &mut Option<watch::Receiver<u64>>) {
+    match receiver {
+        Some(receiver) => {
+            if receiver.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for the flow signal to change (forever without a store).
+async fn changed_or_pending_flow(receiver: &mut Option<watch::Receiver<bool>>) {
+    match receiver {
+        Some(receiver) => {
+            if receiver.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -1,6 +1,6 @@
 //! Channel state and the channel-level methods: exchange, queue, basic, confirm and tx.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use base64::Engine;
@@ -11,8 +11,8 @@ use warren_core::consumer::ConsumerSpec;
 use warren_core::exchange::DestinationName;
 use warren_core::message::parse_expiration;
 use warren_core::message::{Message, Properties};
-use warren_core::queue::{EnqueueOutcome, Queue, Settlement};
-use warren_core::vhost::{Actor, ExchangeDeclare, QueueDeclare, VHost, DIRECT_REPLY_TO};
+use warren_core::queue::{Queue, Settlement};
+use warren_core::vhost::{Actor, Enqueued, ExchangeDeclare, QueueDeclare, VHost, DIRECT_REPLY_TO};
 
 use super::{settle_grouped, Session};
 use crate::codec::{
@@ -42,6 +42,14 @@ struct PendingPublish {
     body: BytesMut,
     /// The single body frame, kept without copying when the body came in one frame.
     single_body: Option<Bytes>,
+}
+
+/// A confirm waiting for the message store (or a nack queued behind such confirms).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DurableWait {
+    publish_seq: u64,
+    store_seq: u64,
+    nack: bool,
 }
 
 /// A published message held until tx.commit.
@@ -74,6 +82,9 @@ pub(super) struct Channel {
     /// Publisher confirms: the last sequence number assigned and the last one confirmed.
     publish_seq: u64,
     confirmed_seq: u64,
+    /// Confirms held back for the message store, oldest first: a persistent message is
+    /// confirmed once its store sequence number is on disk, and nothing after it before.
+    durable_waits: VecDeque<DurableWait>,
     tx_publishes: Vec<TxPublish>,
     tx_settlements: Vec<(Vec<Unacked>, Settlement)>,
 }
@@ -91,6 +102,7 @@ impl Channel {
             publish_allowed: Vec::new(),
             publish_seq: 0,
             confirmed_seq: 0,
+            durable_waits: VecDeque::new(),
             tx_publishes: Vec::new(),
             tx_settlements: Vec::new(),
         }
@@ -128,6 +140,56 @@ impl Channel {
             delivery_tag: self.publish_seq,
             multiple,
         })
+    }
+
+    /// The confirms that can go now that the store has `durable` on disk: acks (coalesced
+    /// with `multiple`) up to the first publish still waiting for the disk, and the nacks
+    /// queued behind waiting publishes. Returns whether publishes are still unconfirmed.
+    pub(super) fn take_confirms(&mut self, durable: u64, out: &mut Vec<Method>) -> bool {
+        if self.mode != Mode::Confirm {
+            return false;
+        }
+        if self.durable_waits.is_empty() {
+            out.extend(self.take_confirm());
+            return false;
+        }
+        loop {
+            match self.durable_waits.front() {
+                Some(wait) if wait.nack || wait.store_seq <= durable => {
+                    let wait = *wait;
+                    self.durable_waits.pop_front();
+                    if wait.nack {
+                        self.ack_up_to(wait.publish_seq - 1, out);
+                        out.push(Method::BasicNack {
+                            delivery_tag: wait.publish_seq,
+                            multiple: false,
+                            requeue: false,
+                        });
+                        self.confirmed_seq = wait.publish_seq;
+                    }
+                }
+                Some(wait) => {
+                    let limit = wait.publish_seq - 1;
+                    self.ack_up_to(limit, out);
+                    return true;
+                }
+                None => {
+                    let limit = self.publish_seq;
+                    self.ack_up_to(limit, out);
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn ack_up_to(&mut self, limit: u64, out: &mut Vec<Method>) {
+        if limit > self.confirmed_seq {
+            out.push(Method::BasicAck {
+                delivery_tag: limit,
+                multiple: limit - self.confirmed_seq > 1,
+            });
+            self.confirmed_seq = limit;
+        }
     }
 
     fn queue_name_or_last(&self, name: String) -> Result<String, AmqpError> {
@@ -877,11 +939,28 @@ impl Session {
                 Ok(())
             }
             Mode::Confirm => {
-                let accepted =
+                let outcome =
                     self.route_and_enqueue(ch, &vhost, &exchange, pending.mandatory, message)?;
                 let channel = self.channel(ch);
                 channel.publish_seq += 1;
-                if !accepted {
+                let seq = channel.publish_seq;
+                if !outcome.accepted && !channel.durable_waits.is_empty() {
+                    // Earlier publishes still wait for the disk: the nack waits behind them.
+                    channel.durable_waits.push_back(DurableWait {
+                        publish_seq: seq,
+                        store_seq: 0,
+                        nack: true,
+                    });
+                    return Ok(());
+                }
+                if let Some(store_seq) = outcome.durable_seq.filter(|_| outcome.accepted) {
+                    channel.durable_waits.push_back(DurableWait {
+                        publish_seq: seq,
+                        store_seq,
+                        nack: false,
+                    });
+                }
+                if !outcome.accepted {
                     // A queue refused it (x-overflow reject-publish): confirm what came
                     // before, then nack this one.
                     let seq = channel.publish_seq;
@@ -921,9 +1000,12 @@ impl Session {
         exchange: &str,
         mandatory: bool,
         message: Arc<Message>,
-    ) -> Result<bool, AmqpError> {
+    ) -> Result<Enqueued, AmqpError> {
         let mut routed = std::mem::take(&mut self.routed);
-        let mut accepted = true;
+        let mut outcome = Enqueued {
+            accepted: true,
+            durable_seq: None,
+        };
         routed.clear();
         if let Err(error) = vhost.route(exchange, &message, &mut routed) {
             self.routed = routed;
@@ -941,14 +1023,10 @@ impl Session {
                 self.outbox.send_return(ch, 312, "NO_ROUTE", &message);
             }
         } else {
-            let last = routed.len() - 1;
-            for queue in &routed[..last] {
-                accepted &= queue.enqueue(Arc::clone(&message)) == EnqueueOutcome::Enqueued;
-            }
-            accepted &= routed[last].enqueue(message) == EnqueueOutcome::Enqueued;
+            outcome = vhost.enqueue_routed(message, &routed);
         }
         routed.clear();
         self.routed = routed;
-        Ok(accepted)
+        Ok(outcome)
     }
 }

@@ -703,13 +703,29 @@ impl Session {
     }
 
     fn flush_confirms(&mut self) {
+        if self.pending_confirms.is_empty() {
+            return;
+        }
+        let durable = self.broker.message_store().map_or(0, |s| s.durable_seq());
+        let mut methods = Vec::new();
+        let mut waiting = Vec::new();
         for channel_id in std::mem::take(&mut self.pending_confirms) {
             if let Some(channel) = self.channels.get_mut(&channel_id) {
-                if let Some(method) = channel.take_confirm() {
+                if channel.take_confirms(durable, &mut methods) {
+                    waiting.push(channel_id);
+                }
+                for method in methods.drain(..) {
                     self.outbox.send_method(channel_id, &method);
                 }
             }
         }
+        self.pending_confirms = waiting;
+    }
+
+    /// Whether publisher confirms wait for the message store; the driver then calls
+    /// [`Session::end_of_batch`] again when the store's durable sequence number moves.
+    pub fn awaits_durability(&self) -> bool {
+        !self.pending_confirms.is_empty()
     }
 
     /// Releases a channel's consumers and requeues its unacked deliveries.

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use warren_core::message::{Message, Properties};
-use warren_core::queue::EnqueueOutcome;
 use warren_core::retained::RetainedMessage;
 use warren_core::value::{Table, Value};
 
@@ -169,12 +168,13 @@ fn route_publish(
         connected.routed = routed;
         return Err(error.message);
     }
-    for queue in routed.drain(..) {
-        if queue.enqueue(Arc::clone(&message)) == EnqueueOutcome::Rejected {
-            // x-overflow = reject-publish: MQTT 3.1.1 has no negative acknowledgement.
-            tracing::debug!(queue = queue.name(), "MQTT message refused by a full queue");
-        }
+    // Through the vhost, so a persistent (QoS 1/2) message reaching a durable queue is written
+    // to the message store. PUBACK does not wait for its fsync yet (see docs/storage.md).
+    if !routed.is_empty() && !connected.vhost.enqueue_routed(message, &routed).accepted {
+        // x-overflow = reject-publish: MQTT 3.1.1 has no negative acknowledgement.
+        tracing::debug!("MQTT message refused by a full queue");
     }
+    routed.clear();
     connected.routed = routed;
     Ok(())
 }

@@ -102,9 +102,9 @@ impl Session {
                 Some(stripped) => Arc::new(stripped),
                 None => message,
             };
-            for queue in &routed {
-                queue.enqueue(Arc::clone(&message));
-            }
+            // Through the vhost, so a persistent message reaching a durable queue is written to
+            // the message store. RECEIPT does not wait for its fsync yet (see docs/storage.md).
+            vhost.enqueue_routed(message, &routed);
         }
         routed.clear();
         self.routed = routed;
