@@ -1,0 +1,5 @@
+//! # warren-amqp10
+//!
+//! The AMQP 1.0 listener. [`codec`] turns bytes into frames (sans-IO);
+//! [`session`] is the connection, session and link state machine driving the core.
+pub mod codec;
