@@ -139,6 +139,11 @@ pub struct Settings {
     /// `disk_free_limit.absolute` / `.relative`: the free space on the data directory's disk
     /// below which the disk alarm blocks publishers. Default 50MB.
     pub disk_free_limit: DiskFreeLimit,
+    /// `anonymous_login_user`: the user AMQP 1.0 SASL ANONYMOUS logins act as. ANONYMOUS is
+    /// offered only when set (default none; RabbitMQ 4.x's key).
+    pub anonymous_login_user: Option<String>,
+    /// `anonymous_login_pass`: that user's password (default `guest`).
+    pub anonymous_login_pass: String,
 }
 
 /// When the memory alarm is raised (`vm_memory_high_watermark.*`).
@@ -182,6 +187,8 @@ impl Default for Settings {
             memory_high_watermark: MemoryHighWatermark::Relative(0.6),
             total_memory_override: None,
             disk_free_limit: DiskFreeLimit::Absolute(50_000_000),
+            anonymous_login_user: None,
+            anonymous_login_pass: "guest".to_owned(),
         }
     }
 }
@@ -223,6 +230,11 @@ pub const KEYS: &[(&str, &str)] = &[
         "plugins.consistent_hash_exchange",
         "true|false: enable the x-consistent-hash exchange type (false)",
     ),
+    (
+        "anonymous_login_user",
+        "user AMQP 1.0 SASL ANONYMOUS logs in as; none = ANONYMOUS not offered (none)",
+    ),
+    ("anonymous_login_pass", "password of that user (guest)"),
     (
         "load_definitions",
         "RabbitMQ definitions.json applied at boot (none)",
@@ -342,6 +354,15 @@ impl Settings {
                     .filter(|millis| *millis > 0)
                     .map(Duration::from_millis)
                     .ok_or_else(|| invalid("a positive integer (milliseconds)"))?;
+            }
+            "anonymous_login_user" => {
+                self.anonymous_login_user = match value {
+                    "" | "none" => None,
+                    user => Some(user.to_owned()),
+                };
+            }
+            "anonymous_login_pass" => {
+                self.anonymous_login_pass = value.to_owned();
             }
             "consumer_timeout" => {
                 self.consumer_timeout = if value == "false" {
