@@ -6,7 +6,7 @@
 //! credit is the link credit ([`LinkSink`]). Links are keyed by handle, so a sender and a
 //! receiver may share a name.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -96,6 +96,9 @@ pub struct Session {
     remote_incoming_window: u32,
     next_delivery_id: u32,
     links: HashMap<u32, Link>,
+    /// Handles of links the broker refused (attach then detach with an error), until the
+    /// client's answering detach arrives.
+    refused: HashSet<u32>,
     outgoing_handles: HashMap<u64, u32>,
     unsettled: HashMap<DeliveryNumber, Unsettled>,
     pending: VecDeque<Pending>,
@@ -130,6 +133,7 @@ impl Session {
             remote_incoming_window: begin.incoming_window,
             next_delivery_id: 0,
             links: HashMap::new(),
+            refused: HashSet::new(),
             outgoing_handles: HashMap::new(),
             unsettled: HashMap::new(),
             pending: VecDeque::new(),
@@ -214,6 +218,7 @@ impl Session {
                 format!("link handle {handle} exceeds handle-max {HANDLE_MAX}"),
             ));
         }
+        self.refused.remove(&handle);
         if self.links.contains_key(&handle) {
             return Err(errors::session(
                 SessionError::HandleInUse,
@@ -374,6 +379,7 @@ impl Session {
     }
 
     fn send_detach(&mut self, handle: u32, error: Option<Error>, out: &mut BytesMut) {
+        self.refused.insert(handle);
         let detach = Detach {
             handle: Handle(handle),
             closed: true,
@@ -385,6 +391,10 @@ impl Session {
     fn handle_detach(&mut self, detach: Detach, out: &mut BytesMut) -> Result<(), Error> {
         let handle = detach.handle.0;
         let Some(link) = self.links.remove(&handle) else {
+            if self.refused.remove(&handle) {
+                // The client answering a detach the broker sent: the link is gone already.
+                return Ok(());
+            }
             return Err(unattached(handle));
         };
         self.release_link(link);
