@@ -174,7 +174,7 @@ async fn published_over_0_9_1_consumed_over_amqp_1_0() {
     }
     let header = message.header.as_ref().unwrap();
     assert!(header.durable);
-    assert_eq!(u8::from(header.priority.clone()), 3);
+    assert_eq!(u8::from(header.priority), 3);
     assert_eq!(header.ttl, Some(30_000));
     let properties = message.properties.as_ref().unwrap();
     assert_eq!(

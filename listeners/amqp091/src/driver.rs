@@ -42,16 +42,14 @@ pub struct ListenerConfig {
 /// The future serving one handed-off connection.
 pub type HandoffFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Serves a connection of another protocol on this port: gets the stream, the peer, the
-/// 8-byte protocol header already read from it, and the shutdown signal.
+/// Starts serving a handed-off connection: the stream, the peer, the 8-byte protocol header
+/// already read from it, and the shutdown signal.
+pub type HandoffFn =
+    dyn Fn(TcpStream, SocketAddr, [u8; 8], watch::Receiver<bool>) -> HandoffFuture + Send + Sync;
+
+/// Serves connections of another protocol on this port (AMQP 1.0).
 #[derive(Clone)]
-pub struct ProtocolHandoff(
-    pub  Arc<
-        dyn Fn(TcpStream, SocketAddr, [u8; 8], watch::Receiver<bool>) -> HandoffFuture
-            + Send
-            + Sync,
-    >,
-);
+pub struct ProtocolHandoff(pub Arc<HandoffFn>);
 
 impl std::fmt::Debug for ProtocolHandoff {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -1,10 +1,10 @@
 //! The AMQP 1.0 connection state machine: SASL, open/close, and frame dispatch to the
-//! sessions ([`session`]) that own links. Sans-IO: bytes go in through
+//! sessions ([`links`]) that own links. Sans-IO: bytes go in through
 //! [`Connection::handle_input`], frames come out in [`Connection::out`], and the driver
 //! passes time in (idle timeouts) and wakes it for deliveries ([`Connection::process_mailbox`]).
 
 mod errors;
-mod session;
+mod links;
 pub mod sink;
 
 use std::collections::{HashMap, HashSet};
@@ -25,7 +25,7 @@ use crate::codec::{
     decode_frame, encode_amqp_frame, encode_sasl_frame, Frame, FrameBody, FrameError, SaslFrame,
     MIN_MAX_FRAME_SIZE, PROTOCOL_HEADER_AMQP, PROTOCOL_HEADER_SASL,
 };
-use session::Session;
+use links::Session;
 use sink::{Mailbox, MailboxEntry};
 
 /// Settings of the AMQP 1.0 listener.
@@ -441,7 +441,7 @@ impl Connection {
                 let Some(session) = self.sessions.get_mut(&channel) else {
                     return self.unknown_channel(channel);
                 };
-                let context = session::Context {
+                let context = links::Context {
                     vhost: &vhost,
                     user: &user,
                     connection_id: self.connection_id,
@@ -592,7 +592,7 @@ impl Connection {
                 Some(session) => {
                     session.take_entry(entry, self.remote_max_frame_size, &mut self.out)
                 }
-                None => session::return_entry(entry),
+                None => links::return_entry(entry),
             }
         }
     }
@@ -604,7 +604,7 @@ impl Connection {
             session.terminate();
         }
         for entry in self.mailbox.take() {
-            session::return_entry(entry);
+            links::return_entry(entry);
         }
     }
 }

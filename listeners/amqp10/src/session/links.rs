@@ -1,4 +1,4 @@
-//! One AMQP 1.0 session: its flow-control windows and its links, keyed by handle.
+//! One AMQP 1.0 session (`Session`): its flow-control windows and its links, keyed by handle.
 //!
 //! A link the client sends on (the broker is the receiver) publishes into an exchange or
 //! queue; the broker grants it credit in batches and settles each unsettled transfer after
