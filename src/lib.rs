@@ -88,6 +88,10 @@ fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
         handshake_timeout: settings.handshake_timeout,
         ..Amqp10Config::default()
     });
+    let (alarm_tx, alarms) = tokio::sync::watch::channel(None);
+    broker.subscribe_alarms(Box::new(move |reason| {
+        let _ = alarm_tx.send(reason);
+    }));
     ProtocolHandoff(Arc::new(move |stream, peer, header, shutdown| {
         Box::pin(warren_amqp10::run_connection(
             stream,
@@ -96,6 +100,7 @@ fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
             Arc::clone(&broker),
             Arc::clone(&config),
             shutdown,
+            alarms.clone(),
         ))
     }))
 }

@@ -352,3 +352,32 @@ async fn the_broker_keeps_an_idle_connection_alive_with_heartbeats() {
     connection.close().await.unwrap();
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_resource_alarm_withholds_credit_from_publishers_until_it_clears() {
+    let broker = TestBroker::start().await;
+    declare_queue(&broker, "alarmed");
+    let (mut connection, mut session) = connect(&broker).await;
+    broker
+        .broker()
+        .set_alarm(warren_core::broker::Alarm::Memory, true);
+    // The driver applies the alarm before it handles the next frames, so a link attached
+    // now gets no credit: its first send cannot go out.
+    let mut sender = Sender::attach(&mut session, "s", "/queues/alarmed")
+        .await
+        .unwrap();
+    let blocked = tokio::time::timeout(Duration::from_millis(300), sender.send("held")).await;
+    assert!(
+        blocked.is_err(),
+        "a send went out during the alarm: {blocked:?}"
+    );
+    assert_eq!(ready(&broker, "alarmed"), 0);
+    broker
+        .broker()
+        .set_alarm(warren_core::broker::Alarm::Memory, false);
+    let outcome = sender.send("after").await.unwrap();
+    assert!(matches!(outcome, Outcome::Accepted(_)));
+    assert_eq!(ready(&broker, "alarmed"), 1);
+    connection.close().await.unwrap();
+    broker.shutdown().await;
+}

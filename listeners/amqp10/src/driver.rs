@@ -21,7 +21,9 @@ use crate::session::{Amqp10Config, Connection, Control};
 
 const READ_CHUNK: usize = 64 * 1024;
 
-/// Serves one AMQP 1.0 connection whose protocol header was already read.
+/// Serves one AMQP 1.0 connection whose protocol header was already read. `alarms` carries
+/// the broker's resource-alarm state (`Broker::subscribe_alarms`): while one is raised,
+/// publishing links get no new credit.
 pub async fn run_connection(
     mut stream: TcpStream,
     peer: SocketAddr,
@@ -29,6 +31,7 @@ pub async fn run_connection(
     broker: Arc<Broker>,
     config: Arc<Amqp10Config>,
     mut shutdown: watch::Receiver<bool>,
+    mut alarms: watch::Receiver<Option<String>>,
 ) {
     let _ = stream.set_nodelay(true);
     let mut connection = Connection::new(broker, Arc::clone(&config), peer.ip().is_loopback());
@@ -42,6 +45,8 @@ pub async fn run_connection(
     let mut last_read = Instant::now();
     let mut last_write = Instant::now();
     let mut shutting_down = false;
+    let mut alarms_alive = true;
+    connection.set_blocked(alarms.borrow().is_some());
     while control == Control::Continue {
         if !connection.out.is_empty() {
             if stream.write_all(&connection.out).await.is_err() {
@@ -73,12 +78,18 @@ pub async fn run_connection(
                     Ok(0) | Err(_) => break,
                     Ok(_) => {
                         last_read = Instant::now();
+                        // The alarm state as of now applies to the frames just read.
+                        connection.set_blocked(alarms.borrow().is_some());
                         control = connection.handle_input(&mut buffer);
                         connection.process_mailbox();
                     }
                 }
             }
             _ = mailbox.notify.notified() => connection.process_mailbox(),
+            changed = alarms.changed(), if alarms_alive => {
+                alarms_alive = changed.is_ok();
+                connection.set_blocked(alarms.borrow().is_some());
+            }
             _ = sleep_until(heartbeat_at) => encode_empty_frame(&mut connection.out),
             _ = tokio::time::sleep_until(read_deadline) => {
                 if close_deadline.is_some() || !connection.is_open() {

@@ -51,6 +51,8 @@ pub struct Context<'a> {
     pub remote_max_frame_size: u32,
     pub max_message_size: usize,
     pub next_link_id: &'a mut u64,
+    /// A resource alarm is raised: publishing links get no more credit.
+    pub blocked: bool,
 }
 
 struct IncomingLink {
@@ -63,6 +65,7 @@ struct IncomingLink {
 
 struct OutgoingLink {
     link_id: u64,
+    vhost: Arc<VHost>,
     queue: Arc<Queue>,
     consumer_id: u64,
     sink: Arc<LinkSink>,
@@ -263,22 +266,23 @@ impl Session {
             Ok(target) => {
                 encode_amqp_frame(out, self.channel, &Performative::Attach(reply), &[]);
                 let delivery_count = attach.initial_delivery_count.unwrap_or(0);
+                // While a resource alarm is raised a publisher gets no credit (RabbitMQ
+                // 4.x blocks AMQP 1.0 publishers the same way); `unblock` grants it later.
+                let credit = if context.blocked { 0 } else { PUBLISH_CREDIT };
                 self.links.insert(
                     handle,
                     Link::Incoming(IncomingLink {
                         target,
-                        credit: PUBLISH_CREDIT,
+                        credit,
                         delivery_count,
                         partial: None,
                     }),
                 );
-                let flow = self.flow_frame(
-                    Some(handle),
-                    Some(delivery_count),
-                    Some(PUBLISH_CREDIT),
-                    false,
-                );
-                encode_amqp_frame(out, self.channel, &flow, &[]);
+                if credit > 0 {
+                    let flow =
+                        self.flow_frame(Some(handle), Some(delivery_count), Some(credit), false);
+                    encode_amqp_frame(out, self.channel, &flow, &[]);
+                }
             }
             Err(error) => {
                 // Refusing a link: attach with a null terminus, then detach with the error
@@ -364,6 +368,7 @@ impl Session {
                     handle,
                     Link::Outgoing(OutgoingLink {
                         link_id,
+                        vhost: Arc::clone(context.vhost),
                         queue,
                         consumer_id,
                         sink,
@@ -413,7 +418,8 @@ impl Session {
             return;
         };
         link.sink.close();
-        link.queue.remove_consumer(link.consumer_id);
+        // Through the vhost, so an auto-delete queue losing its last consumer is deleted.
+        link.vhost.cancel(&link.queue, link.consumer_id);
         self.outgoing_handles.remove(&link.link_id);
         let ids: Vec<DeliveryNumber> = self
             .unsettled
@@ -512,6 +518,28 @@ impl Session {
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// A resource alarm cleared: tops up the credit of every publishing link that ran low.
+    pub fn unblock(&mut self, out: &mut BytesMut) {
+        let mut grants = Vec::new();
+        for (&handle, link) in self.links.iter_mut() {
+            if let Link::Incoming(link) = link {
+                if link.credit <= PUBLISH_CREDIT / 2 {
+                    link.credit = PUBLISH_CREDIT;
+                    grants.push((handle, link.delivery_count));
+                }
+            }
+        }
+        for (handle, delivery_count) in grants {
+            let frame = self.flow_frame(
+                Some(handle),
+                Some(delivery_count),
+                Some(PUBLISH_CREDIT),
+                false,
+            );
+            encode_amqp_frame(out, self.channel, &frame, &[]);
         }
     }
 
@@ -823,7 +851,7 @@ impl Session {
             return Ok(());
         }
         let target = link.target.clone();
-        if link.credit <= PUBLISH_CREDIT / 2 {
+        if link.credit <= PUBLISH_CREDIT / 2 && !context.blocked {
             link.credit = PUBLISH_CREDIT;
             let (count, credit) = (link.delivery_count, link.credit);
             let frame = self.flow_frame(Some(handle), Some(count), Some(credit), false);

@@ -104,6 +104,8 @@ pub struct Connection {
     ending: HashSet<u16>,
     mailbox: Arc<Mailbox>,
     next_link_id: u64,
+    /// A resource alarm is raised: publishing links get no more credit.
+    blocked: bool,
     /// Encoded frames waiting to be written.
     pub out: BytesMut,
 }
@@ -127,6 +129,7 @@ impl Connection {
             ending: HashSet::new(),
             mailbox: Arc::new(Mailbox::default()),
             next_link_id: 1,
+            blocked: false,
             out: BytesMut::new(),
         }
     }
@@ -449,6 +452,7 @@ impl Connection {
                     remote_max_frame_size: self.remote_max_frame_size,
                     max_message_size: self.config.max_message_size,
                     next_link_id: &mut self.next_link_id,
+                    blocked: self.blocked,
                 };
                 let result = session.handle(context, other, payload, &mut self.out);
                 let answer_flows = session.has_flows_to_answer();
@@ -567,6 +571,20 @@ impl Connection {
             ConnectionError::ConnectionForced,
             reason,
         ))
+    }
+
+    /// Raises or clears the resource-alarm block: while blocked, publishing links are given
+    /// no more credit (they stop once they spent what they have); clearing tops them up.
+    pub fn set_blocked(&mut self, blocked: bool) {
+        if self.blocked == blocked {
+            return;
+        }
+        self.blocked = blocked;
+        if !blocked && self.phase == Phase::Open {
+            for session in self.sessions.values_mut() {
+                session.unblock(&mut self.out);
+            }
+        }
     }
 
     /// The client was silent for longer than the idle timeout.
