@@ -144,12 +144,18 @@ async fn the_null_target_routes_each_message_by_its_to_address() {
         let outcome = sender.send(message).await.unwrap();
         assert!(matches!(outcome, Outcome::Accepted(_)), "{to}: {outcome:?}");
     }
-    // A `to` naming a missing queue is rejected with amqp:not-found.
-    let message = Message::builder()
-        .properties(Properties::builder().to("/queues/missing").build())
-        .value("x")
-        .build();
-    match sender.send(message).await.unwrap() {
+    // As in RabbitMQ 4.x: a `to` naming a missing queue is released (routed nowhere), one
+    // naming a missing exchange is rejected with amqp:not-found, and a malformed one with
+    // amqp:precondition-failed.
+    let send_to = |to: &str| {
+        Message::builder()
+            .properties(Properties::builder().to(to).build())
+            .value("x")
+            .build()
+    };
+    let outcome = sender.send(send_to("/queues/missing")).await.unwrap();
+    assert!(matches!(outcome, Outcome::Released(_)), "{outcome:?}");
+    match sender.send(send_to("/exchanges/absent/k")).await.unwrap() {
         Outcome::Rejected(rejected) => {
             let error = rejected.error.unwrap();
             assert_eq!(
@@ -158,9 +164,35 @@ async fn the_null_target_routes_each_message_by_its_to_address() {
             );
             assert_eq!(
                 error.description.as_deref(),
-                Some("no queue 'missing' in vhost '/'")
+                Some("no exchange 'absent' in vhost '/'")
             );
         }
+        other => panic!("expected rejected, got {other:?}"),
+    }
+    match sender.send(send_to("/queues/")).await.unwrap() {
+        Outcome::Rejected(rejected) => {
+            let error = rejected.error.unwrap();
+            assert_eq!(
+                error.condition,
+                fe2o3_amqp::types::definitions::AmqpError::PreconditionFailed.into()
+            );
+            assert_eq!(
+                error.description.as_deref(),
+                Some("bad 'to' address string: /queues/")
+            );
+        }
+        other => panic!("expected rejected, got {other:?}"),
+    }
+    // A message without `to` on a null-target link.
+    match sender
+        .send(Message::builder().value("no to").build())
+        .await
+        .unwrap()
+    {
+        Outcome::Rejected(rejected) => assert_eq!(
+            rejected.error.unwrap().description.as_deref(),
+            Some("anonymous terminus requires 'to' address to be set")
+        ),
         other => panic!("expected rejected, got {other:?}"),
     }
     assert_eq!(ready(&broker, "to-queue"), 1);

@@ -325,3 +325,16 @@ async fn a_transfer_on_an_unattached_handle_ends_only_its_session() {
     assert!(matches!(raw.next().await, Some(Performative::Close(_))));
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_client_silent_past_the_idle_timeout_is_closed() {
+    // heartbeat (seconds) is the idle-time-out the broker announces to AMQP 1.0 clients.
+    let broker = TestBroker::start_with(&[("heartbeat", "1")]).await;
+    let mut raw = RawClient::connect(&broker).await;
+    let open = raw.open(None).await;
+    assert_eq!(open.idle_time_out, Some(1000));
+    // Time passing is the behaviour under test: the raw client sends nothing more.
+    let text = expect_close(&mut raw, condition(AmqpError::ResourceLimitExceeded)).await;
+    assert_eq!(text, "local-idle-timeout expired");
+    broker.shutdown().await;
+}

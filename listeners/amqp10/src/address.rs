@@ -30,19 +30,27 @@ fn invalid(address: &str) -> AddressError {
     AddressError(format!("invalid address '{address}'"))
 }
 
-/// Decodes one percent-encoded path segment.
+/// Decodes one percent-encoded path segment. Characters that RFC 3986 does not allow
+/// unencoded in a path segment (space, `%` without two hex digits, non-ASCII) make the
+/// address invalid, as in RabbitMQ 4.x.
 pub fn percent_decode(segment: &str) -> Option<String> {
     let bytes = segment.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut index = 0;
     while index < bytes.len() {
-        if bytes[index] == b'%' {
+        let byte = bytes[index];
+        if byte == b'%' {
             let hex = segment.get(index + 1..index + 3)?;
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
             out.push(u8::from_str_radix(hex, 16).ok()?);
             index += 3;
-        } else {
-            out.push(bytes[index]);
+        } else if byte.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&byte) {
+            out.push(byte);
             index += 1;
+        } else {
+            return None;
         }
     }
     String::from_utf8(out).ok()
@@ -168,6 +176,11 @@ mod tests {
         assert!(parse_target("/queues/%zz").is_err());
         assert!(parse_target("queues/q").is_err());
         assert!(parse_target("/exchanges/x/k/extra").is_err());
+        assert!(parse_target("/exchanges//mykey").is_err());
+        assert!(parse_target("/queues/missing%encoding").is_err());
+        assert!(parse_target("/queues/not encoded").is_err());
+        assert!(parse_target("/queues/\u{270b}").is_err());
+        assert!(parse_target("/exchanges/%2B").is_ok());
     }
 
     #[test]

@@ -908,6 +908,15 @@ impl Session {
                         resolved = target;
                         &resolved
                     }
+                    // RabbitMQ 4.x: a `to` naming a missing queue is released (the message
+                    // reached no queue); a bad address or a missing exchange is rejected.
+                    Err(error) if is_missing_queue(&error) => return released(),
+                    Err(error) if error.condition == AmqpError::InvalidField.into() => {
+                        return rejected(errors::amqp(
+                            AmqpError::PreconditionFailed,
+                            format!("bad 'to' address string: {to}"),
+                        ))
+                    }
                     Err(error) => return rejected(error),
                 }
             }
@@ -1007,6 +1016,14 @@ fn same_outcome(a: &DeliveryState, b: &DeliveryState) -> bool {
         (DeliveryState::Accepted(_), DeliveryState::Accepted(_))
             | (DeliveryState::Released(_), DeliveryState::Released(_))
     )
+}
+
+fn is_missing_queue(error: &Error) -> bool {
+    error.condition == AmqpError::NotFound.into()
+        && error
+            .description
+            .as_deref()
+            .is_some_and(|text| text.starts_with("no queue "))
 }
 
 fn unattached(handle: u32) -> Error {
