@@ -338,3 +338,26 @@ async fn a_client_silent_past_the_idle_timeout_is_closed() {
     assert_eq!(text, "local-idle-timeout expired");
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_plain_amqp_1_0_header_without_sasl_needs_anonymous_logins() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Without ANONYMOUS configured the broker answers with the SASL header and closes.
+    let broker = TestBroker::start().await;
+    let mut stream = tokio::net::TcpStream::connect(broker.addr()).await.unwrap();
+    stream.write_all(b"AMQP\x00\x01\x00\x00").await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    assert_eq!(answer, b"AMQP\x03\x01\x00\x00");
+    broker.shutdown().await;
+
+    // With it, the connection proceeds without SASL as the anonymous login user.
+    let broker = TestBroker::start_with(&[("anonymous_login_user", "guest")]).await;
+    let mut stream = tokio::net::TcpStream::connect(broker.addr()).await.unwrap();
+    stream.write_all(b"AMQP\x00\x01\x00\x00").await.unwrap();
+    let mut header = [0u8; 8];
+    stream.read_exact(&mut header).await.unwrap();
+    assert_eq!(&header, b"AMQP\x00\x01\x00\x00");
+    drop(stream);
+    broker.shutdown().await;
+}
