@@ -15,7 +15,8 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use warren_amqp091::{ListenerConfig, SessionConfig};
+use warren_amqp091::{ListenerConfig, ProtocolHandoff, SessionConfig};
+use warren_amqp10::Amqp10Config;
 use warren_config::Settings;
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
@@ -162,6 +163,40 @@ async fn start_mqtt(
     Ok(addrs)
 }
 
+/// AMQP 1.0 shares the AMQP ports: the 0-9-1 accept loop hands connections that start with
+/// an AMQP 1.0 header to the AMQP 1.0 driver.
+fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
+    let config = Arc::new(Amqp10Config {
+        max_frame_size: settings.frame_max,
+        channel_max: settings.channel_max,
+        idle_timeout: (settings.heartbeat > 0)
+            .then(|| std::time::Duration::from_secs(u64::from(settings.heartbeat))),
+        anonymous_login: settings
+            .anonymous_login_user
+            .clone()
+            .map(|user| (user, settings.anonymous_login_pass.clone())),
+        default_vhost: settings.default_vhost.clone(),
+        max_message_size: settings.max_message_size,
+        handshake_timeout: settings.handshake_timeout,
+        ..Amqp10Config::default()
+    });
+    let (alarm_tx, alarms) = tokio::sync::watch::channel(None);
+    broker.subscribe_alarms(Box::new(move |reason| {
+        let _ = alarm_tx.send(reason);
+    }));
+    ProtocolHandoff(Arc::new(move |stream, peer, header, shutdown| {
+        Box::pin(warren_amqp10::run_connection(
+            stream,
+            peer,
+            header,
+            Arc::clone(&broker),
+            Arc::clone(&config),
+            shutdown,
+            alarms.clone(),
+        ))
+    }))
+}
+
 /// A running Warren server.
 pub struct Server {
     broker: Arc<Broker>,
@@ -232,6 +267,7 @@ impl Server {
             },
             handshake_timeout: settings.handshake_timeout,
             connection_max: settings.connection_max,
+            amqp10: Some(amqp10_handoff(Arc::clone(&broker), &settings)),
             ..ListenerConfig::default()
         };
         let mut listeners = JoinSet::new();

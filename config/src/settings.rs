@@ -156,6 +156,11 @@ pub struct Settings {
     /// in memory; persistent messages beyond it keep only an index entry and are read back
     /// from the message store when delivered. Default 100000.
     pub queue_max_in_memory_messages: usize,
+    /// `anonymous_login_user`: the user AMQP 1.0 SASL ANONYMOUS logins act as. ANONYMOUS is
+    /// offered only when set (default none; RabbitMQ 4.x's key).
+    pub anonymous_login_user: Option<String>,
+    /// `anonymous_login_pass`: that user's password (default `guest`).
+    pub anonymous_login_pass: String,
 }
 
 /// When the memory alarm is raised (`vm_memory_high_watermark.*`).
@@ -204,6 +209,8 @@ impl Default for Settings {
             msg_store_file_size_limit: 16 * 1024 * 1024,
             msg_store_max_unwritten_bytes: 64 * 1024 * 1024,
             queue_max_in_memory_messages: 100_000,
+            anonymous_login_user: None,
+            anonymous_login_pass: "guest".to_owned(),
         }
     }
 }
@@ -257,6 +264,11 @@ pub const KEYS: &[(&str, &str)] = &[
         "plugins.consistent_hash_exchange",
         "true|false: enable the x-consistent-hash exchange type (false)",
     ),
+    (
+        "anonymous_login_user",
+        "user AMQP 1.0 SASL ANONYMOUS logs in as; none = ANONYMOUS not offered (none)",
+    ),
+    ("anonymous_login_pass", "password of that user (guest)"),
     (
         "load_definitions",
         "RabbitMQ definitions.json applied at boot (none)",
@@ -376,6 +388,15 @@ impl Settings {
                     .filter(|millis| *millis > 0)
                     .map(Duration::from_millis)
                     .ok_or_else(|| invalid("a positive integer (milliseconds)"))?;
+            }
+            "anonymous_login_user" => {
+                self.anonymous_login_user = match value {
+                    "" | "none" => None,
+                    user => Some(user.to_owned()),
+                };
+            }
+            "anonymous_login_pass" => {
+                self.anonymous_login_pass = value.to_owned();
             }
             "consumer_timeout" => {
                 self.consumer_timeout = if value == "false" {

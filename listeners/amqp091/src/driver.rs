@@ -4,7 +4,9 @@
 //! whatever accumulated in the [`Outbox`] in one write, so a burst of deliveries costs one
 //! syscall. Heartbeats and the handshake timeout are the only clocks, and they live here.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +34,27 @@ pub struct ListenerConfig {
     pub close_timeout: Duration,
     /// Most connections this listener serves at once (`connection_max`); more are refused.
     pub connection_max: Option<usize>,
+    /// Where connections that start with an AMQP 1.0 header go (the port is shared, as in
+    /// RabbitMQ). `None` answers them with the 0-9-1 header and closes.
+    pub amqp10: Option<ProtocolHandoff>,
+}
+
+/// The future serving one handed-off connection.
+pub type HandoffFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Starts serving a handed-off connection: the stream, the peer, the 8-byte protocol header
+/// already read from it, and the shutdown signal.
+pub type HandoffFn =
+    dyn Fn(TcpStream, SocketAddr, [u8; 8], watch::Receiver<bool>) -> HandoffFuture + Send + Sync;
+
+/// Serves connections of another protocol on this port (AMQP 1.0).
+#[derive(Clone)]
+pub struct ProtocolHandoff(pub Arc<HandoffFn>);
+
+impl std::fmt::Debug for ProtocolHandoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProtocolHandoff")
+    }
 }
 
 impl Default for ListenerConfig {
@@ -41,6 +64,7 @@ impl Default for ListenerConfig {
             handshake_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(3),
             connection_max: None,
+            amqp10: None,
         }
     }
 }
@@ -92,7 +116,7 @@ pub async fn serve(
 
 /// Runs one connection to its end.
 pub async fn run_connection(
-    stream: TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
     broker: Arc<Broker>,
     config: Arc<ListenerConfig>,
@@ -100,12 +124,17 @@ pub async fn run_connection(
     mut alarms: watch::Receiver<Option<String>>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (mut reader, writer) = stream.into_split();
     let mut header = [0u8; 8];
-    match timeout(config.handshake_timeout, reader.read_exact(&mut header)).await {
+    match timeout(config.handshake_timeout, stream.read_exact(&mut header)).await {
         Ok(Ok(_)) => {}
         _ => return,
     }
+    if let (ProtocolHeader::Amqp10 { protocol_id: 0 | 3 }, Some(handoff)) =
+        (parse_protocol_header(&header), &config.amqp10)
+    {
+        return (handoff.0)(stream, peer, header, shutdown).await;
+    }
+    let (mut reader, writer) = stream.into_split();
     if parse_protocol_header(&header) != ProtocolHeader::Amqp091 {
         // Tell the client which protocol we speak, then close, as the spec asks.
         let mut writer = writer;

@@ -11,5 +11,5 @@ pub mod outbox;
 pub mod reply;
 pub mod session;
 
-pub use driver::{serve, ListenerConfig};
+pub use driver::{serve, HandoffFuture, ListenerConfig, ProtocolHandoff};
 pub use session::SessionConfig;

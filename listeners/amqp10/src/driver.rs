@@ -1,0 +1,138 @@
+//! The tokio driver of an AMQP 1.0 connection: one task per connection that reads into a
+//! buffer, feeds the [`Connection`], turns mailbox deliveries into frames, and writes
+//! everything produced by one turn in a single write. The idle timeouts are its only clocks.
+//!
+//! Connections arrive from the AMQP 0-9-1 listener's accept loop, which reads the 8-byte
+//! protocol header and hands `AMQP 3 1 0 0` / `AMQP 0 1 0 0` here ([`run_connection`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use warren_core::Broker;
+
+use crate::codec::encode_empty_frame;
+use crate::session::{Amqp10Config, Connection, Control};
+
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Serves one AMQP 1.0 connection whose protocol header was already read. `alarms` carries
+/// the broker's resource-alarm state (`Broker::subscribe_alarms`): while one is raised,
+/// publishing links get no new credit.
+pub async fn run_connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    header: [u8; 8],
+    broker: Arc<Broker>,
+    config: Arc<Amqp10Config>,
+    mut shutdown: watch::Receiver<bool>,
+    mut alarms: watch::Receiver<Option<String>>,
+) {
+    let _ = stream.set_nodelay(true);
+    let mut connection = Connection::new(broker, Arc::clone(&config), peer.ip().is_loopback());
+    let connection_id = connection.connection_id();
+    tracing::debug!(connection = connection_id, %peer, "accepted AMQP 1.0 connection");
+    let mailbox = Arc::clone(connection.mailbox());
+    let mut control = connection.start(header);
+    let mut buffer = BytesMut::with_capacity(READ_CHUNK);
+    let handshake_deadline = Instant::now() + config.handshake_timeout;
+    let mut close_deadline: Option<Instant> = None;
+    let mut last_read = Instant::now();
+    let mut last_write = Instant::now();
+    let mut shutting_down = false;
+    let mut alarms_alive = true;
+    connection.set_blocked(alarms.borrow().is_some());
+    while control == Control::Continue {
+        if !connection.out.is_empty() {
+            if stream.write_all(&connection.out).await.is_err() {
+                break;
+            }
+            connection.out.clear();
+            last_write = Instant::now();
+        }
+        if connection.is_closing() && close_deadline.is_none() {
+            close_deadline = Some(Instant::now() + config.close_timeout);
+        }
+        let read_deadline = if let Some(deadline) = close_deadline {
+            deadline
+        } else if !connection.is_open() {
+            handshake_deadline
+        } else {
+            match config.idle_timeout {
+                Some(timeout) => last_read + timeout,
+                None => Instant::now() + Duration::from_secs(24 * 3600),
+            }
+        };
+        let heartbeat_at = connection
+            .remote_idle_timeout()
+            .filter(|_| connection.is_open())
+            .map(|timeout| last_write + timeout / 2);
+        tokio::select! {
+            read = read_some(&mut stream, &mut buffer) => {
+                match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        last_read = Instant::now();
+                        // The alarm state as of now applies to the frames just read.
+                        connection.set_blocked(alarms.borrow().is_some());
+                        control = connection.handle_input(&mut buffer);
+                        connection.process_mailbox();
+                    }
+                }
+            }
+            _ = mailbox.notify.notified() => connection.process_mailbox(),
+            changed = alarms.changed(), if alarms_alive => {
+                alarms_alive = changed.is_ok();
+                connection.set_blocked(alarms.borrow().is_some());
+            }
+            _ = sleep_until(heartbeat_at) => encode_empty_frame(&mut connection.out),
+            _ = tokio::time::sleep_until(read_deadline) => {
+                if close_deadline.is_some() || !connection.is_open() {
+                    break;
+                }
+                tracing::warn!(connection = connection_id, %peer, "AMQP 1.0 client idle past the idle timeout");
+                control = connection.idle_timeout_expired();
+            }
+            changed = shutdown.changed(), if !shutting_down => {
+                shutting_down = true;
+                if changed.is_err() || *shutdown.borrow() {
+                    control = connection.force_close("broker shutdown");
+                }
+            }
+        }
+        // A publisher whose socket always has data would otherwise keep its worker thread.
+        tokio::task::yield_now().await;
+    }
+    if !connection.out.is_empty() {
+        let _ = stream.write_all(&connection.out).await;
+    }
+    connection.terminate();
+    let _ = stream.shutdown().await;
+    tracing::debug!(connection = connection_id, %peer, "AMQP 1.0 connection closed");
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn read_some(stream: &mut TcpStream, buffer: &mut BytesMut) -> std::io::Result<usize> {
+    loop {
+        if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
+            buffer.reserve(READ_CHUNK);
+        }
+        stream.readable().await?;
+        match stream.try_read_buf(buffer) {
+            Ok(read) => return Ok(read),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(error) => return Err(error),
+        }
+    }
+}
