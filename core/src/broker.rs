@@ -7,6 +7,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::access::{Permissions, User};
+use crate::connections::{CloseWaker, ConnectionHandle, ConnectionInfo, ConnectionRegistry};
 use crate::error::{CoreError, CoreResult};
 use crate::exchange::ExchangeType;
 use crate::password::PasswordHash;
@@ -82,6 +83,7 @@ pub struct Broker {
     alarms: Mutex<Vec<Alarm>>,
     alarm_listeners: Mutex<Vec<AlarmListener>>,
     exchange_types: ExchangeTypes,
+    connections: Arc<ConnectionRegistry>,
 }
 
 impl Broker {
@@ -96,6 +98,7 @@ impl Broker {
             alarms: Mutex::new(Vec::new()),
             alarm_listeners: Mutex::new(Vec::new()),
             exchange_types: ExchangeTypes::default(),
+            connections: Arc::default(),
         })
     }
 
@@ -107,6 +110,43 @@ impl Broker {
     /// A fresh connection id, unique for the broker's lifetime.
     pub fn next_connection_id(&self) -> u64 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Registers an open client connection for operators (listing, metrics, closing). Keep
+    /// the handle for the connection's lifetime: dropping it unregisters. `waker` is called
+    /// when an operator asks the connection to close; see [`ConnectionHandle::close_requested`].
+    pub fn register_connection(&self, info: ConnectionInfo, waker: CloseWaker) -> ConnectionHandle {
+        self.connections.register(info, waker)
+    }
+
+    /// The registry of open client connections.
+    pub fn connections(&self) -> &ConnectionRegistry {
+        &self.connections
+    }
+
+    /// Asks connection `id` to close with `reason` (its listener closes it as its protocol
+    /// does); false if no such connection is registered.
+    pub fn close_connection(&self, id: u64, reason: &str) -> bool {
+        self.connections.close(id, reason)
+    }
+
+    /// Every user, sorted by name.
+    pub fn users(&self) -> Vec<Arc<User>> {
+        let mut users: Vec<Arc<User>> = self.users.read().values().cloned().collect();
+        users.sort_by(|a, b| a.name.cmp(&b.name));
+        users
+    }
+
+    /// Deletes a user and their permissions in every vhost; false if no such user.
+    pub fn delete_user(&self, name: &str) -> bool {
+        let removed = self.users.write().remove(name).is_some();
+        if removed {
+            let vhosts: Vec<Arc<VHost>> = self.vhosts.read().values().cloned().collect();
+            for vhost in vhosts {
+                vhost.clear_permissions(name);
+            }
+        }
+        removed
     }
 
     /// Enables a plugin exchange type in every vhost.

@@ -11,7 +11,9 @@
 
 pub mod access;
 pub mod broker;
+pub mod connections;
 pub mod consumer;
+pub mod counters;
 pub mod dead_letter;
 pub mod error;
 pub mod exchange;

@@ -392,6 +392,19 @@ impl Queue {
         self.state.lock().consumers.len() as u64
     }
 
+    /// The attached consumers' specs, in delivery-priority order, with whether each is the
+    /// active one (always true unless the queue has a single active consumer).
+    pub fn consumers(&self) -> Vec<(ConsumerSpec, bool)> {
+        let state = self.state.lock();
+        let single = state.limits.single_active_consumer;
+        state
+            .consumers
+            .iter()
+            .enumerate()
+            .map(|(index, c)| (c.spec.clone(), !single || index == 0))
+            .collect()
+    }
+
     /// A snapshot of the queue's counters.
     pub fn stats(&self) -> QueueStats {
         let state = self.state.lock();

@@ -120,6 +120,8 @@ pub struct VHost {
     /// The vhost's default queue type (metadata), for durable non-exclusive queues declared
     /// without `x-queue-type`.
     default_queue_type: RwLock<Option<String>>,
+    /// Lifetime publish counters for metrics.
+    counters: crate::counters::MessageCounters,
 }
 
 /// The registry of plugin exchange types, by type name.
@@ -146,6 +148,7 @@ impl VHost {
             operator_policies: RwLock::new(Vec::new()),
             exchange_types,
             default_queue_type: RwLock::new(None),
+            counters: Default::default(),
         };
         {
             let mut exchanges = vhost.exchanges.write();
@@ -206,6 +209,23 @@ impl VHost {
     /// Removes `user`'s permissions here.
     pub fn clear_permissions(&self, user: &str) {
         self.permissions.write().remove(user);
+    }
+
+    /// Every user's permissions here, sorted by user name.
+    pub fn all_permissions(&self) -> Vec<(String, Arc<Permissions>)> {
+        let mut all: Vec<(String, Arc<Permissions>)> = self
+            .permissions
+            .read()
+            .iter()
+            .map(|(user, p)| (user.clone(), Arc::clone(p)))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Lifetime publish counters (received, routed, unroutable, confirmed).
+    pub fn counters(&self) -> &crate::counters::MessageCounters {
+        &self.counters
     }
 
     /// `user`'s permissions here, if any.

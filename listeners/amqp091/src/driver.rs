@@ -119,6 +119,9 @@ pub async fn run_connection(
         Arc::clone(&outbox),
         from_loopback,
     );
+    if let Ok(local) = reader.local_addr() {
+        session.set_addresses(peer, local);
+    }
     let connection_id = session.connection_id();
     tracing::debug!(connection = connection_id, %peer, "accepted AMQP 0-9-1 connection");
     let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
@@ -155,6 +158,16 @@ async fn read_loop(
     let mut shutting_down = false;
     let mut alarms_alive = true;
     loop {
+        // An operator asked this connection to close (management API, warrenctl).
+        if close_deadline.is_none() {
+            if let Some(reason) = session.close_requested() {
+                if session.close_by_operator(&reason) == Control::Close {
+                    return;
+                }
+                close_deadline = Some(Instant::now() + config.close_timeout);
+                continue;
+            }
+        }
         // A resource alarm stops reading publishing connections (consumers keep receiving
         // through the writer); the client is told with connection.blocked.
         let blocked =

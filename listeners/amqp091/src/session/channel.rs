@@ -118,16 +118,20 @@ impl Channel {
     }
 
     /// The basic.ack covering every publish confirmed since the last one sent.
-    pub(super) fn take_confirm(&mut self) -> Option<Method> {
+    /// Also returns how many publishes it confirms.
+    pub(super) fn take_confirm(&mut self) -> Option<(Method, u64)> {
         if self.mode != Mode::Confirm || self.publish_seq == self.confirmed_seq {
             return None;
         }
-        let multiple = self.publish_seq - self.confirmed_seq > 1;
+        let confirmed = self.publish_seq - self.confirmed_seq;
         self.confirmed_seq = self.publish_seq;
-        Some(Method::BasicAck {
-            delivery_tag: self.publish_seq,
-            multiple,
-        })
+        Some((
+            Method::BasicAck {
+                delivery_tag: self.publish_seq,
+                multiple: confirmed > 1,
+            },
+            confirmed,
+        ))
     }
 
     fn queue_name_or_last(&self, name: String) -> Result<String, AmqpError> {
@@ -890,7 +894,8 @@ impl Session {
                     let channel = self.channel(ch);
                     channel.publish_seq = seq;
                     channel.confirmed_seq = seq;
-                    if let Some(ack) = earlier {
+                    if let Some((ack, confirmed)) = earlier {
+                        vhost.counters().record_confirmed(confirmed);
                         self.outbox.send_method(ch, &ack);
                     }
                     self.outbox.send_method(
@@ -938,6 +943,7 @@ impl Session {
                 // Confirms for earlier messages go first; this message's confirm follows
                 // its return, as RabbitMQ orders them.
                 self.flush_confirms();
+                vhost.counters().record_returned();
                 self.outbox.send_return(ch, 312, "NO_ROUTE", &message);
             }
         } else {
