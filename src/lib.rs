@@ -14,14 +14,15 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use warren_amqp091::{ListenerConfig, SessionConfig};
-use warren_config::Settings;
+use warren_config::{ListenAddr, Settings};
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
 use warren_core::Broker;
+use warren_management::{ListenerInfo, Management, NodeResources};
 
 use crate::resource_monitor::ResourceMonitor;
 
-pub use definitions::apply_definitions;
+pub use definitions::{apply_definitions, import_definitions};
 
 /// Why the server could not start.
 #[derive(Debug)]
@@ -70,11 +71,116 @@ async fn expire_messages(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
     }
 }
 
+/// Binds `addr` for `protocol` and logs `listening protocol=... addr=...`.
+async fn bind(protocol: &'static str, addr: &ListenAddr) -> Result<TcpListener, StartError> {
+    let text = addr.to_socket_addr_string();
+    let bind_error = |error| StartError::Bind {
+        protocol,
+        addr: text.clone(),
+        error,
+    };
+    let listener = TcpListener::bind(&text).await.map_err(bind_error)?;
+    let bound = listener.local_addr().map_err(bind_error)?;
+    tracing::info!("listening protocol={protocol} addr={bound}");
+    Ok(listener)
+}
+
+/// Starts the management API and the Prometheus endpoint when enabled; returns their
+/// addresses.
+async fn start_operator_endpoints(
+    broker: &Arc<Broker>,
+    resource_monitor: &Arc<ResourceMonitor>,
+    settings: &Settings,
+    amqp_addrs: &[SocketAddr],
+    listeners: &mut JoinSet<()>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<(Option<SocketAddr>, Option<SocketAddr>), StartError> {
+    let management_listener = match settings.management_enabled {
+        true => Some(bind("http", &settings.management_listener).await?),
+        false => None,
+    };
+    let prometheus_listener = match settings.prometheus_enabled {
+        true => Some(bind("prometheus", &settings.prometheus_listener).await?),
+        false => None,
+    };
+    let address = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+    let (management_addr, prometheus_addr) =
+        (address(&management_listener), address(&prometheus_listener));
+    let mut endpoints: Vec<ListenerInfo> = amqp_addrs
+        .iter()
+        .map(|addr| ListenerInfo {
+            protocol: "amqp".into(),
+            addr: *addr,
+        })
+        .collect();
+    endpoints.extend(management_addr.map(|addr| ListenerInfo {
+        protocol: "http".into(),
+        addr,
+    }));
+    endpoints.extend(prometheus_addr.map(|addr| ListenerInfo {
+        protocol: "http/prometheus".into(),
+        addr,
+    }));
+    let importer = {
+        let broker = Arc::clone(broker);
+        let settings = settings.clone();
+        Arc::new(move |json: &[u8]| import_definitions(&broker, json, &settings, "definitions"))
+    };
+    let monitor = Arc::clone(resource_monitor);
+    let management = Arc::new(Management {
+        broker: Arc::clone(broker),
+        node_name: format!("warren@{}", host_name()),
+        cluster_name: format!("warren@{}", host_name()),
+        listeners: endpoints,
+        import_definitions: importer,
+        resources: Arc::new(move || {
+            let reading = monitor.check();
+            NodeResources {
+                memory_used: reading.memory_used.unwrap_or(0),
+                memory_limit: reading.memory_limit,
+                disk_free: reading.disk_free.unwrap_or(0),
+                disk_free_limit: reading.disk_free_limit,
+            }
+        }),
+        started: std::time::Instant::now(),
+        tracing: Arc::new(|_| false),
+    });
+    if let Some(listener) = management_listener {
+        listeners.spawn(warren_management::serve_api(
+            listener,
+            Arc::clone(&management),
+            shutdown.clone(),
+        ));
+    }
+    if let Some(listener) = prometheus_listener {
+        listeners.spawn(warren_management::serve_metrics(
+            listener,
+            management,
+            shutdown.clone(),
+        ));
+    }
+    Ok((management_addr, prometheus_addr))
+}
+
+/// This machine's host name, for the node name (`warren@HOST`).
+fn host_name() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
+    let result = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
+    if result != 0 {
+        return "localhost".to_string();
+    }
+    let end = buffer.iter().position(|b| *b == 0).unwrap_or(buffer.len());
+    String::from_utf8_lossy(&buffer[..end]).into_owned()
+}
+
 /// A running Warren server.
 pub struct Server {
     broker: Arc<Broker>,
     resource_monitor: Arc<ResourceMonitor>,
     amqp_addrs: Vec<SocketAddr>,
+    management_addr: Option<SocketAddr>,
+    prometheus_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     listeners: JoinSet<()>,
 }
@@ -148,10 +254,21 @@ impl Server {
                 shutdown_rx.clone(),
             ));
         }
+        let (management_addr, prometheus_addr) = start_operator_endpoints(
+            &broker,
+            &resource_monitor,
+            &settings,
+            &amqp_addrs,
+            &mut listeners,
+            &shutdown_rx,
+        )
+        .await?;
         Ok(Server {
             broker,
             resource_monitor,
             amqp_addrs,
+            management_addr,
+            prometheus_addr,
             shutdown,
             listeners,
         })
@@ -165,6 +282,16 @@ impl Server {
     /// Every bound AMQP listener address.
     pub fn amqp_addrs(&self) -> &[SocketAddr] {
         &self.amqp_addrs
+    }
+
+    /// The management HTTP API's address (`None` when `plugins.management = false`).
+    pub fn management_addr(&self) -> Option<SocketAddr> {
+        self.management_addr
+    }
+
+    /// The Prometheus endpoint's address (`None` when `plugins.prometheus = false`).
+    pub fn prometheus_addr(&self) -> Option<SocketAddr> {
+        self.prometheus_addr
     }
 
     /// The broker model, for embedding and tests.

@@ -127,6 +127,16 @@ pub struct Settings {
     /// `plugins.consistent_hash_exchange`: enables the `x-consistent-hash` exchange type
     /// (off by default, as RabbitMQ's plugin is).
     pub consistent_hash_exchange: bool,
+    /// `management.tcp.ip` / `management.tcp.port`: the management HTTP API. Default
+    /// `0.0.0.0:15672`.
+    pub management_listener: ListenAddr,
+    /// `plugins.management` (Warren-specific): serve the management HTTP API. Default true.
+    pub management_enabled: bool,
+    /// `prometheus.tcp.ip` / `prometheus.tcp.port`: Prometheus metrics. Default
+    /// `0.0.0.0:15692`.
+    pub prometheus_listener: ListenAddr,
+    /// `plugins.prometheus` (Warren-specific): serve Prometheus metrics. Default true.
+    pub prometheus_enabled: bool,
     /// `consumer_timeout`: milliseconds a delivery may stay unacknowledged before its channel
     /// is closed with 406 (RabbitMQ's default: 30 minutes); `None` (`false`) disables it.
     pub consumer_timeout: Option<Duration>,
@@ -178,6 +188,10 @@ impl Default for Settings {
             handshake_timeout: Duration::from_millis(10_000),
             connection_max: None,
             consistent_hash_exchange: false,
+            management_listener: ListenAddr::new("0.0.0.0", 15672),
+            management_enabled: true,
+            prometheus_listener: ListenAddr::new("0.0.0.0", 15692),
+            prometheus_enabled: true,
             consumer_timeout: Some(Duration::from_millis(1_800_000)),
             memory_high_watermark: MemoryHighWatermark::Relative(0.6),
             total_memory_override: None,
@@ -226,6 +240,30 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "load_definitions",
         "RabbitMQ definitions.json applied at boot (none)",
+    ),
+    (
+        "management.tcp.port",
+        "management HTTP API port, 0 = any free port (15672)",
+    ),
+    (
+        "management.tcp.ip",
+        "management HTTP API interface (0.0.0.0)",
+    ),
+    (
+        "plugins.management",
+        "true|false: serve the management HTTP API (true)",
+    ),
+    (
+        "prometheus.tcp.port",
+        "Prometheus metrics port, 0 = any free port (15692)",
+    ),
+    (
+        "prometheus.tcp.ip",
+        "Prometheus metrics interface (0.0.0.0)",
+    ),
+    (
+        "plugins.prometheus",
+        "true|false: serve Prometheus metrics (true)",
     ),
     (
         "log.console.level",
@@ -353,6 +391,39 @@ impl Settings {
                         })?;
                     Some(Duration::from_millis(ms))
                 };
+            }
+            "management.tcp.port" | "prometheus.tcp.port" => {
+                let port = value
+                    .parse()
+                    .map_err(|_| invalid("a port between 0 and 65535"))?;
+                if key.starts_with("management") {
+                    self.management_listener.port = port;
+                } else {
+                    self.prometheus_listener.port = port;
+                }
+            }
+            "management.tcp.ip" | "prometheus.tcp.ip" => {
+                let host = ListenAddr::parse(&format!("[{}]:0", value.trim_matches(['[', ']'])))
+                    .or_else(|_| ListenAddr::parse(&format!("{value}:0")))
+                    .map_err(|_| invalid("an IP address or host name"))?
+                    .host;
+                if key.starts_with("management") {
+                    self.management_listener.host = host;
+                } else {
+                    self.prometheus_listener.host = host;
+                }
+            }
+            "plugins.management" | "plugins.prometheus" => {
+                let enabled = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(invalid("true or false")),
+                };
+                if key == "plugins.management" {
+                    self.management_enabled = enabled;
+                } else {
+                    self.prometheus_enabled = enabled;
+                }
             }
             "plugins.consistent_hash_exchange" => {
                 self.consistent_hash_exchange = match value {

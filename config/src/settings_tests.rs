@@ -445,3 +445,22 @@ fn resource_alarm_limits_in_every_form() {
         assert!(text.contains(key), "{bad}: {text}");
     }
 }
+
+#[test]
+fn management_and_prometheus_listeners_take_rabbitmq_keys() {
+    let mut settings = Settings::default();
+    assert_eq!(settings.management_listener.port, 15672);
+    assert_eq!(settings.prometheus_listener.port, 15692);
+    settings.set("management.tcp.port", "0").unwrap();
+    settings.set("management.tcp.ip", "127.0.0.1").unwrap();
+    settings.set("prometheus.tcp.ip", "::1").unwrap();
+    settings.set("plugins.prometheus", "false").unwrap();
+    assert_eq!(
+        settings.management_listener.to_socket_addr_string(),
+        "127.0.0.1:0"
+    );
+    assert_eq!(settings.prometheus_listener.host, "::1");
+    assert!(!settings.prometheus_enabled);
+    assert!(settings.set("management.tcp.port", "70000").is_err());
+    assert!(settings.set("plugins.management", "yes").is_err());
+}

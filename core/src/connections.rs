@@ -188,7 +188,12 @@ impl ConnectionHandle {
 impl Drop for ConnectionHandle {
     fn drop(&mut self) {
         if let Some(registry) = self.registry.upgrade() {
-            if registry.entries.write().remove(&self.entry.info.id).is_some() {
+            if registry
+                .entries
+                .write()
+                .remove(&self.entry.info.id)
+                .is_some()
+            {
                 registry.closed.fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -8,6 +8,9 @@ use std::time::Duration;
 use warren::Server;
 use warren_config::Settings;
 
+/// A response from the management API or the metrics endpoint.
+pub use warren_management::http::ClientResponse as HttpResponse;
+
 /// A broker started for one test.
 pub struct TestBroker {
     server: Server,
@@ -22,9 +25,15 @@ impl TestBroker {
     /// Starts a broker with extra `KEY=VALUE` settings applied after the test defaults.
     pub async fn start_with(settings: &[(&str, &str)]) -> TestBroker {
         let mut config = Settings::default();
-        config
-            .set("listeners.tcp.default", "127.0.0.1:0")
-            .expect("valid listener");
+        for (key, value) in [
+            ("listeners.tcp.default", "127.0.0.1:0"),
+            ("management.tcp.ip", "127.0.0.1"),
+            ("management.tcp.port", "0"),
+            ("prometheus.tcp.ip", "127.0.0.1"),
+            ("prometheus.tcp.port", "0"),
+        ] {
+            config.set(key, value).expect("valid test listener");
+        }
         for (key, value) in settings {
             config
                 .set(key, value)
@@ -47,6 +56,47 @@ impl TestBroker {
     /// An AMQP URL for a user and an (already URL-encoded) vhost.
     pub fn url_for(&self, user: &str, password: &str, vhost: &str) -> String {
         format!("amqp://{user}:{password}@{}/{vhost}", self.addr())
+    }
+
+    /// The management HTTP API's address (`HOST:PORT`).
+    pub fn management_addr(&self) -> String {
+        self.server
+            .management_addr()
+            .expect("management API enabled")
+            .to_string()
+    }
+
+    /// The Prometheus endpoint's address (`HOST:PORT`).
+    pub fn prometheus_addr(&self) -> String {
+        self.server
+            .prometheus_addr()
+            .expect("Prometheus endpoint enabled")
+            .to_string()
+    }
+
+    /// Sends one request to the management API as `user:password`, with an optional JSON
+    /// body, and returns the response.
+    pub async fn api(
+        &self,
+        method: &str,
+        path: &str,
+        credentials: Option<(&str, &str)>,
+        body: Option<&str>,
+    ) -> HttpResponse {
+        warren_management::http::send(
+            &self.management_addr(),
+            method,
+            path,
+            credentials,
+            body.map(str::as_bytes),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// `api` as guest/guest.
+    pub async fn api_as_guest(&self, method: &str, path: &str, body: Option<&str>) -> HttpResponse {
+        self.api(method, path, Some(("guest", "guest")), body).await
     }
 
     /// The running server, for adding users or inspecting the core.

@@ -558,26 +558,28 @@ impl Session {
         let vhost = self.broker.open_vhost(&user, virtual_host)?;
         self.vhost = Some(vhost);
         let outbox = Arc::clone(&self.outbox);
-        self.registration = Some(self.broker.register_connection(
-            ConnectionInfo {
-                id: self.connection_id,
-                protocol: "AMQP 0-9-1".to_string(),
-                user,
-                vhost: virtual_host.to_string(),
-                peer: self.addresses.0,
-                local: self.addresses.1,
-                connection_name: ConnectionInfo::connection_name_from(&self.client_properties),
-                client_properties: self.client_properties.clone(),
-                tls: false,
-                frame_max: self.frame_max,
-                channel_max: self.channel_max,
-                heartbeat: self.heartbeat,
-                connected_at: std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64),
-            },
-            Box::new(move || outbox.reader_wake.notify_one()),
-        ));
+        self.registration = Some(
+            self.broker.register_connection(
+                ConnectionInfo {
+                    id: self.connection_id,
+                    protocol: "AMQP 0-9-1".to_string(),
+                    user,
+                    vhost: virtual_host.to_string(),
+                    peer: self.addresses.0,
+                    local: self.addresses.1,
+                    connection_name: ConnectionInfo::connection_name_from(&self.client_properties),
+                    client_properties: self.client_properties.clone(),
+                    tls: false,
+                    frame_max: self.frame_max,
+                    channel_max: self.channel_max,
+                    heartbeat: self.heartbeat,
+                    connected_at: std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64),
+                },
+                Box::new(move || outbox.reader_wake.notify_one()),
+            ),
+        );
         self.phase = Phase::Open;
         self.outbox.send_method(0, &Method::ConnectionOpenOk);
         Ok(Control::Continue)
