@@ -391,7 +391,9 @@ impl Management {
         for vhost in &vhosts {
             let name = vhost.name();
             policies.extend(vhost.policies(false).iter().map(|p| policy_json(name, p)));
-            for queue in vhost.queues() {
+            let mut vhost_queues = vhost.queues();
+            vhost_queues.sort_by(|a, b| a.name().cmp(b.name()));
+            for queue in vhost_queues {
                 let config = queue.config();
                 if config.exclusive_owner.is_some() {
                     continue;
@@ -402,11 +404,21 @@ impl Management {
                     "durable": config.durable,
                     "auto_delete": config.auto_delete,
                     "arguments": table_to_json(&config.arguments),
+                    "type": super::topology::queue_type(&queue),
                 }));
             }
-            for exchange in vhost.exchanges() {
+            let mut vhost_exchanges = vhost.exchanges();
+            vhost_exchanges.sort_by(|a, b| a.name().cmp(b.name()));
+            for exchange in vhost_exchanges {
                 let config = exchange.config();
-                if config.name.is_empty() || config.name.starts_with("amq.") {
+                if config.name.is_empty() {
+                    continue;
+                }
+                // Bindings from built-in exchanges are exported; the exchanges themselves are not.
+                if config.name.starts_with("amq.") {
+                    for binding in exchange.bindings() {
+                        bindings.push(self.exported_binding(name, &binding));
+                    }
                     continue;
                 }
                 exchanges.push(json!({
@@ -419,7 +431,7 @@ impl Management {
                     "arguments": table_to_json(&config.arguments),
                 }));
                 for binding in exchange.bindings() {
-                    bindings.push(self.binding_json(name, &binding));
+                    bindings.push(self.exported_binding(name, &binding));
                 }
             }
         }
@@ -484,6 +496,17 @@ impl Management {
         document.insert("exchanges".into(), Json::Array(exchanges));
         document.insert("bindings".into(), Json::Array(bindings));
         Json::Object(document)
+    }
+}
+
+impl Management {
+    /// A binding as definitions list it (without the API's `properties_key`).
+    fn exported_binding(&self, vhost: &str, binding: &warren_core::exchange::Binding) -> Json {
+        let mut json = self.binding_json(vhost, binding);
+        if let Some(object) = json.as_object_mut() {
+            object.remove("properties_key");
+        }
+        json
     }
 }
 
