@@ -335,8 +335,23 @@ pub fn encode_request(
     credentials: Option<(&str, &str)>,
     body: Option<&[u8]>,
 ) -> Vec<u8> {
+    encode_request_with(method, path, host, credentials, &[], body)
+}
+
+/// [`encode_request`] with extra headers (such as `X-Reason`).
+pub fn encode_request_with(
+    method: &str,
+    path: &str,
+    host: &str,
+    credentials: Option<(&str, &str)>,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Vec<u8> {
     use base64::Engine;
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n");
+    for (name, value) in headers {
+        let _ = write!(head, "{name}: {value}\r\n");
+    }
     if let Some((user, password)) = credentials {
         let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
         let _ = write!(head, "authorization: Basic {token}\r\n");
@@ -363,10 +378,29 @@ pub async fn send(
     credentials: Option<(&str, &str)>,
     body: Option<&[u8]>,
 ) -> std::io::Result<ClientResponse> {
+    send_with(addr, method, path, credentials, &[], body).await
+}
+
+/// [`send`] with extra headers.
+pub async fn send_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    credentials: Option<(&str, &str)>,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> std::io::Result<ClientResponse> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     stream
-        .write_all(&encode_request(method, path, addr, credentials, body))
+        .write_all(&encode_request_with(
+            method,
+            path,
+            addr,
+            credentials,
+            headers,
+            body,
+        ))
         .await?;
     let mut buffer = Vec::new();
     loop {
