@@ -19,6 +19,14 @@ use crate::Management;
 /// The content type Prometheus scrapes.
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// A per-queue metric family: name, type, help and how to read it from a queue's stats.
+type QueueFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&QueueStats) -> u64,
+);
+
 /// Answers `/metrics` and `/metrics/per-object`.
 pub fn handle(management: &Management, request: &Request) -> Response {
     if request.method != "GET" {
@@ -166,7 +174,7 @@ pub fn render(management: &Management, per_object: bool) -> String {
     );
     out.single("rabbitmq_queues", "gauge", "Queues available", queue_count);
 
-    let queue_families: [(&str, &str, &str, fn(&QueueStats) -> u64); 7] = [
+    let queue_families: [QueueFamily; 7] = [
         (
             "rabbitmq_queue_messages_ready",
             "gauge",

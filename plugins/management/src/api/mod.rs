@@ -237,47 +237,47 @@ impl Management {
                 })
             })
         };
-        let response =
-            match (method, path) {
-                ("GET", ["overview"]) => self.overview(caller),
-                ("GET", ["whoami"]) => Response::json(
-                    200,
-                    &json!({"name": caller.user.name, "tags": caller.user.tags}),
-                ),
-                ("GET", ["nodes"]) => need(Role::Monitoring)
-                    .unwrap_or_else(|| Response::json(200, &Json::Array(vec![self.node_json()]))),
-                ("GET", ["nodes", name]) => need(Role::Monitoring).unwrap_or_else(|| {
-                    if *name == self.node_name {
-                        Response::json(200, &self.node_json())
-                    } else {
-                        not_found()
-                    }
-                }),
-                ("GET", ["health", "checks", "alarms"])
-                | ("GET", ["health", "checks", "local-alarms"]) => self.alarms_check(path[2]),
-                ("GET", ["aliveness-test", vhost]) => self.aliveness_test(caller, vhost),
-                (_, ["vhosts", ..]) => self.vhosts(request, &path[1..], caller),
-                (_, ["users", ..]) => {
-                    need(Role::Administrator).unwrap_or_else(|| self.users(request, &path[1..]))
+        match (method, path) {
+            ("GET", ["overview"]) => self.overview(caller),
+            ("GET", ["whoami"]) => Response::json(
+                200,
+                &json!({"name": caller.user.name, "tags": caller.user.tags}),
+            ),
+            ("GET", ["nodes"]) => need(Role::Monitoring)
+                .unwrap_or_else(|| Response::json(200, &Json::Array(vec![self.node_json()]))),
+            ("GET", ["nodes", name]) => need(Role::Monitoring).unwrap_or_else(|| {
+                if *name == self.node_name {
+                    Response::json(200, &self.node_json())
+                } else {
+                    not_found()
                 }
-                (_, ["permissions", ..]) => need(Role::Administrator)
-                    .unwrap_or_else(|| self.permissions(request, &path[1..])),
-                (_, ["policies", ..]) => self.policies(request, &path[1..], caller, false),
-                (_, ["operator-policies", ..]) => need(Role::Administrator)
-                    .unwrap_or_else(|| self.policies(request, &path[1..], caller, true)),
-                (_, ["definitions", ..]) => need(Role::Administrator)
-                    .unwrap_or_else(|| self.definitions(request, &path[1..])),
-                (_, ["exchanges", ..]) => self.exchanges(request, &path[1..], caller),
-                (_, ["queues", ..]) => self.queues(request, &path[1..], caller),
-                ("GET", ["bindings", ..]) => self.bindings(&path[1..], caller),
-                (_, ["connections", ..]) => self.connections(request, &path[1..], caller),
-                ("GET", ["channels"]) => self.channels(caller, None),
-                ("GET", ["vhosts-channels", vhost]) => self.channels(caller, Some(vhost)),
-                ("GET", ["consumers"]) => self.consumers(caller, None),
-                ("GET", ["consumers", vhost]) => self.consumers(caller, Some(vhost)),
-                _ => return not_found(),
-            };
-        response
+            }),
+            ("GET", ["health", "checks", "alarms"])
+            | ("GET", ["health", "checks", "local-alarms"]) => self.alarms_check(path[2]),
+            ("GET", ["aliveness-test", vhost]) => self.aliveness_test(caller, vhost),
+            (_, ["vhosts", ..]) => self.vhosts(request, &path[1..], caller),
+            (_, ["users", ..]) => {
+                need(Role::Administrator).unwrap_or_else(|| self.users(request, &path[1..]))
+            }
+            (_, ["permissions", ..]) => {
+                need(Role::Administrator).unwrap_or_else(|| self.permissions(request, &path[1..]))
+            }
+            (_, ["policies", ..]) => self.policies(request, &path[1..], caller, false),
+            (_, ["operator-policies", ..]) => need(Role::Administrator)
+                .unwrap_or_else(|| self.policies(request, &path[1..], caller, true)),
+            (_, ["definitions", ..]) => {
+                need(Role::Administrator).unwrap_or_else(|| self.definitions(request, &path[1..]))
+            }
+            (_, ["exchanges", ..]) => self.exchanges(request, &path[1..], caller),
+            (_, ["queues", ..]) => self.queues(request, &path[1..], caller),
+            ("GET", ["bindings", ..]) => self.bindings(&path[1..], caller),
+            (_, ["connections", ..]) => self.connections(request, &path[1..], caller),
+            ("GET", ["channels"]) => self.channels(caller, None),
+            ("GET", ["vhosts-channels", vhost]) => self.channels(caller, Some(vhost)),
+            ("GET", ["consumers"]) => self.consumers(caller, None),
+            ("GET", ["consumers", vhost]) => self.consumers(caller, Some(vhost)),
+            _ => not_found(),
+        }
     }
 
     /// The vhosts the caller sees, filtered by an optional vhost path segment. `Err` is the
