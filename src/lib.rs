@@ -143,7 +143,6 @@ async fn start_operator_endpoints(
             }
         }),
         started: std::time::Instant::now(),
-        tracing: Arc::new(|_| false),
     });
     if let Some(listener) = management_listener {
         listeners.spawn(warren_management::serve_api(

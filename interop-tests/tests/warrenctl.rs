@@ -379,7 +379,17 @@ async fn status_environment_and_definitions_verbs() {
     assert!(refused.message.contains("400"), "{}", refused.message);
     std::fs::remove_dir_all(&dir).ok();
 
-    assert_eq!(ctl.fails(&["trace_on"]).await.exit_code, 70);
+    assert_eq!(
+        ctl.ok(&["-p", "exported", "trace_on"]).await,
+        "Starting tracing for vhost \"exported\" ...\n"
+    );
+    assert!(broker.broker().vhost("exported").unwrap().is_tracing());
+    ctl.ok(&["-p", "exported", "trace_off"]).await;
+    assert!(!broker.broker().vhost("exported").unwrap().is_tracing());
+    assert_eq!(
+        ctl.fails(&["-p", "nowhere", "trace_on"]).await.exit_code,
+        70
+    );
     assert_eq!(ctl.fails(&["no_such_verb"]).await.exit_code, 64);
     other.shutdown().await;
     broker.shutdown().await;

@@ -144,6 +144,8 @@ struct QueueState {
     last_sweep: u64,
     /// Messages to dead-letter once the lock is released (routing takes other queues' locks).
     dead_letters: Vec<(Arc<Message>, DeathReason)>,
+    /// Deliveries to copy to the firehose once the lock is released (message, redelivered).
+    traced: Vec<(Arc<Message>, bool)>,
 }
 
 impl QueueState {
@@ -176,6 +178,8 @@ pub struct Queue {
     argument_limits: QueueLimits,
     /// The vhost dead letters are routed in.
     vhost: Weak<VHost>,
+    /// The vhost's firehose switch: deliveries are traced while it is on.
+    trace: crate::vhost::trace::TraceFlag,
     state: Mutex<QueueState>,
 }
 
@@ -204,10 +208,15 @@ impl Queue {
     pub fn in_vhost(config: QueueConfig, vhost: Weak<VHost>) -> Arc<Queue> {
         let limits = QueueLimits::from_arguments(&config.arguments).unwrap_or_default();
         let levels = usize::from(limits.max_priority.unwrap_or(0)) + 1;
+        let trace = vhost
+            .upgrade()
+            .map(|vhost| vhost.trace_flag())
+            .unwrap_or_default();
         Arc::new(Queue {
             config,
             argument_limits: limits.clone(),
             vhost,
+            trace,
             state: Mutex::new(QueueState {
                 limits,
                 ready: ReadyStore::new(levels),
@@ -253,12 +262,22 @@ impl Queue {
     /// Releases the lock, then routes the dead letters it collected.
     fn finish(&self, mut state: MutexGuard<'_, QueueState>) {
         let dead = std::mem::take(&mut state.dead_letters);
+        let traced = if state.traced.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut state.traced)
+        };
         drop(state);
-        if dead.is_empty() {
+        if dead.is_empty() && traced.is_empty() {
             return;
         }
         if let Some(vhost) = self.vhost.upgrade() {
-            vhost.dead_letter(self, dead);
+            if !dead.is_empty() {
+                vhost.dead_letter(self, dead);
+            }
+            if !traced.is_empty() {
+                vhost.trace_deliveries(&self.config.name, traced);
+            }
         }
     }
 
@@ -520,6 +539,11 @@ impl Queue {
                 );
             }
             state.stats.delivered += 1;
+            if self.trace.load(Ordering::Relaxed) {
+                state
+                    .traced
+                    .push((Arc::clone(&ready.message), ready.redelivered));
+            }
             sink.deliver(Delivery {
                 queue: Arc::clone(self),
                 id: ready.id,
@@ -582,6 +606,11 @@ impl Queue {
             );
         }
         state.stats.delivered += 1;
+        if self.trace.load(Ordering::Relaxed) {
+            state
+                .traced
+                .push((Arc::clone(&ready.message), ready.redelivered));
+        }
         let remaining = state.ready.len() as u64;
         let delivery = Delivery {
             queue: Arc::clone(self),

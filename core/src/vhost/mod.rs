@@ -24,6 +24,7 @@ use crate::value::{Table, Value};
 
 mod policies;
 mod routing;
+pub mod trace;
 
 /// The connection id the broker itself acts as (boot-time definitions).
 pub const BROKER_CONNECTION: u64 = 0;
@@ -122,6 +123,8 @@ pub struct VHost {
     default_queue_type: RwLock<Option<String>>,
     /// Lifetime publish counters for metrics.
     counters: crate::counters::MessageCounters,
+    /// Firehose tracing on (shared with the vhost's queues).
+    trace: trace::TraceFlag,
 }
 
 /// The registry of plugin exchange types, by type name.
@@ -149,6 +152,7 @@ impl VHost {
             exchange_types,
             default_queue_type: RwLock::new(None),
             counters: Default::default(),
+            trace: Default::default(),
         };
         {
             let mut exchanges = vhost.exchanges.write();

@@ -132,6 +132,9 @@ impl VHost {
         let result = self.route_uncounted(exchange_name, message, out);
         if result.is_ok() {
             self.counters.record_publish(out.len() > before);
+            if self.is_tracing() {
+                self.trace_publish(exchange_name, message, &out[before..]);
+            }
         }
         result
     }

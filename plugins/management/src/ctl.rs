@@ -739,9 +739,18 @@ impl Ctl {
                     "Importing definitions in JSON from a file at \"{path}\" ..."
                 ))
             }
-            "trace_on" | "trace_off" => Err(CtlError::failed(
-                "firehose tracing is not supported by this Warren version yet",
-            )),
+            "trace_on" | "trace_off" => {
+                let on = command == "trace_on";
+                let path = format!("/api/vhosts/{vhost}");
+                self.call("GET", &path, None).await?;
+                self.call("PUT", &path, Some(&json!({ "tracing": on })))
+                    .await?;
+                done(format!(
+                    "{} tracing for vhost \"{}\" ...",
+                    if on { "Starting" } else { "Stopping" },
+                    self.options.vhost
+                ))
+            }
             other => Err(CtlError::usage(format!(
                 "unknown command '{other}'\n\n{USAGE}"
             ))),

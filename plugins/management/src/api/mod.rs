@@ -67,8 +67,6 @@ pub struct Management {
     pub resources: ResourceReader,
     /// When the node started.
     pub started: Instant,
-    /// Vhosts with firehose tracing on (`tracing` in `/api/vhosts`).
-    pub tracing: Arc<dyn Fn(&str) -> bool + Send + Sync>,
 }
 
 /// The RabbitMQ version whose management API and metric names Warren follows; tools that

@@ -50,7 +50,7 @@ impl Management {
             "tags": [],
             "default_queue_type": default_queue_type,
             "metadata": {"description": "", "tags": [], "default_queue_type": default_queue_type},
-            "tracing": (self.tracing)(vhost.name()),
+            "tracing": vhost.is_tracing(),
             "messages": ready + unacked,
             "messages_ready": ready,
             "messages_unacknowledged": unacked,
@@ -92,6 +92,9 @@ impl Management {
                 let vhost = self.broker.add_vhost(name);
                 if let Some(queue_type) = body.get("default_queue_type").and_then(Json::as_str) {
                     vhost.set_default_queue_type(Some(queue_type.to_string()));
+                }
+                if let Some(tracing) = body.get("tracing").and_then(Json::as_bool) {
+                    vhost.set_tracing(tracing);
                 }
                 if created {
                     // As RabbitMQ: the user who created a vhost through the API may use it.
