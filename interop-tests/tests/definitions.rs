@@ -126,9 +126,13 @@ async fn start_error(contents: &str) -> (String, String) {
     let path = dir.join("definitions.json");
     std::fs::write(&path, contents).expect("write fixture");
     let mut settings = Settings::default();
-    settings
-        .set("listeners.tcp.default", "127.0.0.1:0")
-        .expect("listener");
+    for (key, value) in [
+        ("listeners.tcp.default", "127.0.0.1:0"),
+        ("management.tcp.port", "0"),
+        ("prometheus.tcp.port", "0"),
+    ] {
+        settings.set(key, value).expect("listener");
+    }
     settings
         .set("load_definitions", &path.display().to_string())
         .expect("path");

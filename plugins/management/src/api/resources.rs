@@ -457,13 +457,7 @@ impl Management {
                         .users()
                         .iter()
                         .filter(|u| !u.name.starts_with('\u{0}'))
-                        .map(|u| {
-                            let mut user = Self::user_json(u);
-                            if let Some(object) = user.as_object_mut() {
-                                object.remove("limits");
-                            }
-                            user
-                        })
+                        .map(|u| Self::user_json(u))
                         .collect(),
                 ),
             );
