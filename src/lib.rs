@@ -6,6 +6,7 @@
 
 mod definitions;
 pub mod resource_monitor;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,6 +39,8 @@ pub enum StartError {
     },
     /// The definitions file could not be loaded or applied.
     Definitions(String),
+    /// A TLS certificate or key could not be loaded.
+    Tls(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -50,7 +53,7 @@ impl std::fmt::Display for StartError {
             } => {
                 write!(f, "cannot listen for {protocol} on {addr}: {error}")
             }
-            StartError::Definitions(message) => f.write_str(message),
+            StartError::Definitions(message) | StartError::Tls(message) => f.write_str(message),
         }
     }
 }
@@ -94,11 +97,33 @@ async fn start_operator_endpoints(
     amqp_addrs: &[SocketAddr],
     listeners: &mut JoinSet<()>,
     shutdown: &watch::Receiver<bool>,
-) -> Result<(Option<SocketAddr>, Option<SocketAddr>), StartError> {
+) -> Result<OperatorAddrs, StartError> {
     let management_listener = match settings.management_enabled {
         true => Some(bind("http", &settings.management_listener).await?),
         false => None,
     };
+    let management_tls = match (
+        &settings.management_tls_listener,
+        settings.management_enabled,
+    ) {
+        (Some(addr), true) => {
+            let (Some(certfile), Some(keyfile)) = (
+                &settings.management_tls_certfile,
+                &settings.management_tls_keyfile,
+            ) else {
+                return Err(StartError::Tls(
+                    "management.ssl.port needs management.ssl.certfile and management.ssl.keyfile"
+                        .to_string(),
+                ));
+            };
+            let config = tls::server_config(certfile, keyfile).map_err(StartError::Tls)?;
+            Some((bind("https", addr).await?, config))
+        }
+        _ => None,
+    };
+    let management_tls_addr = management_tls
+        .as_ref()
+        .and_then(|(listener, _)| listener.local_addr().ok());
     let prometheus_listener = match settings.prometheus_enabled {
         true => Some(bind("prometheus", &settings.prometheus_listener).await?),
         false => None,
@@ -115,6 +140,10 @@ async fn start_operator_endpoints(
         .collect();
     endpoints.extend(management_addr.map(|addr| ListenerInfo {
         protocol: "http".into(),
+        addr,
+    }));
+    endpoints.extend(management_tls_addr.map(|addr| ListenerInfo {
+        protocol: "https".into(),
         addr,
     }));
     endpoints.extend(prometheus_addr.map(|addr| ListenerInfo {
@@ -148,6 +177,15 @@ async fn start_operator_endpoints(
         listeners.spawn(warren_management::serve_api(
             listener,
             Arc::clone(&management),
+            None,
+            shutdown.clone(),
+        ));
+    }
+    if let Some((listener, config)) = management_tls {
+        listeners.spawn(warren_management::serve_api(
+            listener,
+            Arc::clone(&management),
+            Some(config),
             shutdown.clone(),
         ));
     }
@@ -158,8 +196,11 @@ async fn start_operator_endpoints(
             shutdown.clone(),
         ));
     }
-    Ok((management_addr, prometheus_addr))
+    Ok((management_addr, management_tls_addr, prometheus_addr))
 }
+
+/// Bound addresses of the management API (HTTP, HTTPS) and the metrics endpoint.
+type OperatorAddrs = (Option<SocketAddr>, Option<SocketAddr>, Option<SocketAddr>);
 
 /// This machine's host name, for the node name (`warren@HOST`).
 fn host_name() -> String {
@@ -179,6 +220,7 @@ pub struct Server {
     resource_monitor: Arc<ResourceMonitor>,
     amqp_addrs: Vec<SocketAddr>,
     management_addr: Option<SocketAddr>,
+    management_tls_addr: Option<SocketAddr>,
     prometheus_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     listeners: JoinSet<()>,
@@ -253,7 +295,7 @@ impl Server {
                 shutdown_rx.clone(),
             ));
         }
-        let (management_addr, prometheus_addr) = start_operator_endpoints(
+        let (management_addr, management_tls_addr, prometheus_addr) = start_operator_endpoints(
             &broker,
             &resource_monitor,
             &settings,
@@ -267,6 +309,7 @@ impl Server {
             resource_monitor,
             amqp_addrs,
             management_addr,
+            management_tls_addr,
             prometheus_addr,
             shutdown,
             listeners,
@@ -286,6 +329,11 @@ impl Server {
     /// The management HTTP API's address (`None` when `plugins.management = false`).
     pub fn management_addr(&self) -> Option<SocketAddr> {
         self.management_addr
+    }
+
+    /// The HTTPS management API's address (`None` unless `management.ssl.port` is set).
+    pub fn management_tls_addr(&self) -> Option<SocketAddr> {
+        self.management_tls_addr
     }
 
     /// The Prometheus endpoint's address (`None` when `plugins.prometheus = false`).

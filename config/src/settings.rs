@@ -132,6 +132,13 @@ pub struct Settings {
     pub management_listener: ListenAddr,
     /// `plugins.management` (Warren-specific): serve the management HTTP API. Default true.
     pub management_enabled: bool,
+    /// `management.ssl.port` / `management.ssl.ip`: the management API over HTTPS, in addition
+    /// to HTTP. Default none; needs `management.ssl.certfile` and `management.ssl.keyfile`.
+    pub management_tls_listener: Option<ListenAddr>,
+    /// `management.ssl.certfile`: PEM certificate chain for HTTPS.
+    pub management_tls_certfile: Option<PathBuf>,
+    /// `management.ssl.keyfile`: PEM private key for HTTPS.
+    pub management_tls_keyfile: Option<PathBuf>,
     /// `prometheus.tcp.ip` / `prometheus.tcp.port`: Prometheus metrics. Default
     /// `0.0.0.0:15692`.
     pub prometheus_listener: ListenAddr,
@@ -190,6 +197,9 @@ impl Default for Settings {
             consistent_hash_exchange: false,
             management_listener: ListenAddr::new("0.0.0.0", 15672),
             management_enabled: true,
+            management_tls_listener: None,
+            management_tls_certfile: None,
+            management_tls_keyfile: None,
             prometheus_listener: ListenAddr::new("0.0.0.0", 15692),
             prometheus_enabled: true,
             consumer_timeout: Some(Duration::from_millis(1_800_000)),
@@ -248,6 +258,19 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "management.tcp.ip",
         "management HTTP API interface (0.0.0.0)",
+    ),
+    (
+        "management.ssl.port",
+        "management API over HTTPS on this port (none); needs certfile and keyfile",
+    ),
+    ("management.ssl.ip", "HTTPS interface (0.0.0.0)"),
+    (
+        "management.ssl.certfile",
+        "PEM certificate chain for the HTTPS API",
+    ),
+    (
+        "management.ssl.keyfile",
+        "PEM private key for the HTTPS API",
     ),
     (
         "plugins.management",
@@ -401,6 +424,37 @@ impl Settings {
                 } else {
                     self.prometheus_listener.port = port;
                 }
+            }
+            "management.ssl.port" => {
+                let port = value
+                    .parse()
+                    .map_err(|_| invalid("a port between 0 and 65535"))?;
+                self.management_tls_listener
+                    .get_or_insert_with(|| ListenAddr::new("0.0.0.0", 0))
+                    .port = port;
+            }
+            "management.ssl.ip" => {
+                let host = ListenAddr::parse(&format!("[{}]:0", value.trim_matches(['[', ']'])))
+                    .or_else(|_| ListenAddr::parse(&format!("{value}:0")))
+                    .map_err(|_| invalid("an IP address or host name"))?
+                    .host;
+                self.management_tls_listener
+                    .get_or_insert_with(|| ListenAddr::new("0.0.0.0", 15671))
+                    .host = host;
+            }
+            "management.ssl.certfile" => {
+                self.management_tls_certfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
+            }
+            "management.ssl.keyfile" => {
+                self.management_tls_keyfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
             }
             "management.tcp.ip" | "prometheus.tcp.ip" => {
                 let host = ListenAddr::parse(&format!("[{}]:0", value.trim_matches(['[', ']'])))

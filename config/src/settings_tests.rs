@@ -464,3 +464,25 @@ fn management_and_prometheus_listeners_take_rabbitmq_keys() {
     assert!(settings.set("management.tcp.port", "70000").is_err());
     assert!(settings.set("plugins.management", "yes").is_err());
 }
+
+#[test]
+fn management_https_keys_set_an_extra_listener() {
+    let mut settings = Settings::default();
+    assert!(settings.management_tls_listener.is_none());
+    settings.set("management.ssl.port", "15671").unwrap();
+    settings
+        .set("management.ssl.certfile", "/etc/warren/cert.pem")
+        .unwrap();
+    settings
+        .set("management.ssl.keyfile", "/etc/warren/key.pem")
+        .unwrap();
+    assert_eq!(
+        settings.management_tls_listener,
+        Some(ListenAddr::new("0.0.0.0", 15671))
+    );
+    assert_eq!(
+        settings.management_tls_certfile.as_deref(),
+        Some(Path::new("/etc/warren/cert.pem"))
+    );
+    assert!(settings.set("management.ssl.certfile", "").is_err());
+}

@@ -23,14 +23,17 @@ use tokio::sync::watch;
 
 pub use api::{DefinitionsImporter, ListenerInfo, Management, NodeResources, ResourceReader};
 
-/// Serves the management API on `listener` until `shutdown` turns true.
+/// Serves the management API on `listener` until `shutdown` turns true; over HTTPS when
+/// `tls` is given.
 pub async fn serve_api(
     listener: TcpListener,
     management: Arc<Management>,
+    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     shutdown: watch::Receiver<bool>,
 ) {
     let handler: server::Handler = Arc::new(move |request, peer| management.handle(request, peer));
-    server::serve(listener, handler, shutdown).await;
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    server::serve(listener, handler, acceptor, shutdown).await;
 }
 
 /// Serves Prometheus metrics (`/metrics`, `/metrics/per-object`) on `listener` until
@@ -42,5 +45,5 @@ pub async fn serve_metrics(
 ) {
     let handler: server::Handler =
         Arc::new(move |request, _peer| metrics::handle(&management, &request));
-    server::serve(listener, handler, shutdown).await;
+    server::serve(listener, handler, None, shutdown).await;
 }

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
 use crate::http::{parse_request, ParseError, Request, Response};
 
@@ -17,14 +18,47 @@ pub type Handler = Arc<dyn Fn(Request, std::net::SocketAddr) -> Response + Send 
 /// An idle keep-alive connection is closed after this long.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Serves HTTP on `listener` with `handler` until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, handler: Handler, mut shutdown: watch::Receiver<bool>) {
+/// How long a client has to complete the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves HTTP on `listener` with `handler` until `shutdown` turns true; with `tls`, every
+/// connection first completes a TLS handshake (HTTPS).
+pub async fn serve(
+    listener: TcpListener,
+    handler: Handler,
+    tls: Option<TlsAcceptor>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    connections.spawn(serve_connection(stream, peer, Arc::clone(&handler), shutdown.clone()));
+                    let _ = stream.set_nodelay(true);
+                    let handler = Arc::clone(&handler);
+                    let shutdown = shutdown.clone();
+                    match tls.clone() {
+                        None => {
+                            connections.spawn(serve_connection(stream, peer, handler, shutdown));
+                        }
+                        Some(acceptor) => {
+                            connections.spawn(async move {
+                                let handshake = tokio::time::timeout(
+                                    TLS_HANDSHAKE_TIMEOUT,
+                                    acceptor.accept(stream),
+                                );
+                                match handshake.await {
+                                    Ok(Ok(stream)) => {
+                                        serve_connection(stream, peer, handler, shutdown).await
+                                    }
+                                    Ok(Err(error)) => {
+                                        tracing::warn!(%peer, %error, "HTTPS handshake failed");
+                                    }
+                                    Err(_) => tracing::warn!(%peer, "HTTPS handshake timed out"),
+                                }
+                            });
+                        }
+                    }
                 }
                 Err(error) => {
                     tracing::warn!(%error, "HTTP accept failed");
@@ -39,13 +73,12 @@ pub async fn serve(listener: TcpListener, handler: Handler, mut shutdown: watch:
     connections.shutdown().await;
 }
 
-async fn serve_connection(
-    mut stream: TcpStream,
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
     peer: std::net::SocketAddr,
     handler: Handler,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let _ = stream.set_nodelay(true);
     let mut buffer = Vec::new();
     loop {
         let parsed = match parse_request(&buffer) {
