@@ -219,6 +219,7 @@ pub struct Server {
     broker: Arc<Broker>,
     resource_monitor: Arc<ResourceMonitor>,
     amqp_addrs: Vec<SocketAddr>,
+    amqps_addr: Option<SocketAddr>,
     management_addr: Option<SocketAddr>,
     management_tls_addr: Option<SocketAddr>,
     prometheus_addr: Option<SocketAddr>,
@@ -295,6 +296,21 @@ impl Server {
                 shutdown_rx.clone(),
             ));
         }
+        let mut amqps_addr = None;
+        if let Some(addr) = &settings.amqps_listener {
+            let tls = tls::amqps_config(&settings.ssl_options).map_err(StartError::Tls)?;
+            let listener = bind("amqps", addr).await?;
+            amqps_addr = listener.local_addr().ok();
+            listeners.spawn(warren_amqp091::serve(
+                listener,
+                Arc::clone(&broker),
+                ListenerConfig {
+                    tls: Some(tls),
+                    ..listener_config.clone()
+                },
+                shutdown_rx.clone(),
+            ));
+        }
         let (management_addr, management_tls_addr, prometheus_addr) = start_operator_endpoints(
             &broker,
             &resource_monitor,
@@ -308,6 +324,7 @@ impl Server {
             broker,
             resource_monitor,
             amqp_addrs,
+            amqps_addr,
             management_addr,
             management_tls_addr,
             prometheus_addr,
@@ -324,6 +341,11 @@ impl Server {
     /// Every bound AMQP listener address.
     pub fn amqp_addrs(&self) -> &[SocketAddr] {
         &self.amqp_addrs
+    }
+
+    /// The AMQPS listener's address (`None` unless `listeners.ssl.default` is set).
+    pub fn amqps_addr(&self) -> Option<SocketAddr> {
+        self.amqps_addr
     }
 
     /// The management HTTP API's address (`None` when `plugins.management = false`).

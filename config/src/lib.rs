@@ -31,6 +31,6 @@ pub use definitions::{
 pub use error::ConfigError;
 pub use listen_addr::ListenAddr;
 pub use settings::{
-    DiskFreeLimit, LogLevel, MemoryHighWatermark, Settings, FRAME_MIN_SIZE, KEYS,
+    DiskFreeLimit, LogLevel, MemoryHighWatermark, Settings, SslOptions, FRAME_MIN_SIZE, KEYS,
     MAX_MESSAGE_SIZE_LIMIT,
 };

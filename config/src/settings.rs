@@ -81,6 +81,21 @@ impl std::fmt::Display for LogLevel {
     }
 }
 
+/// `ssl_options.*`: TLS settings of the AMQPS listener, as RabbitMQ names them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SslOptions {
+    /// `ssl_options.certfile`: PEM certificate chain.
+    pub certfile: Option<PathBuf>,
+    /// `ssl_options.keyfile`: PEM private key.
+    pub keyfile: Option<PathBuf>,
+    /// `ssl_options.cacertfile`: PEM CA certificates for client certificates.
+    pub cacertfile: Option<PathBuf>,
+    /// `ssl_options.verify = verify_peer`: ask clients for a certificate and check it.
+    pub verify_peer: bool,
+    /// `ssl_options.fail_if_no_peer_cert = true`: refuse clients without a certificate.
+    pub fail_if_no_peer_cert: bool,
+}
+
 /// Everything the broker reads at start-up. Field docs name the rabbitmq.conf key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -132,6 +147,11 @@ pub struct Settings {
     pub management_listener: ListenAddr,
     /// `plugins.management` (Warren-specific): serve the management HTTP API. Default true.
     pub management_enabled: bool,
+    /// `listeners.ssl.default`: the AMQPS (AMQP 0-9-1 over TLS) listener, usually 5671.
+    /// Default none; needs `ssl_options.certfile` and `ssl_options.keyfile`.
+    pub amqps_listener: Option<ListenAddr>,
+    /// `ssl_options.*`: certificates and client verification for AMQPS.
+    pub ssl_options: SslOptions,
     /// `management.ssl.port` / `management.ssl.ip`: the management API over HTTPS, in addition
     /// to HTTP. Default none; needs `management.ssl.certfile` and `management.ssl.keyfile`.
     pub management_tls_listener: Option<ListenAddr>,
@@ -197,6 +217,8 @@ impl Default for Settings {
             consistent_hash_exchange: false,
             management_listener: ListenAddr::new("0.0.0.0", 15672),
             management_enabled: true,
+            amqps_listener: None,
+            ssl_options: SslOptions::default(),
             management_tls_listener: None,
             management_tls_certfile: None,
             management_tls_keyfile: None,
@@ -258,6 +280,24 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "management.tcp.ip",
         "management HTTP API interface (0.0.0.0)",
+    ),
+    (
+        "listeners.ssl.default",
+        "AMQPS listener: PORT or HOST:PORT (none)",
+    ),
+    ("ssl_options.certfile", "PEM certificate chain for AMQPS"),
+    ("ssl_options.keyfile", "PEM private key for AMQPS"),
+    (
+        "ssl_options.cacertfile",
+        "PEM CA certificates client certificates are checked against",
+    ),
+    (
+        "ssl_options.verify",
+        "verify_peer (ask for a client certificate) or verify_none (verify_none)",
+    ),
+    (
+        "ssl_options.fail_if_no_peer_cert",
+        "true|false: refuse clients without a certificate (false)",
     ),
     (
         "management.ssl.port",
@@ -424,6 +464,44 @@ impl Settings {
                 } else {
                     self.prometheus_listener.port = port;
                 }
+            }
+            "listeners.ssl.default" => {
+                self.amqps_listener = Some(parse_listener(value).map_err(|e| invalid(&e))?);
+            }
+            "ssl_options.certfile" => {
+                self.ssl_options.certfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
+            }
+            "ssl_options.keyfile" => {
+                self.ssl_options.keyfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
+            }
+            "ssl_options.cacertfile" => {
+                self.ssl_options.cacertfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
+            }
+            "ssl_options.verify" => {
+                self.ssl_options.verify_peer = match value {
+                    "verify_peer" => true,
+                    "verify_none" => false,
+                    _ => return Err(invalid("verify_peer or verify_none")),
+                };
+            }
+            "ssl_options.fail_if_no_peer_cert" => {
+                self.ssl_options.fail_if_no_peer_cert = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(invalid("true or false")),
+                };
             }
             "management.ssl.port" => {
                 let port = value

@@ -486,3 +486,27 @@ fn management_https_keys_set_an_extra_listener() {
     );
     assert!(settings.set("management.ssl.certfile", "").is_err());
 }
+
+#[test]
+fn amqps_listener_and_ssl_options_take_rabbitmq_keys() {
+    let mut settings = Settings::default();
+    assert!(settings.amqps_listener.is_none());
+    settings.set("listeners.ssl.default", "5671").unwrap();
+    settings.set("ssl_options.certfile", "/c.pem").unwrap();
+    settings.set("ssl_options.keyfile", "/k.pem").unwrap();
+    settings.set("ssl_options.cacertfile", "/ca.pem").unwrap();
+    settings.set("ssl_options.verify", "verify_peer").unwrap();
+    settings
+        .set("ssl_options.fail_if_no_peer_cert", "true")
+        .unwrap();
+    assert_eq!(
+        settings.amqps_listener,
+        Some(ListenAddr::new("0.0.0.0", 5671))
+    );
+    assert!(settings.ssl_options.verify_peer && settings.ssl_options.fail_if_no_peer_cert);
+    assert_eq!(
+        settings.ssl_options.cacertfile.as_deref(),
+        Some(Path::new("/ca.pem"))
+    );
+    assert!(settings.set("ssl_options.verify", "maybe").is_err());
+}

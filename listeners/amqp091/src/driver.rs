@@ -9,8 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
@@ -19,6 +17,7 @@ use warren_core::Broker;
 use crate::codec::{decode_frame, parse_protocol_header, ProtocolHeader, PROTOCOL_HEADER_091};
 use crate::outbox::{Outbox, READ_PAUSE_BYTES};
 use crate::session::{Control, Session, SessionConfig, FRAME_MIN_SIZE};
+use crate::stream::{Reader, Writer};
 use warren_core::queue::now_ms;
 
 /// Settings of the AMQP 0-9-1 listener.
@@ -32,6 +31,8 @@ pub struct ListenerConfig {
     pub close_timeout: Duration,
     /// Most connections this listener serves at once (`connection_max`); more are refused.
     pub connection_max: Option<usize>,
+    /// TLS (AMQPS): every connection completes a TLS handshake first.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 impl Default for ListenerConfig {
@@ -41,6 +42,7 @@ impl Default for ListenerConfig {
             handshake_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(3),
             connection_max: None,
+            tls: None,
         }
     }
 }
@@ -73,7 +75,14 @@ pub async fn serve(
                     let config = Arc::clone(&config);
                     let shutdown = shutdown.clone();
                     let alarms = alarm_rx.clone();
-                    connections.spawn(run_connection(stream, peer, broker, config, shutdown, alarms));
+                    match config.tls.clone() {
+                        None => {
+                            connections.spawn(run_connection(stream, peer, broker, config, shutdown, alarms));
+                        }
+                        Some(tls) => {
+                            connections.spawn(run_tls_connection(stream, peer, tls, broker, config, shutdown, alarms));
+                        }
+                    }
                 }
                 Err(error) => {
                     // Out of file descriptors and similar: back off instead of spinning.
@@ -89,17 +98,61 @@ pub async fn serve(
     while connections.join_next().await.is_some() {}
 }
 
+/// Completes the TLS handshake (within the handshake timeout), then runs the connection.
+async fn run_tls_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    tls: Arc<tokio_rustls::rustls::ServerConfig>,
+    broker: Arc<Broker>,
+    config: Arc<ListenerConfig>,
+    shutdown: watch::Receiver<bool>,
+    alarms: watch::Receiver<Option<String>>,
+) {
+    let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().ok();
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    match timeout(config.handshake_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => {
+            let (reader, writer) = crate::stream::tls(stream);
+            run_stream(
+                reader, writer, peer, local, broker, config, shutdown, alarms,
+            )
+            .await;
+        }
+        Ok(Err(error)) => tracing::warn!(%peer, %error, "TLS handshake failed"),
+        Err(_) => tracing::warn!(%peer, "TLS handshake timed out"),
+    }
+}
+
 /// Runs one connection to its end.
 pub async fn run_connection(
     stream: TcpStream,
     peer: SocketAddr,
     broker: Arc<Broker>,
     config: Arc<ListenerConfig>,
+    shutdown: watch::Receiver<bool>,
+    alarms: watch::Receiver<Option<String>>,
+) {
+    let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().ok();
+    let (reader, writer) = crate::stream::plain(stream);
+    run_stream(
+        reader, writer, peer, local, broker, config, shutdown, alarms,
+    )
+    .await;
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_stream(
+    mut reader: Reader,
+    mut writer: Writer,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    broker: Arc<Broker>,
+    config: Arc<ListenerConfig>,
     mut shutdown: watch::Receiver<bool>,
     mut alarms: watch::Receiver<Option<String>>,
 ) {
-    let _ = stream.set_nodelay(true);
-    let (mut reader, mut writer) = stream.into_split();
     let mut header = [0u8; 8];
     match timeout(config.handshake_timeout, reader.read_exact(&mut header)).await {
         Ok(Ok(_)) => {}
@@ -119,9 +172,10 @@ pub async fn run_connection(
         Arc::clone(&outbox),
         from_loopback,
     );
-    if let Ok(local) = reader.local_addr() {
+    if let Some(local) = local {
         session.set_addresses(peer, local);
     }
+    session.set_tls(matches!(reader, Reader::Tls(_)));
     let connection_id = session.connection_id();
     tracing::debug!(connection = connection_id, %peer, "accepted AMQP 0-9-1 connection");
     let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
@@ -144,7 +198,7 @@ pub async fn run_connection(
 }
 
 async fn read_loop(
-    reader: &mut OwnedReadHalf,
+    reader: &mut Reader,
     session: &mut Session,
     outbox: &Outbox,
     config: &ListenerConfig,
@@ -198,7 +252,7 @@ async fn read_loop(
             }
         };
         let read = tokio::select! {
-            read = read_some(reader, &mut buffer), if !blocked && !paused => read,
+            read = reader.read_some(&mut buffer), if !blocked && !paused => read,
             _ = outbox.drained.notified(), if paused => continue,
             changed = alarms.changed(), if alarms_alive => {
                 alarms_alive = changed.is_ok();
@@ -269,29 +323,6 @@ async fn read_loop(
     }
 }
 
-/// Reads what is available into `buffer`. An idle connection holds no read buffer: when
-/// everything read was consumed the buffer is released, and a new one is allocated only once
-/// the socket is readable again. This keeps 10,000 idle connections cheap.
-async fn read_some(reader: &mut OwnedReadHalf, buffer: &mut BytesMut) -> std::io::Result<usize> {
-    loop {
-        if buffer.is_empty() {
-            *buffer = BytesMut::new();
-            reader.readable().await?;
-            buffer.reserve(READ_CHUNK);
-        } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
-            buffer.reserve(READ_CHUNK);
-        }
-        match reader.try_read_buf(buffer) {
-            Ok(read) => return Ok(read),
-            // Readiness was stale: wait for the socket instead of spinning on a partial frame.
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                reader.readable().await?;
-            }
-            Err(error) => return Err(error),
-        }
-    }
-}
-
 /// Sleeps until `at` on the `now_ms` clock (forever for `None`).
 async fn sleep_until_ms(at: Option<u64>) {
     match at {
@@ -303,11 +334,8 @@ async fn sleep_until_ms(at: Option<u64>) {
     }
 }
 
-/// How much to read at a time.
-const READ_CHUNK: usize = 64 * 1024;
-
 async fn write_loop(
-    mut writer: OwnedWriteHalf,
+    mut writer: Writer,
     outbox: Arc<Outbox>,
     mut heartbeat: watch::Receiver<Option<Duration>>,
 ) {

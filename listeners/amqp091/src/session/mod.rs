@@ -114,6 +114,8 @@ pub struct Session {
     addresses: (SocketAddr, SocketAddr),
     /// This connection in the broker's registry, once open.
     registration: Option<ConnectionHandle>,
+    /// Whether the connection runs over TLS (shown to operators).
+    tls: bool,
 }
 
 impl Session {
@@ -147,6 +149,7 @@ impl Session {
             blocked_sent: false,
             addresses: (UNKNOWN_ADDRESS, UNKNOWN_ADDRESS),
             registration: None,
+            tls: false,
         };
         session.outbox.send_method(0, &session.connection_start());
         session
@@ -193,6 +196,11 @@ impl Session {
     /// Records the client's and the broker's addresses (shown to operators).
     pub fn set_addresses(&mut self, peer: SocketAddr, local: SocketAddr) {
         self.addresses = (peer, local);
+    }
+
+    /// Records that the connection runs over TLS (shown to operators).
+    pub fn set_tls(&mut self, tls: bool) {
+        self.tls = tls;
     }
 
     /// The reason an operator gave when asking this connection to close, once asked
