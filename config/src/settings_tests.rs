@@ -240,7 +240,7 @@ fn unknown_keys_stop_start_up() {
         "listeners.tcp.",
         "listeners.tcp.a.b",
         "loopback_users.",
-        "listeners.ssl.default",
+        "listeners.ssl.other",
     ] {
         assert!(
             matches!(
