@@ -347,6 +347,44 @@ async fn exchanges_queues_bindings_publish_and_get() {
         .json();
     assert_eq!(queue_bindings.as_array().unwrap().len(), 2);
 
+    // Bindings created and deleted through the API, as rabbitmqadmin does.
+    let created = broker
+        .api_as_guest(
+            "POST",
+            "/api/bindings/%2F/e/orders/q/orders.eu",
+            Some(r#"{"routing_key":"eu.de","arguments":{}}"#),
+        )
+        .await;
+    assert_eq!(created.status, 201);
+    let location = created
+        .headers
+        .iter()
+        .find(|(name, _)| name == "location")
+        .map(|(_, value)| value.clone())
+        .expect("location header");
+    assert_eq!(location, "/api/bindings/%2F/e/orders/q/orders.eu/eu.de");
+    let listed = broker
+        .api_as_guest("GET", "/api/bindings/%2F/e/orders/q/orders.eu", None)
+        .await
+        .json();
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert_eq!(
+        broker.api_as_guest("DELETE", &location, None).await.status,
+        204
+    );
+    assert_eq!(
+        broker.api_as_guest("DELETE", &location, None).await.status,
+        404
+    );
+    let missing_exchange = broker
+        .api_as_guest(
+            "POST",
+            "/api/bindings/%2F/e/nope/q/orders.eu",
+            Some(r#"{"routing_key":"k"}"#),
+        )
+        .await;
+    assert_eq!(missing_exchange.status, 404);
+
     let requeued = broker
         .api_as_guest(
             "POST",

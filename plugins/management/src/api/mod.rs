@@ -269,6 +269,9 @@ impl Management {
             (_, ["exchanges", ..]) => self.exchanges(request, &path[1..], caller),
             (_, ["queues", ..]) => self.queues(request, &path[1..], caller),
             ("GET", ["bindings", ..]) => self.bindings(&path[1..], caller),
+            ("POST", ["bindings", ..]) | ("DELETE", ["bindings", ..]) => {
+                self.change_binding(request, &path[1..], caller)
+            }
             (_, ["connections", ..]) => self.connections(request, &path[1..], caller),
             ("GET", ["channels"]) => self.channels(caller, None),
             ("GET", ["vhosts-channels", vhost]) => self.channels(caller, Some(vhost)),

@@ -395,6 +395,99 @@ impl Management {
         Response::json(200, &Json::Array(list))
     }
 
+    /// `POST /api/bindings/VHOST/e/SOURCE/q|e/DESTINATION` (body `{routing_key, arguments}`)
+    /// creates a binding; `DELETE .../PROPERTIES_KEY` removes it.
+    pub(crate) fn change_binding(
+        &self,
+        request: &Request,
+        path: &[&str],
+        caller: &Caller,
+    ) -> Response {
+        let (vhost, source, kind, destination, properties) = match path {
+            [vhost, "e", source, kind @ ("q" | "e"), destination] => {
+                (*vhost, *source, *kind, *destination, None)
+            }
+            [vhost, "e", source, kind @ ("q" | "e"), destination, props] => {
+                (*vhost, *source, *kind, *destination, Some(*props))
+            }
+            _ => return not_found(),
+        };
+        let target = match self.usable_vhost(caller, vhost) {
+            Ok(target) => target,
+            Err(response) => return response,
+        };
+        let destination_name = if kind == "q" {
+            DestinationName::Queue(destination.to_string())
+        } else {
+            DestinationName::Exchange(destination.to_string())
+        };
+        match (request.method.as_str(), properties) {
+            ("POST", None) => {
+                let body = match body_json(request) {
+                    Ok(body) => body,
+                    Err(response) => return response,
+                };
+                let routing_key = body
+                    .get("routing_key")
+                    .and_then(Json::as_str)
+                    .unwrap_or_default();
+                let arguments = json_args_to_table(&object(&body, "arguments"));
+                let binding = Binding {
+                    source: source.to_string(),
+                    destination: destination_name.clone(),
+                    routing_key: routing_key.to_string(),
+                    arguments: arguments.clone(),
+                };
+                match target.bind(
+                    actor(caller),
+                    source,
+                    destination_name,
+                    routing_key,
+                    arguments,
+                ) {
+                    Ok(()) => {
+                        let mut response = Response::empty(201);
+                        response.headers.push((
+                            "location",
+                            format!(
+                                "/api/bindings/{}/e/{}/{kind}/{}/{}",
+                                percent_encode(vhost),
+                                percent_encode(source),
+                                percent_encode(destination),
+                                properties_key(&binding)
+                            ),
+                        ));
+                        response
+                    }
+                    Err(e) => core_error(e),
+                }
+            }
+            ("DELETE", Some(properties)) => {
+                let Some(binding) = self.all_bindings(&target).into_iter().find(|b| {
+                    !b.source.is_empty()
+                        && b.source == source
+                        && b.destination == destination_name
+                        && (properties_key(b) == properties
+                            || crate::http::percent_decode(&properties_key(b)).as_deref()
+                                == Some(properties))
+                }) else {
+                    return not_found();
+                };
+                match target.unbind(
+                    actor(caller),
+                    source,
+                    binding.destination,
+                    &binding.routing_key,
+                    binding.arguments,
+                ) {
+                    Ok(_) => Response::empty(204),
+                    Err(e) => core_error(e),
+                }
+            }
+            _ => super::error(405, "method_not_allowed", "Method Not Allowed"),
+        }
+    }
+
     fn publish(&self, request: &Request, caller: &Caller, vhost: &str, exchange: &str) -> Response {
         let target = match self.usable_vhost(caller, vhost) {
             Ok(target) => target,
