@@ -18,14 +18,54 @@ pub fn apply_definitions(
     settings: &Settings,
 ) -> Result<(), String> {
     let definitions = Definitions::from_file(path).map_err(|e| e.to_string())?;
+    apply_parsed(broker, &definitions, settings, &path.display().to_string())?;
+    tracing::info!(path = %path.display(), "definitions loaded");
+    Ok(())
+}
+
+/// Parses and applies a definitions document given as JSON text (the management API's
+/// import). Errors start with `source` and name the problem; nothing is applied when the
+/// document is invalid.
+pub fn import_definitions(
+    broker: &Arc<Broker>,
+    json: &[u8],
+    settings: &Settings,
+    source: &str,
+) -> Result<(), String> {
+    let text = std::str::from_utf8(json).map_err(|_| format!("{source}: not UTF-8 text"))?;
+    let definitions = Definitions::from_json_str(text).map_err(|e| format!("{source}: {e}"))?;
+    apply_parsed(broker, &definitions, settings, source)?;
+    tracing::info!(source, "definitions imported");
+    Ok(())
+}
+
+fn apply_parsed(
+    broker: &Arc<Broker>,
+    definitions: &Definitions,
+    settings: &Settings,
+    path: &str,
+) -> Result<(), String> {
+    // Vhosts and users that exist already may be named without being declared (the
+    // default ones at boot, everything when importing into a running broker).
+    let mut vhost_names = vec![settings.default_vhost.clone()];
+    vhost_names.extend(
+        broker
+            .vhost_names()
+            .into_iter()
+            .filter(|name| *name != settings.default_vhost),
+    );
+    let vhost_names: Vec<&str> = vhost_names.iter().map(String::as_str).collect();
+    let existing_users = broker.users();
+    let mut user_names = vec![settings.default_user.as_str()];
+    user_names.extend(existing_users.iter().map(|u| u.name.as_str()));
     let report = definitions
-        .validate(&settings.default_vhost, &[settings.default_user.as_str()])
+        .validate_with(&vhost_names, &user_names)
         .map_err(|e| e.to_string())?;
     let mut users = Vec::new();
     for user in &definitions.users {
         let password = user
             .credentials()
-            .map_err(|e| format!("{}: user '{}': {e}", path.display(), user.name))?;
+            .map_err(|e| format!("{}: user '{}': {e}", path, user.name))?;
         users.push(User {
             name: user.name.clone(),
             password: Some(password),
@@ -34,16 +74,14 @@ pub fn apply_definitions(
     }
     let mut policies = Vec::new();
     for entry in &definitions.policies {
-        policies.push(policy_from_json(entry).map_err(|e| format!("{}: {e}", path.display()))?);
+        policies.push(policy_from_json(entry).map_err(|e| format!("{}: {e}", path))?);
     }
     let mut permissions = Vec::new();
     for p in &definitions.permissions {
         let granted = Permissions::new(&p.configure, &p.write, &p.read).map_err(|e| {
             format!(
                 "{}: permissions of '{}' in '{}': {e}",
-                path.display(),
-                p.user,
-                p.vhost
+                path, p.user, p.vhost
             )
         })?;
         permissions.push((p, granted));
@@ -61,14 +99,14 @@ pub fn apply_definitions(
     for (p, granted) in permissions {
         broker
             .set_permissions(&p.user, &p.vhost, granted)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|e| format!("{}: {e}", path))?;
     }
     // Topology is declared as the broker itself (connection 0), bypassing permissions.
     const LOADER: &str = "\u{0}definitions-loader";
     let declare_as_loader = |vhost: &str| -> Result<_, String> {
         let vhost = broker
             .vhost(vhost)
-            .ok_or_else(|| format!("{}: no vhost '{vhost}'", path.display()))?;
+            .ok_or_else(|| format!("{}: no vhost '{vhost}'", path))?;
         if vhost.permissions(LOADER).is_none() {
             vhost.set_permissions(LOADER, Permissions::full());
         }
@@ -102,7 +140,7 @@ pub fn apply_definitions(
                     arguments: json_args_to_table(&exchange.arguments),
                 },
             )
-            .map_err(|e| format!("{}: exchange '{}': {e}", path.display(), exchange.name))?;
+            .map_err(|e| format!("{}: exchange '{}': {e}", path, exchange.name))?;
         touched.push(vhost);
     }
     for queue in &definitions.queues {
@@ -134,7 +172,7 @@ pub fn apply_definitions(
                     arguments,
                 },
             )
-            .map_err(|e| format!("{}: queue '{}': {e}", path.display(), queue.name))?;
+            .map_err(|e| format!("{}: queue '{}': {e}", path, queue.name))?;
         touched.push(vhost);
     }
     for binding in &definitions.bindings {
@@ -154,9 +192,7 @@ pub fn apply_definitions(
             .map_err(|e| {
                 format!(
                     "{}: binding '{}' -> '{}': {e}",
-                    path.display(),
-                    binding.source,
-                    binding.destination
+                    path, binding.source, binding.destination
                 )
             })?;
         touched.push(vhost);
@@ -165,13 +201,9 @@ pub fn apply_definitions(
         vhost.clear_permissions(LOADER);
     }
     for (vhost, policy) in policies {
-        let target = broker.vhost(&vhost).ok_or_else(|| {
-            format!(
-                "{}: policy '{}': no vhost '{vhost}'",
-                path.display(),
-                policy.name
-            )
-        })?;
+        let target = broker
+            .vhost(&vhost)
+            .ok_or_else(|| format!("{}: policy '{}': no vhost '{vhost}'", path, policy.name))?;
         target.set_policy(policy, false);
     }
     for plugin in &report.plugin_exchanges {
@@ -194,7 +226,6 @@ pub fn apply_definitions(
             "definitions: kept but not applied yet (the features that use them are not built)"
         );
     }
-    tracing::info!(path = %path.display(), "definitions loaded");
     Ok(())
 }
 

@@ -8,6 +8,7 @@ mod definitions;
 pub mod limits;
 pub mod persistence;
 pub mod resource_monitor;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,16 +18,17 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use warren_amqp091::{ListenerConfig, ProtocolHandoff, SessionConfig};
 use warren_amqp10::Amqp10Config;
-use warren_config::Settings;
+use warren_config::{ListenAddr, Settings};
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
 use warren_core::retained::InMemoryRetained;
 use warren_core::store::{MessageStore, StoreConfig};
 use warren_core::Broker;
+use warren_management::{ListenerInfo, Management, NodeResources};
 
 use crate::resource_monitor::ResourceMonitor;
 
-pub use definitions::apply_definitions;
+pub use definitions::{apply_definitions, import_definitions};
 
 /// Why the server could not start.
 #[derive(Debug)]
@@ -44,6 +46,8 @@ pub enum StartError {
     Definitions(String),
     /// The data directory or the message store could not be opened.
     Storage(String),
+    /// A TLS certificate or key could not be loaded.
+    Tls(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -56,7 +60,9 @@ impl std::fmt::Display for StartError {
             } => {
                 write!(f, "cannot listen for {protocol} on {addr}: {error}")
             }
-            StartError::Definitions(message) | StartError::Storage(message) => f.write_str(message),
+            StartError::Definitions(message)
+            | StartError::Storage(message)
+            | StartError::Tls(message) => f.write_str(message),
         }
     }
 }
@@ -80,7 +86,7 @@ async fn expire_messages(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
 /// Binds a listener address and logs `listening protocol=PROTOCOL addr=HOST:PORT`.
 async fn bind(
     protocol: &'static str,
-    addr: &warren_config::ListenAddr,
+    addr: &ListenAddr,
 ) -> Result<(TcpListener, SocketAddr), StartError> {
     let text = addr.to_socket_addr_string();
     let bind_error = |error| StartError::Bind {
@@ -197,6 +203,132 @@ fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
     }))
 }
 
+/// Starts the management API and the Prometheus endpoint when enabled; returns their
+/// addresses.
+async fn start_operator_endpoints(
+    broker: &Arc<Broker>,
+    resource_monitor: &Arc<ResourceMonitor>,
+    settings: &Settings,
+    amqp_addrs: &[SocketAddr],
+    listeners: &mut JoinSet<()>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<OperatorAddrs, StartError> {
+    let management_listener = match settings.management_enabled {
+        true => Some(bind("http", &settings.management_listener).await?.0),
+        false => None,
+    };
+    let management_tls = match (
+        &settings.management_tls_listener,
+        settings.management_enabled,
+    ) {
+        (Some(addr), true) => {
+            let (Some(certfile), Some(keyfile)) = (
+                &settings.management_tls_certfile,
+                &settings.management_tls_keyfile,
+            ) else {
+                return Err(StartError::Tls(
+                    "management.ssl.port needs management.ssl.certfile and management.ssl.keyfile"
+                        .to_string(),
+                ));
+            };
+            let config = tls::server_config(certfile, keyfile).map_err(StartError::Tls)?;
+            Some((bind("https", addr).await?.0, config))
+        }
+        _ => None,
+    };
+    let management_tls_addr = management_tls
+        .as_ref()
+        .and_then(|(listener, _)| listener.local_addr().ok());
+    let prometheus_listener = match settings.prometheus_enabled {
+        true => Some(bind("prometheus", &settings.prometheus_listener).await?.0),
+        false => None,
+    };
+    let address = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+    let (management_addr, prometheus_addr) =
+        (address(&management_listener), address(&prometheus_listener));
+    let mut endpoints: Vec<ListenerInfo> = amqp_addrs
+        .iter()
+        .map(|addr| ListenerInfo {
+            protocol: "amqp".into(),
+            addr: *addr,
+        })
+        .collect();
+    endpoints.extend(management_addr.map(|addr| ListenerInfo {
+        protocol: "http".into(),
+        addr,
+    }));
+    endpoints.extend(management_tls_addr.map(|addr| ListenerInfo {
+        protocol: "https".into(),
+        addr,
+    }));
+    endpoints.extend(prometheus_addr.map(|addr| ListenerInfo {
+        protocol: "http/prometheus".into(),
+        addr,
+    }));
+    let importer = {
+        let broker = Arc::clone(broker);
+        let settings = settings.clone();
+        Arc::new(move |json: &[u8]| import_definitions(&broker, json, &settings, "definitions"))
+    };
+    let monitor = Arc::clone(resource_monitor);
+    let management = Arc::new(Management {
+        broker: Arc::clone(broker),
+        node_name: format!("warren@{}", host_name()),
+        cluster_name: format!("warren@{}", host_name()),
+        listeners: endpoints,
+        import_definitions: importer,
+        resources: Arc::new(move || {
+            let reading = monitor.check();
+            NodeResources {
+                memory_used: reading.memory_used.unwrap_or(0),
+                memory_limit: reading.memory_limit,
+                disk_free: reading.disk_free.unwrap_or(0),
+                disk_free_limit: reading.disk_free_limit,
+            }
+        }),
+        started: std::time::Instant::now(),
+    });
+    if let Some(listener) = management_listener {
+        listeners.spawn(warren_management::serve_api(
+            listener,
+            Arc::clone(&management),
+            None,
+            shutdown.clone(),
+        ));
+    }
+    if let Some((listener, config)) = management_tls {
+        listeners.spawn(warren_management::serve_api(
+            listener,
+            Arc::clone(&management),
+            Some(config),
+            shutdown.clone(),
+        ));
+    }
+    if let Some(listener) = prometheus_listener {
+        listeners.spawn(warren_management::serve_metrics(
+            listener,
+            management,
+            shutdown.clone(),
+        ));
+    }
+    Ok((management_addr, management_tls_addr, prometheus_addr))
+}
+
+/// Bound addresses of the management API (HTTP, HTTPS) and the metrics endpoint.
+type OperatorAddrs = (Option<SocketAddr>, Option<SocketAddr>, Option<SocketAddr>);
+
+/// This machine's host name, for the node name (`warren@HOST`).
+fn host_name() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
+    let result = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
+    if result != 0 {
+        return "localhost".to_string();
+    }
+    let end = buffer.iter().position(|b| *b == 0).unwrap_or(buffer.len());
+    String::from_utf8_lossy(&buffer[..end]).into_owned()
+}
+
 /// A running Warren server.
 pub struct Server {
     broker: Arc<Broker>,
@@ -204,6 +336,10 @@ pub struct Server {
     amqp_addrs: Vec<SocketAddr>,
     stomp_addr: Option<SocketAddr>,
     mqtt_addrs: Vec<SocketAddr>,
+    amqps_addr: Option<SocketAddr>,
+    management_addr: Option<SocketAddr>,
+    management_tls_addr: Option<SocketAddr>,
+    prometheus_addr: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
     listeners: JoinSet<()>,
 }
@@ -311,12 +447,40 @@ impl Server {
             None => None,
         };
         let mqtt_addrs = start_mqtt(&settings, &broker, &shutdown_rx, &mut listeners).await?;
+        let mut amqps_addr = None;
+        if let Some(addr) = &settings.amqps_listener {
+            let tls = tls::amqps_config(&settings.ssl_options).map_err(StartError::Tls)?;
+            let (listener, bound) = bind("amqps", addr).await?;
+            amqps_addr = Some(bound);
+            listeners.spawn(warren_amqp091::serve(
+                listener,
+                Arc::clone(&broker),
+                ListenerConfig {
+                    tls: Some(tls),
+                    ..listener_config.clone()
+                },
+                shutdown_rx.clone(),
+            ));
+        }
+        let (management_addr, management_tls_addr, prometheus_addr) = start_operator_endpoints(
+            &broker,
+            &resource_monitor,
+            &settings,
+            &amqp_addrs,
+            &mut listeners,
+            &shutdown_rx,
+        )
+        .await?;
         Ok(Server {
             broker,
             resource_monitor,
             amqp_addrs,
             stomp_addr,
             mqtt_addrs,
+            amqps_addr,
+            management_addr,
+            management_tls_addr,
+            prometheus_addr,
             shutdown,
             listeners,
         })
@@ -346,6 +510,26 @@ impl Server {
     /// Every bound MQTT listener address.
     pub fn mqtt_addrs(&self) -> &[SocketAddr] {
         &self.mqtt_addrs
+    }
+
+    /// The AMQPS listener's address (`None` unless `listeners.ssl.default` is set).
+    pub fn amqps_addr(&self) -> Option<SocketAddr> {
+        self.amqps_addr
+    }
+
+    /// The management HTTP API's address (`None` when `plugins.management = false`).
+    pub fn management_addr(&self) -> Option<SocketAddr> {
+        self.management_addr
+    }
+
+    /// The HTTPS management API's address (`None` unless `management.ssl.port` is set).
+    pub fn management_tls_addr(&self) -> Option<SocketAddr> {
+        self.management_tls_addr
+    }
+
+    /// The Prometheus endpoint's address (`None` when `plugins.prometheus = false`).
+    pub fn prometheus_addr(&self) -> Option<SocketAddr> {
+        self.prometheus_addr
     }
 
     /// The broker model, for embedding and tests.

@@ -83,6 +83,21 @@ impl std::fmt::Display for LogLevel {
     }
 }
 
+/// `ssl_options.*`: TLS settings of the AMQPS listener, as RabbitMQ names them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SslOptions {
+    /// `ssl_options.certfile`: PEM certificate chain.
+    pub certfile: Option<PathBuf>,
+    /// `ssl_options.keyfile`: PEM private key.
+    pub keyfile: Option<PathBuf>,
+    /// `ssl_options.cacertfile`: PEM CA certificates for client certificates.
+    pub cacertfile: Option<PathBuf>,
+    /// `ssl_options.verify = verify_peer`: ask clients for a certificate and check it.
+    pub verify_peer: bool,
+    /// `ssl_options.fail_if_no_peer_cert = true`: refuse clients without a certificate.
+    pub fail_if_no_peer_cert: bool,
+}
+
 /// Everything the broker reads at start-up. Field docs name the rabbitmq.conf key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -129,6 +144,28 @@ pub struct Settings {
     /// `plugins.consistent_hash_exchange`: enables the `x-consistent-hash` exchange type
     /// (off by default, as RabbitMQ's plugin is).
     pub consistent_hash_exchange: bool,
+    /// `management.tcp.ip` / `management.tcp.port`: the management HTTP API. Default
+    /// `0.0.0.0:15672`.
+    pub management_listener: ListenAddr,
+    /// `plugins.management` (Warren-specific): serve the management HTTP API. Default true.
+    pub management_enabled: bool,
+    /// `listeners.ssl.default`: the AMQPS (AMQP 0-9-1 over TLS) listener, usually 5671.
+    /// Default none; needs `ssl_options.certfile` and `ssl_options.keyfile`.
+    pub amqps_listener: Option<ListenAddr>,
+    /// `ssl_options.*`: certificates and client verification for AMQPS.
+    pub ssl_options: SslOptions,
+    /// `management.ssl.port` / `management.ssl.ip`: the management API over HTTPS, in addition
+    /// to HTTP. Default none; needs `management.ssl.certfile` and `management.ssl.keyfile`.
+    pub management_tls_listener: Option<ListenAddr>,
+    /// `management.ssl.certfile`: PEM certificate chain for HTTPS.
+    pub management_tls_certfile: Option<PathBuf>,
+    /// `management.ssl.keyfile`: PEM private key for HTTPS.
+    pub management_tls_keyfile: Option<PathBuf>,
+    /// `prometheus.tcp.ip` / `prometheus.tcp.port`: Prometheus metrics. Default
+    /// `0.0.0.0:15692`.
+    pub prometheus_listener: ListenAddr,
+    /// `plugins.prometheus` (Warren-specific): serve Prometheus metrics. Default true.
+    pub prometheus_enabled: bool,
     /// `consumer_timeout`: milliseconds a delivery may stay unacknowledged before its channel
     /// is closed with 406 (RabbitMQ's default: 30 minutes); `None` (`false`) disables it.
     pub consumer_timeout: Option<Duration>,
@@ -200,6 +237,15 @@ impl Default for Settings {
             handshake_timeout: Duration::from_millis(10_000),
             connection_max: None,
             consistent_hash_exchange: false,
+            management_listener: ListenAddr::new("0.0.0.0", 15672),
+            management_enabled: true,
+            amqps_listener: None,
+            ssl_options: SslOptions::default(),
+            management_tls_listener: None,
+            management_tls_certfile: None,
+            management_tls_keyfile: None,
+            prometheus_listener: ListenAddr::new("0.0.0.0", 15692),
+            prometheus_enabled: true,
             consumer_timeout: Some(Duration::from_millis(1_800_000)),
             memory_high_watermark: MemoryHighWatermark::Relative(0.6),
             total_memory_override: None,
@@ -272,6 +318,61 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "load_definitions",
         "RabbitMQ definitions.json applied at boot (none)",
+    ),
+    (
+        "management.tcp.port",
+        "management HTTP API port, 0 = any free port (15672)",
+    ),
+    (
+        "management.tcp.ip",
+        "management HTTP API interface (0.0.0.0)",
+    ),
+    (
+        "listeners.ssl.default",
+        "AMQPS listener: PORT or HOST:PORT (none)",
+    ),
+    ("ssl_options.certfile", "PEM certificate chain for AMQPS"),
+    ("ssl_options.keyfile", "PEM private key for AMQPS"),
+    (
+        "ssl_options.cacertfile",
+        "PEM CA certificates client certificates are checked against",
+    ),
+    (
+        "ssl_options.verify",
+        "verify_peer (ask for a client certificate) or verify_none (verify_none)",
+    ),
+    (
+        "ssl_options.fail_if_no_peer_cert",
+        "true|false: refuse clients without a certificate (false)",
+    ),
+    (
+        "management.ssl.port",
+        "management API over HTTPS on this port (none); needs certfile and keyfile",
+    ),
+    ("management.ssl.ip", "HTTPS interface (0.0.0.0)"),
+    (
+        "management.ssl.certfile",
+        "PEM certificate chain for the HTTPS API",
+    ),
+    (
+        "management.ssl.keyfile",
+        "PEM private key for the HTTPS API",
+    ),
+    (
+        "plugins.management",
+        "true|false: serve the management HTTP API (true)",
+    ),
+    (
+        "prometheus.tcp.port",
+        "Prometheus metrics port, 0 = any free port (15692)",
+    ),
+    (
+        "prometheus.tcp.ip",
+        "Prometheus metrics interface (0.0.0.0)",
+    ),
+    (
+        "plugins.prometheus",
+        "true|false: serve Prometheus metrics (true)",
     ),
     (
         "log.console.level",
@@ -408,6 +509,108 @@ impl Settings {
                         })?;
                     Some(Duration::from_millis(ms))
                 };
+            }
+            "management.tcp.port" | "prometheus.tcp.port" => {
+                let port = value
+                    .parse()
+                    .map_err(|_| invalid("a port between 0 and 65535"))?;
+                if key.starts_with("management") {
+                    self.management_listener.port = port;
+                } else {
+                    self.prometheus_listener.port = port;
+                }
+            }
+            "listeners.ssl.default" => {
+                self.amqps_listener = Some(parse_listener(value).map_err(|e| invalid(&e))?);
+            }
+            "ssl_options.certfile" => {
+                self.ssl_options.certfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
+            }
+            "ssl_options.keyfile" => {
+                self.ssl_options.keyfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
+            }
+            "ssl_options.cacertfile" => {
+                self.ssl_options.cacertfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
+            }
+            "ssl_options.verify" => {
+                self.ssl_options.verify_peer = match value {
+                    "verify_peer" => true,
+                    "verify_none" => false,
+                    _ => return Err(invalid("verify_peer or verify_none")),
+                };
+            }
+            "ssl_options.fail_if_no_peer_cert" => {
+                self.ssl_options.fail_if_no_peer_cert = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(invalid("true or false")),
+                };
+            }
+            "management.ssl.port" => {
+                let port = value
+                    .parse()
+                    .map_err(|_| invalid("a port between 0 and 65535"))?;
+                self.management_tls_listener
+                    .get_or_insert_with(|| ListenAddr::new("0.0.0.0", 0))
+                    .port = port;
+            }
+            "management.ssl.ip" => {
+                let host = ListenAddr::parse(&format!("[{}]:0", value.trim_matches(['[', ']'])))
+                    .or_else(|_| ListenAddr::parse(&format!("{value}:0")))
+                    .map_err(|_| invalid("an IP address or host name"))?
+                    .host;
+                self.management_tls_listener
+                    .get_or_insert_with(|| ListenAddr::new("0.0.0.0", 15671))
+                    .host = host;
+            }
+            "management.ssl.certfile" => {
+                self.management_tls_certfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
+            }
+            "management.ssl.keyfile" => {
+                self.management_tls_keyfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
+            }
+            "management.tcp.ip" | "prometheus.tcp.ip" => {
+                let host = ListenAddr::parse(&format!("[{}]:0", value.trim_matches(['[', ']'])))
+                    .or_else(|_| ListenAddr::parse(&format!("{value}:0")))
+                    .map_err(|_| invalid("an IP address or host name"))?
+                    .host;
+                if key.starts_with("management") {
+                    self.management_listener.host = host;
+                } else {
+                    self.prometheus_listener.host = host;
+                }
+            }
+            "plugins.management" | "plugins.prometheus" => {
+                let enabled = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(invalid("true or false")),
+                };
+                if key == "plugins.management" {
+                    self.management_enabled = enabled;
+                } else {
+                    self.prometheus_enabled = enabled;
+                }
             }
             "plugins.consistent_hash_exchange" => {
                 self.consistent_hash_exchange = match value {

@@ -251,7 +251,7 @@ fn unknown_keys_stop_start_up() {
         "listeners.tcp.",
         "listeners.tcp.a.b",
         "loopback_users.",
-        "listeners.ssl.default",
+        "listeners.ssl.other",
     ] {
         assert!(
             matches!(
@@ -475,4 +475,69 @@ fn message_store_keys_take_sizes_and_counts() {
     assert_eq!(settings.msg_store_file_size_limit, 1024 * 1024);
     assert_eq!(settings.msg_store_max_unwritten_bytes, 8 * 1024 * 1024);
     assert_eq!(settings.queue_max_in_memory_messages, 0);
+}
+
+#[test]
+fn management_and_prometheus_listeners_take_rabbitmq_keys() {
+    let mut settings = Settings::default();
+    assert_eq!(settings.management_listener.port, 15672);
+    assert_eq!(settings.prometheus_listener.port, 15692);
+    settings.set("management.tcp.port", "0").unwrap();
+    settings.set("management.tcp.ip", "127.0.0.1").unwrap();
+    settings.set("prometheus.tcp.ip", "::1").unwrap();
+    settings.set("plugins.prometheus", "false").unwrap();
+    assert_eq!(
+        settings.management_listener.to_socket_addr_string(),
+        "127.0.0.1:0"
+    );
+    assert_eq!(settings.prometheus_listener.host, "::1");
+    assert!(!settings.prometheus_enabled);
+    assert!(settings.set("management.tcp.port", "70000").is_err());
+    assert!(settings.set("plugins.management", "yes").is_err());
+}
+
+#[test]
+fn management_https_keys_set_an_extra_listener() {
+    let mut settings = Settings::default();
+    assert!(settings.management_tls_listener.is_none());
+    settings.set("management.ssl.port", "15671").unwrap();
+    settings
+        .set("management.ssl.certfile", "/etc/warren/cert.pem")
+        .unwrap();
+    settings
+        .set("management.ssl.keyfile", "/etc/warren/key.pem")
+        .unwrap();
+    assert_eq!(
+        settings.management_tls_listener,
+        Some(ListenAddr::new("0.0.0.0", 15671))
+    );
+    assert_eq!(
+        settings.management_tls_certfile.as_deref(),
+        Some(Path::new("/etc/warren/cert.pem"))
+    );
+    assert!(settings.set("management.ssl.certfile", "").is_err());
+}
+
+#[test]
+fn amqps_listener_and_ssl_options_take_rabbitmq_keys() {
+    let mut settings = Settings::default();
+    assert!(settings.amqps_listener.is_none());
+    settings.set("listeners.ssl.default", "5671").unwrap();
+    settings.set("ssl_options.certfile", "/c.pem").unwrap();
+    settings.set("ssl_options.keyfile", "/k.pem").unwrap();
+    settings.set("ssl_options.cacertfile", "/ca.pem").unwrap();
+    settings.set("ssl_options.verify", "verify_peer").unwrap();
+    settings
+        .set("ssl_options.fail_if_no_peer_cert", "true")
+        .unwrap();
+    assert_eq!(
+        settings.amqps_listener,
+        Some(ListenAddr::new("0.0.0.0", 5671))
+    );
+    assert!(settings.ssl_options.verify_peer && settings.ssl_options.fail_if_no_peer_cert);
+    assert_eq!(
+        settings.ssl_options.cacertfile.as_deref(),
+        Some(Path::new("/ca.pem"))
+    );
+    assert!(settings.set("ssl_options.verify", "maybe").is_err());
 }

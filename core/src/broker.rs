@@ -7,6 +7,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::access::{Permissions, User};
+use crate::connections::{CloseWaker, ConnectionHandle, ConnectionInfo, ConnectionRegistry};
 use crate::error::{CoreError, CoreResult};
 use crate::exchange::ExchangeType;
 use crate::password::PasswordHash;
@@ -84,6 +85,7 @@ pub struct Broker {
     alarm_listeners: Mutex<Vec<AlarmListener>>,
     exchange_types: ExchangeTypes,
     durability: Arc<Durability>,
+    connections: Arc<ConnectionRegistry>,
 }
 
 impl Broker {
@@ -99,6 +101,7 @@ impl Broker {
             alarm_listeners: Mutex::new(Vec::new()),
             exchange_types: ExchangeTypes::default(),
             durability: Arc::default(),
+            connections: Arc::default(),
         })
     }
 
@@ -129,6 +132,36 @@ impl Broker {
     /// A fresh connection id, unique for the broker's lifetime.
     pub fn next_connection_id(&self) -> u64 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Registers an open client connection for operators (listing, metrics, closing). Keep
+    /// the handle for the connection's lifetime: dropping it unregisters. `waker` is called
+    /// when an operator asks the connection to close; see [`ConnectionHandle::close_requested`].
+    pub fn register_connection(&self, info: ConnectionInfo, waker: CloseWaker) -> ConnectionHandle {
+        self.connections.register(info, waker)
+    }
+
+    /// The registry of open client connections.
+    pub fn connections(&self) -> &ConnectionRegistry {
+        &self.connections
+    }
+
+    /// Asks connection `id` to close with `reason` (its listener closes it as its protocol
+    /// does); false if no such connection is registered.
+    pub fn close_connection(&self, id: u64, reason: &str) -> bool {
+        self.connections.close(id, reason)
+    }
+
+    /// Deletes a user and their permissions in every vhost; false if no such user.
+    pub fn delete_user(&self, name: &str) -> bool {
+        let removed = self.users.write().remove(name).is_some();
+        if removed {
+            let vhosts: Vec<Arc<VHost>> = self.vhosts.read().values().cloned().collect();
+            for vhost in vhosts {
+                vhost.clear_permissions(name);
+            }
+        }
+        removed
     }
 
     /// Enables a plugin exchange type in every vhost.

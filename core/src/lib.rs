@@ -12,7 +12,9 @@
 pub mod accept;
 pub mod access;
 pub mod broker;
+pub mod connections;
 pub mod consumer;
+pub mod counters;
 pub mod dead_letter;
 pub mod error;
 pub mod exchange;

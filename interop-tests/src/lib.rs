@@ -50,22 +50,29 @@ impl Drop for TempDir {
     }
 }
 
-/// Every listener key of the broker. Tests set each to 127.0.0.1 port 0, so that parallel
-/// tests never collide with each other or with a broker on the standard ports.
-pub const TEST_LISTENERS: &[&str] = &[
-    "listeners.tcp.default",
-    "mqtt.listeners.tcp.default",
-    "stomp.listeners.tcp.default",
+/// Every listening endpoint of the broker on 127.0.0.1 port 0, as `(key, value)` settings, so
+/// that parallel tests never collide with each other or with a broker on the standard ports.
+pub const TEST_LISTENERS: &[(&str, &str)] = &[
+    ("listeners.tcp.default", "127.0.0.1:0"),
+    ("mqtt.listeners.tcp.default", "127.0.0.1:0"),
+    ("stomp.listeners.tcp.default", "127.0.0.1:0"),
+    ("management.tcp.ip", "127.0.0.1"),
+    ("management.tcp.port", "0"),
+    ("prometheus.tcp.ip", "127.0.0.1"),
+    ("prometheus.tcp.port", "0"),
 ];
 
-/// `--set KEY=127.0.0.1:0` arguments for every [`TEST_LISTENERS`] key, for tests that spawn
+/// `--set KEY=VALUE` arguments for every [`TEST_LISTENERS`] setting, for tests that spawn
 /// the `warren` binary.
 pub fn test_listener_args() -> Vec<String> {
     TEST_LISTENERS
         .iter()
-        .flat_map(|key| ["--set".to_owned(), format!("{key}=127.0.0.1:0")])
+        .flat_map(|(key, value)| ["--set".to_owned(), format!("{key}={value}")])
         .collect()
 }
+
+/// A response from the management API or the metrics endpoint.
+pub use warren_management::http::ClientResponse as HttpResponse;
 
 /// A broker started for one test.
 pub struct TestBroker {
@@ -86,8 +93,8 @@ impl TestBroker {
     pub async fn start_with(settings: &[(&str, &str)]) -> TestBroker {
         let data_dir = TempDir::new("test-broker");
         let mut config = Settings::default();
-        for key in TEST_LISTENERS {
-            config.set(key, "127.0.0.1:0").expect("valid test listener");
+        for (key, value) in TEST_LISTENERS {
+            config.set(key, value).expect("valid test listener");
         }
         config
             .set("data_dir", &data_dir.path().display().to_string())
@@ -133,6 +140,47 @@ impl TestBroker {
     /// An AMQP URL for a user and an (already URL-encoded) vhost.
     pub fn url_for(&self, user: &str, password: &str, vhost: &str) -> String {
         format!("amqp://{user}:{password}@{}/{vhost}", self.addr())
+    }
+
+    /// The management HTTP API's address (`HOST:PORT`).
+    pub fn management_addr(&self) -> String {
+        self.server
+            .management_addr()
+            .expect("management API enabled")
+            .to_string()
+    }
+
+    /// The Prometheus endpoint's address (`HOST:PORT`).
+    pub fn prometheus_addr(&self) -> String {
+        self.server
+            .prometheus_addr()
+            .expect("Prometheus endpoint enabled")
+            .to_string()
+    }
+
+    /// Sends one request to the management API as `user:password`, with an optional JSON
+    /// body, and returns the response.
+    pub async fn api(
+        &self,
+        method: &str,
+        path: &str,
+        credentials: Option<(&str, &str)>,
+        body: Option<&str>,
+    ) -> HttpResponse {
+        warren_management::http::send(
+            &self.management_addr(),
+            method,
+            path,
+            credentials,
+            body.map(str::as_bytes),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// `api` as guest/guest.
+    pub async fn api_as_guest(&self, method: &str, path: &str, body: Option<&str>) -> HttpResponse {
+        self.api(method, path, Some(("guest", "guest")), body).await
     }
 
     /// The running server, for adding users or inspecting the core.

@@ -133,6 +133,20 @@ impl Running {
         }
     }
 
+    /// Reads stderr until a line containing `text` and returns it.
+    fn line_containing(&self, text: &str) -> String {
+        let deadline = Instant::now() + START_LIMIT;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(line) => seen.push(line),
+                Err(error) => panic!("no line with '{text}' ({error}); stderr so far: {seen:#?}"),
+            }
+        }
+    }
+
     fn sigterm(&self) {
         let status = Command::new("kill")
             .arg("-TERM")
@@ -214,6 +228,9 @@ async fn sigterm_without_clients_exits_0() {
     let status = tokio::task::spawn_blocking(|| {
         let mut warren = Running::start("idle");
         warren.listening_addr();
+        // The management API and the metrics endpoint log their bound ports the same way.
+        warren.line_containing("listening protocol=http addr=127.0.0.1:");
+        warren.line_containing("listening protocol=prometheus addr=127.0.0.1:");
         warren.sigterm();
         warren.wait_exit()
     })

@@ -126,8 +126,8 @@ async fn start_error(contents: &str) -> (String, String) {
     let path = dir.join("definitions.json");
     std::fs::write(&path, contents).expect("write fixture");
     let mut settings = Settings::default();
-    for key in TEST_LISTENERS {
-        settings.set(key, "127.0.0.1:0").expect("test listener");
+    for (key, value) in TEST_LISTENERS {
+        settings.set(key, value).expect("test listener");
     }
     settings
         .set("load_definitions", &path.display().to_string())

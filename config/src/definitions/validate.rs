@@ -74,6 +74,17 @@ impl Definitions {
         default_vhost: &str,
         existing_users: &[&str],
     ) -> Result<ValidationReport, DefinitionsError> {
+        self.validate_with(&[default_vhost], existing_users)
+    }
+
+    /// [`Definitions::validate`] for a running broker: `existing_vhosts` (the first being
+    /// the default vhost) may be named without being declared in the file.
+    pub fn validate_with(
+        &self,
+        existing_vhosts: &[&str],
+        existing_users: &[&str],
+    ) -> Result<ValidationReport, DefinitionsError> {
+        let default_vhost = existing_vhosts.first().copied().unwrap_or("/");
         let mut problems = Vec::new();
         let mut report = ValidationReport {
             plugin_exchanges: Vec::new(),
@@ -84,15 +95,22 @@ impl Definitions {
             .vhosts
             .iter()
             .map(|vhost| vhost.name.as_str())
-            .chain([default_vhost])
+            .chain(existing_vhosts.iter().copied())
             .collect();
         let check_vhost = |what: &str, vhost: &str, problems: &mut Vec<String>| {
             let known = vhosts.contains(vhost);
             if !known {
-                problems.push(format!(
-                    "{what} names vhost '{vhost}', which is neither declared in the file nor \
-                     the default vhost '{default_vhost}'"
-                ));
+                problems.push(if existing_vhosts.len() > 1 {
+                    format!(
+                        "{what} names vhost '{vhost}', which is neither declared in the file nor \
+                         an existing vhost"
+                    )
+                } else {
+                    format!(
+                        "{what} names vhost '{vhost}', which is neither declared in the file nor \
+                         the default vhost '{default_vhost}'"
+                    )
+                });
             }
             known
         };

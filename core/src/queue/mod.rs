@@ -160,6 +160,8 @@ struct QueueState {
     store_removed: Vec<u64>,
     /// Store ids delivered unsettled, recorded likewise.
     store_delivered: Vec<u64>,
+    /// Deliveries to copy to the firehose once the lock is released (message, redelivered).
+    traced: Vec<(Arc<Message>, bool)>,
 }
 
 impl QueueState {
@@ -207,6 +209,8 @@ pub struct Queue {
     argument_limits: QueueLimits,
     /// The vhost dead letters are routed in.
     vhost: Weak<VHost>,
+    /// The vhost's firehose switch: deliveries are traced while it is on.
+    trace: crate::vhost::trace::TraceFlag,
     state: Mutex<QueueState>,
     /// Set for a durable queue when the broker has a message store.
     store: OnceLock<StoreLink>,
@@ -237,10 +241,15 @@ impl Queue {
     pub fn in_vhost(config: QueueConfig, vhost: Weak<VHost>) -> Arc<Queue> {
         let limits = QueueLimits::from_arguments(&config.arguments).unwrap_or_default();
         let levels = usize::from(limits.max_priority.unwrap_or(0)) + 1;
+        let trace = vhost
+            .upgrade()
+            .map(|vhost| vhost.trace_flag())
+            .unwrap_or_default();
         Arc::new(Queue {
             config,
             argument_limits: limits.clone(),
             vhost,
+            trace,
             state: Mutex::new(QueueState {
                 limits,
                 ready: ReadyStore::new(levels),
@@ -399,15 +408,25 @@ impl Queue {
         let stored = !state.store_removed.is_empty() || !state.store_delivered.is_empty();
         let removed = std::mem::take(&mut state.store_removed);
         let delivered = std::mem::take(&mut state.store_delivered);
+        let traced = if state.traced.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut state.traced)
+        };
         drop(state);
         if stored {
             self.flush_store(removed, delivered);
         }
-        if dead.is_empty() {
+        if dead.is_empty() && traced.is_empty() {
             return;
         }
         if let Some(vhost) = self.vhost.upgrade() {
-            vhost.dead_letter(self, dead);
+            if !dead.is_empty() {
+                vhost.dead_letter(self, dead);
+            }
+            if !traced.is_empty() {
+                vhost.trace_deliveries(&self.config.name, traced);
+            }
         }
     }
 
@@ -544,6 +563,19 @@ impl Queue {
     /// Number of attached consumers.
     pub fn consumer_count(&self) -> u64 {
         self.state.lock().consumers.len() as u64
+    }
+
+    /// The attached consumers' specs, in delivery-priority order, with whether each is the
+    /// active one (always true unless the queue has a single active consumer).
+    pub fn consumers(&self) -> Vec<(ConsumerSpec, bool)> {
+        let state = self.state.lock();
+        let single = state.limits.single_active_consumer;
+        state
+            .consumers
+            .iter()
+            .enumerate()
+            .map(|(index, c)| (c.spec.clone(), !single || index == 0))
+            .collect()
     }
 
     /// A snapshot of the queue's counters.
@@ -700,6 +732,11 @@ impl Queue {
             }
             state.note_delivered(ready.store_id, needs_settlement);
             state.stats.delivered += 1;
+            if self.trace.load(Ordering::Relaxed) {
+                state
+                    .traced
+                    .push((Arc::clone(&ready.message), ready.redelivered));
+            }
             sink.deliver(Delivery {
                 queue: Arc::clone(self),
                 id: ready.id,
@@ -777,6 +814,11 @@ impl Queue {
         }
         state.note_delivered(ready.store_id, needs_settlement);
         state.stats.delivered += 1;
+        if self.trace.load(Ordering::Relaxed) {
+            state
+                .traced
+                .push((Arc::clone(&ready.message), ready.redelivered));
+        }
         let remaining = state.ready.len() as u64;
         let delivery = Delivery {
             queue: Arc::clone(self),

@@ -25,6 +25,7 @@ use crate::value::{Table, Value};
 
 mod policies;
 mod routing;
+pub mod trace;
 
 pub use routing::Enqueued;
 
@@ -126,6 +127,10 @@ pub struct VHost {
     /// The broker's message store link: durable queues keep persistent messages there and
     /// durable topology changes are reported to it.
     durability: Arc<Durability>,
+    /// Lifetime publish counters for metrics.
+    counters: crate::counters::MessageCounters,
+    /// Firehose tracing on (shared with the vhost's queues).
+    trace: trace::TraceFlag,
 }
 
 /// The registry of plugin exchange types, by type name.
@@ -163,6 +168,8 @@ impl VHost {
             exchange_types,
             default_queue_type: RwLock::new(None),
             durability,
+            counters: Default::default(),
+            trace: Default::default(),
         };
         {
             let mut exchanges = vhost.exchanges.write();
@@ -243,6 +250,23 @@ impl VHost {
     pub fn clear_permissions(&self, user: &str) {
         self.permissions.write().remove(user);
         self.durability.topology_changed();
+    }
+
+    /// Every user's permissions here, sorted by user name.
+    pub fn all_permissions(&self) -> Vec<(String, Arc<Permissions>)> {
+        let mut all: Vec<(String, Arc<Permissions>)> = self
+            .permissions
+            .read()
+            .iter()
+            .map(|(user, p)| (user.clone(), Arc::clone(p)))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Lifetime publish counters (received, routed, unroutable, confirmed).
+    pub fn counters(&self) -> &crate::counters::MessageCounters {
+        &self.counters
     }
 
     /// `user`'s permissions here, if any.

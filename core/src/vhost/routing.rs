@@ -175,6 +175,23 @@ impl VHost {
         message: &Message,
         out: &mut Vec<Arc<Queue>>,
     ) -> CoreResult<()> {
+        let before = out.len();
+        let result = self.route_uncounted(exchange_name, message, out);
+        if result.is_ok() {
+            self.counters.record_publish(out.len() > before);
+            if self.is_tracing() {
+                self.trace_publish(exchange_name, message, &out[before..]);
+            }
+        }
+        result
+    }
+
+    fn route_uncounted(
+        &self,
+        exchange_name: &str,
+        message: &Message,
+        out: &mut Vec<Arc<Queue>>,
+    ) -> CoreResult<()> {
         if exchange_name.is_empty() {
             let queues = self.queues.read();
             for key in routing_keys(message) {

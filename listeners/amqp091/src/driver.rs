@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
@@ -21,6 +20,7 @@ use warren_core::Broker;
 use crate::codec::{decode_frame, parse_protocol_header, ProtocolHeader, PROTOCOL_HEADER_091};
 use crate::outbox::{Drained, Outbox, READ_PAUSE_BYTES};
 use crate::session::{Control, Session, SessionConfig, FRAME_MIN_SIZE};
+use crate::stream::{Reader, Writer};
 use warren_core::queue::now_ms;
 
 /// Settings of the AMQP 0-9-1 listener.
@@ -34,6 +34,8 @@ pub struct ListenerConfig {
     pub close_timeout: Duration,
     /// Most connections this listener serves at once (`connection_max`); more are refused.
     pub connection_max: Option<usize>,
+    /// TLS (AMQPS): every connection completes a TLS handshake first.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     /// Where connections that start with an AMQP 1.0 header go (the port is shared, as in
     /// RabbitMQ). `None` answers them with the 0-9-1 header and closes.
     pub amqp10: Option<ProtocolHandoff>,
@@ -65,6 +67,7 @@ impl Default for ListenerConfig {
             close_timeout: Duration::from_secs(3),
             connection_max: None,
             amqp10: None,
+            tls: None,
         }
     }
 }
@@ -97,7 +100,14 @@ pub async fn serve(
                     let config = Arc::clone(&config);
                     let shutdown = shutdown.clone();
                     let alarms = alarm_rx.clone();
-                    connections.spawn(run_connection(stream, peer, broker, config, shutdown, alarms));
+                    match config.tls.clone() {
+                        None => {
+                            connections.spawn(run_connection(stream, peer, broker, config, shutdown, alarms));
+                        }
+                        Some(tls) => {
+                            connections.spawn(run_tls_connection(stream, peer, tls, broker, config, shutdown, alarms));
+                        }
+                    }
                 }
                 Err(error) => {
                     // Out of file descriptors and similar: back off instead of spinning,
@@ -114,16 +124,44 @@ pub async fn serve(
     while connections.join_next().await.is_some() {}
 }
 
-/// Runs one connection to its end.
+/// Completes the TLS handshake (within the handshake timeout), then runs the connection.
+async fn run_tls_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    tls: Arc<tokio_rustls::rustls::ServerConfig>,
+    broker: Arc<Broker>,
+    config: Arc<ListenerConfig>,
+    shutdown: watch::Receiver<bool>,
+    alarms: watch::Receiver<Option<String>>,
+) {
+    let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().ok();
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    match timeout(config.handshake_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => {
+            let (reader, writer) = crate::stream::tls(stream);
+            run_tls_stream(
+                reader, writer, peer, local, broker, config, shutdown, alarms,
+            )
+            .await;
+        }
+        Ok(Err(error)) => tracing::warn!(%peer, %error, "TLS handshake failed"),
+        Err(_) => tracing::warn!(%peer, "TLS handshake timed out"),
+    }
+}
+
+/// Runs one connection to its end. A connection that starts with an AMQP 1.0 header goes to
+/// the AMQP 1.0 hand-off when one is configured.
 pub async fn run_connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     broker: Arc<Broker>,
     config: Arc<ListenerConfig>,
-    mut shutdown: watch::Receiver<bool>,
-    mut alarms: watch::Receiver<Option<String>>,
+    shutdown: watch::Receiver<bool>,
+    alarms: watch::Receiver<Option<String>>,
 ) {
     let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().ok();
     let mut header = [0u8; 8];
     match timeout(config.handshake_timeout, stream.read_exact(&mut header)).await {
         Ok(Ok(_)) => {}
@@ -134,12 +172,52 @@ pub async fn run_connection(
     {
         return (handoff.0)(stream, peer, header, shutdown).await;
     }
-    let (mut reader, writer) = stream.into_split();
+    let (reader, writer) = crate::stream::plain(stream);
+    run_stream(
+        reader, writer, header, peer, local, broker, config, shutdown, alarms,
+    )
+    .await;
+}
+
+/// Reads the protocol header through TLS, then runs the connection.
+#[allow(clippy::too_many_arguments)]
+async fn run_tls_stream(
+    mut reader: Reader,
+    writer: Writer,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    broker: Arc<Broker>,
+    config: Arc<ListenerConfig>,
+    shutdown: watch::Receiver<bool>,
+    alarms: watch::Receiver<Option<String>>,
+) {
+    let mut header = [0u8; 8];
+    match timeout(config.handshake_timeout, reader.read_exact(&mut header)).await {
+        Ok(Ok(_)) => {}
+        _ => return,
+    }
+    run_stream(
+        reader, writer, header, peer, local, broker, config, shutdown, alarms,
+    )
+    .await;
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_stream(
+    mut reader: Reader,
+    writer: Writer,
+    header: [u8; 8],
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    broker: Arc<Broker>,
+    config: Arc<ListenerConfig>,
+    mut shutdown: watch::Receiver<bool>,
+    mut alarms: watch::Receiver<Option<String>>,
+) {
     if parse_protocol_header(&header) != ProtocolHeader::Amqp091 {
         // Tell the client which protocol we speak, then close, as the spec asks.
-        let mut writer = writer;
         let _ = writer.write_all(&PROTOCOL_HEADER_091).await;
-        let _ = writer.shutdown().await;
+        writer.shutdown().await;
         return;
     }
     // The writer task and the reader (for small replies, see Outbox::end_batch) both write;
@@ -154,6 +232,10 @@ pub async fn run_connection(
         Arc::clone(&outbox),
         from_loopback,
     );
+    if let Some(local) = local {
+        session.set_addresses(peer, local);
+    }
+    session.set_tls(matches!(reader, Reader::Tls(_)));
     let connection_id = session.connection_id();
     let mut store = StoreSignals {
         durable: store_handle.as_ref().map(|s| s.subscribe_durable()),
@@ -188,8 +270,8 @@ pub async fn run_connection(
 
 #[allow(clippy::too_many_arguments)]
 async fn read_loop(
-    reader: &mut OwnedReadHalf,
-    writer: &OwnedWriteHalf,
+    reader: &mut Reader,
+    writer: &Writer,
     session: &mut Session,
     outbox: &Outbox,
     config: &ListenerConfig,
@@ -204,6 +286,16 @@ async fn read_loop(
     let mut shutting_down = false;
     let mut alarms_alive = true;
     loop {
+        // An operator asked this connection to close (management API, warrenctl).
+        if close_deadline.is_none() {
+            if let Some(reason) = session.close_requested() {
+                if session.close_by_operator(&reason) == Control::Close {
+                    return;
+                }
+                close_deadline = Some(Instant::now() + config.close_timeout);
+                continue;
+            }
+        }
         // A resource alarm stops reading publishing connections (consumers keep receiving
         // through the writer); the client is told with connection.blocked.
         let blocked =
@@ -242,7 +334,7 @@ async fn read_loop(
             }
         };
         let read = tokio::select! {
-            read = read_some(reader, &mut buffer), if !blocked && !paused && !store_full => read,
+            read = reader.read_some(&mut buffer), if !blocked && !paused && !store_full => read,
             // Confirms of persistent messages go out once the store has them on disk.
             _ = changed_or_pending(&mut store.durable), if awaits_durability => {
                 session.end_of_batch();
@@ -353,7 +445,7 @@ fn handle_batch(
 
 /// Writes a small batch from the reader task: as much as the socket takes now, the rest goes
 /// back to the writer task.
-fn write_inline(writer: &OwnedWriteHalf, outbox: &Outbox, drained: Drained) {
+fn write_inline(writer: &Writer, outbox: &Outbox, drained: Drained) {
     for sink in drained.starved {
         sink.queue.dispatch();
     }
@@ -371,48 +463,6 @@ fn write_inline(writer: &OwnedWriteHalf, outbox: &Outbox, drained: Drained) {
         }
     }
     outbox.write_done(&bytes[written..]);
-}
-
-/// Writes all of `bytes`, waiting for the socket as needed.
-async fn write_all_shared(writer: &OwnedWriteHalf, bytes: &[u8]) -> std::io::Result<()> {
-    let mut written = 0;
-    while written < bytes.len() {
-        writer.writable().await?;
-        match writer.try_write(&bytes[written..]) {
-            Ok(n) => written += n,
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(())
-}
-
-/// Ends the write side (FIN) while the reader may still hold the socket.
-fn shutdown_write(writer: &OwnedWriteHalf) {
-    let _ = socket2::SockRef::from(writer.as_ref()).shutdown(std::net::Shutdown::Write);
-}
-
-/// Reads what is available into `buffer`. An idle connection holds no read buffer: when
-/// everything read was consumed the buffer is released, and a new one is allocated only once
-/// the socket is readable again. This keeps 10,000 idle connections cheap.
-async fn read_some(reader: &mut OwnedReadHalf, buffer: &mut BytesMut) -> std::io::Result<usize> {
-    loop {
-        if buffer.is_empty() {
-            *buffer = BytesMut::new();
-            reader.readable().await?;
-            buffer.reserve(READ_CHUNK);
-        } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
-            buffer.reserve(READ_CHUNK);
-        }
-        match reader.try_read_buf(buffer) {
-            Ok(read) => return Ok(read),
-            // Readiness was stale: wait for the socket instead of spinning on a partial frame.
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                reader.readable().await?;
-            }
-            Err(error) => return Err(error),
-        }
-    }
 }
 
 /// The message store's signals a connection follows.
@@ -458,11 +508,8 @@ async fn sleep_until_ms(at: Option<u64>) {
     }
 }
 
-/// How much to read at a time.
-const READ_CHUNK: usize = 64 * 1024;
-
 async fn write_loop(
-    writer: Arc<OwnedWriteHalf>,
+    writer: Arc<Writer>,
     outbox: Arc<Outbox>,
     mut heartbeat: watch::Receiver<Option<Duration>>,
 ) {
@@ -475,7 +522,7 @@ async fn write_loop(
                 sink.queue.dispatch();
             }
             outbox.set_writing(drained.bytes.len());
-            let written = write_all_shared(&writer, &drained.bytes).await;
+            let written = writer.write_all(&drained.bytes).await;
             outbox.set_writing(0);
             outbox.write_done(&[]);
             if written.is_err() {
@@ -486,7 +533,7 @@ async fn write_loop(
             continue;
         }
         if outbox.is_closed() {
-            shutdown_write(&writer);
+            writer.shutdown().await;
             return;
         }
         let interval = *heartbeat.borrow();
@@ -508,7 +555,7 @@ async fn write_loop(
                         if changed.is_err() {
                             // The reader is gone; flush and stop once the outbox closes.
                             if outbox.is_closed() && outbox.is_empty() {
-                                shutdown_write(&writer);
+                                writer.shutdown().await;
                                 return;
                             }
                             outbox.notify.notified().await;

@@ -130,16 +130,25 @@ impl Channel {
     }
 
     /// The basic.ack covering every publish confirmed since the last one sent.
-    pub(super) fn take_confirm(&mut self) -> Option<Method> {
+    /// Also returns how many publishes it confirms.
+    /// The highest publish sequence number confirmed (acked or nacked) so far.
+    pub(super) fn confirmed_seq(&self) -> u64 {
+        self.confirmed_seq
+    }
+
+    pub(super) fn take_confirm(&mut self) -> Option<(Method, u64)> {
         if self.mode != Mode::Confirm || self.publish_seq == self.confirmed_seq {
             return None;
         }
-        let multiple = self.publish_seq - self.confirmed_seq > 1;
+        let confirmed = self.publish_seq - self.confirmed_seq;
         self.confirmed_seq = self.publish_seq;
-        Some(Method::BasicAck {
-            delivery_tag: self.publish_seq,
-            multiple,
-        })
+        Some((
+            Method::BasicAck {
+                delivery_tag: self.publish_seq,
+                multiple: confirmed > 1,
+            },
+            confirmed,
+        ))
     }
 
     /// The confirms that can go now that the store has `durable` on disk: acks (coalesced
@@ -150,7 +159,7 @@ impl Channel {
             return false;
         }
         if self.durable_waits.is_empty() {
-            out.extend(self.take_confirm());
+            out.extend(self.take_confirm().map(|(method, _)| method));
             return false;
         }
         loop {
@@ -969,7 +978,8 @@ impl Session {
                     let channel = self.channel(ch);
                     channel.publish_seq = seq;
                     channel.confirmed_seq = seq;
-                    if let Some(ack) = earlier {
+                    if let Some((ack, confirmed)) = earlier {
+                        vhost.counters().record_confirmed(confirmed);
                         self.outbox.send_method(ch, &ack);
                     }
                     self.outbox.send_method(
@@ -1020,6 +1030,7 @@ impl Session {
                 // Confirms for earlier messages go first; this message's confirm follows
                 // its return, as RabbitMQ orders them.
                 self.flush_confirms();
+                vhost.counters().record_returned();
                 self.outbox.send_return(ch, 312, "NO_ROUTE", &message);
             }
         } else {

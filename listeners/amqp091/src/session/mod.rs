@@ -8,11 +8,13 @@ mod channel;
 #[cfg(test)]
 mod session_tests;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use warren_core::access::User;
+use warren_core::connections::{ConnectionHandle, ConnectionInfo};
 use warren_core::idmap::IdMap;
 use warren_core::queue::{Queue, Settlement};
 use warren_core::value::{Table, Value};
@@ -108,6 +110,12 @@ pub struct Session {
     blocked_capability: bool,
     /// Whether connection.blocked was sent and not yet followed by unblocked.
     blocked_sent: bool,
+    /// The client's and the broker's socket addresses, for the connection registry.
+    addresses: (SocketAddr, SocketAddr),
+    /// This connection in the broker's registry, once open.
+    registration: Option<ConnectionHandle>,
+    /// Whether the connection runs over TLS (shown to operators).
+    tls: bool,
 }
 
 impl Session {
@@ -139,6 +147,9 @@ impl Session {
             published: false,
             blocked_capability: false,
             blocked_sent: false,
+            addresses: (UNKNOWN_ADDRESS, UNKNOWN_ADDRESS),
+            registration: None,
+            tls: false,
         };
         session.outbox.send_method(0, &session.connection_start());
         session
@@ -180,6 +191,30 @@ impl Session {
             mechanisms: b"PLAIN AMQPLAIN".to_vec(),
             locales: b"en_US".to_vec(),
         }
+    }
+
+    /// Records the client's and the broker's addresses (shown to operators).
+    pub fn set_addresses(&mut self, peer: SocketAddr, local: SocketAddr) {
+        self.addresses = (peer, local);
+    }
+
+    /// Records that the connection runs over TLS (shown to operators).
+    pub fn set_tls(&mut self, tls: bool) {
+        self.tls = tls;
+    }
+
+    /// The reason an operator gave when asking this connection to close, once asked
+    /// (the driver is woken through the outbox's `reader_wake`).
+    pub fn close_requested(&self) -> Option<String> {
+        self.registration
+            .as_ref()
+            .and_then(ConnectionHandle::close_requested)
+    }
+
+    /// Closes the connection with 320 CONNECTION_FORCED and the operator's reason as the
+    /// reply text, as `rabbitmqctl close_connection` and the management API do.
+    pub fn close_by_operator(&mut self, reason: &str) -> Control {
+        self.close_connection(AmqpError::new(reply::CONNECTION_FORCED, reason.to_string()))
     }
 
     /// The broker-wide id of this connection.
@@ -530,6 +565,29 @@ impl Session {
             .unwrap_or_default();
         let vhost = self.broker.open_vhost(&user, virtual_host)?;
         self.vhost = Some(vhost);
+        let outbox = Arc::clone(&self.outbox);
+        self.registration = Some(
+            self.broker.register_connection(
+                ConnectionInfo {
+                    id: self.connection_id,
+                    protocol: "AMQP 0-9-1".to_string(),
+                    user,
+                    vhost: virtual_host.to_string(),
+                    peer: self.addresses.0,
+                    local: self.addresses.1,
+                    connection_name: ConnectionInfo::connection_name_from(&self.client_properties),
+                    client_properties: self.client_properties.clone(),
+                    tls: false,
+                    frame_max: self.frame_max,
+                    channel_max: self.channel_max,
+                    heartbeat: self.heartbeat,
+                    connected_at: std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64),
+                },
+                Box::new(move || outbox.reader_wake.notify_one()),
+            ),
+        );
         self.phase = Phase::Open;
         self.outbox.send_method(0, &Method::ConnectionOpenOk);
         Ok(Control::Continue)
@@ -693,6 +751,9 @@ impl Session {
     /// consumers the server cancelled, deliveries orphaned by a closed channel.
     pub fn end_of_batch(&mut self) {
         self.flush_confirms();
+        if let Some(registration) = &self.registration {
+            registration.set_channels(self.channels.len() as u32);
+        }
         for (channel_id, tag) in self.outbox.take_server_cancelled() {
             if let Some(channel) = self.channels.get_mut(&channel_id) {
                 channel.forget_consumer(&tag);
@@ -711,8 +772,15 @@ impl Session {
         let mut waiting = Vec::new();
         for channel_id in std::mem::take(&mut self.pending_confirms) {
             if let Some(channel) = self.channels.get_mut(&channel_id) {
+                let before = channel.confirmed_seq();
                 if channel.take_confirms(durable, &mut methods) {
                     waiting.push(channel_id);
+                }
+                let confirmed = channel.confirmed_seq() - before;
+                if confirmed > 0 {
+                    if let Some(vhost) = &self.vhost {
+                        vhost.counters().record_confirmed(confirmed);
+                    }
                 }
                 for method in methods.drain(..) {
                     self.outbox.send_method(channel_id, &method);
@@ -771,11 +839,16 @@ impl Session {
             self.release_all();
             self.phase = Phase::Closed;
         }
+        self.registration = None;
         self.outbox.close();
         let orphaned = self.outbox.take_orphaned();
         settle_grouped(orphaned, Settlement::Requeue);
     }
 }
+
+/// The address shown before the driver tells the session its socket's addresses.
+const UNKNOWN_ADDRESS: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
 
 /// Settles deliveries grouped by queue, one core call per run of the same queue.
 fn settle_grouped(deliveries: Vec<Unacked>, settlement: Settlement) {

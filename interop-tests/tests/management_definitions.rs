@@ -1,0 +1,121 @@
+//! Definitions through the management API: a broker booted from RabbitMQ 3.10's export
+//! exports definitions that a fresh broker imports (POST /api/definitions) and exports
+//! identically; an invalid document is refused with 400 and the reason, and nothing of it is
+//! applied.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use warren_interop_tests::TestBroker;
+
+fn fixture() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/rabbitmq-3.10-definitions.json")
+        .display()
+        .to_string()
+}
+
+fn names(document: &Value, section: &str) -> Vec<String> {
+    document[section]
+        .as_array()
+        .unwrap_or_else(|| panic!("{section} is an array"))
+        .iter()
+        .map(|entry| {
+            format!(
+                "{}/{}",
+                entry["vhost"].as_str().unwrap_or(""),
+                entry["name"]
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_import_round_trip_from_a_rabbitmq_fixture() {
+    let source = TestBroker::start_with(&[("load_definitions", &fixture())]).await;
+    let exported = source.api_as_guest("GET", "/api/definitions", None).await;
+    assert_eq!(exported.status, 200);
+    let exported = exported.json();
+    assert!(names(&exported, "queues").contains(&"shop/\"orders.eu\"".to_string()));
+    assert!(names(&exported, "exchanges")
+        .iter()
+        .any(|n| n.starts_with("shop/")));
+    assert_eq!(exported["policies"][0]["name"], "ttl");
+    assert_eq!(exported["policies"][0]["definition"]["message-ttl"], 60000);
+    let alice = exported["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == "alice")
+        .expect("alice is exported")
+        .clone();
+    assert_eq!(alice["hashing_algorithm"], "rabbit_password_hashing_sha256");
+    assert!(!exported["bindings"].as_array().unwrap().is_empty());
+
+    let target = TestBroker::start().await;
+    let imported = target
+        .api_as_guest("POST", "/api/definitions", Some(&exported.to_string()))
+        .await;
+    assert_eq!(imported.status, 204, "{}", imported.text());
+    // Alice's RabbitMQ password hash moved with her.
+    assert!(target
+        .broker()
+        .authenticate("alice", "s3cret-Alice", true)
+        .is_ok());
+    let mut reexported = target
+        .api_as_guest("GET", "/api/definitions", None)
+        .await
+        .json();
+    let mut original = exported.clone();
+    // The node-specific cluster name is the only thing that may differ.
+    for document in [&mut reexported, &mut original] {
+        document
+            .as_object_mut()
+            .unwrap()
+            .remove("global_parameters");
+    }
+    assert_eq!(reexported, original);
+
+    // One vhost only: topology without users, vhosts and permissions, as RabbitMQ.
+    let shop = target
+        .api_as_guest("GET", "/api/definitions/shop", None)
+        .await
+        .json();
+    assert!(shop.get("users").is_none());
+    assert!(names(&shop, "queues")
+        .iter()
+        .all(|n| n.starts_with("shop/")));
+    source.shutdown().await;
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_import_is_refused_whole_with_the_reason() {
+    let broker = TestBroker::start().await;
+    let document = r#"{
+        "vhosts": [{"name": "fresh"}],
+        "queues": [{"name": "q1", "vhost": "fresh", "durable": true, "auto_delete": false, "arguments": {}}],
+        "bindings": [{"source": "missing", "vhost": "fresh", "destination": "q1",
+                      "destination_type": "queue", "routing_key": "k", "arguments": {}}]
+    }"#;
+    let refused = broker
+        .api_as_guest("POST", "/api/definitions", Some(document))
+        .await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.json()["error"], "bad_request");
+    let reason = refused.json()["reason"].as_str().unwrap().to_string();
+    assert!(reason.contains("missing"), "{reason}");
+    assert!(broker.broker().vhost("fresh").is_none(), "nothing applied");
+
+    let not_json = broker
+        .api_as_guest("POST", "/api/definitions", Some("{not json"))
+        .await;
+    assert_eq!(not_json.status, 400);
+    let guestless = broker.broker();
+    guestless.add_user("ops", "pw", vec!["monitoring".into()]);
+    let forbidden = broker
+        .api("GET", "/api/definitions", Some(("ops", "pw")), None)
+        .await;
+    assert_eq!(forbidden.status, 401);
+    broker.shutdown().await;
+}

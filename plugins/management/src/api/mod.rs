@@ -1,0 +1,318 @@
+//! The RabbitMQ-compatible management HTTP API: authentication by HTTP basic auth against the
+//! core's users, access by user tags as RabbitMQ grants it, and routing of `/api/...` paths to
+//! the handlers in the sibling modules. Every handler reads or changes the core directly;
+//! JSON field names are RabbitMQ's so existing tools parse them.
+
+mod json;
+mod resources;
+mod runtime;
+mod topology;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use base64::Engine;
+use serde_json::{json, Value as Json};
+use warren_core::access::User;
+use warren_core::vhost::VHost;
+use warren_core::{Broker, CoreError, ErrorKind};
+
+use crate::http::{Request, Response};
+
+pub use json::{table_to_json, value_to_json};
+
+/// Imports a definitions document (the JSON body of `POST /api/definitions`): validates all
+/// of it first, applies nothing on error, and returns the reason a user can act on.
+pub type DefinitionsImporter = Arc<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync>;
+
+/// Memory and disk as the node sees them (`/api/nodes`, metrics).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeResources {
+    /// Resident memory in bytes.
+    pub memory_used: u64,
+    /// The memory high watermark in bytes.
+    pub memory_limit: u64,
+    /// Free disk space on the data directory's file system, in bytes.
+    pub disk_free: u64,
+    /// The free-disk limit in bytes.
+    pub disk_free_limit: u64,
+}
+
+/// Reads the node's resources (called per request; may raise or clear alarms as a check).
+pub type ResourceReader = Arc<dyn Fn() -> NodeResources + Send + Sync>;
+
+/// A listener the node serves, as `/api/overview` lists it.
+#[derive(Debug, Clone)]
+pub struct ListenerInfo {
+    /// RabbitMQ's protocol name: `amqp`, `mqtt`, `stomp`, `http`, `prometheus`.
+    pub protocol: String,
+    /// The bound address.
+    pub addr: SocketAddr,
+}
+
+/// Everything the API serves from.
+pub struct Management {
+    /// The broker model.
+    pub broker: Arc<Broker>,
+    /// The node name shown everywhere (`warren@HOST`).
+    pub node_name: String,
+    /// The cluster name.
+    pub cluster_name: String,
+    /// Bound listeners.
+    pub listeners: Vec<ListenerInfo>,
+    /// `POST /api/definitions`.
+    pub import_definitions: DefinitionsImporter,
+    /// Memory and disk readings.
+    pub resources: ResourceReader,
+    /// When the node started.
+    pub started: Instant,
+}
+
+/// The RabbitMQ version whose management API and metric names Warren follows; tools that
+/// branch on `rabbitmq_version` take the 4.x paths.
+pub const RABBITMQ_COMPATIBLE_VERSION: &str = "4.0.0";
+
+/// What a user's tags allow, from least to most (RabbitMQ's management tags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Role {
+    /// `management`: own vhosts' objects and own connections.
+    Management,
+    /// `policymaker`: management plus policies in their vhosts.
+    Policymaker,
+    /// `monitoring`: management plus every connection, channel, node and vhost (read).
+    Monitoring,
+    /// `administrator`: everything.
+    Administrator,
+}
+
+/// The authenticated caller.
+pub(crate) struct Caller {
+    pub user: Arc<User>,
+    tags: Vec<String>,
+}
+
+impl Caller {
+    fn has(&self, tag: &str) -> bool {
+        self.tags.iter().any(|t| t == tag)
+    }
+
+    /// Whether the caller holds `role` (administrator implies every role; policymaker and
+    /// monitoring imply management).
+    pub fn is(&self, role: Role) -> bool {
+        self.has("administrator")
+            || match role {
+                Role::Administrator => false,
+                Role::Monitoring => self.has("monitoring"),
+                Role::Policymaker => self.has("policymaker"),
+                Role::Management => {
+                    self.has("management") || self.has("monitoring") || self.has("policymaker")
+                }
+            }
+    }
+
+    /// Whether the caller sees objects of `vhost`: monitoring users see every vhost, others
+    /// those they have permissions in.
+    pub fn sees_vhost(&self, vhost: &VHost) -> bool {
+        self.is(Role::Monitoring) || vhost.permissions(&self.user.name).is_some()
+    }
+
+    /// Whether the caller may act in `vhost` (has permissions there, as RabbitMQ requires
+    /// even of administrators for objects inside a vhost).
+    pub fn may_use_vhost(&self, vhost: &VHost) -> bool {
+        vhost.permissions(&self.user.name).is_some()
+    }
+}
+
+/// The error body RabbitMQ sends: `{"error": ..., "reason": ...}`.
+pub(crate) fn error(status: u16, error: &str, reason: impl Into<String>) -> Response {
+    Response::json(status, &json!({"error": error, "reason": reason.into()}))
+}
+
+pub(crate) fn not_found() -> Response {
+    error(404, "Object Not Found", "Not Found")
+}
+
+pub(crate) fn bad_request(reason: impl Into<String>) -> Response {
+    error(400, "bad_request", reason)
+}
+
+/// 401 with RabbitMQ's body; RabbitMQ answers a login failure and a missing tag or vhost
+/// access alike with 401 `not_authorised`.
+pub(crate) fn not_authorized(reason: &str) -> Response {
+    let mut response = error(401, "not_authorised", reason);
+    response.headers.push((
+        "www-authenticate",
+        "Basic realm=\"RabbitMQ Management\"".to_string(),
+    ));
+    response
+}
+
+/// A core error as an HTTP error.
+pub(crate) fn core_error(error: CoreError) -> Response {
+    match error.kind {
+        ErrorKind::NotFound => self::error(404, "not_found", error.message),
+        ErrorKind::AccessRefused | ErrorKind::NotAllowed => {
+            self::error(401, "not_authorised", error.message)
+        }
+        ErrorKind::ResourceLocked => self::error(405, "resource_locked", error.message),
+        _ => bad_request(error.message),
+    }
+}
+
+/// Parses a JSON body; an empty body is an empty object.
+pub(crate) fn body_json(request: &Request) -> Result<Json, Response> {
+    if request.body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(&request.body)
+        .map_err(|e| bad_request(format!("body is not valid JSON: {e}")))
+}
+
+/// 201 when the object was created, 204 when it replaced one (RabbitMQ's PUT answers).
+pub(crate) fn created_or_updated(created: bool) -> Response {
+    Response::empty(if created { 201 } else { 204 })
+}
+
+impl Management {
+    /// Answers one request.
+    pub fn handle(&self, request: Request, peer: SocketAddr) -> Response {
+        let Some(segments) = request.segments() else {
+            return bad_request("path is not valid percent-encoded UTF-8");
+        };
+        let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+        let ["api", path @ ..] = segments.as_slice() else {
+            return not_found();
+        };
+        let caller = match self.authenticate(&request, peer) {
+            Ok(caller) => caller,
+            Err(response) => return response,
+        };
+        if !caller.is(Role::Management) {
+            return not_authorized("Not management user");
+        }
+        self.route(&request, path, &caller)
+    }
+
+    fn authenticate(&self, request: &Request, peer: SocketAddr) -> Result<Caller, Response> {
+        let credentials = request
+            .header("authorization")
+            .and_then(|value| value.strip_prefix("Basic "))
+            .and_then(|token| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(token.trim())
+                    .ok()
+            })
+            .and_then(|bytes| String::from_utf8(bytes).ok());
+        let Some(credentials) = credentials else {
+            return Err(not_authorized("Login failed"));
+        };
+        let (name, password) = credentials.split_once(':').unwrap_or((&credentials, ""));
+        match self
+            .broker
+            .authenticate(name, password, peer.ip().is_loopback())
+        {
+            Ok(user) => Ok(Caller {
+                tags: user.tags.clone(),
+                user,
+            }),
+            Err(failure) => {
+                tracing::warn!(user = %name, reason = %failure, "HTTP API login refused");
+                Err(not_authorized("Login failed"))
+            }
+        }
+    }
+
+    fn route(&self, request: &Request, path: &[&str], caller: &Caller) -> Response {
+        let method = request.method.as_str();
+        let need = |role: Role| -> Option<Response> {
+            (!caller.is(role)).then(|| {
+                not_authorized(match role {
+                    Role::Administrator => "Not administrator user",
+                    Role::Monitoring => "Not monitor user",
+                    Role::Policymaker => "Not policymaker user",
+                    Role::Management => "Not management user",
+                })
+            })
+        };
+        match (method, path) {
+            ("GET", ["overview"]) => self.overview(caller),
+            ("GET", ["whoami"]) => Response::json(
+                200,
+                &json!({"name": caller.user.name, "tags": caller.user.tags}),
+            ),
+            ("GET", ["nodes"]) => need(Role::Monitoring)
+                .unwrap_or_else(|| Response::json(200, &Json::Array(vec![self.node_json()]))),
+            ("GET", ["nodes", name]) => need(Role::Monitoring).unwrap_or_else(|| {
+                if *name == self.node_name {
+                    Response::json(200, &self.node_json())
+                } else {
+                    not_found()
+                }
+            }),
+            ("GET", ["health", "checks", "alarms"])
+            | ("GET", ["health", "checks", "local-alarms"]) => self.alarms_check(path[2]),
+            ("GET", ["aliveness-test", vhost]) => self.aliveness_test(caller, vhost),
+            (_, ["vhosts", ..]) => self.vhosts(request, &path[1..], caller),
+            (_, ["users", ..]) => {
+                need(Role::Administrator).unwrap_or_else(|| self.users(request, &path[1..]))
+            }
+            (_, ["permissions", ..]) => {
+                need(Role::Administrator).unwrap_or_else(|| self.permissions(request, &path[1..]))
+            }
+            (_, ["policies", ..]) => self.policies(request, &path[1..], caller, false),
+            (_, ["operator-policies", ..]) => need(Role::Administrator)
+                .unwrap_or_else(|| self.policies(request, &path[1..], caller, true)),
+            (_, ["definitions", ..]) => {
+                need(Role::Administrator).unwrap_or_else(|| self.definitions(request, &path[1..]))
+            }
+            (_, ["exchanges", ..]) => self.exchanges(request, &path[1..], caller),
+            (_, ["queues", ..]) => self.queues(request, &path[1..], caller),
+            ("GET", ["bindings", ..]) => self.bindings(&path[1..], caller),
+            ("POST", ["bindings", ..]) | ("DELETE", ["bindings", ..]) => {
+                self.change_binding(request, &path[1..], caller)
+            }
+            (_, ["connections", ..]) => self.connections(request, &path[1..], caller),
+            ("GET", ["channels"]) => self.channels(caller, None),
+            ("GET", ["vhosts-channels", vhost]) => self.channels(caller, Some(vhost)),
+            ("GET", ["consumers"]) => self.consumers(caller, None),
+            ("GET", ["consumers", vhost]) => self.consumers(caller, Some(vhost)),
+            _ => not_found(),
+        }
+    }
+
+    /// The vhosts the caller sees, filtered by an optional vhost path segment. `Err` is the
+    /// response for a vhost that does not exist or is not the caller's.
+    pub(crate) fn visible_vhosts(
+        &self,
+        caller: &Caller,
+        only: Option<&str>,
+    ) -> Result<Vec<Arc<VHost>>, Response> {
+        match only {
+            Some(name) => {
+                let vhost = self.broker.vhost(name).ok_or_else(not_found)?;
+                if !caller.sees_vhost(&vhost) {
+                    return Err(not_authorized("User not authorised to access virtual host"));
+                }
+                Ok(vec![vhost])
+            }
+            None => Ok(self
+                .broker
+                .vhost_names()
+                .iter()
+                .filter_map(|name| self.broker.vhost(name))
+                .filter(|vhost| caller.sees_vhost(vhost))
+                .collect()),
+        }
+    }
+
+    /// The vhost a caller acts in (PUT, DELETE, publish, get): it must exist and the caller
+    /// must have permissions there.
+    pub(crate) fn usable_vhost(&self, caller: &Caller, name: &str) -> Result<Arc<VHost>, Response> {
+        let vhost = self.broker.vhost(name).ok_or_else(not_found)?;
+        if !caller.may_use_vhost(&vhost) {
+            return Err(not_authorized("User not authorised to access virtual host"));
+        }
+        Ok(vhost)
+    }
+}

@@ -1,0 +1,350 @@
+//! What is running: overview, nodes, health checks, connections, channels and consumers.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value as Json};
+use warren_core::broker::Alarm;
+use warren_core::connections::ConnectionSnapshot;
+use warren_core::message::Message;
+use warren_core::vhost::{Actor, QueueDeclare, BROKER_CONNECTION};
+
+use super::json::table_to_json;
+use super::{core_error, not_authorized, not_found, Caller, Management, Role};
+use crate::http::{Request, Response};
+
+impl Management {
+    pub(crate) fn overview(&self, caller: &Caller) -> Response {
+        let vhosts = self.visible_vhosts(caller, None).unwrap_or_default();
+        let (mut ready, mut unacked, mut queues, mut exchanges, mut consumers) = (0, 0, 0, 0, 0);
+        let (mut published, mut delivered, mut acked) = (0, 0, 0);
+        let mut counts = warren_core::counters::MessageCounts::default();
+        for vhost in &vhosts {
+            counts.add(vhost.counters().snapshot());
+            exchanges += vhost.exchanges().len();
+            for queue in vhost.queues() {
+                let stats = queue.stats();
+                queues += 1;
+                ready += stats.ready;
+                unacked += stats.unacknowledged;
+                consumers += stats.consumers;
+                published += stats.published;
+                delivered += stats.delivered;
+                acked += stats.acknowledged;
+            }
+        }
+        let connections = self.visible_connections(caller);
+        let channels: u64 = connections.iter().map(|c| u64::from(c.channels)).sum();
+        let listeners: Vec<Json> = self
+            .listeners
+            .iter()
+            .map(|l| {
+                json!({"node": self.node_name, "protocol": l.protocol,
+                       "ip_address": l.addr.ip().to_string(), "port": l.addr.port()})
+            })
+            .collect();
+        Response::json(
+            200,
+            &json!({
+                "management_version": super::RABBITMQ_COMPATIBLE_VERSION,
+                "rates_mode": "none",
+                "product_name": "Warren",
+                "product_version": env!("CARGO_PKG_VERSION"),
+                "rabbitmq_version": super::RABBITMQ_COMPATIBLE_VERSION,
+                "erlang_version": "n/a",
+                "cluster_name": self.cluster_name,
+                "node": self.node_name,
+                "exchange_types": [
+                    {"name": "direct"}, {"name": "fanout"}, {"name": "topic"}, {"name": "headers"}
+                ],
+                "object_totals": {
+                    "connections": connections.len(),
+                    "channels": channels,
+                    "exchanges": exchanges,
+                    "queues": queues,
+                    "consumers": consumers,
+                },
+                "queue_totals": {
+                    "messages": ready + unacked,
+                    "messages_ready": ready,
+                    "messages_unacknowledged": unacked,
+                },
+                "message_stats": {
+                    "publish": counts.received,
+                    "confirm": counts.confirmed,
+                    "return_unroutable": counts.unroutable_returned,
+                    "drop_unroutable": counts.unroutable_dropped,
+                    "deliver_get": delivered,
+                    "ack": acked,
+                    "queue_publish": published,
+                },
+                "listeners": listeners,
+                "contexts": [],
+            }),
+        )
+    }
+
+    pub(crate) fn node_json(&self) -> Json {
+        let resources = (self.resources)();
+        let alarms = self.broker.alarms();
+        json!({
+            "name": self.node_name,
+            "type": "disc",
+            "running": true,
+            "being_drained": false,
+            "os_pid": std::process::id().to_string(),
+            "mem_used": resources.memory_used,
+            "mem_limit": resources.memory_limit,
+            "mem_alarm": alarms.contains(&Alarm::Memory),
+            "disk_free": resources.disk_free,
+            "disk_free_limit": resources.disk_free_limit,
+            "disk_free_alarm": alarms.contains(&Alarm::Disk),
+            "uptime": self.started.elapsed().as_millis() as u64,
+            "processors": std::thread::available_parallelism().map_or(1, |n| n.get()),
+            "partitions": [],
+            "applications": [],
+            "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
+        })
+    }
+
+    /// `/api/health/checks/alarms` and `local-alarms`: 200 when no alarm is in effect, else
+    /// 503 with the alarms (a single node: both checks agree).
+    pub(crate) fn alarms_check(&self, which: &str) -> Response {
+        let alarms = self.broker.alarms();
+        if alarms.is_empty() {
+            return Response::json(200, &json!({"status": "ok"}));
+        }
+        let reason = if which == "alarms" {
+            "There are alarms in effect in the cluster"
+        } else {
+            "There are alarms in effect on the node"
+        };
+        let list: Vec<Json> = alarms
+            .iter()
+            .map(|a| {
+                let resource = match a {
+                    Alarm::Memory => "memory",
+                    Alarm::Disk => "disk",
+                };
+                json!({"node": self.node_name, "resource": resource})
+            })
+            .collect();
+        Response::json(
+            503,
+            &json!({"status": "failed", "reason": reason, "alarms": list}),
+        )
+    }
+
+    /// Declares `aliveness-test` in the vhost, publishes a message to it and gets it back.
+    pub(crate) fn aliveness_test(&self, caller: &Caller, vhost: &str) -> Response {
+        let target = match self.usable_vhost(caller, vhost) {
+            Ok(target) => target,
+            Err(response) => return response,
+        };
+        let actor = Actor {
+            user: &caller.user.name,
+            connection_id: BROKER_CONNECTION,
+        };
+        let declared = target.declare_queue(
+            actor,
+            QueueDeclare {
+                name: "aliveness-test".to_string(),
+                passive: false,
+                durable: false,
+                exclusive: false,
+                auto_delete: false,
+                arguments: Default::default(),
+            },
+        );
+        if let Err(e) = declared {
+            return core_error(e);
+        }
+        let Some(queue) = target.queue("aliveness-test") else {
+            return Response::json(
+                503,
+                &json!({"status": "failed", "reason": "queue vanished"}),
+            );
+        };
+        queue.enqueue(Arc::new(Message {
+            exchange: String::new(),
+            routing_key: "aliveness-test".to_string(),
+            properties: Default::default(),
+            encoded_properties: None,
+            body: bytes::Bytes::from_static(b"test_message"),
+        }));
+        let mut found = false;
+        while let Some((delivery, _)) = queue.get(false) {
+            found |= &delivery.message.body[..] == b"test_message";
+        }
+        if found {
+            Response::json(200, &json!({"status": "ok"}))
+        } else {
+            Response::json(
+                503,
+                &json!({"status": "failed", "reason": "message did not come back"}),
+            )
+        }
+    }
+
+    /// The connections a caller sees: all for monitoring users, otherwise their own.
+    pub(crate) fn visible_connections(&self, caller: &Caller) -> Vec<ConnectionSnapshot> {
+        self.broker
+            .connections()
+            .list()
+            .into_iter()
+            .filter(|c| caller.is(Role::Monitoring) || c.info.user == caller.user.name)
+            .collect()
+    }
+
+    fn connection_json(&self, connection: &ConnectionSnapshot) -> Json {
+        let info = &connection.info;
+        json!({
+            "name": info.name(),
+            "node": self.node_name,
+            "type": "network",
+            "state": "running",
+            "protocol": info.protocol,
+            "user": info.user,
+            "vhost": info.vhost,
+            "host": info.local.ip().to_string(),
+            "port": info.local.port(),
+            "peer_host": info.peer.ip().to_string(),
+            "peer_port": info.peer.port(),
+            "ssl": info.tls,
+            "channels": connection.channels,
+            "channel_max": info.channel_max,
+            "frame_max": info.frame_max,
+            "timeout": info.heartbeat,
+            "connected_at": info.connected_at,
+            "client_properties": table_to_json(&info.client_properties),
+            "user_provided_name": info.connection_name,
+            "connection_name": info.connection_name,
+            "auth_mechanism": "PLAIN",
+        })
+    }
+
+    pub(crate) fn connections(
+        &self,
+        request: &Request,
+        path: &[&str],
+        caller: &Caller,
+    ) -> Response {
+        let connections = self.visible_connections(caller);
+        match (request.method.as_str(), path) {
+            ("GET", []) => Response::json(
+                200,
+                &Json::Array(
+                    connections
+                        .iter()
+                        .map(|c| self.connection_json(c))
+                        .collect(),
+                ),
+            ),
+            ("GET", [name]) => match connections.iter().find(|c| c.info.name() == *name) {
+                Some(c) => Response::json(200, &self.connection_json(c)),
+                None => not_found(),
+            },
+            ("GET", [name, "channels"]) => {
+                match connections.iter().find(|c| c.info.name() == *name) {
+                    Some(c) => Response::json(200, &Json::Array(self.channels_of(c))),
+                    None => not_found(),
+                }
+            }
+            ("DELETE", [name]) => {
+                let Some(found) = self
+                    .broker
+                    .connections()
+                    .list()
+                    .into_iter()
+                    .find(|c| c.info.name() == *name)
+                else {
+                    return not_found();
+                };
+                if !(caller.is(Role::Administrator) || found.info.user == caller.user.name) {
+                    return not_authorized("Not administrator user");
+                }
+                let reason = request
+                    .header("x-reason")
+                    .unwrap_or("Closed via management plugin");
+                self.broker.close_connection(found.info.id, reason);
+                Response::empty(204)
+            }
+            _ => not_found(),
+        }
+    }
+
+    /// The channels of a connection. The registry keeps a count, not the channel numbers,
+    /// so channels are listed as numbers 1..=count.
+    fn channels_of(&self, connection: &ConnectionSnapshot) -> Vec<Json> {
+        let info = &connection.info;
+        (1..=connection.channels)
+            .map(|number| {
+                json!({
+                    "name": format!("{} ({number})", info.name()),
+                    "number": number,
+                    "node": self.node_name,
+                    "user": info.user,
+                    "vhost": info.vhost,
+                    "state": "running",
+                    "connection_details": {
+                        "name": info.name(),
+                        "peer_host": info.peer.ip().to_string(),
+                        "peer_port": info.peer.port(),
+                    },
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) fn channels(&self, caller: &Caller, vhost: Option<&str>) -> Response {
+        let list: Vec<Json> = self
+            .visible_connections(caller)
+            .iter()
+            .filter(|c| vhost.is_none_or(|v| c.info.vhost == v))
+            .flat_map(|c| self.channels_of(c))
+            .collect();
+        Response::json(200, &Json::Array(list))
+    }
+
+    pub(crate) fn consumers(&self, caller: &Caller, vhost: Option<&str>) -> Response {
+        let vhosts = match self.visible_vhosts(caller, vhost) {
+            Ok(vhosts) => vhosts,
+            Err(response) => return response,
+        };
+        let connections = self.broker.connections().list();
+        let mut list = Vec::new();
+        for vhost in &vhosts {
+            let mut queues = vhost.queues();
+            queues.sort_by(|a, b| a.name().cmp(b.name()));
+            for queue in queues {
+                for (spec, active) in queue.consumers() {
+                    let connection = connections.iter().find(|c| c.info.id == spec.connection_id);
+                    if !caller.is(Role::Monitoring)
+                        && connection.is_some_and(|c| c.info.user != caller.user.name)
+                    {
+                        continue;
+                    }
+                    let channel_details = connection.map_or(Json::Null, |c| {
+                        json!({
+                            "connection_name": c.info.name(),
+                            "peer_host": c.info.peer.ip().to_string(),
+                            "peer_port": c.info.peer.port(),
+                            "user": c.info.user,
+                        })
+                    });
+                    list.push(json!({
+                        "consumer_tag": &*spec.tag,
+                        "queue": {"name": queue.name(), "vhost": vhost.name()},
+                        "channel_details": channel_details,
+                        "ack_required": spec.needs_settlement,
+                        "exclusive": spec.exclusive,
+                        "priority": spec.priority,
+                        "arguments": table_to_json(&spec.arguments),
+                        "active": active,
+                        "activity_status": if active { "up" } else { "waiting" },
+                    }));
+                }
+            }
+        }
+        Response::json(200, &Json::Array(list))
+    }
+}

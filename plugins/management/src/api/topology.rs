@@ -1,0 +1,682 @@
+//! Exchanges, queues and bindings, publishing through the API and getting messages.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use bytes::Bytes;
+use serde_json::{json, Value as Json};
+use warren_config::json_args_to_table;
+use warren_core::access::Access;
+use warren_core::exchange::{Binding, DestinationName};
+use warren_core::message::{Message, Properties};
+use warren_core::queue::{Queue, Settlement};
+use warren_core::value::Value;
+use warren_core::vhost::{Actor, ExchangeDeclare, QueueDeclare, VHost, BROKER_CONNECTION};
+
+use super::json::table_to_json;
+use super::{
+    bad_request, body_json, core_error, created_or_updated, not_found, Caller, Management,
+};
+use crate::http::{percent_encode, Request, Response};
+
+fn actor(caller: &Caller) -> Actor<'_> {
+    Actor {
+        user: &caller.user.name,
+        connection_id: BROKER_CONNECTION,
+    }
+}
+
+fn object(body: &Json, key: &str) -> serde_json::Map<String, Json> {
+    body.get(key)
+        .and_then(Json::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn flag(body: &Json, key: &str, default: bool) -> bool {
+    body.get(key).and_then(Json::as_bool).unwrap_or(default)
+}
+
+/// RabbitMQ's `properties_key` for a binding: the escaped routing key (`~` for an empty one)
+/// with a hash of the arguments when there are any.
+fn properties_key(binding: &Binding) -> String {
+    let key = if binding.routing_key.is_empty() {
+        "~".to_string()
+    } else {
+        percent_encode(&binding.routing_key)
+    };
+    if binding.arguments.is_empty() {
+        key
+    } else {
+        let text = table_to_json(&binding.arguments).to_string();
+        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        format!("{key}~{hash:016x}")
+    }
+}
+
+/// The queue type RabbitMQ reports.
+pub(crate) fn queue_type(queue: &Queue) -> String {
+    queue
+        .config()
+        .arguments
+        .get("x-queue-type")
+        .and_then(Value::as_str)
+        .unwrap_or("classic")
+        .to_string()
+}
+
+impl Management {
+    pub(crate) fn exchange_json(
+        &self,
+        vhost: &str,
+        exchange: &warren_core::exchange::Exchange,
+    ) -> Json {
+        let config = exchange.config();
+        json!({
+            "name": config.name,
+            "vhost": vhost,
+            "type": config.type_name(),
+            "durable": config.durable,
+            "auto_delete": config.auto_delete,
+            "internal": config.internal,
+            "arguments": table_to_json(&config.arguments),
+            "user_who_performed_action": "rmq-internal",
+            "policy": Json::Null,
+        })
+    }
+
+    pub(crate) fn queue_json(&self, vhost: &VHost, queue: &Queue) -> Json {
+        let config = queue.config();
+        let stats = queue.stats();
+        let policy = vhost
+            .policies(false)
+            .iter()
+            .filter(|p| p.matches_queue(&config.name))
+            .max_by_key(|p| p.priority)
+            .map(|p| Json::String(p.name.clone()))
+            .unwrap_or(Json::Null);
+        json!({
+            "name": config.name,
+            "vhost": vhost.name(),
+            "durable": config.durable,
+            "auto_delete": config.auto_delete,
+            "exclusive": config.exclusive_owner.is_some(),
+            "arguments": table_to_json(&config.arguments),
+            "type": queue_type(queue),
+            "node": self.node_name,
+            "state": "running",
+            "policy": policy,
+            "messages": stats.ready + stats.unacknowledged,
+            "messages_ready": stats.ready,
+            "messages_unacknowledged": stats.unacknowledged,
+            "consumers": stats.consumers,
+            "message_stats": {
+                "publish": stats.published,
+                "deliver_get": stats.delivered,
+                "ack": stats.acknowledged,
+            },
+        })
+    }
+
+    pub(crate) fn binding_json(&self, vhost: &str, binding: &Binding) -> Json {
+        let (destination_type, destination) = match &binding.destination {
+            DestinationName::Queue(q) => ("queue", q),
+            DestinationName::Exchange(x) => ("exchange", x),
+        };
+        json!({
+            "source": binding.source,
+            "vhost": vhost,
+            "destination": destination,
+            "destination_type": destination_type,
+            "routing_key": binding.routing_key,
+            "arguments": table_to_json(&binding.arguments),
+            "properties_key": properties_key(binding),
+        })
+    }
+
+    pub(crate) fn exchanges(&self, request: &Request, path: &[&str], caller: &Caller) -> Response {
+        match (request.method.as_str(), path) {
+            ("GET", []) | ("GET", [_]) => {
+                match self.visible_vhosts(caller, path.first().copied()) {
+                    Ok(vhosts) => {
+                        let list: Vec<Json> = vhosts
+                            .iter()
+                            .flat_map(|v| {
+                                let mut exchanges = v.exchanges();
+                                exchanges.sort_by(|a, b| a.name().cmp(b.name()));
+                                exchanges
+                                    .iter()
+                                    .map(|e| self.exchange_json(v.name(), e))
+                                    .collect::<Vec<_>>()
+                            })
+                            .collect();
+                        Response::json(200, &Json::Array(list))
+                    }
+                    Err(response) => response,
+                }
+            }
+            ("GET", [vhost, name]) => match self.visible_vhosts(caller, Some(vhost)) {
+                Ok(vhosts) => match vhosts[0].exchange(name) {
+                    Some(exchange) => Response::json(200, &self.exchange_json(vhost, &exchange)),
+                    None => not_found(),
+                },
+                Err(response) => response,
+            },
+            ("GET", [vhost, name, "bindings", direction @ ("source" | "destination")]) => {
+                let vhosts = match self.visible_vhosts(caller, Some(vhost)) {
+                    Ok(vhosts) => vhosts,
+                    Err(response) => return response,
+                };
+                if vhosts[0].exchange(name).is_none() {
+                    return not_found();
+                }
+                let list: Vec<Json> = self
+                    .all_bindings(&vhosts[0])
+                    .into_iter()
+                    .filter(|b| match *direction {
+                        "source" => b.source == *name,
+                        _ => b.destination == DestinationName::Exchange(name.to_string()),
+                    })
+                    .map(|b| self.binding_json(vhost, &b))
+                    .collect();
+                Response::json(200, &Json::Array(list))
+            }
+            ("PUT", [vhost, name]) => {
+                let target = match self.usable_vhost(caller, vhost) {
+                    Ok(target) => target,
+                    Err(response) => return response,
+                };
+                let body = match body_json(request) {
+                    Ok(body) => body,
+                    Err(response) => return response,
+                };
+                let Some(kind) = body.get("type").and_then(Json::as_str) else {
+                    return bad_request("type is required");
+                };
+                let created = target.exchange(name).is_none();
+                let result = target.declare_exchange(
+                    actor(caller),
+                    ExchangeDeclare {
+                        name: name.to_string(),
+                        kind: kind.to_string(),
+                        passive: false,
+                        durable: flag(&body, "durable", true),
+                        auto_delete: flag(&body, "auto_delete", false),
+                        internal: flag(&body, "internal", false),
+                        arguments: json_args_to_table(&object(&body, "arguments")),
+                    },
+                );
+                match result {
+                    Ok(()) => created_or_updated(created),
+                    Err(e) => core_error(e),
+                }
+            }
+            ("DELETE", [vhost, name]) => {
+                let target = match self.usable_vhost(caller, vhost) {
+                    Ok(target) => target,
+                    Err(response) => return response,
+                };
+                if target.exchange(name).is_none() {
+                    return not_found();
+                }
+                let if_unused = request.query_param("if-unused").as_deref() == Some("true");
+                match target.delete_exchange(actor(caller), name, if_unused) {
+                    Ok(()) => Response::empty(204),
+                    Err(e) => core_error(e),
+                }
+            }
+            ("POST", [vhost, name, "publish"]) => self.publish(request, caller, vhost, name),
+            _ => not_found(),
+        }
+    }
+
+    pub(crate) fn queues(&self, request: &Request, path: &[&str], caller: &Caller) -> Response {
+        match (request.method.as_str(), path) {
+            ("GET", []) | ("GET", [_]) => {
+                match self.visible_vhosts(caller, path.first().copied()) {
+                    Ok(vhosts) => {
+                        let list: Vec<Json> = vhosts
+                            .iter()
+                            .flat_map(|v| {
+                                let mut queues = v.queues();
+                                queues.sort_by(|a, b| a.name().cmp(b.name()));
+                                queues
+                                    .iter()
+                                    .map(|q| self.queue_json(v, q))
+                                    .collect::<Vec<_>>()
+                            })
+                            .collect();
+                        Response::json(200, &Json::Array(list))
+                    }
+                    Err(response) => response,
+                }
+            }
+            ("GET", [vhost, name]) => match self.visible_vhosts(caller, Some(vhost)) {
+                Ok(vhosts) => match vhosts[0].queue(name) {
+                    Some(queue) => Response::json(200, &self.queue_json(&vhosts[0], &queue)),
+                    None => not_found(),
+                },
+                Err(response) => response,
+            },
+            ("GET", [vhost, name, "bindings"]) => {
+                let vhosts = match self.visible_vhosts(caller, Some(vhost)) {
+                    Ok(vhosts) => vhosts,
+                    Err(response) => return response,
+                };
+                if vhosts[0].queue(name).is_none() {
+                    return not_found();
+                }
+                let list: Vec<Json> = self
+                    .all_bindings(&vhosts[0])
+                    .into_iter()
+                    .filter(|b| b.destination == DestinationName::Queue(name.to_string()))
+                    .map(|b| self.binding_json(vhost, &b))
+                    .collect();
+                Response::json(200, &Json::Array(list))
+            }
+            ("PUT", [vhost, name]) => {
+                let target = match self.usable_vhost(caller, vhost) {
+                    Ok(target) => target,
+                    Err(response) => return response,
+                };
+                let body = match body_json(request) {
+                    Ok(body) => body,
+                    Err(response) => return response,
+                };
+                let mut arguments = json_args_to_table(&object(&body, "arguments"));
+                if let Some(kind) = body.get("type").and_then(Json::as_str) {
+                    if arguments.get("x-queue-type").is_none() && kind != "classic" {
+                        arguments.insert("x-queue-type", Value::string(kind));
+                    }
+                }
+                let created = target.queue(name).is_none();
+                let result = target.declare_queue(
+                    actor(caller),
+                    QueueDeclare {
+                        name: name.to_string(),
+                        passive: false,
+                        durable: flag(&body, "durable", true),
+                        exclusive: false,
+                        auto_delete: flag(&body, "auto_delete", false),
+                        arguments,
+                    },
+                );
+                match result {
+                    Ok(_) => created_or_updated(created),
+                    Err(e) => core_error(e),
+                }
+            }
+            ("DELETE", [vhost, name]) => {
+                let target = match self.usable_vhost(caller, vhost) {
+                    Ok(target) => target,
+                    Err(response) => return response,
+                };
+                if target.queue(name).is_none() {
+                    return not_found();
+                }
+                let if_unused = request.query_param("if-unused").as_deref() == Some("true");
+                let if_empty = request.query_param("if-empty").as_deref() == Some("true");
+                match target.delete_queue(actor(caller), name, if_unused, if_empty) {
+                    Ok(_) => Response::empty(204),
+                    Err(e) => core_error(e),
+                }
+            }
+            ("DELETE", [vhost, name, "contents"]) => {
+                let target = match self.usable_vhost(caller, vhost) {
+                    Ok(target) => target,
+                    Err(response) => return response,
+                };
+                match target.purge_queue(actor(caller), name) {
+                    Ok(_) => Response::empty(204),
+                    Err(e) => core_error(e),
+                }
+            }
+            ("POST", [vhost, name, "get"]) => self.get_messages(request, caller, vhost, name),
+            _ => not_found(),
+        }
+    }
+
+    /// Every binding of a vhost, including the default exchange's implicit binding to each
+    /// queue, as RabbitMQ lists them.
+    pub(crate) fn all_bindings(&self, vhost: &VHost) -> Vec<Binding> {
+        let mut queues = vhost.queues();
+        queues.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut list: Vec<Binding> = queues
+            .iter()
+            .map(|q| Binding {
+                source: String::new(),
+                destination: DestinationName::Queue(q.name().to_string()),
+                routing_key: q.name().to_string(),
+                arguments: Default::default(),
+            })
+            .collect();
+        let mut exchanges = vhost.exchanges();
+        exchanges.sort_by(|a, b| a.name().cmp(b.name()));
+        for exchange in exchanges {
+            if exchange.name().is_empty() {
+                continue;
+            }
+            list.extend(exchange.bindings());
+        }
+        list
+    }
+
+    pub(crate) fn bindings(&self, path: &[&str], caller: &Caller) -> Response {
+        let vhosts = match self.visible_vhosts(caller, path.first().copied()) {
+            Ok(vhosts) => vhosts,
+            Err(response) => return response,
+        };
+        let list: Vec<Json> = match path {
+            [] | [_] => vhosts
+                .iter()
+                .flat_map(|v| {
+                    self.all_bindings(v)
+                        .iter()
+                        .map(|b| self.binding_json(v.name(), b))
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+            [vhost, "e", source, kind @ ("q" | "e"), destination] => {
+                let wanted = if *kind == "q" {
+                    DestinationName::Queue(destination.to_string())
+                } else {
+                    DestinationName::Exchange(destination.to_string())
+                };
+                self.all_bindings(&vhosts[0])
+                    .iter()
+                    .filter(|b| b.source == *source && b.destination == wanted)
+                    .map(|b| self.binding_json(vhost, b))
+                    .collect()
+            }
+            _ => return not_found(),
+        };
+        Response::json(200, &Json::Array(list))
+    }
+
+    /// `POST /api/bindings/VHOST/e/SOURCE/q|e/DESTINATION` (body `{routing_key, arguments}`)
+    /// creates a binding; `DELETE .../PROPERTIES_KEY` removes it.
+    pub(crate) fn change_binding(
+        &self,
+        request: &Request,
+        path: &[&str],
+        caller: &Caller,
+    ) -> Response {
+        let (vhost, source, kind, destination, properties) = match path {
+            [vhost, "e", source, kind @ ("q" | "e"), destination] => {
+                (*vhost, *source, *kind, *destination, None)
+            }
+            [vhost, "e", source, kind @ ("q" | "e"), destination, props] => {
+                (*vhost, *source, *kind, *destination, Some(*props))
+            }
+            _ => return not_found(),
+        };
+        let target = match self.usable_vhost(caller, vhost) {
+            Ok(target) => target,
+            Err(response) => return response,
+        };
+        let destination_name = if kind == "q" {
+            DestinationName::Queue(destination.to_string())
+        } else {
+            DestinationName::Exchange(destination.to_string())
+        };
+        match (request.method.as_str(), properties) {
+            ("POST", None) => {
+                let body = match body_json(request) {
+                    Ok(body) => body,
+                    Err(response) => return response,
+                };
+                let routing_key = body
+                    .get("routing_key")
+                    .and_then(Json::as_str)
+                    .unwrap_or_default();
+                let arguments = json_args_to_table(&object(&body, "arguments"));
+                let binding = Binding {
+                    source: source.to_string(),
+                    destination: destination_name.clone(),
+                    routing_key: routing_key.to_string(),
+                    arguments: arguments.clone(),
+                };
+                match target.bind(
+                    actor(caller),
+                    source,
+                    destination_name,
+                    routing_key,
+                    arguments,
+                ) {
+                    Ok(()) => {
+                        let mut response = Response::empty(201);
+                        response.headers.push((
+                            "location",
+                            format!(
+                                "/api/bindings/{}/e/{}/{kind}/{}/{}",
+                                percent_encode(vhost),
+                                percent_encode(source),
+                                percent_encode(destination),
+                                properties_key(&binding)
+                            ),
+                        ));
+                        response
+                    }
+                    Err(e) => core_error(e),
+                }
+            }
+            ("DELETE", Some(properties)) => {
+                let Some(binding) = self.all_bindings(&target).into_iter().find(|b| {
+                    !b.source.is_empty()
+                        && b.source == source
+                        && b.destination == destination_name
+                        && (properties_key(b) == properties
+                            || crate::http::percent_decode(&properties_key(b)).as_deref()
+                                == Some(properties))
+                }) else {
+                    return not_found();
+                };
+                match target.unbind(
+                    actor(caller),
+                    source,
+                    binding.destination,
+                    &binding.routing_key,
+                    binding.arguments,
+                ) {
+                    Ok(_) => Response::empty(204),
+                    Err(e) => core_error(e),
+                }
+            }
+            _ => super::error(405, "method_not_allowed", "Method Not Allowed"),
+        }
+    }
+
+    fn publish(&self, request: &Request, caller: &Caller, vhost: &str, exchange: &str) -> Response {
+        let target = match self.usable_vhost(caller, vhost) {
+            Ok(target) => target,
+            Err(response) => return response,
+        };
+        let body = match body_json(request) {
+            Ok(body) => body,
+            Err(response) => return response,
+        };
+        let routing_key = body
+            .get("routing_key")
+            .and_then(Json::as_str)
+            .unwrap_or_default();
+        let payload = body
+            .get("payload")
+            .and_then(Json::as_str)
+            .unwrap_or_default();
+        let payload = match body.get("payload_encoding").and_then(Json::as_str) {
+            None | Some("string") => payload.as_bytes().to_vec(),
+            Some("base64") => match base64::engine::general_purpose::STANDARD.decode(payload) {
+                Ok(bytes) => bytes,
+                Err(e) => return bad_request(format!("payload is not base64: {e}")),
+            },
+            Some(other) => return bad_request(format!("unknown payload_encoding '{other}'")),
+        };
+        let exchange_name = if exchange == "amq.default" {
+            ""
+        } else {
+            exchange
+        };
+        if let Err(e) = target.check_publish(&caller.user.name, exchange_name) {
+            return core_error(e);
+        }
+        let message = Arc::new(Message {
+            exchange: exchange_name.to_string(),
+            routing_key: routing_key.to_string(),
+            properties: properties_from_json(&object(&body, "properties")),
+            encoded_properties: None,
+            body: Bytes::from(payload),
+        });
+        let mut routed = Vec::new();
+        if let Err(e) = target.route(exchange_name, &message, &mut routed) {
+            return core_error(e);
+        }
+        for queue in &routed {
+            queue.enqueue(Arc::clone(&message));
+        }
+        Response::json(200, &json!({"routed": !routed.is_empty()}))
+    }
+
+    fn get_messages(
+        &self,
+        request: &Request,
+        caller: &Caller,
+        vhost: &str,
+        name: &str,
+    ) -> Response {
+        let target = match self.usable_vhost(caller, vhost) {
+            Ok(target) => target,
+            Err(response) => return response,
+        };
+        let body = match body_json(request) {
+            Ok(body) => body,
+            Err(response) => return response,
+        };
+        let count = body.get("count").and_then(Json::as_u64).unwrap_or(1);
+        let settlement = match body.get("ackmode").and_then(Json::as_str) {
+            Some("ack_requeue_true") | Some("reject_requeue_true") => Settlement::Requeue,
+            Some("ack_requeue_false") => Settlement::Ack,
+            Some("reject_requeue_false") => Settlement::Reject,
+            _ => return bad_request("ackmode must be ack_requeue_true, ack_requeue_false, reject_requeue_true or reject_requeue_false"),
+        };
+        let base64_encoding = match body.get("encoding").and_then(Json::as_str) {
+            None | Some("auto") => false,
+            Some("base64") => true,
+            Some(other) => return bad_request(format!("unknown encoding '{other}'")),
+        };
+        let truncate = body
+            .get("truncate")
+            .and_then(Json::as_u64)
+            .map(|t| t as usize);
+        let queue = match target.queue_for(actor(caller), name, Access::Read) {
+            Ok(queue) => queue,
+            Err(e) => return core_error(e),
+        };
+        let mut taken = Vec::new();
+        let mut list = Vec::new();
+        for _ in 0..count {
+            let Some((delivery, remaining)) = queue.get(true) else {
+                break;
+            };
+            let message = &delivery.message;
+            let mut body_bytes: &[u8] = &message.body;
+            if let Some(limit) = truncate {
+                body_bytes = &body_bytes[..body_bytes.len().min(limit)];
+            }
+            let (payload, encoding) = match std::str::from_utf8(body_bytes) {
+                Ok(text) if !base64_encoding => (text.to_string(), "string"),
+                _ => (
+                    base64::engine::general_purpose::STANDARD.encode(body_bytes),
+                    "base64",
+                ),
+            };
+            list.push(json!({
+                "payload_bytes": message.body.len(),
+                "redelivered": delivery.redelivered,
+                "exchange": message.exchange,
+                "routing_key": message.routing_key,
+                "message_count": remaining,
+                "properties": properties_to_json(&message.properties),
+                "payload": payload,
+                "payload_encoding": encoding,
+            }));
+            taken.push(delivery.id);
+        }
+        if !taken.is_empty() {
+            queue.settle(&taken, settlement);
+        }
+        Response::json(200, &Json::Array(list))
+    }
+}
+
+fn properties_from_json(object: &serde_json::Map<String, Json>) -> Properties {
+    let text = |key: &str| object.get(key).and_then(Json::as_str).map(str::to_string);
+    Properties {
+        content_type: text("content_type"),
+        content_encoding: text("content_encoding"),
+        headers: object
+            .get("headers")
+            .and_then(Json::as_object)
+            .map(json_args_to_table),
+        delivery_mode: object
+            .get("delivery_mode")
+            .and_then(Json::as_u64)
+            .map(|v| v as u8),
+        priority: object
+            .get("priority")
+            .and_then(Json::as_u64)
+            .map(|v| v as u8),
+        correlation_id: text("correlation_id"),
+        reply_to: text("reply_to"),
+        expiration: text("expiration"),
+        message_id: text("message_id"),
+        timestamp: object.get("timestamp").and_then(Json::as_u64),
+        message_type: text("type"),
+        user_id: text("user_id"),
+        app_id: text("app_id"),
+        cluster_id: text("cluster_id"),
+    }
+}
+
+fn properties_to_json(properties: &Properties) -> Json {
+    let mut out = serde_json::Map::new();
+    let mut put = |key: &str, value: Option<Json>| {
+        if let Some(value) = value {
+            out.insert(key.to_string(), value);
+        }
+    };
+    put(
+        "content_type",
+        properties.content_type.clone().map(Json::String),
+    );
+    put(
+        "content_encoding",
+        properties.content_encoding.clone().map(Json::String),
+    );
+    put("headers", properties.headers.as_ref().map(table_to_json));
+    put("delivery_mode", properties.delivery_mode.map(Json::from));
+    put("priority", properties.priority.map(Json::from));
+    put(
+        "correlation_id",
+        properties.correlation_id.clone().map(Json::String),
+    );
+    put("reply_to", properties.reply_to.clone().map(Json::String));
+    put(
+        "expiration",
+        properties.expiration.clone().map(Json::String),
+    );
+    put(
+        "message_id",
+        properties.message_id.clone().map(Json::String),
+    );
+    put("timestamp", properties.timestamp.map(Json::from));
+    put("type", properties.message_type.clone().map(Json::String));
+    put("user_id", properties.user_id.clone().map(Json::String));
+    put("app_id", properties.app_id.clone().map(Json::String));
+    put(
+        "cluster_id",
+        properties.cluster_id.clone().map(Json::String),
+    );
+    Json::Object(out)
+}

@@ -1,0 +1,499 @@
+//! A small HTTP/1.1 layer, sans-IO: request parsing and response encoding for the management
+//! and Prometheus endpoints, and the client side warrenctl uses.
+//!
+//! Only what the API needs: `Content-Length` bodies (no chunked requests), keep-alive,
+//! percent-decoding of path segments and query strings. Requests are bounded
+//! ([`MAX_HEAD_BYTES`], [`MAX_BODY_BYTES`]) so a client cannot grow the broker's memory.
+
+use std::fmt::Write as _;
+
+/// The longest request line plus headers accepted.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// The largest request body accepted (definitions imports are the largest).
+pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// A parsed HTTP request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// `GET`, `PUT`, ...
+    pub method: String,
+    /// The path as sent, still percent-encoded (segments are decoded by [`Request::segments`]).
+    pub path: String,
+    /// The query string after `?`, still encoded.
+    pub query: String,
+    /// Header names lower-cased, in order.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    /// The first header called `name` (lower-case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The path split on `/` with each segment percent-decoded (so `%2F` is the vhost `/`).
+    /// `None` if a segment is not valid UTF-8 after decoding.
+    pub fn segments(&self) -> Option<Vec<String>> {
+        self.path
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(percent_decode)
+            .collect()
+    }
+
+    /// The decoded value of query parameter `name`.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        self.query.split('&').find_map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(key)? == name).then(|| percent_decode(&value.replace('+', " ")))?
+        })
+    }
+
+    /// Whether the client wants the connection kept open after the response.
+    pub fn keep_alive(&self) -> bool {
+        !self
+            .header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+    }
+}
+
+/// Why a request could not be parsed; answered with 400 (or 413) and the connection closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseError {
+    /// The request line or a header is malformed.
+    Malformed(&'static str),
+    /// The head or the body is larger than allowed.
+    TooLarge,
+    /// A transfer coding other than identity was used.
+    UnsupportedTransferEncoding,
+}
+
+/// Parses one request from the start of `buffer`: `Ok(None)` when more bytes are needed,
+/// otherwise the request and the number of bytes it took.
+pub fn parse_request(buffer: &[u8]) -> Result<Option<(Request, usize)>, ParseError> {
+    let Some(head_end) = find(buffer, b"\r\n\r\n") else {
+        return if buffer.len() > MAX_HEAD_BYTES {
+            Err(ParseError::TooLarge)
+        } else {
+            Ok(None)
+        };
+    };
+    if head_end > MAX_HEAD_BYTES {
+        return Err(ParseError::TooLarge);
+    }
+    let head = std::str::from_utf8(&buffer[..head_end])
+        .map_err(|_| ParseError::Malformed("request head is not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().unwrap_or_default();
+    let mut parts = request_line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(ParseError::Malformed("bad request line"));
+    };
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(ParseError::Malformed("bad method"));
+    }
+    if !version.starts_with("HTTP/1.") {
+        return Err(ParseError::Malformed("unsupported HTTP version"));
+    }
+    if !target.starts_with('/') {
+        return Err(ParseError::Malformed("request target must be a path"));
+    }
+    let mut headers = Vec::new();
+    for line in lines {
+        let (name, value) = line
+            .split_once(':')
+            .ok_or(ParseError::Malformed("header without ':'"))?;
+        if name.is_empty() || name.contains(' ') {
+            return Err(ParseError::Malformed("bad header name"));
+        }
+        headers.push((name.to_ascii_lowercase(), value.trim().to_string()));
+    }
+    let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+    if header("transfer-encoding").is_some_and(|v| !v.eq_ignore_ascii_case("identity")) {
+        return Err(ParseError::UnsupportedTransferEncoding);
+    }
+    let length = match header("content-length") {
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| ParseError::Malformed("bad content-length"))?,
+        None => 0,
+    };
+    if length > MAX_BODY_BYTES {
+        return Err(ParseError::TooLarge);
+    }
+    let body_start = head_end + 4;
+    if buffer.len() < body_start + length {
+        return Ok(None);
+    }
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    Ok(Some((
+        Request {
+            method: method.to_string(),
+            path: path.to_string(),
+            query: query.to_string(),
+            headers,
+            body: buffer[body_start..body_start + length].to_vec(),
+        },
+        body_start + length,
+    )))
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Decodes `%XX` escapes; `None` for a bad escape or invalid UTF-8.
+pub fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        if bytes[index] == b'%' {
+            let hex = bytes.get(index + 1..index + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            index += 3;
+        } else {
+            out.push(bytes[index]);
+            index += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Encodes everything but unreserved characters, for one path segment (`/` becomes `%2F`).
+pub fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
+}
+
+/// An HTTP response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// The status code.
+    pub status: u16,
+    /// The `Content-Type`.
+    pub content_type: &'static str,
+    /// Extra headers.
+    pub headers: Vec<(&'static str, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// A JSON response.
+    pub fn json(status: u16, body: &serde_json::Value) -> Response {
+        Response {
+            status,
+            content_type: "application/json",
+            headers: Vec::new(),
+            body: body.to_string().into_bytes(),
+        }
+    }
+
+    /// A response with no body (204 No Content and friends).
+    pub fn empty(status: u16) -> Response {
+        Response {
+            status,
+            content_type: "text/plain",
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    /// A plain-text response.
+    pub fn text(status: u16, content_type: &'static str, body: String) -> Response {
+        Response {
+            status,
+            content_type,
+            headers: Vec::new(),
+            body: body.into_bytes(),
+        }
+    }
+
+    /// Encodes status line, headers and body.
+    pub fn encode(&self, keep_alive: bool) -> Vec<u8> {
+        let mut head = format!("HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
+        if !(self.status == 204 || self.status == 304) {
+            let _ = write!(
+                head,
+                "content-type: {}\r\ncontent-length: {}\r\n",
+                self.content_type,
+                self.body.len()
+            );
+        }
+        for (name, value) in &self.headers {
+            let _ = write!(head, "{name}: {value}\r\n");
+        }
+        head.push_str(if keep_alive {
+            "connection: keep-alive\r\n\r\n"
+        } else {
+            "connection: close\r\n\r\n"
+        });
+        let mut out = head.into_bytes();
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+/// The reason phrase of a status code.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        409 => "Conflict",
+        413 => "Payload Too Large",
+        415 => "Unsupported Media Type",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    }
+}
+
+/// A response as the client side reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientResponse {
+    /// The status code.
+    pub status: u16,
+    /// Header names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl ClientResponse {
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body parsed as JSON (`Null` when it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Parses a response with a `Content-Length` body (what this server and RabbitMQ send for
+/// the API): `Ok(None)` when more bytes are needed.
+pub fn parse_response(buffer: &[u8]) -> Result<Option<ClientResponse>, ParseError> {
+    let Some(head_end) = find(buffer, b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = std::str::from_utf8(&buffer[..head_end])
+        .map_err(|_| ParseError::Malformed("response head is not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .ok_or(ParseError::Malformed("bad status line"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(n, v)| (n.to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let length = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    let start = head_end + 4;
+    if buffer.len() < start + length {
+        return Ok(None);
+    }
+    Ok(Some(ClientResponse {
+        status,
+        headers,
+        body: buffer[start..start + length].to_vec(),
+    }))
+}
+
+/// Encodes a client request with basic auth and an optional JSON body.
+pub fn encode_request(
+    method: &str,
+    path: &str,
+    host: &str,
+    credentials: Option<(&str, &str)>,
+    body: Option<&[u8]>,
+) -> Vec<u8> {
+    encode_request_with(method, path, host, credentials, &[], body)
+}
+
+/// [`encode_request`] with extra headers (such as `X-Reason`).
+pub fn encode_request_with(
+    method: &str,
+    path: &str,
+    host: &str,
+    credentials: Option<(&str, &str)>,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Vec<u8> {
+    use base64::Engine;
+    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n");
+    for (name, value) in headers {
+        let _ = write!(head, "{name}: {value}\r\n");
+    }
+    if let Some((user, password)) = credentials {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        let _ = write!(head, "authorization: Basic {token}\r\n");
+    }
+    let body = body.unwrap_or_default();
+    if !body.is_empty() || method == "PUT" || method == "POST" {
+        let _ = write!(
+            head,
+            "content-type: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        );
+    }
+    head.push_str("\r\n");
+    let mut out = head.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// Sends one request to `addr` and reads the response (one connection per request).
+pub async fn send(
+    addr: &str,
+    method: &str,
+    path: &str,
+    credentials: Option<(&str, &str)>,
+    body: Option<&[u8]>,
+) -> std::io::Result<ClientResponse> {
+    send_with(addr, method, path, credentials, &[], body).await
+}
+
+/// [`send`] with extra headers.
+pub async fn send_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    credentials: Option<(&str, &str)>,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> std::io::Result<ClientResponse> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(&encode_request_with(
+            method,
+            path,
+            addr,
+            credentials,
+            headers,
+            body,
+        ))
+        .await?;
+    let mut buffer = Vec::new();
+    loop {
+        let mut chunk = [0u8; 16 * 1024];
+        let read = stream.read(&mut chunk).await?;
+        if read == 0 {
+            return parse_response(&buffer)
+                .ok()
+                .flatten()
+                .ok_or_else(|| std::io::Error::other("connection closed before a full response"));
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+        match parse_response(&buffer) {
+            Ok(Some(response)) => return Ok(response),
+            Ok(None) => {}
+            Err(error) => return Err(std::io::Error::other(format!("{error:?}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_a_put_with_body_and_decodes_the_default_vhost() {
+        let raw =
+            b"PUT /api/queues/%2F/orders?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}GET";
+        let (request, used) = parse_request(raw).unwrap().unwrap();
+        assert_eq!(used, raw.len() - 3);
+        assert_eq!(request.method, "PUT");
+        assert_eq!(
+            request.segments().unwrap(),
+            ["api", "queues", "/", "orders"]
+        );
+        assert_eq!(request.query_param("x").as_deref(), Some("1"));
+        assert_eq!(request.body, b"{}");
+        assert_eq!(request.header("host"), Some("h"));
+    }
+
+    #[test]
+    fn incomplete_requests_ask_for_more_and_bad_ones_are_errors() {
+        assert_eq!(parse_request(b"GET / HTTP/1.1\r\n"), Ok(None));
+        assert_eq!(
+            parse_request(b"GET / HTTP/1.1\r\ncontent-length: 5\r\n\r\nab"),
+            Ok(None)
+        );
+        assert!(parse_request(b"GET\r\n\r\n").is_err());
+        assert!(parse_request(b"GET / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n").is_err());
+        assert!(parse_request(b"GET / HTTP/1.1\r\ncontent-length: x\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn responses_round_trip_through_the_client_parser() {
+        let response = Response::json(201, &serde_json::json!({"a": 1}));
+        let parsed = parse_response(&response.encode(true)).unwrap().unwrap();
+        assert_eq!(parsed.status, 201);
+        assert_eq!(parsed.json()["a"], 1);
+        let empty = parse_response(&Response::empty(204).encode(false))
+            .unwrap()
+            .unwrap();
+        assert_eq!(empty.status, 204);
+        assert!(empty.body.is_empty());
+    }
+
+    #[test]
+    fn percent_encoding_round_trips_names_with_slashes() {
+        assert_eq!(percent_encode("/"), "%2F");
+        assert_eq!(percent_decode("%2Fa%20b").as_deref(), Some("/a b"));
+        assert_eq!(percent_decode("%zz"), None);
+    }
+
+    proptest! {
+        #[test]
+        fn parser_never_panics_and_never_reads_past_the_buffer(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            if let Ok(Some((_, used))) = parse_request(&bytes) {
+                prop_assert!(used <= bytes.len());
+            }
+        }
+
+        #[test]
+        fn encoded_client_requests_parse_back(path in "/[a-z%0-9/]{0,40}", body in proptest::collection::vec(any::<u8>(), 0..100)) {
+            let raw = encode_request("PUT", &path, "h", Some(("u", "p")), Some(&body));
+            let (request, used) = parse_request(&raw).unwrap().unwrap();
+            prop_assert_eq!(used, raw.len());
+            prop_assert_eq!(request.path, path);
+            prop_assert_eq!(request.body, body);
+        }
+
+        #[test]
+        fn percent_encoding_round_trips(text in "\\PC{0,30}") {
+            prop_assert_eq!(percent_decode(&percent_encode(&text)), Some(text));
+        }
+    }
+}

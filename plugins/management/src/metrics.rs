@@ -1,0 +1,375 @@
+//! Prometheus metrics in the text exposition format, with rabbitmq_prometheus' metric names
+//! for what Warren has, so RabbitMQ's Grafana dashboards show Warren.
+//!
+//! `/metrics` is aggregated over the node (cheap with many queues: one pass, one lock per
+//! queue); `/metrics/per-object` adds one sample per queue labelled `vhost` and `queue`.
+//! Message counters come from the per-vhost counters (published, routed, unroutable,
+//! confirmed) and the per-queue stats (delivered, acknowledged, dead-lettered); the latter are
+//! sums over the queues that exist, so deleting a queue takes its share with it.
+
+use std::fmt::Write as _;
+
+use warren_core::broker::Alarm;
+use warren_core::counters::MessageCounts;
+use warren_core::queue::QueueStats;
+
+use crate::http::{Request, Response};
+use crate::Management;
+
+/// The content type Prometheus scrapes.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A per-queue metric family: name, type, help and how to read it from a queue's stats.
+type QueueFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&QueueStats) -> u64,
+);
+
+/// Answers `/metrics` and `/metrics/per-object`.
+pub fn handle(management: &Management, request: &Request) -> Response {
+    if request.method != "GET" {
+        return Response::empty(405);
+    }
+    match request.path.as_str() {
+        "/metrics" => Response::text(200, CONTENT_TYPE, render(management, false)),
+        "/metrics/per-object" => Response::text(200, CONTENT_TYPE, render(management, true)),
+        _ => Response::text(404, "text/plain", "not found\n".to_string()),
+    }
+}
+
+/// Writes metric families: `# HELP`, `# TYPE`, then samples.
+struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.text, "# TYPE {name} {kind}\n# HELP {name} {help}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
+        self.text.push_str(name);
+        if !labels.is_empty() {
+            self.text.push('{');
+            for (index, (key, value)) in labels.iter().enumerate() {
+                if index > 0 {
+                    self.text.push(',');
+                }
+                let _ = write!(self.text, "{key}=\"{}\"", escape(value));
+            }
+            self.text.push('}');
+        }
+        let _ = writeln!(self.text, " {value}");
+    }
+
+    fn single(&mut self, name: &str, kind: &str, help: &str, value: u64) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+}
+
+/// Escapes a label value (backslash, double quote, newline).
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Renders the exposition text.
+pub fn render(management: &Management, per_object: bool) -> String {
+    let broker = &management.broker;
+    let mut out = Exposition {
+        text: String::with_capacity(8 * 1024),
+    };
+    let mut counts = MessageCounts::default();
+    let mut totals = QueueStats::default();
+    let mut queue_count = 0u64;
+    let mut per_queue = Vec::new();
+    for name in broker.vhost_names() {
+        let Some(vhost) = broker.vhost(&name) else {
+            continue;
+        };
+        counts.add(vhost.counters().snapshot());
+        for queue in vhost.queues() {
+            let stats = queue.stats();
+            queue_count += 1;
+            totals.ready += stats.ready;
+            totals.unacknowledged += stats.unacknowledged;
+            totals.consumers += stats.consumers;
+            totals.published += stats.published;
+            totals.delivered += stats.delivered;
+            totals.acknowledged += stats.acknowledged;
+            totals.dead_lettered_rejected += stats.dead_lettered_rejected;
+            totals.dead_lettered_expired += stats.dead_lettered_expired;
+            totals.dead_lettered_maxlen += stats.dead_lettered_maxlen;
+            if per_object {
+                per_queue.push((name.clone(), queue.name().to_string(), stats));
+            }
+        }
+    }
+    let connections = broker.connections();
+    let resources = (management.resources)();
+    let alarms = broker.alarms();
+
+    out.family(
+        "rabbitmq_identity_info",
+        "untyped",
+        "RabbitMQ node & cluster identity info",
+    );
+    out.sample(
+        "rabbitmq_identity_info",
+        &[
+            ("rabbitmq_node", &management.node_name),
+            ("rabbitmq_cluster", &management.cluster_name),
+            ("rabbitmq_cluster_permanent_id", &management.cluster_name),
+        ],
+        1,
+    );
+    out.family(
+        "rabbitmq_build_info",
+        "untyped",
+        "RabbitMQ & Erlang/OTP version info",
+    );
+    out.sample(
+        "rabbitmq_build_info",
+        &[
+            ("rabbitmq_version", crate::api::RABBITMQ_COMPATIBLE_VERSION),
+            ("product_version", env!("CARGO_PKG_VERSION")),
+            ("product_name", "Warren"),
+        ],
+        1,
+    );
+    out.single(
+        "rabbitmq_connections",
+        "gauge",
+        "Connections currently open",
+        connections.count() as u64,
+    );
+    out.single(
+        "rabbitmq_connections_opened_total",
+        "counter",
+        "Total number of connections opened",
+        connections.opened_total(),
+    );
+    out.single(
+        "rabbitmq_connections_closed_total",
+        "counter",
+        "Total number of connections closed or terminated",
+        connections.closed_total(),
+    );
+    out.single(
+        "rabbitmq_channels",
+        "gauge",
+        "Channels currently open",
+        connections.channel_count(),
+    );
+    out.single(
+        "rabbitmq_consumers",
+        "gauge",
+        "Consumers currently connected",
+        totals.consumers,
+    );
+    out.single("rabbitmq_queues", "gauge", "Queues available", queue_count);
+
+    let queue_families: [QueueFamily; 7] = [
+        (
+            "rabbitmq_queue_messages_ready",
+            "gauge",
+            "Messages ready to be delivered to consumers",
+            |s| s.ready,
+        ),
+        (
+            "rabbitmq_queue_messages_unacked",
+            "gauge",
+            "Messages delivered to consumers but not yet acknowledged",
+            |s| s.unacknowledged,
+        ),
+        (
+            "rabbitmq_queue_messages",
+            "gauge",
+            "Sum of ready and unacknowledged messages - total queue depth",
+            |s| s.ready + s.unacknowledged,
+        ),
+        (
+            "rabbitmq_queue_consumers",
+            "gauge",
+            "Consumers on a queue",
+            |s| s.consumers,
+        ),
+        (
+            "rabbitmq_queue_messages_published_total",
+            "counter",
+            "Total number of messages published to queues",
+            |s| s.published,
+        ),
+        (
+            "rabbitmq_queue_messages_delivered_total",
+            "counter",
+            "Total number of messages delivered to consumers",
+            |s| s.delivered,
+        ),
+        (
+            "rabbitmq_queue_messages_acked_total",
+            "counter",
+            "Total number of messages acknowledged by consumers",
+            |s| s.acknowledged,
+        ),
+    ];
+    for (name, kind, help, value) in queue_families {
+        out.family(name, kind, help);
+        if per_object {
+            for (vhost, queue, stats) in &per_queue {
+                out.sample(name, &[("vhost", vhost), ("queue", queue)], value(stats));
+            }
+        } else {
+            out.sample(name, &[], value(&totals));
+        }
+    }
+
+    let protocol = [("protocol", "amqp091")];
+    let globals: [(&str, &str, u64); 7] = [
+        (
+            "rabbitmq_global_messages_received_total",
+            "Total number of messages received from publishers",
+            counts.received,
+        ),
+        (
+            "rabbitmq_global_messages_routed_total",
+            "Total number of messages routed to queues or streams",
+            counts.routed,
+        ),
+        (
+            "rabbitmq_global_messages_unroutable_dropped_total",
+            "Total number of messages published as non-mandatory into an exchange and dropped as unroutable",
+            counts.unroutable_dropped,
+        ),
+        (
+            "rabbitmq_global_messages_unroutable_returned_total",
+            "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable",
+            counts.unroutable_returned,
+        ),
+        (
+            "rabbitmq_global_messages_confirmed_total",
+            "Total number of messages confirmed to publishers",
+            counts.confirmed,
+        ),
+        (
+            "rabbitmq_global_messages_delivered_total",
+            "Total number of messages delivered to consumers",
+            totals.delivered,
+        ),
+        (
+            "rabbitmq_global_messages_acknowledged_total",
+            "Total number of message acknowledgements received from consumers",
+            totals.acknowledged,
+        ),
+    ];
+    for (name, help, value) in globals {
+        out.family(name, "counter", help);
+        out.sample(name, &protocol, value);
+    }
+    let dead_lettered: [(&str, &str, u64); 3] = [
+        (
+            "rabbitmq_global_messages_dead_lettered_rejected_total",
+            "Total number of messages dead-lettered due to basic.reject or basic.nack",
+            totals.dead_lettered_rejected,
+        ),
+        (
+            "rabbitmq_global_messages_dead_lettered_expired_total",
+            "Total number of messages dead-lettered due to message TTL exceeded",
+            totals.dead_lettered_expired,
+        ),
+        (
+            "rabbitmq_global_messages_dead_lettered_maxlen_total",
+            "Total number of messages dead-lettered due to overflow drop-head or reject-publish-dlx",
+            totals.dead_lettered_maxlen,
+        ),
+    ];
+    for (name, help, value) in dead_lettered {
+        out.family(name, "counter", help);
+        out.sample(
+            name,
+            &[
+                ("queue_type", "rabbit_classic_queue"),
+                ("dead_letter_strategy", "at_most_once"),
+            ],
+            value,
+        );
+    }
+
+    out.single(
+        "rabbitmq_alarms_memory_used_watermark",
+        "gauge",
+        "is 1 if VM memory watermark alarm is in effect",
+        u64::from(alarms.contains(&Alarm::Memory)),
+    );
+    out.single(
+        "rabbitmq_alarms_free_disk_space_watermark",
+        "gauge",
+        "is 1 if free disk space watermark alarm is in effect",
+        u64::from(alarms.contains(&Alarm::Disk)),
+    );
+    out.single(
+        "rabbitmq_alarms_file_descriptor_limit",
+        "gauge",
+        "is 1 if file descriptor limit alarm is in effect",
+        0,
+    );
+    out.single(
+        "rabbitmq_process_resident_memory_bytes",
+        "gauge",
+        "Memory used in bytes",
+        resources.memory_used,
+    );
+    out.single(
+        "rabbitmq_resident_memory_limit_bytes",
+        "gauge",
+        "Memory high watermark in bytes",
+        resources.memory_limit,
+    );
+    out.single(
+        "rabbitmq_disk_space_available_bytes",
+        "gauge",
+        "Disk space available in bytes",
+        resources.disk_free,
+    );
+    out.single(
+        "rabbitmq_disk_space_available_limit_bytes",
+        "gauge",
+        "Free disk space low watermark in bytes",
+        resources.disk_free_limit,
+    );
+    if let Some(open) = open_file_descriptors() {
+        out.single(
+            "rabbitmq_process_open_fds",
+            "gauge",
+            "Open file descriptors",
+            open,
+        );
+    }
+    out.text
+}
+
+/// Open file descriptors of this process (Linux: entries of /proc/self/fd).
+fn open_file_descriptors() -> Option<u64> {
+    std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|entries| entries.count() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut out = Exposition {
+            text: String::new(),
+        };
+        out.sample("m", &[("queue", "a\"b\\c\nd")], 3);
+        assert_eq!(out.text, "m{queue=\"a\\\"b\\\\c\\nd\"} 3\n");
+    }
+}
