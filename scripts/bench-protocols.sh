@@ -14,6 +14,7 @@ log=$(mktemp)
 ulimit -n "$(ulimit -Hn)" || true
 target/release/warren --set listeners.tcp.default=127.0.0.1:0 --set loopback_users=none \
   --set mqtt.listeners.tcp.default=127.0.0.1:0 --set stomp.listeners.tcp.default=127.0.0.1:0 \
+  --set management.tcp.port=0 --set prometheus.tcp.port=0 \
   2>"$log" &
 warren_pid=$!
 trap 'kill $warren_pid 2>/dev/null || true' EXIT

@@ -10,7 +10,8 @@ perf=target/release/warren-perf
 log=$(mktemp)
 ulimit -n 65536 || true
 target/release/warren --set listeners.tcp.default=127.0.0.1:0 --set loopback_users=none \
-  --set mqtt.listeners.tcp.default=127.0.0.1:0 --set stomp.listeners.tcp.default=127.0.0.1:0 2>"$log" &
+  --set mqtt.listeners.tcp.default=127.0.0.1:0 --set stomp.listeners.tcp.default=127.0.0.1:0 \
+  --set management.tcp.port=0 --set prometheus.tcp.port=0 2>"$log" &
 warren_pid=$!
 trap 'kill $warren_pid 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q 'listening protocol=amqp' "$log" && break; sleep 0.1; done
