@@ -35,6 +35,9 @@ pub async fn run_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let mut connection = Connection::new(broker, Arc::clone(&config), peer.ip().is_loopback());
+    if let Ok(local) = stream.local_addr() {
+        connection.set_addresses(peer, local);
+    }
     let connection_id = connection.connection_id();
     tracing::debug!(connection = connection_id, %peer, "accepted AMQP 1.0 connection");
     let mailbox = Arc::clone(connection.mailbox());
@@ -47,7 +50,17 @@ pub async fn run_connection(
     let mut shutting_down = false;
     let mut alarms_alive = true;
     connection.set_blocked(alarms.borrow().is_some());
+    let mut operator_closed = false;
     while control == Control::Continue {
+        // An operator asked this connection to close (management API, warrenctl); the
+        // registration wakes the mailbox.
+        if !operator_closed {
+            if let Some(reason) = connection.close_requested() {
+                operator_closed = true;
+                control = connection.close_by_operator(&reason);
+                continue;
+            }
+        }
         if !connection.out.is_empty() {
             if stream.write_all(&connection.out).await.is_err() {
                 break;

@@ -103,6 +103,7 @@ pub async fn run_connection(
     mut alarms: watch::Receiver<Option<String>>,
 ) {
     let _ = stream.set_nodelay(true);
+    let stream_local = stream.local_addr();
     let (mut reader, writer) = stream.into_split();
     let outbox = Outbox::new();
     let mut session = Session::new(
@@ -111,6 +112,9 @@ pub async fn run_connection(
         Arc::clone(&outbox),
         peer.ip().is_loopback(),
     );
+    if let Ok(local) = stream_local {
+        session.set_addresses(peer, local);
+    }
     let connection_id = session.connection_id();
     tracing::debug!(connection = connection_id, %peer, "accepted STOMP connection");
     let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
@@ -156,7 +160,14 @@ async fn read_loop(
     let mut last_read = Instant::now();
     let mut alarms_alive = true;
     let far = Duration::from_secs(24 * 3600);
+    let operator_wake = session.operator_wake();
     loop {
+        // An operator asked this connection to close (management API, warrenctl): an ERROR
+        // frame naming the reason, then the close.
+        if let Some(reason) = session.close_requested() {
+            session.force_close(&reason);
+            return;
+        }
         // A resource alarm stops reading publishing connections; subscriptions keep
         // receiving through the writer.
         let blocked = session.is_publisher() && alarms.borrow().is_some();
@@ -189,6 +200,7 @@ async fn read_loop(
                 continue;
             }
             _ = outbox.drained.notified(), if paused => continue,
+            _ = operator_wake.notified() => continue,
             read = read_some(reader, buffer), if !blocked && !paused => read,
             _ = tokio::time::sleep_until(deadline) => {
                 if session.is_connected() {

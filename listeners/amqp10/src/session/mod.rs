@@ -8,6 +8,7 @@ mod links;
 pub mod sink;
 
 use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ use fe2o3_amqp_types::performatives::{
 };
 use fe2o3_amqp_types::primitives::{Array, OrderedMap, Symbol};
 use fe2o3_amqp_types::sasl::{SaslCode, SaslInit, SaslMechanisms, SaslOutcome};
+use warren_core::connections::{ConnectionHandle, ConnectionInfo};
+use warren_core::value::{Table, Value};
 use warren_core::vhost::VHost;
 use warren_core::Broker;
 
@@ -106,6 +109,10 @@ pub struct Connection {
     next_link_id: u64,
     /// A resource alarm is raised: publishing links get no more credit.
     blocked: bool,
+    /// The client's and the broker's addresses (shown to operators).
+    addresses: Option<(SocketAddr, SocketAddr)>,
+    /// This connection in the broker's connection registry, once open.
+    registration: Option<ConnectionHandle>,
     /// Encoded frames waiting to be written.
     pub out: BytesMut,
 }
@@ -130,7 +137,70 @@ impl Connection {
             mailbox: Arc::new(Mailbox::default()),
             next_link_id: 1,
             blocked: false,
+            addresses: None,
+            registration: None,
             out: BytesMut::new(),
+        }
+    }
+
+    /// Records the client's and the broker's addresses (shown to operators).
+    pub fn set_addresses(&mut self, peer: SocketAddr, local: SocketAddr) {
+        self.addresses = Some((peer, local));
+    }
+
+    /// The reason an operator gave when asking this connection to close, once asked (the
+    /// driver is woken through the mailbox's `notify`).
+    pub fn close_requested(&self) -> Option<String> {
+        self.registration
+            .as_ref()
+            .and_then(ConnectionHandle::close_requested)
+    }
+
+    /// Closes because an operator asked: close with `amqp:connection:forced` and the reason.
+    pub fn close_by_operator(&mut self, reason: &str) -> Control {
+        self.close_with(errors::connection(
+            ConnectionError::ConnectionForced,
+            reason,
+        ))
+    }
+
+    /// Enters this connection in the broker's connection registry once it is open.
+    fn register(&mut self, vhost: &str, open: &Open) {
+        let Some((peer, local)) = self.addresses else {
+            return;
+        };
+        let client_properties = client_properties(open);
+        let mailbox = Arc::clone(&self.mailbox);
+        let handle = self.broker.register_connection(
+            ConnectionInfo {
+                id: self.connection_id,
+                protocol: "AMQP 1.0".to_string(),
+                user: self.user.clone().unwrap_or_default(),
+                vhost: vhost.to_string(),
+                peer,
+                local,
+                connection_name: ConnectionInfo::connection_name_from(&client_properties),
+                client_properties,
+                tls: false,
+                frame_max: self.remote_max_frame_size.min(self.config.max_frame_size),
+                channel_max: self.channel_max,
+                heartbeat: self
+                    .config
+                    .idle_timeout
+                    .map_or(0, |t| u16::try_from(t.as_secs()).unwrap_or(u16::MAX)),
+                connected_at: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+            },
+            Box::new(move || mailbox.notify.notify_one()),
+        );
+        self.registration = Some(handle);
+    }
+
+    /// Tells the registry how many sessions are open.
+    fn count_sessions(&self) {
+        if let Some(registration) = &self.registration {
+            registration.set_channels(u32::try_from(self.sessions.len()).unwrap_or(u32::MAX));
         }
     }
 
@@ -365,6 +435,7 @@ impl Connection {
         match self.broker.open_vhost(&user, &name) {
             Ok(vhost) => {
                 self.vhost = Some(vhost);
+                self.register(&name, &open);
                 Control::Continue
             }
             Err(error) => self.close_with(errors::from_core(&error)),
@@ -425,6 +496,7 @@ impl Connection {
                 }
                 if let Some(mut session) = self.sessions.remove(&channel) {
                     session.terminate();
+                    self.count_sessions();
                     encode_amqp_frame(
                         &mut self.out,
                         channel,
@@ -492,6 +564,7 @@ impl Connection {
         let reply = session.begin_reply();
         encode_amqp_frame(&mut self.out, channel, &Performative::Begin(reply), &[]);
         self.sessions.insert(channel, session);
+        self.count_sessions();
         Control::Continue
     }
 
@@ -513,6 +586,7 @@ impl Connection {
         if let Some(mut session) = self.sessions.remove(&channel) {
             session.terminate();
         }
+        self.count_sessions();
         self.ending.insert(channel);
         encode_amqp_frame(
             &mut self.out,
@@ -625,6 +699,28 @@ impl Connection {
             links::return_entry(entry);
         }
     }
+}
+
+/// The open frame's properties as client properties for operators (text and booleans; other
+/// values are shown as their debug text), with the container id as `container_id`.
+fn client_properties(open: &Open) -> Table {
+    let mut table = Table::new();
+    table.0.push((
+        "container_id".to_string(),
+        Value::string(&open.container_id),
+    ));
+    if let Some(properties) = &open.properties {
+        for (key, value) in properties.iter() {
+            let value = match value {
+                serde_amqp::Value::String(text) => Value::string(text.as_str()),
+                serde_amqp::Value::Symbol(symbol) => Value::string(symbol.as_str()),
+                serde_amqp::Value::Bool(flag) => Value::Bool(*flag),
+                other => Value::string(format!("{other:?}")),
+            };
+            table.0.push((key.as_str().to_string(), value));
+        }
+    }
+    table
 }
 
 impl Drop for Connection {

@@ -17,13 +17,16 @@ mod subscribe;
 mod tests;
 
 use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use base64::Engine;
 use bytes::BytesMut;
 use rand::RngCore;
+use tokio::sync::Notify;
 use warren_core::access::User;
 use warren_core::broker::AuthFailure;
+use warren_core::connections::{ConnectionHandle, ConnectionInfo};
 use warren_core::queue::{Queue, Settlement};
 use warren_core::vhost::{Actor, VHost};
 use warren_core::Broker;
@@ -138,6 +141,12 @@ pub struct Session {
     published: bool,
     /// Subscriptions made by the frame being handled, started after its RECEIPT.
     starting: Vec<Arc<Subscription>>,
+    /// The client's and the broker's addresses (shown to operators).
+    addresses: Option<(SocketAddr, SocketAddr)>,
+    /// This connection in the broker's connection registry, once logged in.
+    registration: Option<ConnectionHandle>,
+    /// Notified when an operator asks this connection to close.
+    operator_wake: Arc<Notify>,
 }
 
 impl Session {
@@ -176,7 +185,28 @@ impl Session {
             routed: Vec::new(),
             published: false,
             starting: Vec::new(),
+            addresses: None,
+            registration: None,
+            operator_wake: Arc::new(Notify::new()),
         }
+    }
+
+    /// Records the client's and the broker's addresses (shown to operators).
+    pub fn set_addresses(&mut self, peer: SocketAddr, local: SocketAddr) {
+        self.addresses = Some((peer, local));
+    }
+
+    /// Notified when an operator asks this connection to close; the driver then calls
+    /// [`Session::close_requested`] and [`Session::force_close`].
+    pub fn operator_wake(&self) -> Arc<Notify> {
+        Arc::clone(&self.operator_wake)
+    }
+
+    /// The reason an operator gave when asking this connection to close, once asked.
+    pub fn close_requested(&self) -> Option<String> {
+        self.registration
+            .as_ref()
+            .and_then(ConnectionHandle::close_requested)
     }
 
     /// The broker-wide id of this connection.
@@ -297,7 +327,8 @@ impl Session {
         self.fail(error, None)
     }
 
-    /// Ends the connection because the broker is shutting down.
+    /// Ends the connection because the broker is shutting down or an operator closed it:
+    /// an ERROR frame (`connection_forced`) carrying the reason, then the close.
     pub fn force_close(&mut self, reason: &str) -> Control {
         if self.phase == Phase::Closed {
             return Control::Close;
@@ -402,6 +433,7 @@ impl Session {
         self.phase = Phase::Open;
         self.decoder.set_version(version);
         self.decoder.set_limits(self.config.limits);
+        self.register(&vhost_name);
         self.outbox.set_session(version, &session_id);
         if !implicit {
             self.outbox.send_frame(
@@ -413,6 +445,43 @@ impl Session {
             );
         }
         Ok(Outcome::Continue)
+    }
+
+    /// Enters this connection in the broker's connection registry (the management API lists
+    /// it; an operator's close wakes the driver through `operator_wake`).
+    fn register(&mut self, vhost_name: &str) {
+        let Some((peer, local)) = self.addresses else {
+            return;
+        };
+        let user = self
+            .user
+            .as_ref()
+            .map(|u| u.name.clone())
+            .unwrap_or_default();
+        let wake = Arc::clone(&self.operator_wake);
+        let handle = self.broker.register_connection(
+            ConnectionInfo {
+                id: self.connection_id,
+                protocol: format!("STOMP {}", self.version.as_str()),
+                user,
+                vhost: vhost_name.to_string(),
+                peer,
+                local,
+                client_properties: warren_core::value::Table::new(),
+                connection_name: None,
+                tls: false,
+                frame_max: u32::try_from(self.config.limits.max_frame_size).unwrap_or(u32::MAX),
+                channel_max: 0,
+                heartbeat: u16::try_from(self.heartbeat.0.max(self.heartbeat.1) / 1000)
+                    .unwrap_or(u16::MAX),
+                connected_at: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+            },
+            Box::new(move || wake.notify_one()),
+        );
+        handle.set_channels(1);
+        self.registration = Some(handle);
     }
 
     fn handle_open(&mut self, frame: Frame) -> Result<Outcome, StompError> {
@@ -539,6 +608,7 @@ impl Session {
             self.release_all();
             self.phase = Phase::Closed;
         }
+        self.registration = None;
         self.outbox.close();
         for (queue, id) in self.outbox.take_orphaned() {
             queue.settle(&[id], Settlement::Requeue);
