@@ -126,6 +126,16 @@ impl WarrenProcess {
         self.addr
     }
 
+    /// The address of the listener for `protocol` (`stomp`, `mqtt`, ...), from the
+    /// `listening protocol=PROTOCOL addr=` line it logged; `None` until it is logged.
+    pub fn listener_addr(&self, protocol: &str) -> Option<SocketAddr> {
+        let marker = format!("listening protocol={protocol} addr=");
+        self.log.lock().expect("log lock").iter().find_map(|line| {
+            let rest = line.split(marker.as_str()).nth(1)?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+    }
+
     /// `amqp://guest:guest@127.0.0.1:PORT/%2f`.
     pub fn url(&self) -> String {
         format!("amqp://guest:guest@{}/%2f", self.addr)

@@ -34,6 +34,9 @@ pub async fn run_connection(
     mut alarms: watch::Receiver<Option<String>>,
 ) {
     let _ = stream.set_nodelay(true);
+    let broker_durable = broker
+        .message_store()
+        .map(|store| store.subscribe_durable());
     let mut connection = Connection::new(broker, Arc::clone(&config), peer.ip().is_loopback());
     if let Ok(local) = stream.local_addr() {
         connection.set_addresses(peer, local);
@@ -41,6 +44,7 @@ pub async fn run_connection(
     let connection_id = connection.connection_id();
     tracing::debug!(connection = connection_id, %peer, "accepted AMQP 1.0 connection");
     let mailbox = Arc::clone(connection.mailbox());
+    let mut durable = broker_durable;
     let mut control = connection.start(header);
     let mut buffer = BytesMut::with_capacity(READ_CHUNK);
     let handshake_deadline = Instant::now() + config.handshake_timeout;
@@ -99,6 +103,10 @@ pub async fn run_connection(
                 }
             }
             _ = mailbox.notify.notified() => connection.process_mailbox(),
+            // Dispositions of durable messages go out once the store has them on disk.
+            _ = durable_changed(&mut durable), if connection.awaits_durability() => {
+                connection.flush_durable();
+            }
             changed = alarms.changed(), if alarms_alive => {
                 alarms_alive = changed.is_ok();
                 connection.set_blocked(alarms.borrow().is_some());
@@ -127,6 +135,18 @@ pub async fn run_connection(
     connection.terminate();
     let _ = stream.shutdown().await;
     tracing::debug!(connection = connection_id, %peer, "AMQP 1.0 connection closed");
+}
+
+/// Waits for the store's durable sequence number to move (forever without a store).
+async fn durable_changed(receiver: &mut Option<watch::Receiver<u64>>) {
+    match receiver {
+        Some(receiver) => {
+            if receiver.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {

@@ -50,6 +50,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// above all, reach a client that is still sending instead of being lost to a TCP reset.
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
+/// How long a DISCONNECT waits for the store to write the messages whose RECEIPTs are pending.
+const DISCONNECT_RECEIPT_WAIT: Duration = Duration::from_secs(5);
+
 /// Accepts connections until `shutdown` turns true, then ends every connection (an ERROR
 /// frame saying so) and returns once they all ended.
 pub async fn serve(
@@ -106,6 +109,9 @@ pub async fn run_connection(
     let stream_local = stream.local_addr();
     let (mut reader, writer) = stream.into_split();
     let outbox = Outbox::new();
+    let broker_store_durable = broker
+        .message_store()
+        .map(|store| store.subscribe_durable());
     let mut session = Session::new(
         broker,
         config.session.clone(),
@@ -120,6 +126,7 @@ pub async fn run_connection(
     let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
     let writer_task = tokio::spawn(write_loop(writer, Arc::clone(&outbox), heartbeat_rx));
     let mut buffer = BytesMut::new();
+    let mut durable = broker_store_durable;
     read_loop(
         &mut reader,
         &mut buffer,
@@ -128,10 +135,24 @@ pub async fn run_connection(
         &config,
         &mut shutdown,
         &mut alarms,
+        &mut durable,
         &heartbeat_tx,
     )
     .await;
     let closed_by_broker = session.is_closed();
+    // A DISCONNECT's RECEIPT (and any before it) still waiting for the disk goes out once the
+    // store has the messages, so a client that waits for it knows they are safe.
+    if let Some(durable) = durable.as_mut() {
+        let _ = tokio::time::timeout(DISCONNECT_RECEIPT_WAIT, async {
+            while session.awaits_durability() && !outbox.is_closed() {
+                if durable.changed().await.is_err() {
+                    break;
+                }
+                session.flush_receipts();
+            }
+        })
+        .await;
+    }
     session.terminate();
     let _ = writer_task.await;
     if closed_by_broker {
@@ -154,6 +175,7 @@ async fn read_loop(
     config: &ListenerConfig,
     shutdown: &mut watch::Receiver<bool>,
     alarms: &mut watch::Receiver<Option<String>>,
+    durable: &mut Option<watch::Receiver<u64>>,
     heartbeat_tx: &watch::Sender<Option<Duration>>,
 ) {
     let login_deadline = Instant::now() + config.login_timeout;
@@ -201,6 +223,11 @@ async fn read_loop(
             }
             _ = outbox.drained.notified(), if paused => continue,
             _ = operator_wake.notified() => continue,
+            // RECEIPTs of persistent messages go out once the store has them on disk.
+            _ = durable_changed(durable), if session.awaits_durability() => {
+                session.flush_receipts();
+                continue;
+            }
             read = read_some(reader, buffer), if !blocked && !paused => read,
             _ = tokio::time::sleep_until(deadline) => {
                 if session.is_connected() {
@@ -301,6 +328,18 @@ async fn write_loop(
             }
             _ = sleep_until(next_beat) => outbox.send_heartbeat(),
         }
+    }
+}
+
+/// Waits for the store's durable sequence number to move (forever without a store).
+async fn durable_changed(receiver: &mut Option<watch::Receiver<u64>>) {
+    match receiver {
+        Some(receiver) => {
+            if receiver.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -107,6 +107,10 @@ pub struct Session {
     pending: VecDeque<Pending>,
     /// Dispositions for incoming transfers, sent together at the end of a batch.
     dispositions: Vec<(DeliveryNumber, DeliveryState)>,
+    /// Dispositions of unsettled transfers whose durable messages the store has not fsynced
+    /// yet: (store sequence number, delivery id, outcome), in publish order (the store's
+    /// sequence numbers grow in that order).
+    durable_waits: VecDeque<(u64, DeliveryNumber, DeliveryState)>,
     /// Outgoing links whose flow asked for drain or echo: (handle, drain, echo).
     answer_flows: Vec<(u32, bool, bool)>,
     scratch: BytesMut,
@@ -141,6 +145,7 @@ impl Session {
             unsettled: HashMap::new(),
             pending: VecDeque::new(),
             dispositions: Vec::new(),
+            durable_waits: VecDeque::new(),
             answer_flows: Vec::new(),
             scratch: BytesMut::new(),
             routed: Vec::new(),
@@ -544,6 +549,25 @@ impl Session {
     }
 
     /// Whether flows wait for [`Session::finish_flows`] (after the mailbox was processed).
+    /// Whether dispositions wait for the message store's fsync.
+    pub fn awaits_durability(&self) -> bool {
+        !self.durable_waits.is_empty()
+    }
+
+    /// Sends the dispositions whose messages the store now has on disk (`durable` is the
+    /// store's durable sequence number).
+    pub fn flush_durable(&mut self, durable: u64, out: &mut BytesMut) {
+        while let Some((seq, _, _)) = self.durable_waits.front() {
+            if *seq > durable {
+                break;
+            }
+            if let Some((_, id, state)) = self.durable_waits.pop_front() {
+                self.dispositions.push((id, state));
+            }
+        }
+        self.flush_dispositions(out);
+    }
+
     pub fn has_flows_to_answer(&self) -> bool {
         !self.answer_flows.is_empty()
     }
@@ -857,23 +881,33 @@ impl Session {
             let frame = self.flow_frame(Some(handle), Some(count), Some(credit), false);
             encode_amqp_frame(out, channel, &frame, &[]);
         }
-        let state = self.publish(context, target.as_ref(), message.freeze());
+        let (state, durable_seq) = self.publish(context, target.as_ref(), message.freeze());
         if !settled {
-            self.dispositions.push((delivery_id, state));
+            // A durable message in a durable queue is accepted once it is on disk.
+            match durable_seq {
+                Some(seq) => self.durable_waits.push_back((seq, delivery_id, state)),
+                None => self.dispositions.push((delivery_id, state)),
+            }
         }
         Ok(())
     }
 
-    /// Routes one complete message and returns its outcome.
+    /// Routes one complete message and returns its outcome, with the store sequence number
+    /// to wait for when a durable message reached a durable queue.
     fn publish(
         &mut self,
         context: &Context<'_>,
         target: Option<&TargetAddress>,
         bytes: Bytes,
-    ) -> DeliveryState {
+    ) -> (DeliveryState, Option<u64>) {
         let incoming = match decode_message(bytes) {
             Ok(incoming) => incoming,
-            Err(error) => return rejected(errors::amqp(AmqpError::DecodeError, error.0)),
+            Err(error) => {
+                return (
+                    rejected(errors::amqp(AmqpError::DecodeError, error.0)),
+                    None,
+                )
+            }
         };
         let IncomingMessage {
             mut message,
@@ -883,14 +917,15 @@ impl Session {
         } = incoming;
         if let Some(user_id) = user_id {
             if user_id != context.user.as_bytes() {
-                return rejected(errors::amqp(
+                let error = errors::amqp(
                     AmqpError::PreconditionFailed,
                     format!(
                         "user_id property set to '{}' but authenticated user was '{}'",
                         String::from_utf8_lossy(&user_id),
                         context.user
                     ),
-                ));
+                );
+                return (rejected(error), None);
             }
         }
         let resolved;
@@ -898,10 +933,11 @@ impl Session {
             Some(target) => target,
             None => {
                 let Some(to) = to.as_deref() else {
-                    return rejected(errors::amqp(
+                    let error = errors::amqp(
                         AmqpError::PreconditionFailed,
                         "anonymous terminus requires 'to' address to be set",
-                    ));
+                    );
+                    return (rejected(error), None);
                 };
                 match resolve_target(context, to) {
                     Ok(target) => {
@@ -910,14 +946,15 @@ impl Session {
                     }
                     // RabbitMQ 4.x: a `to` naming a missing queue is released (the message
                     // reached no queue); a bad address or a missing exchange is rejected.
-                    Err(error) if is_missing_queue(&error) => return released(),
+                    Err(error) if is_missing_queue(&error) => return (released(), None),
                     Err(error) if error.condition == AmqpError::InvalidField.into() => {
-                        return rejected(errors::amqp(
+                        let error = errors::amqp(
                             AmqpError::PreconditionFailed,
                             format!("bad 'to' address string: {to}"),
-                        ))
+                        );
+                        return (rejected(error), None);
                     }
-                    Err(error) => return rejected(error),
+                    Err(error) => return (rejected(error), None),
                 }
             }
         };
@@ -938,23 +975,24 @@ impl Session {
         routed.clear();
         if let Err(error) = context.vhost.route(exchange, &message, &mut routed) {
             self.routed = routed;
-            return rejected(errors::from_core(&error));
+            return (rejected(errors::from_core(&error)), None);
         }
         let message = Arc::new(message.without_bcc().unwrap_or(message));
-        let state = if routed.is_empty() {
-            released()
+        let outcome = if routed.is_empty() {
+            (released(), None)
         } else {
             // Through the vhost, so a durable message reaching a durable queue is written to the
-            // message store. The disposition does not wait for its fsync yet (docs/storage.md).
-            if context.vhost.enqueue_routed(message, &routed).accepted {
-                accepted()
+            // message store; its disposition then waits for the fsync.
+            let enqueued = context.vhost.enqueue_routed(message, &routed);
+            if enqueued.accepted {
+                (accepted(), enqueued.durable_seq)
             } else {
-                DeliveryState::Rejected(Rejected { error: None })
+                (DeliveryState::Rejected(Rejected { error: None }), None)
             }
         };
         routed.clear();
         self.routed = routed;
-        state
+        outcome
     }
 
     /// Sends the dispositions of this batch, one frame per run of consecutive ids with the

@@ -197,6 +197,27 @@ impl Connection {
         self.registration = Some(handle);
     }
 
+    /// Whether dispositions wait for the message store; the driver then calls
+    /// [`Connection::flush_durable`] whenever the store's durable sequence number moves.
+    pub fn awaits_durability(&self) -> bool {
+        self.sessions
+            .values()
+            .any(links::Session::awaits_durability)
+    }
+
+    /// Sends the dispositions whose durable messages the store now has on disk.
+    pub fn flush_durable(&mut self) {
+        let durable = self
+            .broker
+            .message_store()
+            .map_or(u64::MAX, |store| store.durable_seq());
+        for session in self.sessions.values_mut() {
+            if session.awaits_durability() {
+                session.flush_durable(durable, &mut self.out);
+            }
+        }
+    }
+
     /// Tells the registry how many sessions are open.
     fn count_sessions(&self) {
         if let Some(registration) = &self.registration {

@@ -16,7 +16,7 @@ mod subscribe;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -147,6 +147,14 @@ pub struct Session {
     registration: Option<ConnectionHandle>,
     /// Notified when an operator asks this connection to close.
     operator_wake: Arc<Notify>,
+    /// The highest store sequence number the frame being handled (or the transaction it
+    /// commits) must see on disk before its RECEIPT: set by SENDs of persistent messages
+    /// that reached a durable queue.
+    frame_durable_seq: Option<u64>,
+    /// RECEIPTs waiting for the message store, in the order their frames came: (store
+    /// sequence number to wait for, 0 for none; receipt id). A receipt never overtakes an
+    /// earlier one, so a RECEIPT still means every earlier frame was handled.
+    pending_receipts: VecDeque<(u64, String)>,
 }
 
 impl Session {
@@ -188,7 +196,39 @@ impl Session {
             addresses: None,
             registration: None,
             operator_wake: Arc::new(Notify::new()),
+            frame_durable_seq: None,
+            pending_receipts: VecDeque::new(),
         }
+    }
+
+    /// Whether RECEIPTs wait for the message store; the driver then calls
+    /// [`Session::flush_receipts`] whenever the store's durable sequence number moves.
+    pub fn awaits_durability(&self) -> bool {
+        !self.pending_receipts.is_empty()
+    }
+
+    /// Sends the RECEIPTs whose messages the store now has on disk.
+    pub fn flush_receipts(&mut self) {
+        if self.pending_receipts.is_empty() {
+            return;
+        }
+        let durable = self
+            .broker
+            .message_store()
+            .map_or(u64::MAX, |store| store.durable_seq());
+        while let Some((seq, _)) = self.pending_receipts.front() {
+            if *seq > durable {
+                break;
+            }
+            if let Some((_, receipt)) = self.pending_receipts.pop_front() {
+                self.send_receipt(receipt);
+            }
+        }
+    }
+
+    fn send_receipt(&self, receipt: String) {
+        self.outbox
+            .send_frame(&Frame::new(Command::Receipt).with_header("receipt-id", receipt));
     }
 
     /// Records the client's and the broker's addresses (shown to operators).
@@ -276,6 +316,7 @@ impl Session {
         };
         let receipt = frame.header("receipt").map(str::to_string);
         let command = frame.command;
+        self.frame_durable_seq = None;
         let result = match self.phase {
             Phase::Closed => return Control::Close,
             Phase::AwaitConnect => match frame.command {
@@ -294,9 +335,15 @@ impl Session {
             Ok(outcome) => {
                 let connect = matches!(command, Command::Connect | Command::Stomp);
                 if let Some(receipt) = receipt.filter(|_| self.phase == Phase::Open && !connect) {
-                    self.outbox.send_frame(
-                        &Frame::new(Command::Receipt).with_header("receipt-id", receipt),
-                    );
+                    // A persistent message in a durable queue is receipted once it is on
+                    // disk (as RabbitMQ's STOMP plugin does through publisher confirms).
+                    match self.frame_durable_seq.take() {
+                        None if self.pending_receipts.is_empty() => self.send_receipt(receipt),
+                        seq => {
+                            self.pending_receipts.push_back((seq.unwrap_or(0), receipt));
+                            self.flush_receipts();
+                        }
+                    }
                 }
                 for subscription in self.starting.drain(..) {
                     subscription.start();

@@ -103,8 +103,10 @@ impl Session {
                 None => message,
             };
             // Through the vhost, so a persistent message reaching a durable queue is written to
-            // the message store. RECEIPT does not wait for its fsync yet (see docs/storage.md).
-            vhost.enqueue_routed(message, &routed);
+            // the message store; a RECEIPT for this frame then waits for its fsync.
+            if let Some(seq) = vhost.enqueue_routed(message, &routed).durable_seq {
+                self.frame_durable_seq = Some(self.frame_durable_seq.map_or(seq, |s| s.max(seq)));
+            }
         }
         routed.clear();
         self.routed = routed;
