@@ -147,10 +147,10 @@ pub struct Session {
     registration: Option<ConnectionHandle>,
     /// Notified when an operator asks this connection to close.
     operator_wake: Arc<Notify>,
-    /// The highest store sequence number the frame being handled (or the transaction it
-    /// commits) must see on disk before its RECEIPT: set by SENDs of persistent messages
-    /// that reached a durable queue.
-    frame_durable_seq: Option<u64>,
+    /// The highest store sequence number of any persistent message this connection sent to
+    /// a durable queue: a RECEIPT (for any frame) waits until the store has it on disk, so
+    /// a RECEIPT means every earlier SEND is safe, as a DISCONNECT receipt promises.
+    last_durable_seq: u64,
     /// RECEIPTs waiting for the message store, in the order their frames came: (store
     /// sequence number to wait for, 0 for none; receipt id). A receipt never overtakes an
     /// earlier one, so a RECEIPT still means every earlier frame was handled.
@@ -196,7 +196,7 @@ impl Session {
             addresses: None,
             registration: None,
             operator_wake: Arc::new(Notify::new()),
-            frame_durable_seq: None,
+            last_durable_seq: 0,
             pending_receipts: VecDeque::new(),
         }
     }
@@ -316,7 +316,6 @@ impl Session {
         };
         let receipt = frame.header("receipt").map(str::to_string);
         let command = frame.command;
-        self.frame_durable_seq = None;
         let result = match self.phase {
             Phase::Closed => return Control::Close,
             Phase::AwaitConnect => match frame.command {
@@ -337,12 +336,12 @@ impl Session {
                 if let Some(receipt) = receipt.filter(|_| self.phase == Phase::Open && !connect) {
                     // A persistent message in a durable queue is receipted once it is on
                     // disk (as RabbitMQ's STOMP plugin does through publisher confirms).
-                    match self.frame_durable_seq.take() {
-                        None if self.pending_receipts.is_empty() => self.send_receipt(receipt),
-                        seq => {
-                            self.pending_receipts.push_back((seq.unwrap_or(0), receipt));
-                            self.flush_receipts();
-                        }
+                    if self.last_durable_seq == 0 && self.pending_receipts.is_empty() {
+                        self.send_receipt(receipt);
+                    } else {
+                        self.pending_receipts
+                            .push_back((self.last_durable_seq, receipt));
+                        self.flush_receipts();
                     }
                 }
                 for subscription in self.starting.drain(..) {

@@ -105,7 +105,7 @@ impl Session {
             // Through the vhost, so a persistent message reaching a durable queue is written to
             // the message store; a RECEIPT for this frame then waits for its fsync.
             if let Some(seq) = vhost.enqueue_routed(message, &routed).durable_seq {
-                self.frame_durable_seq = Some(self.frame_durable_seq.map_or(seq, |s| s.max(seq)));
+                self.last_durable_seq = self.last_durable_seq.max(seq);
             }
         }
         routed.clear();
