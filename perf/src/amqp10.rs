@@ -588,39 +588,17 @@ async fn send(
     let mut sent: u32 = 0;
     let mut credit_limit: u32 = 0; // delivery-count at which the credit runs out
     let mut session_limit: u32 = conn.remote_incoming_window;
+    // A window of 2^31 or more never limits (and would look negative in wrapping arithmetic).
+    let mut session_unlimited = conn.remote_incoming_window >= 1 << 31;
     let mut unsettled: u64 = 0;
     let batch = config.batch as u64;
     while !shared.is_stopping() {
-        out.clear();
-        let mut written = 0u64;
-        while unsettled < window
-            && written < batch
-            && credit_limit.wrapping_sub(sent) as i32 > 0
-            && session_limit.wrapping_sub(sent) as i32 > 0
-        {
-            encode_transfer(&mut out, sent, &body);
-            sent = sent.wrapping_add(1);
-            unsettled += 1;
-            written += 1;
-        }
-        if written > 0 {
-            conn.write(&out).await?;
-            counters.sent.fetch_add(written, Ordering::Relaxed);
-            if unsettled < window && credit_limit.wrapping_sub(sent) as i32 > 0 {
-                // Room left: read only what is already there, then write more.
-                if let Ok(read) =
-                    tokio::time::timeout(std::time::Duration::ZERO, conn.read_more()).await
-                {
-                    read?;
-                }
-            } else {
-                conn.read_more().await?;
-            }
-        } else {
-            conn.read_more().await?;
-        }
         while let Some(frame) = conn.try_frame()? {
-            match decode_performative(&frame.body)? {
+            let performative = decode_performative(&frame.body)?;
+            if std::env::var_os("WARREN_PERF_DEBUG").is_some() {
+                eprintln!("sender got {performative:?}");
+            }
+            match performative {
                 Performative::Disposition(disposition) => {
                     if let Some(state) = &disposition.state {
                         if !matches!(state, DeliveryState::Accepted(_)) {
@@ -636,14 +614,44 @@ async fn send(
                 Performative::Flow(flow) => {
                     if let Some(next_incoming) = flow.next_incoming_id {
                         session_limit = next_incoming.wrapping_add(flow.incoming_window);
+                        session_unlimited = flow.incoming_window >= 1 << 31;
                     }
-                    if let (Some(count), Some(credit)) = (flow.delivery_count, flow.link_credit) {
+                    if let Some(credit) = flow.link_credit {
+                        // A flow without delivery-count (RabbitMQ 3.x sends its first one so)
+                        // counts from the initial delivery-count, 0 here (AMQP 1.0 2.6.7).
+                        let count = flow.delivery_count.unwrap_or(0);
                         credit_limit = count.wrapping_add(credit);
                     }
                 }
                 other => return Err(describe(&other, "disposition or flow")),
             }
         }
+        out.clear();
+        let mut written = 0u64;
+        while unsettled < window
+            && written < batch
+            && credit_limit.wrapping_sub(sent) as i32 > 0
+            && (session_unlimited || session_limit.wrapping_sub(sent) as i32 > 0)
+        {
+            encode_transfer(&mut out, sent, &body);
+            sent = sent.wrapping_add(1);
+            unsettled += 1;
+            written += 1;
+        }
+        if written > 0 {
+            conn.write(&out).await?;
+            counters.sent.fetch_add(written, Ordering::Relaxed);
+            if unsettled < window && credit_limit.wrapping_sub(sent) as i32 > 0 {
+                // Room left: take only what is already readable, then write more.
+                if let Ok(read) =
+                    tokio::time::timeout(std::time::Duration::ZERO, conn.read_more()).await
+                {
+                    read?;
+                }
+                continue;
+            }
+        }
+        conn.read_more().await?;
     }
     Ok(())
 }
