@@ -152,7 +152,12 @@ async fn nack_requeue_counts_up_until_the_limit_then_dead_letters_with_reason_de
         assert_eq!(delivery_count(&message.delivery.properties), expected);
         nack_requeue(&message).await;
     }
-    assert!(wait_for(Duration::from_secs(10), || stats(&broker, "poison-dlq").ready == 1).await);
+    assert!(
+        wait_for(Duration::from_secs(10), || stats(&broker, "poison-dlq")
+            .ready
+            == 1)
+        .await
+    );
     assert_eq!(stats(&broker, "work").ready, 0);
     assert_eq!(stats(&broker, "work").dead_lettered_delivery_limit, 1);
     let dead = get(&channel, "poison-dlq").await;

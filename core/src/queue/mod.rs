@@ -1313,7 +1313,9 @@ mod tests {
         );
         arguments.insert("x-delivery-limit", crate::value::Value::I32(5));
         assert_eq!(
-            QueueLimits::from_arguments(&arguments).unwrap().delivery_limit,
+            QueueLimits::from_arguments(&arguments)
+                .unwrap()
+                .delivery_limit,
             Some(5)
         );
     }
