@@ -110,6 +110,9 @@ pub async fn run_connection(
     let _ = stream.set_nodelay(true);
     let outbox = Outbox::new(context.config.prefetch);
     let mut session = Session::new(context, Arc::clone(&outbox), peer.ip().is_loopback());
+    if let Ok(local) = stream.local_addr() {
+        session.set_addresses(peer, local);
+    }
     tracing::debug!(connection = session.connection_id(), %peer, "accepted MQTT connection");
     let (mut reader, mut writer) = stream.split();
     let end = drive(
@@ -168,6 +171,13 @@ async fn drive(
             }
             _ = outbox.kick.notified() => {
                 return End::Abnormal("another connection took over the client identifier".into());
+            }
+            // An operator closed the connection (management API, warrenctl). MQTT 3.1.1 has
+            // no way to tell the client why; like RabbitMQ, the will is published, since
+            // the client did not send DISCONNECT.
+            _ = outbox.operator_close.notified() => {
+                let reason = session.close_requested().unwrap_or_default();
+                return End::Abnormal(format!("closed by an operator: {reason}"));
             }
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {

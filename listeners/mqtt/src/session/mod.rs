@@ -26,10 +26,12 @@ mod subscribe;
 #[cfg(test)]
 mod tests;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use warren_core::connections::ConnectionHandle;
 use warren_core::queue::{Queue, Settlement};
 use warren_core::retained::RetainedStore;
 use warren_core::vhost::VHost;
@@ -159,6 +161,10 @@ pub struct Session {
     closed: bool,
     /// Whether the client has published: only publishers are blocked by resource alarms.
     published: bool,
+    /// The client's and the broker's addresses, for the connection registry.
+    addresses: (SocketAddr, SocketAddr),
+    /// The entry in the core's connection registry, from CONNACK to the end.
+    registration: Option<ConnectionHandle>,
 }
 
 impl Session {
@@ -174,7 +180,24 @@ impl Session {
             connected: None,
             closed: false,
             published: false,
+            addresses: (
+                SocketAddr::from(([0, 0, 0, 0], 0)),
+                SocketAddr::from(([0, 0, 0, 0], 0)),
+            ),
+            registration: None,
         }
+    }
+
+    /// Records the client's and the broker's address (shown to operators).
+    pub fn set_addresses(&mut self, peer: SocketAddr, local: SocketAddr) {
+        self.addresses = (peer, local);
+    }
+
+    /// The reason an operator gave when asking this connection to close, once asked.
+    pub fn close_requested(&self) -> Option<String> {
+        self.registration
+            .as_ref()
+            .and_then(ConnectionHandle::close_requested)
     }
 
     /// The broker-wide connection id.
@@ -315,6 +338,8 @@ impl Session {
             return;
         }
         self.closed = true;
+        // Unregistered whatever happens next: operators no longer see the connection.
+        self.registration = None;
         let leftovers = self.outbox.close();
         let Some(mut connected) = self.connected.take() else {
             return;
