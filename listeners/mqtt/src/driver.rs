@@ -146,6 +146,8 @@ async fn drive(
     let mut last_heard = Instant::now();
     let mut alarms_alive = true;
     let mut busy = false;
+    // The store's durable sequence number: held PUBACKs/PUBRECs go out as it moves.
+    let mut durable = session.subscribe_durable();
     loop {
         // A resource alarm stops reading publishers (as RabbitMQ does: MQTT 3.1.1 has no
         // way to tell them); deliveries to subscribers go on.
@@ -182,6 +184,13 @@ async fn drive(
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {
                     return End::Shutdown;
+                }
+                continue;
+            }
+            _ = changed_or_pending(&mut durable), if session.awaits_durability() => {
+                session.release_held_acks();
+                if let Err(error) = flush(writer, outbox).await {
+                    return End::Abnormal(format!("socket error: {error}"));
                 }
                 continue;
             }
@@ -237,9 +246,23 @@ async fn drive(
                 },
             }
         }
+        // Acknowledgements whose messages reached the disk while the batch was handled.
+        session.release_held_acks();
         if let Err(error) = flush(writer, outbox).await {
             return End::Abnormal(format!("socket error: {error}"));
         }
+    }
+}
+
+/// Waits for the store's durable sequence number to move (forever without a store).
+async fn changed_or_pending(receiver: &mut Option<watch::Receiver<u64>>) {
+    match receiver {
+        Some(receiver) => {
+            if receiver.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 
