@@ -30,6 +30,10 @@ async fn mqtt_addr(warren: &WarrenProcess) -> std::net::SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_publishes_to_a_persistent_session_survive_sigkill() {
+    // Building the binary (once per test run) is not part of the bound.
+    tokio::task::spawn_blocking(warren_interop_tests::process::warren_binary)
+        .await
+        .expect("build task");
     tokio::time::timeout(TEST_LIMIT, async {
         let dir = TempDir::new("mqtt-durable-ack");
         let warren = start(dir.path()).await;
