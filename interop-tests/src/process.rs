@@ -126,6 +126,28 @@ impl WarrenProcess {
         self.addr
     }
 
+    /// The address of the listener of `protocol` (`mqtt`, `stomp`, ...), from its
+    /// `listening protocol=PROTOCOL addr=` log line (waited for up to the start limit).
+    pub fn listener_addr(&self, protocol: &str) -> SocketAddr {
+        let marker = format!("listening protocol={protocol} addr=");
+        let deadline = Instant::now() + START_LIMIT;
+        loop {
+            let found = self.log().iter().find_map(|line| {
+                let rest = line.split(marker.as_str()).nth(1)?;
+                rest.split_whitespace().next()?.parse().ok()
+            });
+            if let Some(addr) = found {
+                return addr;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {protocol} listener in the log: {:#?}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// `amqp://guest:guest@127.0.0.1:PORT/%2f`.
     pub fn url(&self) -> String {
         format!("amqp://guest:guest@{}/%2f", self.addr)
