@@ -39,6 +39,10 @@ pub struct Delivery {
     pub message: Arc<Message>,
     /// Whether the message was delivered before and returned to the queue.
     pub redelivered: bool,
+    /// How often the message came back to its queue after a failed delivery (a requeue, or
+    /// its consumer going away with it unsettled): RabbitMQ's `x-delivery-count`. 0 on the
+    /// first delivery; not kept across a broker restart.
+    pub delivery_count: u32,
     /// Whether the queue waits for a settlement (false for auto-ack / pre-settled).
     pub needs_settlement: bool,
 }

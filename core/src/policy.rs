@@ -245,6 +245,7 @@ pub fn effective_queue_limits(
         expires: strictest(own.expires, "expires"),
         max_length: strictest(own.max_length, "max-length"),
         max_length_bytes: strictest(own.max_length_bytes, "max-length-bytes"),
+        delivery_limit: strictest(own.delivery_limit, "delivery-limit"),
         overflow,
         dead_letter_exchange: own
             .dead_letter_exchange

@@ -126,14 +126,26 @@ impl WarrenProcess {
         self.addr
     }
 
-    /// The address of the listener for `protocol` (`stomp`, `mqtt`, ...), from the
-    /// `listening protocol=PROTOCOL addr=` line it logged; `None` until it is logged.
-    pub fn listener_addr(&self, protocol: &str) -> Option<SocketAddr> {
+    /// The address of the listener of `protocol` (`mqtt`, `stomp`, ...), from its
+    /// `listening protocol=PROTOCOL addr=` log line (waited for up to the start limit).
+    pub fn listener_addr(&self, protocol: &str) -> SocketAddr {
         let marker = format!("listening protocol={protocol} addr=");
-        self.log.lock().expect("log lock").iter().find_map(|line| {
-            let rest = line.split(marker.as_str()).nth(1)?;
-            rest.split_whitespace().next()?.parse().ok()
-        })
+        let deadline = Instant::now() + START_LIMIT;
+        loop {
+            let found = self.log().iter().find_map(|line| {
+                let rest = line.split(marker.as_str()).nth(1)?;
+                rest.split_whitespace().next()?.parse().ok()
+            });
+            if let Some(addr) = found {
+                return addr;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {protocol} listener in the log: {:#?}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// `amqp://guest:guest@127.0.0.1:PORT/%2f`.

@@ -80,7 +80,8 @@ async fn every_outcome_maps_onto_core_settlement() {
     assert_eq!(text(again.body()), "release");
     let header = again.message().header.clone().unwrap();
     assert!(!header.first_acquirer);
-    assert_eq!(header.delivery_count, 1);
+    // A release is not a failed delivery: the delivery-count stays 0, as in RabbitMQ 4.x.
+    assert_eq!(header.delivery_count, 0);
     receiver.accept(&again).await.unwrap();
 
     // rejected: dead-lettered.

@@ -20,7 +20,7 @@ use lapin::types::FieldTable;
 use lapin::ConnectionProperties;
 use warren_interop_tests::process::WarrenProcess;
 use warren_interop_tests::stomp::StompClient;
-use warren_interop_tests::{wait_for, TempDir};
+use warren_interop_tests::TempDir;
 
 const TEST_LIMIT: Duration = Duration::from_secs(120);
 
@@ -32,14 +32,7 @@ async fn start(dir: &Path) -> WarrenProcess {
 }
 
 async fn stomp_addr(warren: &WarrenProcess) -> SocketAddr {
-    assert!(
-        wait_for(Duration::from_secs(10), || warren
-            .listener_addr("stomp")
-            .is_some())
-        .await,
-        "the STOMP listener is logged"
-    );
-    warren.listener_addr("stomp").expect("STOMP address")
+    warren.listener_addr("stomp")
 }
 
 async fn stomp_login(addr: SocketAddr) -> StompClient {

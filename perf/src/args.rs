@@ -13,7 +13,8 @@ Connection:
   --uri URI                 amqp://user:pass@host:port/vhost
                             (default amqp://guest:guest@127.0.0.1:5672/%2f);
                             mqtt://user:pass@host:port for the --mqtt-* modes (port 1883),
-                            stomp://user:pass@host:port/vhost for --stomp-queue (port 61613)
+                            stomp://user:pass@host:port/vhost for --stomp-queue (port 61613),
+                            amqp10://user:pass@host:port/vhost for --amqp10-queue (port 5672)
 Topology:
   -u, --queue NAME          queue name (default perf-test); declared non-durable, deleted at the end
       --durable             declare the queues durable (for persistent-message benchmarks)
@@ -63,6 +64,12 @@ STOMP 1.2 mode (with a stomp:// --uri):
       --stomp-queue         one producer and one consumer on /queue/NAME (-u), the consumer
                             with client-individual acks and -q prefetch (default 200), the
                             producer asking a receipt every tenth of -c (default 1000)
+AMQP 1.0 mode (with an amqp10:// --uri; the queue is declared over AMQP 0-9-1 first):
+      --amqp10-queue        one sender link to /queues/NAME (-u), unsettled, at most -c
+                            unsettled transfers (default 1000) within its link credit, and one
+                            receiver link from it with credit -q (default 200) topped up as
+                            deliveries are accepted
+      --amqp10-address-v1   use the RabbitMQ 3.x plugin's v1 address /amq/queue/NAME
 Other:
       --broker-pid PID      report the broker's CPU time (from /proc/PID/stat) per message
       --threads N           tokio worker threads (default: number of CPUs)
@@ -95,6 +102,7 @@ pub enum Scheme {
     Amqp,
     Mqtt,
     Stomp,
+    Amqp10,
 }
 
 /// Where to connect and as whom.
@@ -119,6 +127,7 @@ pub enum Mode {
     MqttFanIn,
     MqttQos1,
     StompQueue,
+    Amqp10Queue,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -158,6 +167,8 @@ pub struct Config {
     pub expirations: Vec<u64>,
     /// `--source-addrs N`: connections are bound to 127.0.0.1..127.0.0.N in turn.
     pub source_addrs: u8,
+    /// `--amqp10-address-v1`: link to `/amq/queue/NAME` instead of `/queues/NAME`.
+    pub amqp10_address_v1: bool,
 }
 
 impl Default for Config {
@@ -192,6 +203,7 @@ impl Default for Config {
             threads: None,
             handshake_batch: 100,
             source_addrs: 1,
+            amqp10_address_v1: false,
         }
     }
 }
@@ -237,6 +249,7 @@ where
     let mut idle: Option<usize> = None;
     let mut mqtt: Vec<Mode> = Vec::new();
     let mut stomp = false;
+    let mut amqp10 = false;
     let mut args = args.into_iter().map(Into::into);
     while let Some(arg) = args.next() {
         // --flag=value is accepted for long flags.
@@ -336,6 +349,8 @@ where
             "--mqtt-fan-in" => mqtt.push(Mode::MqttFanIn),
             "--mqtt-qos1" => mqtt.push(Mode::MqttQos1),
             "--stomp-queue" => stomp = true,
+            "--amqp10-queue" => amqp10 = true,
+            "--amqp10-address-v1" => config.amqp10_address_v1 = true,
             "--source-addrs" => {
                 config.source_addrs = number::<u8>(&flag, &value(&flag)?)?.max(1);
             }
@@ -356,8 +371,20 @@ where
     if stomp && (rpc || churn || idle.is_some() || !mqtt.is_empty()) {
         return Err(invalid("--stomp-queue excludes the other modes"));
     }
+    if amqp10 != (config.uri.scheme == Scheme::Amqp10) {
+        return Err(invalid(
+            "--amqp10-queue goes with an amqp10:// --uri, and only with it",
+        ));
+    }
+    if amqp10 && (stomp || rpc || churn || idle.is_some() || !mqtt.is_empty()) {
+        return Err(invalid("--amqp10-queue excludes the other modes"));
+    }
+    if config.amqp10_address_v1 && !amqp10 {
+        return Err(invalid("--amqp10-address-v1 goes with --amqp10-queue"));
+    }
     config.mode = match (rpc, churn, idle) {
         _ if stomp => Mode::StompQueue,
+        _ if amqp10 => Mode::Amqp10Queue,
         (false, false, None) if !mqtt.is_empty() => {
             if mqtt.len() > 1 {
                 return Err(invalid("choose one of the --mqtt-* modes"));
@@ -430,9 +457,11 @@ pub fn parse_uri(uri: &str) -> Result<Uri, ArgError> {
         (Scheme::Mqtt, rest)
     } else if let Some(rest) = uri.strip_prefix("stomp://") {
         (Scheme::Stomp, rest)
+    } else if let Some(rest) = uri.strip_prefix("amqp10://") {
+        (Scheme::Amqp10, rest)
     } else {
         return Err(invalid(format!(
-            "URI must start with amqp://, mqtt:// or stomp:// (got '{uri}')"
+            "URI must start with amqp://, amqp10://, mqtt:// or stomp:// (got '{uri}')"
         )));
     };
     let (authority, path) = match rest.find('/') {
@@ -472,7 +501,7 @@ pub fn parse_uri(uri: &str) -> Result<Uri, ArgError> {
             .parse()
             .map_err(|_| invalid(format!("bad port '{p}' in URI '{uri}'")))?,
         None => match scheme {
-            Scheme::Amqp => 5672,
+            Scheme::Amqp | Scheme::Amqp10 => 5672,
             Scheme::Mqtt => 1883,
             Scheme::Stomp => 61613,
         },
@@ -681,5 +710,41 @@ mod tests {
         assert!(parse(&["--stomp-queue"]).is_err());
         assert!(parse(&["--uri", "stomp://h"]).is_err());
         assert!(parse(&["--uri", "stomp://h", "--stomp-queue", "--rpc"]).is_err());
+    }
+
+    #[test]
+    fn amqp10_mode_goes_with_an_amqp10_uri() {
+        let c = parse(&[
+            "--uri",
+            "amqp10://u:p@h/%2f",
+            "--amqp10-queue",
+            "-q",
+            "200",
+            "-c",
+            "1000",
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.mode, c.uri.scheme, c.uri.port, c.uri.vhost.as_str()),
+            (Mode::Amqp10Queue, Scheme::Amqp10, 5672, "/")
+        );
+        assert_eq!(
+            (c.qos, c.confirm, c.amqp10_address_v1),
+            (200, Some(1000), false)
+        );
+        let v1 = parse(&[
+            "--uri",
+            "amqp10://h:5673",
+            "--amqp10-queue",
+            "--amqp10-address-v1",
+        ])
+        .unwrap();
+        assert!(v1.amqp10_address_v1);
+        assert_eq!(v1.uri.port, 5673);
+        assert!(parse(&["--amqp10-queue"]).is_err(), "amqp:// URI");
+        assert!(parse(&["--uri", "amqp10://h"]).is_err(), "no mode");
+        assert!(parse(&["--amqp10-address-v1"]).is_err());
+        assert!(parse(&["--uri", "amqp10://h", "--amqp10-queue", "--rpc"]).is_err());
+        assert!(parse(&["--uri", "amqp10://h", "--amqp10-queue", "--stomp-queue"]).is_err());
     }
 }

@@ -2,6 +2,7 @@
 //! RabbitMQ's PerfTest, with its own minimal client on tokio and Warren's sans-IO codec so
 //! that the tool is not the bottleneck. See README.md and `--help`.
 
+mod amqp10;
 mod args;
 mod client;
 mod modes;
@@ -61,6 +62,7 @@ fn main() -> ExitCode {
             Mode::MqttFanIn => mqtt::fan_in(config.clone(), shared.clone()).await,
             Mode::MqttQos1 => mqtt::qos1(config.clone(), shared.clone()).await,
             Mode::StompQueue => stomp::queue(config.clone(), shared.clone()).await,
+            Mode::Amqp10Queue => amqp10::queue(config.clone(), shared.clone()).await,
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));

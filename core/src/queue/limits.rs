@@ -62,6 +62,11 @@ pub struct QueueLimits {
     /// `x-single-active-consumer`: only the first attached consumer receives; the next one
     /// takes over when it goes.
     pub single_active_consumer: bool,
+    /// `x-delivery-limit` (policy key `delivery-limit`): a message returned to the queue
+    /// more often than this is dead-lettered with reason `delivery_limit`, or dropped without
+    /// a dead-letter exchange. RabbitMQ honours it on quorum queues only; Warren on classic
+    /// queues too.
+    pub delivery_limit: Option<u64>,
 }
 
 impl QueueLimits {
@@ -130,6 +135,7 @@ impl QueueLimits {
             max_priority,
             message_ttl: non_negative("x-message-ttl")?,
             max_length: non_negative("x-max-length")?,
+            delivery_limit: non_negative("x-delivery-limit")?,
             max_length_bytes: non_negative("x-max-length-bytes")?,
             overflow,
             dead_letter_exchange: string("x-dead-letter-exchange")?,

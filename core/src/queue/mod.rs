@@ -49,8 +49,14 @@ pub enum EnqueueOutcome {
 pub enum Settlement {
     /// Processed: forget the message (basic.ack, accepted, MQTT PUBACK, STOMP ACK).
     Ack,
-    /// Put back in the queue at its original position, marked redelivered.
+    /// Put back in the queue at its original position, marked redelivered, counted as a
+    /// failed delivery (`x-delivery-count`; see `x-delivery-limit`): basic.nack/reject with
+    /// requeue, AMQP 1.0 `modified` with delivery-failed, a consumer going away with it
+    /// unsettled.
     Requeue,
+    /// Put back like [`Settlement::Requeue`] without counting a failed delivery: AMQP 1.0
+    /// `released`, or a delivery that never reached the client.
+    Release,
     /// Refused without requeue: dead-lettered where configured, otherwise dropped.
     Reject,
 }
@@ -103,6 +109,10 @@ pub struct QueueStats {
     pub rejected_publishes: u64,
     /// Ready messages whose body is on disk only (paged out; see docs/storage.md).
     pub paged_out: u64,
+    /// Messages dead-lettered because they were returned more often than `x-delivery-limit`.
+    pub dead_lettered_delivery_limit: u64,
+    /// Messages dropped for the delivery limit (no dead-letter exchange).
+    pub dropped_delivery_limit: u64,
 }
 
 struct UnsettledMessage {
@@ -110,6 +120,8 @@ struct UnsettledMessage {
     expires_at: Option<u64>,
     /// See [`ReadyMessage`]'s `store_id`.
     store_id: u64,
+    /// See [`ReadyMessage`]'s `delivery_count`.
+    delivery_count: u16,
 }
 
 /// A durable queue's link to the message store.
@@ -298,6 +310,8 @@ impl Queue {
                 store_id: recovered.store_id,
                 paged,
                 paged_len: if paged { recovered.body_len } else { 0 },
+                // The store does not keep the count: it starts again after a restart.
+                delivery_count: 0,
             };
             let ready = self.page_out_if_over(&state, ready);
             state.push_ready(ready);
@@ -446,14 +460,17 @@ impl Queue {
             DeathReason::Expired => state.stats.expired += 1,
             DeathReason::Rejected => state.stats.dropped += 1,
             DeathReason::MaxLen => state.stats.dropped_maxlen += 1,
-            DeathReason::DeliveryLimit => {}
+            DeathReason::DeliveryLimit => state.stats.dropped_delivery_limit += 1,
         }
         if state.limits.dead_letter_exchange.is_some() {
             match reason {
                 DeathReason::Rejected => state.stats.dead_lettered_rejected += 1,
                 DeathReason::Expired => state.stats.dead_lettered_expired += 1,
                 DeathReason::MaxLen => state.stats.dead_lettered_maxlen += 1,
-                DeathReason::DeliveryLimit => {}
+                DeathReason::DeliveryLimit => {
+                    state.stats.dropped_delivery_limit -= 1;
+                    state.stats.dead_lettered_delivery_limit += 1;
+                }
             }
             state.dead_letters.push((message, reason));
         }
@@ -667,6 +684,7 @@ impl Queue {
             store_id,
             paged: false,
             paged_len: 0,
+            delivery_count: 0,
         };
         let ready = self.page_out_if_over(&state, ready);
         state.push_ready(ready);
@@ -727,6 +745,7 @@ impl Queue {
                         message: Arc::clone(&ready.message),
                         expires_at: ready.expires_at,
                         store_id: ready.store_id,
+                        delivery_count: ready.delivery_count,
                     },
                 );
             }
@@ -742,6 +761,7 @@ impl Queue {
                 id: ready.id,
                 message: ready.message,
                 redelivered: ready.redelivered,
+                delivery_count: u32::from(ready.delivery_count),
                 needs_settlement,
             });
         }
@@ -809,6 +829,7 @@ impl Queue {
                     message: Arc::clone(&ready.message),
                     expires_at: ready.expires_at,
                     store_id: ready.store_id,
+                    delivery_count: ready.delivery_count,
                 },
             );
         }
@@ -825,6 +846,7 @@ impl Queue {
             id: ready.id,
             message: ready.message,
             redelivered: ready.redelivered,
+            delivery_count: u32::from(ready.delivery_count),
             needs_settlement,
         };
         self.finish(state);
@@ -858,9 +880,29 @@ impl Queue {
                     }
                 }
             }
-            Settlement::Requeue => {
+            Settlement::Requeue | Settlement::Release => {
+                let failed = settlement == Settlement::Requeue;
                 for &id in ids {
                     if let Some(unsettled) = state.unsettled.remove(&id) {
+                        let delivery_count = if failed {
+                            unsettled.delivery_count.saturating_add(1)
+                        } else {
+                            unsettled.delivery_count
+                        };
+                        if failed
+                            && state
+                                .limits
+                                .delivery_limit
+                                .is_some_and(|limit| u64::from(delivery_count) > limit)
+                        {
+                            self.discard(
+                                &mut state,
+                                unsettled.message,
+                                unsettled.store_id,
+                                DeathReason::DeliveryLimit,
+                            );
+                            continue;
+                        }
                         let ready = ReadyMessage {
                             id,
                             message: unsettled.message,
@@ -869,6 +911,7 @@ impl Queue {
                             store_id: unsettled.store_id,
                             paged: false,
                             paged_len: 0,
+                            delivery_count,
                         };
                         state.ready_bytes += ready.body_len();
                         state.expiring += usize::from(ready.expires_at.is_some());
@@ -1197,5 +1240,88 @@ mod tests {
         let _held = q.get(true).unwrap();
         assert_eq!(q.purge(), 2);
         assert_eq!(q.stats().unacknowledged, 1);
+    }
+
+    fn queue_with_delivery_limit(limit: i64) -> Arc<Queue> {
+        let mut arguments = Table::new();
+        arguments.insert("x-delivery-limit", crate::value::Value::I64(limit));
+        Queue::new(QueueConfig {
+            name: "q".into(),
+            vhost: "/".into(),
+            durable: false,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments,
+        })
+    }
+
+    #[test]
+    fn requeue_counts_failed_deliveries_and_release_does_not() {
+        let q = queue(false);
+        q.enqueue(message("a"));
+        let (first, _) = q.get(true).unwrap();
+        assert_eq!((first.delivery_count, first.redelivered), (0, false));
+        q.settle(&[first.id], Settlement::Requeue);
+        let (second, _) = q.get(true).unwrap();
+        assert_eq!((second.delivery_count, second.redelivered), (1, true));
+        q.settle(&[second.id], Settlement::Release);
+        let (third, _) = q.get(true).unwrap();
+        assert_eq!(third.delivery_count, 1);
+        q.settle(&[third.id], Settlement::Requeue);
+        let sink = RecordingSink::new(1);
+        q.add_consumer(spec("c", 0, false), sink.clone()).unwrap();
+        assert_eq!(sink.received.lock()[0].delivery_count, 2);
+    }
+
+    #[test]
+    fn a_message_returned_more_often_than_the_delivery_limit_is_dropped() {
+        let q = queue_with_delivery_limit(2);
+        q.enqueue(message("poison"));
+        q.enqueue(message("fine"));
+        for expected_count in 0..=2 {
+            let (delivery, _) = q.get(true).unwrap();
+            assert_eq!(delivery.message.body, "poison");
+            assert_eq!(delivery.delivery_count, expected_count);
+            q.settle(&[delivery.id], Settlement::Requeue);
+        }
+        let (next, left) = q.get(true).unwrap();
+        assert_eq!((next.message.body.as_ref(), left), (&b"fine"[..], 0));
+        let stats = q.stats();
+        assert_eq!(stats.dropped_delivery_limit, 1);
+        assert_eq!(stats.dead_lettered_delivery_limit, 0);
+    }
+
+    #[test]
+    fn delivery_limit_zero_allows_no_failed_delivery_but_releases_are_free() {
+        let q = queue_with_delivery_limit(0);
+        q.enqueue(message("a"));
+        let (delivery, _) = q.get(true).unwrap();
+        q.settle(&[delivery.id], Settlement::Release);
+        let (delivery, _) = q.get(true).unwrap();
+        q.settle(&[delivery.id], Settlement::Requeue);
+        assert_eq!(q.stats().ready, 0);
+        assert_eq!(q.stats().dropped_delivery_limit, 1);
+    }
+
+    #[test]
+    fn delivery_limit_argument_must_be_a_non_negative_integer() {
+        let mut arguments = Table::new();
+        arguments.insert("x-delivery-limit", crate::value::Value::I64(-1));
+        assert_eq!(
+            QueueLimits::from_arguments(&arguments).unwrap_err(),
+            "invalid arg 'x-delivery-limit': expected a non-negative integer, got -1 of type long"
+        );
+        arguments.insert("x-delivery-limit", crate::value::Value::I32(5));
+        assert_eq!(
+            QueueLimits::from_arguments(&arguments)
+                .unwrap()
+                .delivery_limit,
+            Some(5)
+        );
+    }
+
+    #[test]
+    fn a_ready_entry_stays_compact() {
+        assert!(std::mem::size_of::<ReadyMessage>() <= 48);
     }
 }

@@ -19,6 +19,9 @@ pub(super) struct ReadyMessage {
     /// and `paged_len` the body's length.
     pub(super) paged: bool,
     pub(super) paged_len: u32,
+    /// Failed deliveries so far (see [`crate::consumer::Delivery::delivery_count`]); two
+    /// bytes fit in the entry's padding, so counting costs no memory per message.
+    pub(super) delivery_count: u16,
 }
 
 impl ReadyMessage {

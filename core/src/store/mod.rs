@@ -379,7 +379,12 @@ impl MessageStore {
             self.shared.wake.notify_one();
         }
         if let Some(handle) = self.writer.lock().take() {
-            let _ = handle.join();
+            // The last reference can be dropped on the writer thread itself (it holds the
+            // broker's definitions writer): it ends on its own once `stopping` is seen, and
+            // joining itself would fail (EDEADLK).
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
         }
     }
 

@@ -107,6 +107,22 @@ impl MqttClient {
         }
     }
 
+    /// The next acknowledgement of our own publishes (PUBACK, PUBREC or PUBCOMP).
+    pub async fn next_ack(&mut self) -> Packet {
+        loop {
+            let packet = tokio::time::timeout(WAIT, self.incoming.recv())
+                .await
+                .expect("an acknowledgement in time")
+                .expect("the connection is open");
+            if matches!(
+                packet,
+                Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_)
+            ) {
+                return packet;
+            }
+        }
+    }
+
     /// The next PUBLISH.
     pub async fn next_publish(&mut self) -> Publish {
         match self.next().await {
@@ -124,7 +140,7 @@ impl MqttClient {
         }
     }
 
-    /// Publishes and, for QoS 1, waits for the PUBACK.
+    /// Publishes (without waiting for an acknowledgement: see [`MqttClient::next_ack`]).
     pub async fn publish(&mut self, topic: &str, qos: rumqttc::QoS, payload: &[u8]) {
         self.client
             .publish(topic, qos, false, payload.to_vec())

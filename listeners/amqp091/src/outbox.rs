@@ -19,6 +19,7 @@ use warren_core::consumer::{Delivery, DeliverySink};
 use warren_core::idmap::IdMap;
 use warren_core::message::Message;
 use warren_core::queue::{now_ms, Queue};
+use warren_core::value::{Table, Value};
 
 use crate::codec::{self, Method};
 
@@ -245,7 +246,7 @@ impl Outbox {
             &message.exchange,
             &message.routing_key,
             u32::try_from(message_count).unwrap_or(u32::MAX),
-            &raw_properties(message),
+            &delivery_properties(message, delivery.delivery_count),
             &message.body,
             frame_max,
         );
@@ -442,6 +443,25 @@ fn release_credit(deliveries: &mut ChannelDeliveries, taken: &[Unacked]) {
 
 /// The message's properties in 0-9-1 wire form: the bytes it arrived with, or encoded now
 /// for a message from another protocol.
+/// The encoded properties of a delivery: a message returned after failed deliveries carries
+/// their number in the `x-delivery-count` header (a long), as RabbitMQ 4.x quorum queues
+/// write it; a first delivery is sent with the properties exactly as published.
+fn delivery_properties(message: &Message, delivery_count: u32) -> Bytes {
+    if delivery_count == 0 {
+        return raw_properties(message);
+    }
+    let mut properties = message.properties.clone();
+    properties
+        .headers
+        .get_or_insert_with(Table::new)
+        .insert("x-delivery-count", Value::I64(i64::from(delivery_count)));
+    let mut out = BytesMut::new();
+    if codec::encode_properties(&properties, &mut out).is_err() {
+        return raw_properties(message);
+    }
+    out.freeze()
+}
+
 fn raw_properties(message: &Message) -> Bytes {
     match &message.encoded_properties {
         Some(raw) => raw.clone(),
@@ -569,7 +589,7 @@ impl DeliverySink for SinkHandle {
         let tag = deliveries.next_tag;
         deliveries.next_tag += 1;
         let message = &delivery.message;
-        let properties = raw_properties(message);
+        let properties = delivery_properties(message, delivery.delivery_count);
         codec::write_deliver(
             buffer,
             sink.channel,

@@ -305,8 +305,16 @@ fn header_i64(headers: Option<&Table>, key: &str) -> Option<i64> {
     headers?.get(key)?.as_i64()
 }
 
-/// Encodes `message` as the sections of an AMQP 1.0 message into `out`.
-pub fn encode_message(message: &Message, redelivered: bool, out: &mut BytesMut) {
+/// Encodes `message` as the sections of an AMQP 1.0 message into `out`. The header's
+/// delivery-count is the queue's count of failed deliveries (requeues and `modified` with
+/// delivery-failed, not `released`), as RabbitMQ 4.x sets it; first-acquirer is false once
+/// the message was delivered before.
+pub fn encode_message(
+    message: &Message,
+    redelivered: bool,
+    delivery_count: u32,
+    out: &mut BytesMut,
+) {
     let core = &message.properties;
     let headers = core.headers.as_ref();
     let ttl = core.expiration_ms().and_then(|ttl| u32::try_from(ttl).ok());
@@ -315,7 +323,7 @@ pub fn encode_message(message: &Message, redelivered: bool, out: &mut BytesMut) 
         priority: Priority(core.priority.unwrap_or(4)),
         ttl,
         first_acquirer: !redelivered,
-        delivery_count: u32::from(redelivered),
+        delivery_count,
     };
     serialize_into(out, &header);
 
@@ -469,7 +477,7 @@ mod tests {
 
         // And back: what a 1.0 consumer receives carries the same fields.
         let mut out = BytesMut::new();
-        encode_message(&incoming.message, false, &mut out);
+        encode_message(&incoming.message, false, 0, &mut out);
         let back: fe2o3_amqp_types::messaging::message::__private::Deserializable<
             AmqpMessage<fe2o3_amqp_types::messaging::Body<AmqpValue>>,
         > = serde_amqp::from_slice(&out).unwrap();
@@ -498,7 +506,7 @@ mod tests {
             Some(AMQP10_BODY_TYPE)
         );
         let mut out = BytesMut::new();
-        encode_message(&incoming.message, false, &mut out);
+        encode_message(&incoming.message, false, 0, &mut out);
         let back: fe2o3_amqp_types::messaging::message::__private::Deserializable<
             AmqpMessage<ValueSection<String>>,
         > = serde_amqp::from_slice(&out).unwrap();

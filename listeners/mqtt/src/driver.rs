@@ -110,6 +110,9 @@ pub async fn run_connection(
     let _ = stream.set_nodelay(true);
     let outbox = Outbox::new(context.config.prefetch);
     let mut session = Session::new(context, Arc::clone(&outbox), peer.ip().is_loopback());
+    if let Ok(local) = stream.local_addr() {
+        session.set_addresses(peer, local);
+    }
     tracing::debug!(connection = session.connection_id(), %peer, "accepted MQTT connection");
     let (mut reader, mut writer) = stream.split();
     let end = drive(
@@ -143,6 +146,8 @@ async fn drive(
     let mut last_heard = Instant::now();
     let mut alarms_alive = true;
     let mut busy = false;
+    // The store's durable sequence number: held PUBACKs/PUBRECs go out as it moves.
+    let mut durable = session.subscribe_durable();
     loop {
         // A resource alarm stops reading publishers (as RabbitMQ does: MQTT 3.1.1 has no
         // way to tell them); deliveries to subscribers go on.
@@ -169,9 +174,23 @@ async fn drive(
             _ = outbox.kick.notified() => {
                 return End::Abnormal("another connection took over the client identifier".into());
             }
+            // An operator closed the connection (management API, warrenctl). MQTT 3.1.1 has
+            // no way to tell the client why; like RabbitMQ, the will is published, since
+            // the client did not send DISCONNECT.
+            _ = outbox.operator_close.notified() => {
+                let reason = session.close_requested().unwrap_or_default();
+                return End::Abnormal(format!("closed by an operator: {reason}"));
+            }
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {
                     return End::Shutdown;
+                }
+                continue;
+            }
+            _ = changed_or_pending(&mut durable), if session.awaits_durability() => {
+                session.release_held_acks();
+                if let Err(error) = flush(writer, outbox).await {
+                    return End::Abnormal(format!("socket error: {error}"));
                 }
                 continue;
             }
@@ -227,9 +246,23 @@ async fn drive(
                 },
             }
         }
+        // Acknowledgements whose messages reached the disk while the batch was handled.
+        session.release_held_acks();
         if let Err(error) = flush(writer, outbox).await {
             return End::Abnormal(format!("socket error: {error}"));
         }
+    }
+}
+
+/// Waits for the store's durable sequence number to move (forever without a store).
+async fn changed_or_pending(receiver: &mut Option<watch::Receiver<u64>>) {
+    match receiver {
+        Some(receiver) => {
+            if receiver.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -76,6 +76,8 @@ pub struct Outbox {
     pub notify: Notify,
     /// Wakes the driver when another connection takes over this client identifier.
     pub kick: Notify,
+    /// Wakes the driver when an operator asks the connection to close (management API).
+    pub operator_close: Notify,
 }
 
 /// What the driver took from the outbox.
@@ -117,6 +119,7 @@ impl Outbox {
             }),
             notify: Notify::new(),
             kick: Notify::new(),
+            operator_close: Notify::new(),
         })
     }
 

@@ -760,7 +760,7 @@ impl Session {
             }
         }
         let orphaned = self.outbox.take_orphaned();
-        settle_grouped(orphaned, Settlement::Requeue);
+        settle_grouped(orphaned, Settlement::Release);
     }
 
     fn flush_confirms(&mut self) {
@@ -842,7 +842,7 @@ impl Session {
         self.registration = None;
         self.outbox.close();
         let orphaned = self.outbox.take_orphaned();
-        settle_grouped(orphaned, Settlement::Requeue);
+        settle_grouped(orphaned, Settlement::Release);
     }
 }
 

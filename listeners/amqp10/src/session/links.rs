@@ -438,18 +438,24 @@ impl Session {
                 returned.push(unsettled.message_id);
             }
         }
+        // Queued for the link but never sent: returned without counting a failed delivery.
+        let mut never_sent = Vec::new();
         let mut kept = VecDeque::new();
         for pending in self.pending.drain(..) {
             if self.links.contains_key(&pending.handle) {
                 kept.push_back(pending);
             } else if pending.delivery.needs_settlement {
-                returned.push(pending.delivery.id);
+                never_sent.push(pending.delivery.id);
             }
         }
         self.pending = kept;
         if !returned.is_empty() {
             returned.sort_unstable();
             link.queue.settle(&returned, Settlement::Requeue);
+        }
+        if !never_sent.is_empty() {
+            never_sent.sort_unstable();
+            link.queue.settle(&never_sent, Settlement::Release);
         }
     }
 
@@ -657,7 +663,12 @@ impl Session {
         let delivery_id = self.next_delivery_id;
         self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
         self.scratch.clear();
-        encode_message(&delivery.message, delivery.redelivered, &mut self.scratch);
+        encode_message(
+            &delivery.message,
+            delivery.redelivered,
+            delivery.delivery_count,
+            &mut self.scratch,
+        );
         let message = self.scratch.split().freeze();
         let first = Transfer {
             handle: Handle(handle),
@@ -737,13 +748,19 @@ impl Session {
                 undeliverable_here: Some(true),
                 ..
             })) => Settlement::Reject,
+            // delivery-failed counts the attempt (the header's delivery-count goes up, and
+            // x-delivery-limit applies); a plain release does not, as in RabbitMQ 4.x.
+            Some(DeliveryState::Modified(Modified {
+                delivery_failed: Some(true),
+                ..
+            })) => Settlement::Requeue,
             Some(DeliveryState::Modified(_)) | Some(DeliveryState::Released(_)) => {
-                Settlement::Requeue
+                Settlement::Release
             }
             // A non-terminal state: nothing to settle yet.
             Some(_) if !disposition.settled => return Ok(()),
             // Settled without an outcome: the default outcome, released.
-            _ => Settlement::Requeue,
+            _ => Settlement::Release,
         };
         let mut ids: Vec<DeliveryNumber> = if span < self.unsettled.len() {
             (0..=span as u32).map(|i| first.wrapping_add(i)).collect()
@@ -1101,10 +1118,11 @@ fn resolve_target(context: &Context<'_>, address: &str) -> Result<TargetAddress,
     Ok(target)
 }
 
-/// Gives a delivery that can no longer be sent back to its queue.
+/// Gives a delivery that can no longer be sent back to its queue; it never reached the
+/// client, so it does not count as a failed delivery.
 fn return_delivery(delivery: Delivery) {
     if delivery.needs_settlement {
-        delivery.queue.settle(&[delivery.id], Settlement::Requeue);
+        delivery.queue.settle(&[delivery.id], Settlement::Release);
     }
 }
 

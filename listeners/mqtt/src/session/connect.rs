@@ -9,7 +9,7 @@ use warren_core::access::Access;
 use warren_core::access::ResourceKind;
 use warren_core::broker::AuthFailure;
 use warren_core::consumer::ConsumerSpec;
-use warren_core::value::Table;
+use warren_core::value::{Table, Value};
 use warren_core::ErrorKind;
 
 use super::{queue_name, Connected, Control, End, Session, Subscription};
@@ -214,6 +214,13 @@ impl Session {
             }
         }
         connected.accepted = true;
+        self.registration = Some(register_connection(
+            &self.context.broker,
+            connection_id,
+            connected,
+            self.addresses,
+            &self.outbox,
+        ));
         // MQTT 3.1 has no session-present flag; its byte must be 0.
         let session_present =
             connected.session_present && connected.protocol == crate::codec::ProtocolLevel::V3_1_1;
@@ -339,6 +346,47 @@ fn subscriptions_from_bindings(
             ))
         })
         .collect()
+}
+
+/// Registers an accepted connection for operators (management API, warrenctl). The client
+/// identifier is the user-provided connection name and the `client_id` client property, as
+/// RabbitMQ shows MQTT connections; an operator's close wakes the driver.
+fn register_connection(
+    broker: &warren_core::Broker,
+    connection_id: u64,
+    connected: &super::Connected,
+    (peer, local): (std::net::SocketAddr, std::net::SocketAddr),
+    outbox: &Arc<crate::outbox::Outbox>,
+) -> warren_core::connections::ConnectionHandle {
+    let mut client_properties = Table::new();
+    client_properties.insert("client_id", Value::string(&connected.client_id));
+    let outbox = Arc::clone(outbox);
+    let handle = broker.register_connection(
+        warren_core::connections::ConnectionInfo {
+            id: connection_id,
+            protocol: match connected.protocol {
+                crate::codec::ProtocolLevel::V3_1 => "MQTT 3.1",
+                crate::codec::ProtocolLevel::V3_1_1 => "MQTT 3.1.1",
+            }
+            .to_string(),
+            user: connected.user.clone(),
+            vhost: connected.vhost.name().to_string(),
+            peer,
+            local,
+            client_properties,
+            connection_name: Some(connected.client_id.clone()),
+            tls: false,
+            frame_max: 0,
+            channel_max: 0,
+            heartbeat: connected.keep_alive,
+            connected_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        },
+        Box::new(move || outbox.operator_close.notify_one()),
+    );
+    handle.set_channels(1);
+    handle
 }
 
 /// A client identifier for a client that sent none: `warren-` and 22 random characters.

@@ -26,10 +26,13 @@ mod subscribe;
 #[cfg(test)]
 mod tests;
 
+use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use warren_core::connections::ConnectionHandle;
 use warren_core::queue::{Queue, Settlement};
 use warren_core::retained::RetainedStore;
 use warren_core::vhost::VHost;
@@ -159,6 +162,14 @@ pub struct Session {
     closed: bool,
     /// Whether the client has published: only publishers are blocked by resource alarms.
     published: bool,
+    /// The client's and the broker's addresses, for the connection registry.
+    addresses: (SocketAddr, SocketAddr),
+    /// The entry in the core's connection registry, from CONNACK to the end.
+    registration: Option<ConnectionHandle>,
+    /// PUBACKs and PUBRECs in PUBLISH order (MQTT-4.6.0-2), each with the store sequence
+    /// number that must be on disk before it goes out (0: nothing to wait for, held only to
+    /// keep the order behind one that waits).
+    held_acks: VecDeque<(u64, Packet)>,
 }
 
 impl Session {
@@ -174,7 +185,76 @@ impl Session {
             connected: None,
             closed: false,
             published: false,
+            addresses: (
+                SocketAddr::from(([0, 0, 0, 0], 0)),
+                SocketAddr::from(([0, 0, 0, 0], 0)),
+            ),
+            registration: None,
+            held_acks: VecDeque::new(),
         }
+    }
+
+    /// Whether acknowledgements wait for the message store's disk writes: the driver then
+    /// also wakes when the store's durable sequence number moves and calls
+    /// [`Session::release_held_acks`].
+    pub fn awaits_durability(&self) -> bool {
+        !self.held_acks.is_empty()
+    }
+
+    /// Follows the message store's durable sequence number (`None` without a store).
+    pub fn subscribe_durable(&self) -> Option<watch::Receiver<u64>> {
+        self.context
+            .broker
+            .message_store()
+            .map(|store| store.subscribe_durable())
+    }
+
+    /// Sends the held PUBACKs and PUBRECs whose messages are now on disk, in order.
+    pub fn release_held_acks(&mut self) {
+        if self.held_acks.is_empty() {
+            return;
+        }
+        let durable = self
+            .context
+            .broker
+            .message_store()
+            .map_or(u64::MAX, |store| store.durable_seq());
+        while let Some((seq, _)) = self.held_acks.front() {
+            if *seq > durable {
+                break;
+            }
+            if let Some((_, packet)) = self.held_acks.pop_front() {
+                self.outbox.send(&packet);
+            }
+        }
+    }
+
+    /// Sends a PUBACK or PUBREC now, or holds it until the store has `durable_seq` on disk
+    /// (or behind an earlier one that is held).
+    fn acknowledge_publish(&mut self, durable_seq: Option<u64>, packet: Packet) {
+        let durable = self
+            .context
+            .broker
+            .message_store()
+            .map_or(u64::MAX, |store| store.durable_seq());
+        let wait = durable_seq.filter(|seq| *seq > durable).unwrap_or(0);
+        if wait == 0 && self.held_acks.is_empty() {
+            self.outbox.send(&packet);
+        } else {
+            self.held_acks.push_back((wait, packet));
+        }
+    }
+
+    /// Records the client's and the broker's address (shown to operators).
+    pub fn set_addresses(&mut self, peer: SocketAddr, local: SocketAddr) {
+        self.addresses = (peer, local);
+    }
+
+    /// The reason an operator gave when asking this connection to close, once asked.
+    pub fn close_requested(&self) -> Option<String> {
+        self.registration
+            .as_ref()
+            .and_then(ConnectionHandle::close_requested)
     }
 
     /// The broker-wide connection id.
@@ -315,6 +395,8 @@ impl Session {
             return;
         }
         self.closed = true;
+        // Unregistered whatever happens next: operators no longer see the connection.
+        self.registration = None;
         let leftovers = self.outbox.close();
         let Some(mut connected) = self.connected.take() else {
             return;

@@ -31,25 +31,26 @@ impl Session {
             // until PUBREL, and answer a re-sent PUBLISH with PUBREC only.
             let packet_id = packet_id.unwrap_or(0);
             if connected.inbound_qos2.contains(&packet_id) {
-                self.outbox.send(&Packet::PubRec(PubRec { packet_id }));
+                self.acknowledge_publish(None, Packet::PubRec(PubRec { packet_id }));
                 return Control::Continue;
             }
         }
-        let outcome = route_publish(&self.context, connected, &topic, payload, qos, retain, dup);
-        if let Err(reason) = outcome {
-            return self.protocol_error(&reason);
-        }
-        // The acknowledgement goes out once the message is in its queues. When the disk
-        // store lands, persistent queues confirm after the write; this is where to wait.
+        let durable_seq =
+            match route_publish(&self.context, connected, &topic, payload, qos, retain, dup) {
+                Ok(durable_seq) => durable_seq,
+                Err(reason) => return self.protocol_error(&reason),
+            };
+        // The acknowledgement goes out once the message is in its queues and, when a
+        // durable queue took it, once the store has it on disk (the driver waits).
         match (qos, packet_id) {
             (QoS::AtLeastOnce, Some(packet_id)) => {
-                self.outbox.send(&Packet::PubAck(PubAck { packet_id }));
+                self.acknowledge_publish(durable_seq, Packet::PubAck(PubAck { packet_id }));
             }
             (QoS::ExactlyOnce, Some(packet_id)) => {
                 if let Some(connected) = self.connected.as_deref_mut() {
                     connected.inbound_qos2.push(packet_id);
                 }
-                self.outbox.send(&Packet::PubRec(PubRec { packet_id }));
+                self.acknowledge_publish(durable_seq, Packet::PubRec(PubRec { packet_id }));
             }
             _ => {}
         }
@@ -92,8 +93,10 @@ impl Session {
     }
 }
 
-/// Routes one MQTT message through the exchange, retaining it first if asked. Errors are
-/// the reason to close the connection (no permission, payload too large, no exchange).
+/// Routes one MQTT message through the exchange, retaining it first if asked. Returns the
+/// store sequence number to wait for when a durable queue took the (persistent) message.
+/// Errors are the reason to close the connection (no permission, payload too large, no
+/// exchange).
 fn route_publish(
     context: &super::MqttContext,
     connected: &mut Connected,
@@ -102,7 +105,7 @@ fn route_publish(
     qos: QoS,
     retain: bool,
     dup: bool,
-) -> Result<(), String> {
+) -> Result<Option<u64>, String> {
     let config = &context.config;
     let may_publish = *connected.may_publish.get_or_insert_with(|| {
         connected
@@ -169,12 +172,18 @@ fn route_publish(
         return Err(error.message);
     }
     // Through the vhost, so a persistent (QoS 1/2) message reaching a durable queue is written
-    // to the message store. PUBACK does not wait for its fsync yet (see docs/storage.md).
-    if !routed.is_empty() && !connected.vhost.enqueue_routed(message, &routed).accepted {
-        // x-overflow = reject-publish: MQTT 3.1.1 has no negative acknowledgement.
-        tracing::debug!("MQTT message refused by a full queue");
+    // to the message store; its PUBACK/PUBREC waits for the returned sequence number.
+    let mut durable_seq = None;
+    if !routed.is_empty() {
+        let enqueued = connected.vhost.enqueue_routed(message, &routed);
+        if enqueued.accepted {
+            durable_seq = enqueued.durable_seq;
+        } else {
+            // x-overflow = reject-publish: MQTT 3.1.1 has no negative acknowledgement.
+            tracing::debug!("MQTT message refused by a full queue");
+        }
     }
     routed.clear();
     connected.routed = routed;
-    Ok(())
+    Ok(durable_seq)
 }
