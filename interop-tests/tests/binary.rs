@@ -14,57 +14,19 @@ mod amqprs_common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use amqprs::channel::{BasicGetArguments, QueueDeclareArguments};
 use amqprs_common::connect_addr;
+use warren_interop_tests::process::warren_binary;
 use warren_interop_tests::test_listener_args;
 
 /// Start-up, build and exit limits. Generous: the first call may compile the binary.
 const START_LIMIT: Duration = Duration::from_secs(30);
 const EXIT_LIMIT: Duration = Duration::from_secs(15);
-
-fn warren_binary() -> &'static Path {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test executable in <target>/<profile>/deps");
-        let target_dir = profile_dir.parent().expect("target dir");
-        let profile = profile_dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .expect("profile directory name");
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let mut build = Command::new(env!("CARGO"));
-        build
-            .args(["build", "--quiet", "-p", "warren", "--bin", "warren"])
-            .arg("--manifest-path")
-            .arg(&manifest)
-            .arg("--target-dir")
-            .arg(target_dir);
-        match profile {
-            "debug" => {}
-            "release" => {
-                build.arg("--release");
-            }
-            other => {
-                build.args(["--profile", other]);
-            }
-        }
-        let status = build.status().expect("runs cargo build");
-        assert!(status.success(), "cargo build -p warren failed: {status}");
-        let binary = profile_dir.join(format!("warren{}", std::env::consts::EXE_SUFFIX));
-        assert!(binary.is_file(), "{} was not built", binary.display());
-        binary
-    })
-}
 
 /// A fresh, empty directory for one test's `data_dir`.
 fn temp_dir(name: &str) -> PathBuf {
