@@ -149,8 +149,12 @@ async fn a_stomp_disconnect_receipt_waits_for_the_disk_and_survives_a_clean_rest
     .expect("bounded in time");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "intermittently does not receive all ten messages after the SIGKILL restart under load; not diagnosed yet"]
+// A current-thread runtime on purpose: fe2o3-amqp 0.14's `Sender::send` hands the transfer to
+// its session task before it records the delivery as unsettled, so on a multi-thread runtime a
+// disposition that arrives fast enough is dropped by the client and `send` never returns (seen
+// about once in 100 sends here; the broker had written the disposition). On one thread the
+// record is made before the session task can run.
+#[tokio::test]
 async fn an_amqp10_accepted_disposition_for_a_durable_message_means_it_is_on_disk() {
     tokio::time::timeout(TEST_LIMIT, async {
         let dir = TempDir::new("amqp10-accepted");
