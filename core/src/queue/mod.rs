@@ -522,24 +522,44 @@ impl Queue {
         }
         state.last_sweep = now;
         let mut next_expiry = u64::MAX;
-        let taken = state.ready.take_where(|m| match m.expires_at {
-            Some(at) if at < now => true,
-            Some(at) => {
-                next_expiry = next_expiry.min(at);
-                false
-            }
-            None => false,
-        });
+        let dead_lettering = state.limits.dead_letter_exchange.is_some();
+        // Messages that only need freeing (not stored, not dead-lettered) leave as bare
+        // references, freed once the lock is released; the others go through discard.
+        let mut garbage: Vec<Arc<Message>> = Vec::new();
+        let mut to_discard: Vec<ReadyMessage> = Vec::new();
+        let (mut bytes, mut paged) = (0u64, 0u64);
+        let expired = state.ready.remove_where(
+            |m| match m.expires_at {
+                Some(at) if at < now => true,
+                Some(at) => {
+                    next_expiry = next_expiry.min(at);
+                    false
+                }
+                None => false,
+            },
+            |ready| {
+                bytes += ready.body_len();
+                paged += u64::from(ready.paged);
+                if dead_lettering || ready.store_id != 0 {
+                    to_discard.push(ready);
+                } else {
+                    garbage.push(ready.message);
+                }
+            },
+        );
         state.next_expiry = next_expiry;
-        let expired = taken.len();
-        for message in &taken {
-            state.forget_ready(message);
-            self.discard_ready(&mut state, message.clone(), DeathReason::Expired);
+        // Every removed message carried an expiry.
+        state.expiring -= expired;
+        state.ready_bytes -= bytes;
+        state.stats.paged_out -= paged;
+        state.stats.expired += garbage.len() as u64;
+        for ready in to_discard {
+            self.discard_ready(&mut state, ready, DeathReason::Expired);
         }
         self.finish(state);
         // The expired messages are freed here, after the lock is released, so publishers are
         // not held up by the deallocations.
-        drop(taken);
+        drop(garbage);
         expired
     }
 
@@ -1109,7 +1129,7 @@ mod tests {
 
     fn message(body: &'static str) -> Arc<Message> {
         Arc::new(Message {
-            exchange: String::new(),
+            exchange: "".into(),
             routing_key: "q".into(),
             properties: Properties::default(),
             encoded_properties: None,
