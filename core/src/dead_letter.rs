@@ -142,10 +142,7 @@ mod tests {
             "dlx",
             Some("retry"),
         );
-        assert_eq!(
-            (&*dead.exchange, &*dead.routing_key),
-            ("dlx", "retry")
-        );
+        assert_eq!((&*dead.exchange, &*dead.routing_key), ("dlx", "retry"));
         assert_eq!(dead.properties.expiration, None);
         let entry = &deaths(&dead)[0];
         assert_eq!(entry.get("count"), Some(&Value::I64(1)));

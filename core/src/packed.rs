@@ -48,7 +48,10 @@ pub fn pack_properties_and_body(properties: &[u8], body: &[u8]) -> Option<(Bytes
         2033..=PACK_AT_MOST => pack_into::<PACK_AT_MOST>(properties, body),
         _ => return None,
     };
-    Some((joint.slice(..properties.len()), joint.slice(properties.len()..)))
+    Some((
+        joint.slice(..properties.len()),
+        joint.slice(properties.len()..),
+    ))
 }
 
 #[cfg(test)]

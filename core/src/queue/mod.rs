@@ -1409,7 +1409,9 @@ mod tests {
         q.enqueue(message("1"));
         assert_eq!(first.bodies(), vec!["1"]);
         q.add_consumer(spec("low", 1, false), low.clone()).unwrap();
-        let high_id = q.add_consumer(spec("high", 10, false), high.clone()).unwrap();
+        let high_id = q
+            .add_consumer(spec("high", 10, false), high.clone())
+            .unwrap();
         q.add_consumer(spec("other-high", 10, false), other_high.clone())
             .unwrap();
         // The active consumer holds a delivery: it stays active and gets nothing more.
@@ -1422,7 +1424,11 @@ mod tests {
         q.settle(&[held], Settlement::Ack);
         // The highest priority waiting consumer (the first of equals to attach) took over.
         assert_eq!(high.bodies(), vec!["2"]);
-        let tags: Vec<String> = q.consumers().iter().map(|(c, _)| c.tag.to_string()).collect();
+        let tags: Vec<String> = q
+            .consumers()
+            .iter()
+            .map(|(c, _)| c.tag.to_string())
+            .collect();
         assert_eq!(tags, vec!["high", "other-high", "low", "first"]);
         // Cancelling the active consumer hands over to the next by priority.
         q.remove_consumer(high_id);
@@ -1439,7 +1445,8 @@ mod tests {
         let high = RecordingSink::new(10);
         q.add_consumer(spec("first", 0, false), first.clone())
             .unwrap();
-        q.add_consumer(spec("high", 5, false), high.clone()).unwrap();
+        q.add_consumer(spec("high", 5, false), high.clone())
+            .unwrap();
         q.enqueue(message("1"));
         assert_eq!(high.bodies(), vec!["1"]);
         assert!(first.bodies().is_empty());
