@@ -1452,6 +1452,53 @@ mod tests {
         assert!(first.bodies().is_empty());
     }
 
+    fn expiring(body: &'static str, expiration: &str, priority: u8) -> Arc<Message> {
+        Arc::new(Message {
+            exchange: "".into(),
+            routing_key: "q".into(),
+            properties: Properties {
+                expiration: Some(expiration.to_string()),
+                priority: Some(priority),
+                ..Properties::default()
+            },
+            encoded_properties: None,
+            body: Bytes::from_static(body.as_bytes()),
+        })
+    }
+
+    #[test]
+    fn the_sweep_removes_expired_messages_anywhere_and_keeps_the_order_of_the_rest() {
+        let mut arguments = Table::new();
+        arguments.insert("x-max-priority", crate::value::Value::I64(2));
+        let q = Queue::new(QueueConfig {
+            name: "q".into(),
+            vhost: "/".into(),
+            durable: false,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments,
+        });
+        for (body, expiration, priority) in [
+            ("keep-1", "600000", 0),
+            ("expire-1", "10", 0),
+            ("keep-2", "600000", 1),
+            ("expire-2", "10", 1),
+            ("keep-3", "600000", 0),
+            ("expire-3", "20", 0),
+        ] {
+            q.enqueue(expiring(body, expiration, priority));
+        }
+        assert_eq!(q.expire(now_ms() + 1_000), 3);
+        let stats = q.stats();
+        assert_eq!((stats.ready, stats.expired), (3, 3));
+        // Nothing else is due: the next sweep is free and removes nothing.
+        assert_eq!(q.expire(now_ms() + 10_000), 0);
+        let order: Vec<Bytes> = std::iter::from_fn(|| q.get(false))
+            .map(|(d, _)| d.message.body.clone())
+            .collect();
+        assert_eq!(order, vec!["keep-2", "keep-1", "keep-3"]);
+    }
+
     #[test]
     fn a_ready_entry_stays_compact() {
         assert!(std::mem::size_of::<ReadyMessage>() <= 48);
