@@ -1,6 +1,8 @@
 //! Dead-lettering: the copy of a message that leaves its queue through the queue's
 //! dead-letter exchange, with the `x-death` history RabbitMQ 4.x writes.
 
+use std::sync::Arc;
+
 use crate::message::{Message, Properties};
 use crate::queue::DeathReason;
 use crate::value::{Table, Value};
@@ -52,10 +54,10 @@ pub(crate) fn with_death(
             entry.insert("reason", Value::string(reason.name()));
             entry.insert("queue", Value::string(queue));
             entry.insert("time", Value::Timestamp(now));
-            entry.insert("exchange", Value::string(message.exchange.clone()));
+            entry.insert("exchange", Value::string(message.exchange.to_string()));
             entry.insert(
                 "routing-keys",
-                Value::Array(vec![Value::string(message.routing_key.clone())]),
+                Value::Array(vec![Value::string(message.routing_key.to_string())]),
             );
             if reason == DeathReason::Expired {
                 if let Some(expiration) = &properties.expiration {
@@ -71,14 +73,14 @@ pub(crate) fn with_death(
         headers.insert("x-first-death-queue", Value::string(queue));
         headers.insert(
             "x-first-death-exchange",
-            Value::string(message.exchange.clone()),
+            Value::string(message.exchange.to_string()),
         );
     }
     headers.insert("x-last-death-reason", Value::string(reason.name()));
     headers.insert("x-last-death-queue", Value::string(queue));
     headers.insert(
         "x-last-death-exchange",
-        Value::string(message.exchange.clone()),
+        Value::string(message.exchange.to_string()),
     );
     headers.insert("x-death", Value::Array(deaths));
     properties.headers = Some(headers);
@@ -87,8 +89,8 @@ pub(crate) fn with_death(
         properties.expiration = None;
     }
     Message {
-        exchange: dlx.to_string(),
-        routing_key: routing_key.unwrap_or(&message.routing_key).to_string(),
+        exchange: Arc::from(dlx),
+        routing_key: routing_key.map_or_else(|| Arc::clone(&message.routing_key), Arc::from),
         properties,
         encoded_properties: None,
         body: message.body.clone(),
@@ -140,10 +142,7 @@ mod tests {
             "dlx",
             Some("retry"),
         );
-        assert_eq!(
-            (dead.exchange.as_str(), dead.routing_key.as_str()),
-            ("dlx", "retry")
-        );
+        assert_eq!((&*dead.exchange, &*dead.routing_key), ("dlx", "retry"));
         assert_eq!(dead.properties.expiration, None);
         let entry = &deaths(&dead)[0];
         assert_eq!(entry.get("count"), Some(&Value::I64(1)));

@@ -6,6 +6,8 @@
 //! listener also keeps the properties exactly as they arrived on the wire, so that a delivery
 //! to an AMQP 0-9-1 consumer copies those bytes instead of re-encoding them.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::value::Table;
@@ -62,10 +64,12 @@ pub fn parse_expiration(text: &str) -> Result<u64, String> {
 /// A published message: where it was published to, its properties and its body.
 #[derive(Debug, Clone)]
 pub struct Message {
-    /// The exchange the message was published to (empty for the default exchange).
-    pub exchange: String,
-    /// The routing key it was published with.
-    pub routing_key: String,
+    /// The exchange the message was published to (empty for the default exchange). Shared:
+    /// a listener hands every message of a publisher the same allocation while the name
+    /// does not change.
+    pub exchange: Arc<str>,
+    /// The routing key it was published with; shared like `exchange`.
+    pub routing_key: Arc<str>,
     /// Decoded properties.
     pub properties: Properties,
     /// The properties as an AMQP 0-9-1 content header carried them (property flags and

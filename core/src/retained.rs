@@ -113,7 +113,7 @@ mod tests {
             topic: topic.to_string(),
             message: Arc::new(Message {
                 exchange: "amq.topic".into(),
-                routing_key: topic.replace('/', "."),
+                routing_key: topic.replace('/', ".").into(),
                 properties: Properties::default(),
                 encoded_properties: None,
                 body: Bytes::from_static(body.as_bytes()),

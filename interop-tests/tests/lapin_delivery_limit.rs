@@ -5,50 +5,14 @@
 
 use std::time::Duration;
 
-use lapin::options::{BasicGetOptions, BasicNackOptions, BasicPublishOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ErrorKind};
+use lapin::options::{BasicGetOptions, BasicNackOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, ErrorKind};
 use warren_interop_tests::{wait_for, TestBroker};
 
-async fn connect(broker: &TestBroker) -> (Connection, Channel) {
-    let connection = Connection::connect(&broker.url(), ConnectionProperties::default())
-        .await
-        .expect("connects");
-    let channel = connection.create_channel().await.expect("channel");
-    (connection, channel)
-}
+mod lapin_common;
 
-fn args(entries: &[(&str, AMQPValue)]) -> FieldTable {
-    let mut table = FieldTable::default();
-    for (key, value) in entries {
-        table.insert(ShortString::from(*key), value.clone());
-    }
-    table
-}
-
-fn text(value: &str) -> AMQPValue {
-    AMQPValue::LongString(LongString::from(value))
-}
-
-async fn declare(channel: &Channel, name: &str, arguments: FieldTable) {
-    channel
-        .queue_declare(name.into(), QueueDeclareOptions::default(), arguments)
-        .await
-        .unwrap_or_else(|e| panic!("declare {name}: {e}"));
-}
-
-async fn publish(channel: &Channel, queue: &str, body: &[u8]) {
-    channel
-        .basic_publish(
-            "".into(),
-            queue.into(),
-            BasicPublishOptions::default(),
-            body,
-            BasicProperties::default(),
-        )
-        .await
-        .expect("publish");
-}
+use lapin_common::{args, connect, deaths, declare, header_text, publish, stats, text};
 
 async fn get(channel: &Channel, queue: &str) -> lapin::message::BasicGetMessage {
     channel
@@ -69,15 +33,6 @@ async fn nack_requeue(message: &lapin::message::BasicGetMessage) {
         .expect("nack");
 }
 
-fn stats(broker: &TestBroker, queue: &str) -> warren_core::queue::QueueStats {
-    broker
-        .broker()
-        .vhost("/")
-        .and_then(|v| v.queue(queue))
-        .map(|q| q.stats())
-        .unwrap_or_default()
-}
-
 /// The `x-delivery-count` header: None when absent.
 fn delivery_count(properties: &BasicProperties) -> Option<i64> {
     match properties
@@ -88,43 +43,6 @@ fn delivery_count(properties: &BasicProperties) -> Option<i64> {
         None => None,
         Some(AMQPValue::LongLongInt(n)) => Some(*n),
         Some(other) => panic!("x-delivery-count is a long, got {other:?}"),
-    }
-}
-
-/// The x-death entries of a message, as (queue, reason, count) in header order.
-fn deaths(properties: &BasicProperties) -> Vec<(String, String, i64)> {
-    let headers = properties.headers().as_ref().expect("headers");
-    let Some(AMQPValue::FieldArray(entries)) = headers.inner().get("x-death") else {
-        panic!("x-death array expected in {headers:?}");
-    };
-    entries
-        .as_slice()
-        .iter()
-        .map(|entry| {
-            let AMQPValue::FieldTable(entry) = entry else {
-                panic!("x-death entry is a table")
-            };
-            let field = |key: &str| match entry.inner().get(key) {
-                Some(AMQPValue::LongString(s)) => s.to_string(),
-                other => panic!("{key}: {other:?}"),
-            };
-            let count = match entry.inner().get("count") {
-                Some(AMQPValue::LongLongInt(n)) => *n,
-                other => panic!("count: {other:?}"),
-            };
-            (field("queue"), field("reason"), count)
-        })
-        .collect()
-}
-
-fn header_text(properties: &BasicProperties, key: &str) -> Option<String> {
-    match properties
-        .headers()
-        .as_ref()
-        .and_then(|h| h.inner().get(key))
-    {
-        Some(AMQPValue::LongString(s)) => Some(s.to_string()),
-        _ => None,
     }
 }
 
@@ -143,7 +61,7 @@ async fn nack_requeue_counts_up_until_the_limit_then_dead_letters_with_reason_de
         ]),
     )
     .await;
-    publish(&channel, "work", b"poison").await;
+    publish(&channel, "work", b"poison", BasicProperties::default()).await;
     // Three deliveries: the first plus two counted returns; the third return exceeds 2.
     for expected in [None, Some(1), Some(2)] {
         let message = get(&channel, "work").await;
@@ -178,7 +96,7 @@ async fn a_channel_closed_with_the_message_unacked_counts_a_failed_delivery() {
     let broker = TestBroker::start().await;
     let (connection, channel) = connect(&broker).await;
     declare(&channel, "q", FieldTable::default()).await;
-    publish(&channel, "q", b"m").await;
+    publish(&channel, "q", b"m", BasicProperties::default()).await;
     let first = get(&channel, "q").await;
     assert_eq!(delivery_count(&first.delivery.properties), None);
     channel.close(200, "bye".into()).await.expect("close");
@@ -203,8 +121,8 @@ async fn the_delivery_limit_policy_drops_without_a_dead_letter_exchange() {
         Policy::new("no-retries", "^limited$", "queues", 0, definition, false).expect("valid"),
         false,
     );
-    publish(&channel, "limited", b"once").await;
-    publish(&channel, "limited", b"next").await;
+    publish(&channel, "limited", b"once", BasicProperties::default()).await;
+    publish(&channel, "limited", b"next", BasicProperties::default()).await;
     let message = get(&channel, "limited").await;
     assert_eq!(message.delivery.data, b"once");
     nack_requeue(&message).await;

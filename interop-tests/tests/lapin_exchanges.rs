@@ -6,13 +6,13 @@
 
 mod lapin_common;
 
-use lapin_common::amqp_error;
+use lapin_common::{amqp_error, args, text};
 
 use lapin::options::{
     BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, ExchangeBindOptions,
     ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
 };
-use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use warren_interop_tests::TestBroker;
 
@@ -109,18 +109,6 @@ async fn drain(channel: &Channel, queue: &str) -> Vec<Vec<u8>> {
 
 fn bodies(list: &[&str]) -> Vec<Vec<u8>> {
     list.iter().map(|s| s.as_bytes().to_vec()).collect()
-}
-
-fn table(entries: &[(&str, AMQPValue)]) -> FieldTable {
-    let mut table = FieldTable::default();
-    for (key, value) in entries {
-        table.insert(ShortString::from(*key), value.clone());
-    }
-    table
-}
-
-fn text(value: &str) -> AMQPValue {
-    AMQPValue::LongString(value.into())
 }
 
 /// The connection still works: a fresh channel can declare, publish and get.
@@ -475,7 +463,7 @@ async fn headers_routing_all_and_any() {
         "all",
         "h",
         "",
-        table(&[
+        args(&[
             ("x-match", text("all")),
             ("format", text("pdf")),
             ("type", text("report")),
@@ -487,7 +475,7 @@ async fn headers_routing_all_and_any() {
         "any",
         "h",
         "",
-        table(&[
+        args(&[
             ("x-match", text("any")),
             ("format", text("pdf")),
             ("type", text("report")),
@@ -500,7 +488,7 @@ async fn headers_routing_all_and_any() {
         "default-all",
         "h",
         "",
-        table(&[("format", text("pdf")), ("type", text("report"))]),
+        args(&[("format", text("pdf")), ("type", text("report"))]),
     )
     .await;
     let send = |name: &'static str, headers: FieldTable| {
@@ -518,18 +506,18 @@ async fn headers_routing_all_and_any() {
     };
     send(
         "both",
-        table(&[("format", text("pdf")), ("type", text("report"))]),
+        args(&[("format", text("pdf")), ("type", text("report"))]),
     )
     .await;
-    send("format-only", table(&[("format", text("pdf"))])).await;
+    send("format-only", args(&[("format", text("pdf"))])).await;
     send(
         "wrong-value",
-        table(&[("format", text("zip")), ("type", text("log"))]),
+        args(&[("format", text("zip")), ("type", text("log"))]),
     )
     .await;
     send(
         "extra",
-        table(&[
+        args(&[
             ("format", text("pdf")),
             ("type", text("report")),
             ("x", AMQPValue::LongInt(1)),
@@ -554,7 +542,7 @@ async fn headers_routing_all_and_any() {
             "h".into(),
             "".into(),
             QueueBindOptions::default(),
-            table(&[("x-match", text("some"))]),
+            args(&[("x-match", text("some"))]),
         )
         .await;
     let error = result.expect_err("invalid x-match refused");
@@ -636,7 +624,7 @@ async fn alternate_exchange_catches_unroutable_messages() {
         &channel,
         "main",
         ExchangeKind::Direct,
-        table(&[("alternate-exchange", text("ae"))]),
+        args(&[("alternate-exchange", text("ae"))]),
     )
     .await;
     declare_queue(&channel, "routed").await;

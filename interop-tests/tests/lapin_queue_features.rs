@@ -7,49 +7,13 @@ use lapin::options::{
     BasicGetOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
     QueueDeclareOptions,
 };
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ErrorKind};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, ErrorKind};
 use warren_interop_tests::{wait_for, TestBroker};
 
-async fn channel(broker: &TestBroker) -> (Connection, Channel) {
-    let connection = Connection::connect(&broker.url(), ConnectionProperties::default())
-        .await
-        .expect("connects");
-    let channel = connection.create_channel().await.expect("channel");
-    (connection, channel)
-}
+mod lapin_common;
 
-fn args(entries: &[(&str, AMQPValue)]) -> FieldTable {
-    let mut table = FieldTable::default();
-    for (key, value) in entries {
-        table.insert(ShortString::from(*key), value.clone());
-    }
-    table
-}
-
-fn text(value: &str) -> AMQPValue {
-    AMQPValue::LongString(LongString::from(value))
-}
-
-async fn declare(channel: &Channel, name: &str, arguments: FieldTable) {
-    channel
-        .queue_declare(name.into(), QueueDeclareOptions::default(), arguments)
-        .await
-        .unwrap_or_else(|e| panic!("declare {name}: {e}"));
-}
-
-async fn publish(channel: &Channel, queue: &str, body: &[u8], properties: BasicProperties) {
-    channel
-        .basic_publish(
-            "".into(),
-            queue.into(),
-            BasicPublishOptions::default(),
-            body,
-            properties,
-        )
-        .await
-        .expect("publish");
-}
+use lapin_common::{args, connect, deaths, declare, header_text, publish, stats, text};
 
 /// A synchronous round trip on `channel`: the broker handles a connection's frames in
 /// order, so every publish sent before it has been routed when it returns.
@@ -67,55 +31,10 @@ async fn sync(channel: &Channel) {
         .expect("round trip");
 }
 
-fn ready(broker: &TestBroker, queue: &str) -> u64 {
-    broker
-        .broker()
-        .vhost("/")
-        .and_then(|v| v.queue(queue))
-        .map_or(0, |q| q.stats().ready)
-}
-
-/// The x-death entries of a message, as (queue, reason, count) in header order.
-fn deaths(properties: &BasicProperties) -> Vec<(String, String, i64)> {
-    let headers = properties.headers().as_ref().expect("headers");
-    let Some(AMQPValue::FieldArray(entries)) = headers.inner().get("x-death") else {
-        panic!("x-death array expected in {headers:?}");
-    };
-    entries
-        .as_slice()
-        .iter()
-        .map(|entry| {
-            let AMQPValue::FieldTable(entry) = entry else {
-                panic!("x-death entry is a table")
-            };
-            let field = |key: &str| match entry.inner().get(key) {
-                Some(AMQPValue::LongString(s)) => s.to_string(),
-                other => panic!("{key}: {other:?}"),
-            };
-            let count = match entry.inner().get("count") {
-                Some(AMQPValue::LongLongInt(n)) => *n,
-                other => panic!("count: {other:?}"),
-            };
-            (field("queue"), field("reason"), count)
-        })
-        .collect()
-}
-
-fn header_text(properties: &BasicProperties, key: &str) -> String {
-    match properties
-        .headers()
-        .as_ref()
-        .and_then(|h| h.inner().get(key))
-    {
-        Some(AMQPValue::LongString(s)) => s.to_string(),
-        other => panic!("{key}: {other:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_ladder_with_two_delay_tiers_dead_letters_expired_messages_with_x_death() {
     let broker = TestBroker::start().await;
-    let (_connection, channel) = channel(&broker).await;
+    let (_connection, channel) = connect(&broker).await;
     declare(&channel, "work", FieldTable::default()).await;
     for (tier, ttl) in [("retry-1", 50i32), ("retry-2", 150)] {
         declare(
@@ -131,7 +50,9 @@ async fn retry_ladder_with_two_delay_tiers_dead_letters_expired_messages_with_x_
     }
     publish(&channel, "retry-1", b"first", BasicProperties::default()).await;
     assert!(
-        wait_for(Duration::from_secs(10), || ready(&broker, "work") == 1).await,
+        wait_for(Duration::from_secs(10), || stats(&broker, "work").ready
+            == 1)
+        .await,
         "tier 1 expires into work"
     );
     let message = channel
@@ -146,11 +67,11 @@ async fn retry_ladder_with_two_delay_tiers_dead_letters_expired_messages_with_x_
         vec![("retry-1".into(), "expired".into(), 1)]
     );
     assert_eq!(
-        header_text(&message.delivery.properties, "x-first-death-reason"),
+        header_text(&message.delivery.properties, "x-first-death-reason").unwrap_or_default(),
         "expired"
     );
     assert_eq!(
-        header_text(&message.delivery.properties, "x-last-death-queue"),
+        header_text(&message.delivery.properties, "x-last-death-queue").unwrap_or_default(),
         "retry-1"
     );
 
@@ -164,7 +85,9 @@ async fn retry_ladder_with_two_delay_tiers_dead_letters_expired_messages_with_x_
     message.delivery.ack(Default::default()).await.expect("ack");
     publish(&channel, "retry-2", b"first", properties).await;
     assert!(
-        wait_for(Duration::from_secs(10), || ready(&broker, "work") == 1).await,
+        wait_for(Duration::from_secs(10), || stats(&broker, "work").ready
+            == 1)
+        .await,
         "tier 2 expires into work"
     );
     let message = channel
@@ -185,11 +108,11 @@ async fn retry_ladder_with_two_delay_tiers_dead_letters_expired_messages_with_x_
         "expiration is removed"
     );
     assert_eq!(
-        header_text(&message.delivery.properties, "x-first-death-queue"),
+        header_text(&message.delivery.properties, "x-first-death-queue").unwrap_or_default(),
         "retry-1"
     );
     assert_eq!(
-        header_text(&message.delivery.properties, "x-last-death-queue"),
+        header_text(&message.delivery.properties, "x-last-death-queue").unwrap_or_default(),
         "retry-2"
     );
     broker.shutdown().await;
@@ -198,7 +121,7 @@ async fn retry_ladder_with_two_delay_tiers_dead_letters_expired_messages_with_x_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_messages_count_up_in_x_death_over_several_rounds() {
     let broker = TestBroker::start().await;
-    let (_connection, channel) = channel(&broker).await;
+    let (_connection, channel) = connect(&broker).await;
     declare(
         &channel,
         "jobs",
@@ -210,7 +133,11 @@ async fn rejected_messages_count_up_in_x_death_over_several_rounds() {
     .await;
     publish(&channel, "jobs", b"job", BasicProperties::default()).await;
     for round in 1..=3i64 {
-        assert!(wait_for(Duration::from_secs(10), || ready(&broker, "jobs") == 1).await);
+        assert!(
+            wait_for(Duration::from_secs(10), || stats(&broker, "jobs").ready
+                == 1)
+            .await
+        );
         let message = channel
             .basic_get("jobs".into(), BasicGetOptions::default())
             .await
@@ -237,7 +164,7 @@ async fn rejected_messages_count_up_in_x_death_over_several_rounds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_messages_anywhere_in_the_queue_are_removed_and_never_delivered() {
     let broker = TestBroker::start().await;
-    let (_connection, channel) = channel(&broker).await;
+    let (_connection, channel) = connect(&broker).await;
     declare(&channel, "mixed", FieldTable::default()).await;
     publish(&channel, "mixed", b"keep-1", BasicProperties::default()).await;
     publish(
@@ -251,7 +178,10 @@ async fn expired_messages_anywhere_in_the_queue_are_removed_and_never_delivered(
     assert!(
         {
             sync(&channel).await;
-            wait_for(Duration::from_secs(5), || ready(&broker, "mixed") == 2).await
+            wait_for(Duration::from_secs(5), || {
+                stats(&broker, "mixed").ready == 2
+            })
+            .await
         },
         "the expired middle message stops counting within a second"
     );
@@ -277,7 +207,7 @@ async fn expired_messages_anywhere_in_the_queue_are_removed_and_never_delivered(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_expiration_is_a_406_channel_error() {
     let broker = TestBroker::start().await;
-    let (connection, channel) = channel(&broker).await;
+    let (connection, channel) = connect(&broker).await;
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await
@@ -313,7 +243,7 @@ async fn invalid_expiration_is_a_406_channel_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overflow_modes_under_confirms() {
     let broker = TestBroker::start().await;
-    let (_connection, channel) = channel(&broker).await;
+    let (_connection, channel) = connect(&broker).await;
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await
@@ -408,14 +338,14 @@ async fn overflow_modes_under_confirms() {
             ("3".into(), ("refuse-dlx".into(), "maxlen".into(), 1)),
         ]
     );
-    assert_eq!(ready(&broker, "refuse"), 2);
+    assert_eq!(stats(&broker, "refuse").ready, 2);
     broker.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priority_queue_delivers_highest_first_fifo_within_a_priority() {
     let broker = TestBroker::start().await;
-    let (connection, channel) = channel(&broker).await;
+    let (connection, channel) = connect(&broker).await;
     declare(
         &channel,
         "urgent",
@@ -468,7 +398,7 @@ async fn priority_queue_delivers_highest_first_fifo_within_a_priority() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cc_and_bcc_route_to_extra_keys_and_bcc_is_never_delivered() {
     let broker = TestBroker::start().await;
-    let (_connection, channel) = channel(&broker).await;
+    let (_connection, channel) = connect(&broker).await;
     for queue in ["main", "copy", "secret"] {
         declare(&channel, queue, FieldTable::default()).await;
     }
@@ -513,7 +443,7 @@ async fn cc_and_bcc_route_to_extra_keys_and_bcc_is_never_delivered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unused_queue_is_deleted_after_x_expires() {
     let broker = TestBroker::start().await;
-    let (_connection, channel) = channel(&broker).await;
+    let (_connection, channel) = connect(&broker).await;
     declare(
         &channel,
         "ephemeral",
@@ -538,7 +468,7 @@ async fn a_policy_applies_to_live_queues_at_once_and_is_cleared_at_once() {
     use warren_core::policy::Policy;
     use warren_core::value::{Table, Value};
     let broker = TestBroker::start().await;
-    let (_connection, channel) = channel(&broker).await;
+    let (_connection, channel) = connect(&broker).await;
     declare(&channel, "capped", FieldTable::default()).await;
     declare(&channel, "capped-dlq", FieldTable::default()).await;
     for body in ["1", "2", "3", "4", "5"] {
@@ -551,7 +481,7 @@ async fn a_policy_applies_to_live_queues_at_once_and_is_cleared_at_once() {
         .await;
     }
     sync(&channel).await;
-    assert_eq!(ready(&broker, "capped"), 5);
+    assert_eq!(stats(&broker, "capped").ready, 5);
     let vhost = broker.broker().vhost("/").expect("vhost");
     let mut definition = Table::new();
     definition.insert("max-length", Value::I64(2));
@@ -562,8 +492,8 @@ async fn a_policy_applies_to_live_queues_at_once_and_is_cleared_at_once() {
         false,
     );
     // The lower max-length truncates the live queue now, dead-lettering the oldest.
-    assert_eq!(ready(&broker, "capped"), 2);
-    assert_eq!(ready(&broker, "capped-dlq"), 3);
+    assert_eq!(stats(&broker, "capped").ready, 2);
+    assert_eq!(stats(&broker, "capped-dlq").ready, 3);
     let mut kept = Vec::new();
     while let Some(message) = channel
         .basic_get("capped".into(), BasicGetOptions { no_ack: true })
@@ -600,7 +530,7 @@ async fn a_policy_applies_to_live_queues_at_once_and_is_cleared_at_once() {
         .await;
     }
     sync(&channel).await;
-    assert_eq!(ready(&broker, "capped"), 1);
+    assert_eq!(stats(&broker, "capped").ready, 1);
 
     vhost.clear_policy("strict", true).expect("cleared");
     vhost.clear_policy("cap", false).expect("cleared");
@@ -615,7 +545,7 @@ async fn a_policy_applies_to_live_queues_at_once_and_is_cleared_at_once() {
     }
     sync(&channel).await;
     assert_eq!(
-        ready(&broker, "capped"),
+        stats(&broker, "capped").ready,
         4,
         "without policies the queue is unbounded again"
     );

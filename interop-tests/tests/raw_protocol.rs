@@ -208,7 +208,7 @@ impl Raw {
             &mut out,
             1,
             &Method::BasicPublish {
-                exchange: String::new(),
+                exchange: "".into(),
                 routing_key: queue.to_string(),
                 mandatory: false,
                 immediate: false,
@@ -516,7 +516,7 @@ async fn content_header_without_publish_is_unexpected() {
         &mut out,
         1,
         &Method::BasicPublish {
-            exchange: String::new(),
+            exchange: "".into(),
             routing_key: "x".to_string(),
             mandatory: false,
             immediate: false,
@@ -733,7 +733,7 @@ async fn blocked_publisher_is_not_read_until_the_alarm_clears() {
     );
     let mut out = BytesMut::new();
     let publish = Method::BasicPublish {
-        exchange: String::new(),
+        exchange: "".into(),
         routing_key: "alarmed".into(),
         mandatory: false,
         immediate: false,

@@ -522,24 +522,44 @@ impl Queue {
         }
         state.last_sweep = now;
         let mut next_expiry = u64::MAX;
-        let taken = state.ready.take_where(|m| match m.expires_at {
-            Some(at) if at < now => true,
-            Some(at) => {
-                next_expiry = next_expiry.min(at);
-                false
-            }
-            None => false,
-        });
+        let dead_lettering = state.limits.dead_letter_exchange.is_some();
+        // Messages that only need freeing (not stored, not dead-lettered) leave as bare
+        // references, freed once the lock is released; the others go through discard.
+        let mut garbage: Vec<Arc<Message>> = Vec::new();
+        let mut to_discard: Vec<ReadyMessage> = Vec::new();
+        let (mut bytes, mut paged) = (0u64, 0u64);
+        let expired = state.ready.remove_where(
+            |m| match m.expires_at {
+                Some(at) if at < now => true,
+                Some(at) => {
+                    next_expiry = next_expiry.min(at);
+                    false
+                }
+                None => false,
+            },
+            |ready| {
+                bytes += ready.body_len();
+                paged += u64::from(ready.paged);
+                if dead_lettering || ready.store_id != 0 {
+                    to_discard.push(ready);
+                } else {
+                    garbage.push(ready.message);
+                }
+            },
+        );
         state.next_expiry = next_expiry;
-        let expired = taken.len();
-        for message in &taken {
-            state.forget_ready(message);
-            self.discard_ready(&mut state, message.clone(), DeathReason::Expired);
+        // Every removed message carried an expiry.
+        state.expiring -= expired;
+        state.ready_bytes -= bytes;
+        state.stats.paged_out -= paged;
+        state.stats.expired += garbage.len() as u64;
+        for ready in to_discard {
+            self.discard_ready(&mut state, ready, DeathReason::Expired);
         }
         self.finish(state);
         // The expired messages are freed here, after the lock is released, so publishers are
         // not held up by the deallocations.
-        drop(taken);
+        drop(garbage);
         expired
     }
 
@@ -725,6 +745,10 @@ impl Queue {
                 },
                 _ => None,
             };
+            if state.limits.single_active_consumer && !Self::promote_waiting_consumer(state) {
+                // The active consumer keeps what it holds; no more until it settled all.
+                return;
+            }
             let Some(index) = self.next_consumer_with_credit(state) else {
                 state.consumers_starved = true;
                 return;
@@ -767,11 +791,33 @@ impl Queue {
         }
     }
 
+    /// With a single active consumer: a waiting consumer of higher priority than the active
+    /// one takes over, once the active one has settled every delivery it holds so that
+    /// processing order is kept (RabbitMQ 4.x; in a single-active queue every unsettled
+    /// delivery is the active consumer's or a basic.get's). The old active one goes back to
+    /// waiting at its priority. Returns false while the hand-over waits for settlements.
+    fn promote_waiting_consumer(state: &mut QueueState) -> bool {
+        let (Some(active), Some(next)) = (state.consumers.first(), state.consumers.get(1)) else {
+            return true;
+        };
+        if next.spec.priority <= active.spec.priority {
+            return true;
+        }
+        if !state.unsettled.is_empty() {
+            return false;
+        }
+        let previous = state.consumers.remove(0);
+        let position =
+            1 + state.consumers[1..].partition_point(|c| c.spec.priority >= previous.spec.priority);
+        state.consumers.insert(position, previous);
+        true
+    }
+
     /// Picks the next consumer to deliver to: the highest priority group that has credit,
     /// round-robin within the group. Reserves credit on the chosen sink.
     fn next_consumer_with_credit(&self, state: &mut QueueState) -> Option<usize> {
         if state.limits.single_active_consumer {
-            // Only the active (first attached) consumer receives.
+            // Only the active consumer (the first entry) receives.
             return state
                 .consumers
                 .first()
@@ -926,6 +972,17 @@ impl Queue {
                 }
             }
         }
+        // A single-active hand-over to a higher priority consumer waits for the active one
+        // to settle everything; this settlement may have been the last.
+        if state.limits.single_active_consumer
+            && state.unsettled.is_empty()
+            && state.consumers.len() > 1
+            && !state.deleted
+            && matches!(settlement, Settlement::Ack | Settlement::Reject)
+        {
+            state.consumers_starved = false;
+            self.dispatch_locked(&mut state);
+        }
         self.finish(state);
     }
 
@@ -948,9 +1005,16 @@ impl Queue {
             )));
         }
         let id = NEXT_CONSUMER_ID.fetch_add(1, Ordering::Relaxed);
-        // With a single active consumer, attach order decides who is active next.
+        // With a single active consumer the first entry is the active one and the others wait
+        // in priority order (attach order among equals): the highest priority waiting
+        // consumer is the next active one (RabbitMQ 4.x). `dispatch_locked` hands over to a
+        // newcomer of higher priority.
         let position = if state.limits.single_active_consumer {
-            state.consumers.len()
+            if state.consumers.is_empty() {
+                0
+            } else {
+                1 + state.consumers[1..].partition_point(|c| c.spec.priority >= spec.priority)
+            }
         } else {
             state
                 .consumers
@@ -1109,7 +1173,7 @@ mod tests {
 
     fn message(body: &'static str) -> Arc<Message> {
         Arc::new(Message {
-            exchange: String::new(),
+            exchange: "".into(),
             routing_key: "q".into(),
             properties: Properties::default(),
             encoded_properties: None,
@@ -1318,6 +1382,121 @@ mod tests {
                 .delivery_limit,
             Some(5)
         );
+    }
+
+    fn single_active_queue() -> Arc<Queue> {
+        let mut arguments = Table::new();
+        arguments.insert("x-single-active-consumer", crate::value::Value::Bool(true));
+        Queue::new(QueueConfig {
+            name: "q".into(),
+            vhost: "/".into(),
+            durable: false,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments,
+        })
+    }
+
+    #[test]
+    fn single_active_consumer_goes_to_the_highest_priority_after_the_active_one_settles() {
+        let q = single_active_queue();
+        let first = RecordingSink::new(10);
+        let low = RecordingSink::new(10);
+        let high = RecordingSink::new(10);
+        let other_high = RecordingSink::new(10);
+        q.add_consumer(spec("first", 0, false), first.clone())
+            .unwrap();
+        q.enqueue(message("1"));
+        assert_eq!(first.bodies(), vec!["1"]);
+        q.add_consumer(spec("low", 1, false), low.clone()).unwrap();
+        let high_id = q
+            .add_consumer(spec("high", 10, false), high.clone())
+            .unwrap();
+        q.add_consumer(spec("other-high", 10, false), other_high.clone())
+            .unwrap();
+        // The active consumer holds a delivery: it stays active and gets nothing more.
+        q.enqueue(message("2"));
+        assert_eq!(first.bodies(), vec!["1"]);
+        assert!(high.bodies().is_empty());
+        let active: Vec<bool> = q.consumers().iter().map(|(_, active)| *active).collect();
+        assert_eq!(active, vec![true, false, false, false]);
+        let held = first.received.lock()[0].id;
+        q.settle(&[held], Settlement::Ack);
+        // The highest priority waiting consumer (the first of equals to attach) took over.
+        assert_eq!(high.bodies(), vec!["2"]);
+        let tags: Vec<String> = q
+            .consumers()
+            .iter()
+            .map(|(c, _)| c.tag.to_string())
+            .collect();
+        assert_eq!(tags, vec!["high", "other-high", "low", "first"]);
+        // Cancelling the active consumer hands over to the next by priority.
+        q.remove_consumer(high_id);
+        q.enqueue(message("3"));
+        assert_eq!(other_high.bodies(), vec!["3"]);
+        assert!(low.bodies().is_empty());
+        assert_eq!(first.bodies(), vec!["1"]);
+    }
+
+    #[test]
+    fn single_active_consumer_hands_over_at_once_when_nothing_is_held() {
+        let q = single_active_queue();
+        let first = RecordingSink::new(10);
+        let high = RecordingSink::new(10);
+        q.add_consumer(spec("first", 0, false), first.clone())
+            .unwrap();
+        q.add_consumer(spec("high", 5, false), high.clone())
+            .unwrap();
+        q.enqueue(message("1"));
+        assert_eq!(high.bodies(), vec!["1"]);
+        assert!(first.bodies().is_empty());
+    }
+
+    fn expiring(body: &'static str, expiration: &str, priority: u8) -> Arc<Message> {
+        Arc::new(Message {
+            exchange: "".into(),
+            routing_key: "q".into(),
+            properties: Properties {
+                expiration: Some(expiration.to_string()),
+                priority: Some(priority),
+                ..Properties::default()
+            },
+            encoded_properties: None,
+            body: Bytes::from_static(body.as_bytes()),
+        })
+    }
+
+    #[test]
+    fn the_sweep_removes_expired_messages_anywhere_and_keeps_the_order_of_the_rest() {
+        let mut arguments = Table::new();
+        arguments.insert("x-max-priority", crate::value::Value::I64(2));
+        let q = Queue::new(QueueConfig {
+            name: "q".into(),
+            vhost: "/".into(),
+            durable: false,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments,
+        });
+        for (body, expiration, priority) in [
+            ("keep-1", "600000", 0),
+            ("expire-1", "10", 0),
+            ("keep-2", "600000", 1),
+            ("expire-2", "10", 1),
+            ("keep-3", "600000", 0),
+            ("expire-3", "20", 0),
+        ] {
+            q.enqueue(expiring(body, expiration, priority));
+        }
+        assert_eq!(q.expire(now_ms() + 1_000), 3);
+        let stats = q.stats();
+        assert_eq!((stats.ready, stats.expired), (3, 3));
+        // Nothing else is due: the next sweep is free and removes nothing.
+        assert_eq!(q.expire(now_ms() + 10_000), 0);
+        let order: Vec<Bytes> = std::iter::from_fn(|| q.get(false))
+            .map(|(d, _)| d.message.body.clone())
+            .collect();
+        assert_eq!(order, vec!["keep-2", "keep-1", "keep-3"]);
     }
 
     #[test]

@@ -43,8 +43,8 @@ pub(super) fn paged_placeholder(priority: Option<u8>) -> Arc<Message> {
         (0..=256u16)
             .map(|p| {
                 let mut message = Message {
-                    exchange: String::new(),
-                    routing_key: String::new(),
+                    exchange: Arc::from(""),
+                    routing_key: Arc::from(""),
                     properties: Properties::default(),
                     encoded_properties: None,
                     body: bytes::Bytes::new(),
@@ -122,25 +122,40 @@ impl ReadyStore {
         Some(ready)
     }
 
-    /// Removes and returns every message for which `expired` holds.
-    pub(super) fn take_where(
+    /// Removes every message for which `expired` holds and hands each one, owned, to
+    /// `removed`, in one pass and in place: no copy of the entries, no reallocation of a large
+    /// backlog. Returns how many were removed.
+    pub(super) fn remove_where(
         &mut self,
         mut expired: impl FnMut(&ReadyMessage) -> bool,
-    ) -> Vec<ReadyMessage> {
-        let mut taken = Vec::new();
+        mut removed: impl FnMut(ReadyMessage),
+    ) -> usize {
+        let mut count = 0;
+        // Stands in for a removed entry until retain drops it: one shared allocation.
+        let hole = ReadyMessage {
+            id: 0,
+            message: paged_placeholder(None),
+            redelivered: false,
+            expires_at: None,
+            store_id: 0,
+            paged: true,
+            paged_len: 0,
+            delivery_count: 0,
+        };
         for level in &mut self.levels {
-            // In place: no reallocation of a large backlog on every sweep.
-            level.retain(|message| {
-                if expired(message) {
-                    taken.push(message.clone());
-                    false
-                } else {
-                    true
+            // Retain compacts in place, keeping order; the removed entries leave by value, in
+            // queue order (dead letters keep the order of the queue).
+            level.retain_mut(|entry| {
+                if !expired(entry) {
+                    return true;
                 }
+                removed(std::mem::replace(entry, hole.clone()));
+                count += 1;
+                false
             });
         }
-        self.len -= taken.len();
-        taken
+        self.len -= count;
+        count
     }
 
     /// The store ids of every ready message that is on disk.

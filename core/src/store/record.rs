@@ -209,8 +209,8 @@ fn decode_payload_in(payload: &[u8], shared: Option<(&Bytes, usize)>) -> Option<
                 store_id,
                 queues,
                 message: Message {
-                    exchange,
-                    routing_key,
+                    exchange: exchange.into(),
+                    routing_key: routing_key.into(),
                     properties,
                     encoded_properties: None,
                     body,
@@ -641,8 +641,8 @@ mod tests {
             id in any::<u64>(),
         ) {
             let message = Message {
-                exchange: String::new(),
-                routing_key: name.clone(),
+                exchange: "".into(),
+                routing_key: name.as_str().into(),
                 properties: Properties { delivery_mode: Some(2), ..Properties::default() },
                 encoded_properties: None,
                 body: Bytes::from(body),

@@ -34,7 +34,7 @@ fn queue(name: &str) -> QueueName {
 
 fn message(body: &str) -> Message {
     Message {
-        exchange: String::new(),
+        exchange: "".into(),
         routing_key: "q".into(),
         properties: Properties {
             delivery_mode: Some(2),

@@ -282,5 +282,5 @@ fn routing_keys(message: &Message) -> impl Iterator<Item = &str> {
                     None => Vec::new(),
                 })
         });
-    std::iter::once(message.routing_key.as_str()).chain(extra)
+    std::iter::once(&*message.routing_key).chain(extra)
 }

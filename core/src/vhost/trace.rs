@@ -58,7 +58,7 @@ impl VHost {
     /// Publishes the `deliver.<queue>` copies of deliveries from `queue`.
     pub(crate) fn trace_deliveries(&self, queue: &str, deliveries: Vec<(Arc<Message>, bool)>) {
         for (message, redelivered) in deliveries {
-            if message.exchange == TRACE_EXCHANGE {
+            if &*message.exchange == TRACE_EXCHANGE {
                 continue;
             }
             let mut headers = trace_headers(&message.exchange, &message, redelivered);
@@ -72,8 +72,8 @@ impl VHost {
             return;
         };
         let copy = Message {
-            exchange: TRACE_EXCHANGE.to_string(),
-            routing_key: routing_key.clone(),
+            exchange: TRACE_EXCHANGE.into(),
+            routing_key: routing_key.as_str().into(),
             properties: Properties {
                 headers: Some(headers),
                 ..Properties::default()
@@ -99,7 +99,7 @@ impl VHost {
 
 /// RabbitMQ's trace headers: `exchange_name`, `routing_keys`, `properties`, `redelivered`.
 fn trace_headers(exchange: &str, message: &Message, redelivered: bool) -> Table {
-    let mut routing_keys = vec![Value::string(message.routing_key.clone())];
+    let mut routing_keys = vec![Value::string(message.routing_key.to_string())];
     if let Some(headers) = &message.properties.headers {
         for name in ["CC", "BCC"] {
             match headers.get(name) {

@@ -168,8 +168,8 @@ pub fn decode_message(payload: Bytes) -> Result<IncomingMessage, MessageDecodeEr
     }
     Ok(IncomingMessage {
         message: Message {
-            exchange: String::new(),
-            routing_key: String::new(),
+            exchange: "".into(),
+            routing_key: "".into(),
             properties: core,
             encoded_properties: None,
             body,
@@ -330,11 +330,11 @@ pub fn encode_message(
     let mut annotations = OrderedMap::new();
     annotations.insert(
         OwnedKey::Symbol(Symbol::from("x-exchange")),
-        AmqpValue::String(message.exchange.clone()),
+        AmqpValue::String(message.exchange.to_string()),
     );
     annotations.insert(
         OwnedKey::Symbol(Symbol::from("x-routing-key")),
-        AmqpValue::String(message.routing_key.clone()),
+        AmqpValue::String(message.routing_key.to_string()),
     );
     if let Some(kind) = core
         .message_type

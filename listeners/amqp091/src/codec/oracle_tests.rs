@@ -465,7 +465,7 @@ fn basic_deliver_matches_amq_protocol() {
         consumer_tag: "amq.ctag-abc".into(),
         delivery_tag: u64::MAX - 1,
         redelivered: true,
-        exchange: String::new(),
+        exchange: "".into(),
         routing_key: "orders".into(),
     });
 }

@@ -11,6 +11,7 @@ use warren_core::consumer::ConsumerSpec;
 use warren_core::exchange::DestinationName;
 use warren_core::message::parse_expiration;
 use warren_core::message::{Message, Properties};
+use warren_core::packed::pack_properties_and_body;
 use warren_core::queue::{Queue, Settlement};
 use warren_core::vhost::{Actor, Enqueued, ExchangeDeclare, QueueDeclare, VHost, DIRECT_REPLY_TO};
 
@@ -33,8 +34,8 @@ pub(super) struct ChannelConsumer {
 
 /// A publish waiting for its content header and body frames.
 struct PendingPublish {
-    exchange: String,
-    routing_key: String,
+    exchange: Arc<str>,
+    routing_key: Arc<str>,
     mandatory: bool,
     /// Properties as decoded and as received, once the header arrived.
     header: Option<(Properties, Bytes)>,
@@ -54,7 +55,7 @@ pub(super) struct DurableWait {
 
 /// A published message held until tx.commit.
 struct TxPublish {
-    exchange: String,
+    exchange: Arc<str>,
     mandatory: bool,
     message: Arc<Message>,
 }
@@ -78,7 +79,10 @@ pub(super) struct Channel {
     /// The queue behind this channel's direct reply-to consumer, if it has one.
     reply_queue: Option<String>,
     /// Exchanges this channel was allowed to publish to (RabbitMQ caches this too).
-    publish_allowed: Vec<String>,
+    publish_allowed: Vec<Arc<str>>,
+    /// The exchange and routing key of the last publish: a publisher usually repeats them,
+    /// and its messages then share one allocation of each instead of two per message.
+    last_publish_names: Option<(Arc<str>, Arc<str>)>,
     /// Publisher confirms: the last sequence number assigned and the last one confirmed.
     publish_seq: u64,
     confirmed_seq: u64,
@@ -90,6 +94,32 @@ pub(super) struct Channel {
 }
 
 impl Channel {
+    /// The shared names for a publish to `exchange` with `routing_key`: the last publish's
+    /// when they are the same.
+    fn intern_publish_names(
+        &mut self,
+        exchange: String,
+        routing_key: String,
+    ) -> (Arc<str>, Arc<str>) {
+        let (exchange, routing_key) = match self.last_publish_names.take() {
+            Some((last_exchange, last_key)) => (
+                if *last_exchange == *exchange {
+                    last_exchange
+                } else {
+                    Arc::from(exchange)
+                },
+                if *last_key == *routing_key {
+                    last_key
+                } else {
+                    Arc::from(routing_key)
+                },
+            ),
+            None => (Arc::from(exchange), Arc::from(routing_key)),
+        };
+        self.last_publish_names = Some((Arc::clone(&exchange), Arc::clone(&routing_key)));
+        (exchange, routing_key)
+    }
+
     pub(super) fn new() -> Channel {
         Channel {
             closing: false,
@@ -100,6 +130,7 @@ impl Channel {
             last_declared_queue: None,
             reply_queue: None,
             publish_allowed: Vec::new(),
+            last_publish_names: None,
             publish_seq: 0,
             confirmed_seq: 0,
             durable_waits: VecDeque::new(),
@@ -513,7 +544,9 @@ impl Session {
                     return Err(AmqpError::new(reply::NOT_IMPLEMENTED, "immediate=true"));
                 }
                 self.published = true;
-                self.channel(ch).pending = Some(PendingPublish {
+                let channel = self.channel(ch);
+                let (exchange, routing_key) = channel.intern_publish_names(exchange, routing_key);
+                channel.pending = Some(PendingPublish {
                     exchange,
                     routing_key,
                     mandatory,
@@ -881,7 +914,6 @@ impl Session {
             ));
         };
         let body = match pending.single_body {
-            Some(body) if body.len() < COPY_BODY_BELOW => Bytes::copy_from_slice(&body),
             Some(body) => body,
             None => pending.body.freeze(),
         };
@@ -894,7 +926,7 @@ impl Session {
             if channel.publish_allowed.len() >= 16 {
                 channel.publish_allowed.remove(0);
             }
-            channel.publish_allowed.push(pending.exchange.clone());
+            channel.publish_allowed.push(Arc::clone(&pending.exchange));
         }
         if let Some(expiration) = &properties.expiration {
             if let Err(problem) = parse_expiration(expiration) {
@@ -929,6 +961,18 @@ impl Session {
             })?;
             raw_properties = encoded.freeze();
         }
+        // A small message is copied, properties and body into one allocation, so that it
+        // does not pin the connection's read buffer and costs one free when it goes.
+        let (raw_properties, body) = if body.len() < COPY_BODY_BELOW {
+            pack_properties_and_body(&raw_properties, &body).unwrap_or_else(|| {
+                (
+                    Bytes::copy_from_slice(&raw_properties),
+                    Bytes::copy_from_slice(&body),
+                )
+            })
+        } else {
+            (raw_properties, body)
+        };
         let exchange = pending.exchange;
         let message = Arc::new(Message {
             exchange: exchange.clone(),

@@ -173,7 +173,7 @@ fn publisher_confirms_are_coalesced_per_batch() {
     let (mut session, outbox) = open_session();
     session.handle_frame(method_frame(1, &Method::ConfirmSelect { no_wait: false }));
     let publish = Method::BasicPublish {
-        exchange: String::new(),
+        exchange: "".into(),
         routing_key: "nowhere".into(),
         mandatory: false,
         immediate: false,
@@ -236,7 +236,7 @@ proptest! {
             let method = match choice {
                 0 => Method::ChannelOpen,
                 1 => Method::QueueDeclare { queue: name, passive: flag, durable: false, exclusive: flag, auto_delete: false, no_wait: false, arguments: Default::default() },
-                2 => Method::BasicPublish { exchange: String::new(), routing_key: name, mandatory: flag, immediate: false },
+                2 => Method::BasicPublish { exchange: "".into(), routing_key: name, mandatory: flag, immediate: false },
                 3 => Method::BasicConsume { queue: name, consumer_tag: String::new(), no_local: false, no_ack: flag, exclusive: false, no_wait: false, arguments: Default::default() },
                 4 => Method::BasicAck { delivery_tag: number % 5, multiple: flag },
                 5 => Method::BasicNack { delivery_tag: number % 5, multiple: flag, requeue: true },

@@ -986,8 +986,8 @@ impl Session {
             TargetAddress::Queue(queue) => ("", queue.clone()),
             TargetAddress::DefaultExchangeBySubject => ("", subject.unwrap_or_default()),
         };
-        message.exchange = exchange.to_string();
-        message.routing_key = routing_key;
+        message.exchange = exchange.into();
+        message.routing_key = routing_key.into();
         let mut routed = std::mem::take(&mut self.routed);
         routed.clear();
         if let Err(error) = context.vhost.route(exchange, &message, &mut routed) {

@@ -207,7 +207,7 @@ impl Harness {
         let queue = self.broker.vhost("/").unwrap().queue("q").unwrap();
         for i in 0..count {
             queue.enqueue(Arc::new(Message {
-                exchange: String::new(),
+                exchange: "".into(),
                 routing_key: "q".into(),
                 properties: Default::default(),
                 encoded_properties: None,

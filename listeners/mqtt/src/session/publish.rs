@@ -133,8 +133,8 @@ fn route_publish(
     headers.insert(PUBLISH_QOS_HEADER, publish_qos_value(qos));
     headers.insert(DUP_HEADER, Value::Bool(dup));
     let message = Arc::new(Message {
-        exchange: config.exchange.clone(),
-        routing_key: mqtt_topic_to_routing_key(topic).into_owned(),
+        exchange: Arc::from(config.exchange.as_str()),
+        routing_key: Arc::from(mqtt_topic_to_routing_key(topic)),
         properties: Properties {
             headers: Some(headers),
             // RabbitMQ: QoS 0 is transient, QoS 1 and 2 are persistent.

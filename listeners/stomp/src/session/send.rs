@@ -88,8 +88,8 @@ impl Session {
             frame.body.clone()
         };
         let message = Arc::new(Message {
-            exchange: exchange.to_string(),
-            routing_key: routing_key.to_string(),
+            exchange: Arc::from(exchange),
+            routing_key: Arc::from(routing_key),
             properties,
             encoded_properties: None,
             body,

@@ -165,8 +165,8 @@ impl Management {
             );
         };
         queue.enqueue(Arc::new(Message {
-            exchange: String::new(),
-            routing_key: "aliveness-test".to_string(),
+            exchange: "".into(),
+            routing_key: "aliveness-test".into(),
             properties: Default::default(),
             encoded_properties: None,
             body: bytes::Bytes::from_static(b"test_message"),

@@ -522,8 +522,8 @@ impl Management {
             return core_error(e);
         }
         let message = Arc::new(Message {
-            exchange: exchange_name.to_string(),
-            routing_key: routing_key.to_string(),
+            exchange: exchange_name.into(),
+            routing_key: routing_key.into(),
             properties: properties_from_json(&object(&body, "properties")),
             encoded_properties: None,
             body: Bytes::from(payload),
@@ -594,8 +594,8 @@ impl Management {
             list.push(json!({
                 "payload_bytes": message.body.len(),
                 "redelivered": delivery.redelivered,
-                "exchange": message.exchange,
-                "routing_key": message.routing_key,
+                "exchange": &*message.exchange,
+                "routing_key": &*message.routing_key,
                 "message_count": remaining,
                 "properties": properties_to_json(&message.properties),
                 "payload": payload,

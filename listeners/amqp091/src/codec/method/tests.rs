@@ -116,7 +116,7 @@ fn decodes_basic_publish() {
     assert_eq!(
         method,
         Method::BasicPublish {
-            exchange: String::new(),
+            exchange: "".into(),
             routing_key: "hello".into(),
             mandatory: true,
             immediate: false
