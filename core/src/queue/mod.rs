@@ -217,8 +217,9 @@ impl QueueState {
 pub struct Queue {
     config: QueueConfig,
     /// The limits the queue's own arguments ask for; policies combine with these into the
-    /// effective limits kept in the state.
-    argument_limits: QueueLimits,
+    /// effective limits kept in the state. `None` when the arguments set none (most
+    /// queues): an idle queue should not carry a second copy of the defaults.
+    argument_limits: Option<Box<QueueLimits>>,
     /// The vhost dead letters are routed in.
     vhost: Weak<VHost>,
     /// The vhost's firehose switch: deliveries are traced while it is on.
@@ -259,7 +260,7 @@ impl Queue {
             .unwrap_or_default();
         Arc::new(Queue {
             config,
-            argument_limits: limits.clone(),
+            argument_limits: (limits != QueueLimits::default()).then(|| Box::new(limits.clone())),
             vhost,
             trace,
             state: Mutex::new(QueueState {
@@ -390,7 +391,11 @@ impl Queue {
 
     /// The limits from the queue's own arguments.
     pub fn argument_limits(&self) -> &QueueLimits {
-        &self.argument_limits
+        static NONE: OnceLock<QueueLimits> = OnceLock::new();
+        match &self.argument_limits {
+            Some(limits) => limits,
+            None => NONE.get_or_init(QueueLimits::default),
+        }
     }
 
     /// Replaces the effective limits (a policy changed) and applies them at once: a lower
@@ -956,6 +961,9 @@ impl Queue {
                 .consumers
                 .partition_point(|c| c.spec.priority >= spec.priority)
         };
+        // Most queues have one consumer (every MQTT subscription, for one): room for exactly
+        // one instead of the four a first push reserves.
+        state.consumers.reserve_exact(1);
         state
             .consumers
             .insert(position, AttachedConsumer { id, spec, sink });

@@ -358,8 +358,11 @@ fn register_connection(
     (peer, local): (std::net::SocketAddr, std::net::SocketAddr),
     outbox: &Arc<crate::outbox::Outbox>,
 ) -> warren_core::connections::ConnectionHandle {
-    let mut client_properties = Table::new();
-    client_properties.insert("client_id", Value::string(&connected.client_id));
+    // Built at its exact size: every idle connection keeps this table.
+    let client_properties = Table(vec![(
+        "client_id".to_string(),
+        Value::string(&connected.client_id),
+    )]);
     let outbox = Arc::clone(outbox);
     let handle = broker.register_connection(
         warren_core::connections::ConnectionInfo {
@@ -383,7 +386,7 @@ fn register_connection(
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
         },
-        Box::new(move || outbox.operator_close.notify_one()),
+        Box::new(move || outbox.signal(crate::outbox::Signal::OperatorClose)),
     );
     handle.set_channels(1);
     handle

@@ -51,7 +51,7 @@ pub struct Takeover {
 impl Takeover {
     /// Asks the old connection to close.
     pub fn kick(&self) {
-        self.outbox.kick.notify_one();
+        self.outbox.signal(crate::outbox::Signal::Kick);
     }
 
     /// Waits until the old connection has finished (its session's end signal dropped).
