@@ -4,7 +4,8 @@
 //! MQTT is the only protocol that retains today, but the store knows no protocol: topics are
 //! opaque strings and the listener passes its own filter matching in. [`RetainedStore`] is the
 //! seam for the disk store: [`InMemoryRetained`] keeps everything in memory (lost on
-//! restart); a persistent implementation replaces it without touching the listener.
+//! restart); [`crate::retained_file::FileRetained`] adds a log file in `data_dir` so retained
+//! messages survive a restart.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +42,19 @@ pub trait RetainedStore: Send + Sync {
 
     /// How many retained messages `vhost` holds.
     fn count(&self, vhost: &str) -> usize;
+
+    /// The sequence number of the latest [`retain`](Self::retain) or
+    /// [`clear`](Self::clear); once [`durable`](Self::durable) reaches it, that change is
+    /// on disk. 0 for a store that keeps nothing on disk.
+    fn last_change(&self) -> u64 {
+        0
+    }
+
+    /// Follows the sequence number of the last change on disk; `None` for a store that keeps
+    /// nothing on disk (nothing to wait for before acknowledging).
+    fn durable(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// Retained messages in memory, one map per vhost.
@@ -53,6 +67,11 @@ impl InMemoryRetained {
     /// An empty store.
     pub fn new() -> Arc<InMemoryRetained> {
         Arc::new(InMemoryRetained::default())
+    }
+
+    /// The vhosts that hold retained messages.
+    pub fn vhost_names(&self) -> Vec<String> {
+        self.vhosts.read().keys().cloned().collect()
     }
 }
 

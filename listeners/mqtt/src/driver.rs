@@ -250,11 +250,16 @@ async fn drive(
             None if !session.is_connected() => connect_deadline,
             None => Instant::now() + Duration::from_secs(24 * 3600),
         };
+        // Boxed, and only while acknowledgements wait for the disk: a future inline here
+        // would be part of every idle connection's task.
+        let durability = session
+            .awaits_durability()
+            .then(|| Box::pin(changed_or_pending(&mut durable)));
         // Biased: input before deliveries (every read ends with a flush anyway), so a
         // subscriber flooded with deliveries still has its PUBACKs and PINGREQs read.
         let read = tokio::select! {
             biased;
-            _ = changed_or_pending(&mut durable), if session.awaits_durability() => {
+            _ = wait_if_some(durability) => {
                 session.release_held_acks();
                 if let Err(error) = flush(writer, outbox).await {
                     return End::Abnormal(format!("socket error: {error}"));
@@ -319,6 +324,16 @@ async fn drive(
         if let Err(error) = flush(writer, outbox).await {
             return End::Abnormal(format!("socket error: {error}"));
         }
+    }
+}
+
+/// Waits for `future` if there is one, forever if not.
+async fn wait_if_some<F: std::future::Future>(future: Option<std::pin::Pin<Box<F>>>) {
+    match future {
+        Some(future) => {
+            future.await;
+        }
+        None => std::future::pending().await,
     }
 }
 

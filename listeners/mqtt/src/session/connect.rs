@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use rand::Rng;
-use tokio::sync::watch;
 use warren_core::access::Access;
 use warren_core::access::ResourceKind;
 use warren_core::broker::AuthFailure;
@@ -126,7 +125,7 @@ impl Session {
                 ),
             );
         }
-        let (ended_tx, ended_rx) = watch::channel(());
+        let (ended_tx, ended_rx) = super::registry::end_signal();
         let key = (vhost.name().to_string(), client_id.clone());
         let takeover = self.context.registry.claim(
             key,

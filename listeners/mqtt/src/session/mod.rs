@@ -145,7 +145,7 @@ struct Connected {
     /// QoS 2 packet identifiers routed but not yet released (MQTT 4.3.3, method B).
     inbound_qos2: Vec<u16>,
     /// Dropped when the session ends, which tells a connection taking over that it may go on.
-    ended: Option<watch::Sender<()>>,
+    ended: Option<registry::EndSender>,
     /// Whether CONNACK was sent (the takeover wait is over).
     accepted: bool,
     session_present: bool,
