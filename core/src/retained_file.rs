@@ -79,7 +79,11 @@ impl FileRetained {
         }
         let count = total_count(&memory);
         let file = rewrite(&path, &memory)?;
-        tracing::info!(retained = count, replayed = records, "retained messages loaded");
+        tracing::info!(
+            retained = count,
+            replayed = records,
+            "retained messages loaded"
+        );
         let (durable, _) = watch::channel(0);
         let shared = Arc::new(Shared {
             memory,
@@ -195,7 +199,9 @@ fn run_writer(shared: &Shared, path: PathBuf, mut file: File, mut live: u64) {
                 shared.durable.send_replace(sequence);
             }
             // Acknowledgements stay held (the sequence does not move) until a write works.
-            Err(error) => tracing::error!(path = %path.display(), %error, "cannot write retained messages"),
+            Err(error) => {
+                tracing::error!(path = %path.display(), %error, "cannot write retained messages")
+            }
         }
         if closed {
             return;
@@ -304,7 +310,8 @@ impl<'a> Cursor<'a> {
     }
 
     fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        self.take(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
     fn bytes(&mut self) -> Option<&'a [u8]> {
@@ -406,10 +413,8 @@ mod tests {
 
     impl TempDir {
         fn new(name: &str) -> TempDir {
-            let path = std::env::temp_dir().join(format!(
-                "warren-retained-{name}-{}",
-                std::process::id()
-            ));
+            let path =
+                std::env::temp_dir().join(format!("warren-retained-{name}-{}", std::process::id()));
             let _ = fs::remove_dir_all(&path);
             TempDir(path)
         }
@@ -430,7 +435,10 @@ mod tests {
         let mut durable = store.durable().expect("a file store is durable");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while *durable.borrow_and_update() < target {
-            assert!(std::time::Instant::now() < deadline, "writer never caught up");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "writer never caught up"
+            );
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
@@ -448,7 +456,10 @@ mod tests {
             wait_durable(&store);
         }
         let store = FileRetained::open(dir.path()).expect("reopen");
-        assert_eq!(&store.get("/", "a/b").expect("kept").message.body[..], b"two");
+        assert_eq!(
+            &store.get("/", "a/b").expect("kept").message.body[..],
+            b"two"
+        );
         assert!(store.get("/", "a/c").is_none());
         assert_eq!(store.count("/"), 1);
         assert_eq!(
@@ -489,11 +500,16 @@ mod tests {
         store.retain("/", retained("same/topic", b"last"));
         wait_durable(&store);
         store.close();
-        let size = fs::metadata(dir.path().join(RETAINED_LOG)).expect("log").len();
+        let size = fs::metadata(dir.path().join(RETAINED_LOG))
+            .expect("log")
+            .len();
         assert!(size < 10_000, "log not compacted: {size} bytes");
         drop(store);
         let store = FileRetained::open(dir.path()).expect("reopen");
-        assert_eq!(&store.get("/", "same/topic").expect("kept").message.body[..], b"last");
+        assert_eq!(
+            &store.get("/", "same/topic").expect("kept").message.body[..],
+            b"last"
+        );
     }
 
     proptest! {

@@ -83,7 +83,12 @@ impl Connections {
 
     /// Raises `signal` on every connection.
     fn signal_all(&self, signal: Signal) {
-        let outboxes: Vec<Arc<Outbox>> = self.live.lock().values().filter_map(Weak::upgrade).collect();
+        let outboxes: Vec<Arc<Outbox>> = self
+            .live
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
         for outbox in outboxes {
             outbox.signal(signal);
         }
@@ -217,6 +222,8 @@ async fn drive(
     let mut busy = false;
     // The store's durable sequence number: held PUBACKs/PUBRECs go out as it moves.
     let mut durable = session.subscribe_durable();
+    // And the retained store's, for retained publishes.
+    let mut retained_durable = session.subscribe_retained_durable();
     loop {
         // Signals are looked at on every turn, so a takeover, an operator close or shutdown
         // is seen before more input is read even while input keeps coming.
@@ -254,7 +261,7 @@ async fn drive(
         // would be part of every idle connection's task.
         let durability = session
             .awaits_durability()
-            .then(|| Box::pin(changed_or_pending(&mut durable)));
+            .then(|| Box::pin(either_changed(&mut durable, &mut retained_durable)));
         // Biased: input before deliveries (every read ends with a flush anyway), so a
         // subscriber flooded with deliveries still has its PUBACKs and PINGREQs read.
         let read = tokio::select! {
@@ -337,6 +344,17 @@ async fn wait_if_some<F: std::future::Future>(future: Option<std::pin::Pin<Box<F
     }
 }
 
+/// Waits for either durable sequence number to move.
+async fn either_changed(
+    store: &mut Option<watch::Receiver<u64>>,
+    retained: &mut Option<watch::Receiver<u64>>,
+) {
+    tokio::select! {
+        _ = changed_or_pending(store) => {}
+        _ = changed_or_pending(retained) => {}
+    }
+}
+
 /// Waits for the store's durable sequence number to move (forever without a store).
 async fn changed_or_pending(receiver: &mut Option<watch::Receiver<u64>>) {
     match receiver {
@@ -399,4 +417,3 @@ async fn read_some(
         }
     }
 }
-

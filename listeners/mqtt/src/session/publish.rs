@@ -31,7 +31,7 @@ impl Session {
             // until PUBREL, and answer a re-sent PUBLISH with PUBREC only.
             let packet_id = packet_id.unwrap_or(0);
             if connected.inbound_qos2.contains(&packet_id) {
-                self.acknowledge_publish(None, Packet::PubRec(PubRec { packet_id }));
+                self.acknowledge_publish(None, 0, Packet::PubRec(PubRec { packet_id }));
                 return Control::Continue;
             }
         }
@@ -40,17 +40,32 @@ impl Session {
                 Ok(durable_seq) => durable_seq,
                 Err(reason) => return self.protocol_error(&reason),
             };
+        // A retained publish (or clear) is acknowledged once the retained store has it on
+        // disk too.
+        let retained_seq = if retain {
+            self.context.retained.last_change()
+        } else {
+            0
+        };
         // The acknowledgement goes out once the message is in its queues and, when a
         // durable queue took it, once the store has it on disk (the driver waits).
         match (qos, packet_id) {
             (QoS::AtLeastOnce, Some(packet_id)) => {
-                self.acknowledge_publish(durable_seq, Packet::PubAck(PubAck { packet_id }));
+                self.acknowledge_publish(
+                    durable_seq,
+                    retained_seq,
+                    Packet::PubAck(PubAck { packet_id }),
+                );
             }
             (QoS::ExactlyOnce, Some(packet_id)) => {
                 if let Some(connected) = self.connected.as_deref_mut() {
                     connected.inbound_qos2.push(packet_id);
                 }
-                self.acknowledge_publish(durable_seq, Packet::PubRec(PubRec { packet_id }));
+                self.acknowledge_publish(
+                    durable_seq,
+                    retained_seq,
+                    Packet::PubRec(PubRec { packet_id }),
+                );
             }
             _ => {}
         }
