@@ -298,8 +298,8 @@ pub async fn fan_in(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), Stri
         let (counters, shared, body) = (counters.clone(), shared.clone(), body.clone());
         let batch = config.batch.clamp(1, 100);
         // `-r` is the total rate here, shared evenly by the publishers.
-        let per_publisher = (config.rate > 0)
-            .then(|| config.rate as f64 / config.producers.max(1) as f64);
+        let per_publisher =
+            (config.rate > 0).then(|| config.rate as f64 / config.producers.max(1) as f64);
         tasks.spawn(async move {
             let topic = format!("devices/{i}/telemetry");
             let mut out = BytesMut::new();

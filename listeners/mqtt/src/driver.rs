@@ -175,37 +175,45 @@ pub async fn serve(
     connections.all_ended().await;
 }
 
-/// Runs one connection to its end.
-async fn run_connection(
-    mut stream: TcpStream,
+/// Runs one connection to its end. Set-up happens before the returned future exists, so
+/// the task (which lives as long as the connection) keeps only what the connection needs.
+fn run_connection(
+    stream: TcpStream,
     peer: SocketAddr,
     context: MqttContext,
     config: Arc<ListenerConfig>,
     outbox: Arc<Outbox>,
     registered: Registered,
-) {
+) -> impl std::future::Future<Output = ()> + Send {
     let _ = stream.set_nodelay(true);
     let mut session = Session::new(context, Arc::clone(&outbox), peer.ip().is_loopback());
     if let Ok(local) = stream.local_addr() {
         session.set_addresses(peer, local);
     }
     tracing::debug!(connection = session.connection_id(), %peer, "accepted MQTT connection");
-    let (mut reader, mut writer) = stream.split();
-    let end = drive(
-        &mut reader,
-        &mut writer,
-        &mut session,
-        &outbox,
-        &config,
-        &registered.connections.alarm,
-    )
-    .await;
-    // Whatever the session still has to say (a refusing CONNACK) goes out before the close.
-    let _ = flush(&mut writer, &outbox).await;
-    session.terminate(end);
-    let _ = writer.shutdown().await;
-    tracing::debug!(connection = session.connection_id(), %peer, "MQTT connection closed");
-    drop(registered);
+    async move {
+        let mut stream = stream;
+        let (mut reader, mut writer) = stream.split();
+        let end = drive(
+            &mut reader,
+            &mut writer,
+            &mut session,
+            &outbox,
+            &config,
+            &registered.connections.alarm,
+        )
+        .await;
+        // Whatever the session still has to say (a refusing CONNACK) goes out before the
+        // close.
+        let _ = flush(&mut writer, &outbox).await;
+        session.terminate(end);
+        let _ = writer.shutdown().await;
+        tracing::debug!(
+            connection = session.connection_id(),
+            "MQTT connection closed"
+        );
+        drop(registered);
+    }
 }
 
 async fn drive(
@@ -264,24 +272,26 @@ async fn drive(
             .then(|| Box::pin(either_changed(&mut durable, &mut retained_durable)));
         // Biased: input before deliveries (every read ends with a flush anyway), so a
         // subscriber flooded with deliveries still has its PUBACKs and PINGREQs read.
-        let read = tokio::select! {
+        // The handlers only say what woke the task: the flush happens after the select, once
+        // its futures are gone, so the task never holds both at once.
+        let woken = tokio::select! {
             biased;
-            _ = wait_if_some(durability) => {
+            _ = wait_if_some(durability) => Woken::Durable,
+            read = read_some(reader, &mut buffer, &mut busy), if !blocked => Woken::Read(read),
+            // Bytes to write, or a signal (looked at at the top of the loop).
+            _ = outbox.notify.notified() => Woken::Outbox,
+            _ = tokio::time::sleep_until(deadline) => Woken::Deadline,
+        };
+        let read = match woken {
+            Woken::Read(read) => read,
+            Woken::Durable | Woken::Outbox => {
                 session.release_held_acks();
                 if let Err(error) = flush(writer, outbox).await {
                     return End::Abnormal(format!("socket error: {error}"));
                 }
                 continue;
             }
-            read = read_some(reader, &mut buffer, &mut busy), if !blocked => read,
-            // Bytes to write, or a signal (looked at at the top of the loop).
-            _ = outbox.notify.notified() => {
-                if let Err(error) = flush(writer, outbox).await {
-                    return End::Abnormal(format!("socket error: {error}"));
-                }
-                continue;
-            }
-            _ = tokio::time::sleep_until(deadline) => {
+            Woken::Deadline => {
                 return End::Abnormal(if session.is_connected() {
                     "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
                 } else {
@@ -334,6 +344,18 @@ async fn drive(
     }
 }
 
+/// What ended a wait of the connection's task.
+enum Woken {
+    /// A durable sequence number moved.
+    Durable,
+    /// The socket was read.
+    Read(std::io::Result<usize>),
+    /// The outbox has bytes or a signal.
+    Outbox,
+    /// The keep-alive or CONNECT deadline passed.
+    Deadline,
+}
+
 /// Waits for `future` if there is one, forever if not.
 async fn wait_if_some<F: std::future::Future>(future: Option<std::pin::Pin<Box<F>>>) {
     match future {
@@ -382,6 +404,14 @@ async fn flush(writer: &mut WriteHalf<'_>, outbox: &Outbox) -> std::io::Result<(
     Ok(())
 }
 
+/// Waits until the socket is readable. A `poll_fn` over the stream's readiness is a few
+/// bytes in the task; `ReadHalf::readable` is a future of 150 that every idle connection
+/// would carry.
+async fn readable(reader: &ReadHalf<'_>) -> std::io::Result<()> {
+    let stream: &TcpStream = reader.as_ref();
+    std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await
+}
+
 /// Reads what is available into `buffer`. An idle connection holds no read buffer: when
 /// everything read was consumed and the last read did not fill the buffer, the buffer is
 /// released, and a small one is allocated only once the socket is readable again. While data
@@ -394,7 +424,7 @@ async fn read_some(
     loop {
         if buffer.is_empty() && !*busy {
             *buffer = BytesMut::new();
-            reader.readable().await?;
+            readable(reader).await?;
             buffer.reserve(FIRST_READ);
         } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
             buffer.reserve(READ_CHUNK);
@@ -410,7 +440,7 @@ async fn read_some(
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
                 *busy = false;
                 if !buffer.is_empty() {
-                    reader.readable().await?;
+                    readable(reader).await?;
                 }
             }
             Err(error) => return Err(error),

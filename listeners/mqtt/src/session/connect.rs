@@ -140,7 +140,7 @@ impl Session {
             clean_session,
             protocol,
             keep_alive,
-            will: last_will,
+            will: last_will.map(Box::new),
             filters: Vec::new(),
             consumers: [None, None, None],
             may_publish: None,

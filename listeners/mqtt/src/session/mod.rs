@@ -135,7 +135,8 @@ struct Connected {
     clean_session: bool,
     protocol: ProtocolLevel,
     keep_alive: u16,
-    will: Option<LastWill>,
+    /// Boxed: most clients set no will, and an idle connection should not carry room for one.
+    will: Option<Box<LastWill>>,
     /// Topic filters with their granted QoS, in subscription order.
     filters: Vec<(String, QoS)>,
     /// The consumers of the qos0, qos1 and qos2 queues.
@@ -454,7 +455,7 @@ impl Session {
                 "MQTT connection ended abnormally: {reason}"
             );
             if let Some(will) = connected.will.take() {
-                self.publish_will(&mut connected, will);
+                self.publish_will(&mut connected, *will);
             }
         }
         for subscription in connected.consumers.iter_mut().filter_map(Option::take) {
