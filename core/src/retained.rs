@@ -55,6 +55,27 @@ pub trait RetainedStore: Send + Sync {
     fn durable(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         None
     }
+
+    // The other MQTT state that must survive a restart lives here too, so it shares the
+    // log and its durable sequence number: the QoS 2 packet identifiers a persistent session
+    // received (and routed) but that the client has not released yet. A store that keeps
+    // nothing on disk ignores them (the listener holds them in memory anyway).
+
+    /// Records that `client_id`'s persistent session routed QoS 2 `packet_id` and waits for
+    /// its PUBREL.
+    fn qos2_received(&self, _vhost: &str, _client_id: &str, _packet_id: u16) {}
+
+    /// Records that the client released QoS 2 `packet_id` (PUBREL).
+    fn qos2_released(&self, _vhost: &str, _client_id: &str, _packet_id: u16) {}
+
+    /// Forgets every QoS 2 packet identifier of `client_id` (its session was discarded).
+    fn forget_session(&self, _vhost: &str, _client_id: &str) {}
+
+    /// The QoS 2 packet identifiers `client_id` has not released, as recovered at boot and
+    /// recorded since.
+    fn qos2_pending(&self, _vhost: &str, _client_id: &str) -> Vec<u16> {
+        Vec::new()
+    }
 }
 
 /// Retained messages in memory, one map per vhost.

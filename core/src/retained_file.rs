@@ -8,8 +8,11 @@
 //! PUBACK means the retained message survives a SIGKILL). At open the log is read up to the
 //! first damaged record (a torn tail after a crash) and rewritten compacted; the writer
 //! compacts it again whenever it holds several times more records than there are retained
-//! messages. The format is in docs/storage.md.
+//! messages. The same log carries persistent MQTT sessions' QoS 2 packet identifiers that
+//! were received but not yet released, so a PUBLISH re-sent after a restart is not routed
+//! twice. The format is in docs/storage.md.
 
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -28,12 +31,21 @@ pub const RETAINED_LOG: &str = "retained.log";
 const MAGIC: &[u8; 4] = b"WRRT";
 const RECORD_RETAIN: u8 = 1;
 const RECORD_CLEAR: u8 = 2;
+const RECORD_QOS2_RECEIVED: u8 = 3;
+const RECORD_QOS2_RELEASED: u8 = 4;
+const RECORD_FORGET_SESSION: u8 = 5;
 /// Compact once the log holds this many records more than there are retained messages.
 const COMPACT_SLACK: u64 = 10_000;
+
+/// Unreleased QoS 2 packet identifiers by (vhost, client id).
+type Qos2Pending = HashMap<(String, String), Vec<u16>>;
 
 /// Changes not yet handed to the writer thread.
 #[derive(Default)]
 struct Pending {
+    /// Persistent sessions' unreleased QoS 2 packet identifiers (kept here, under the same
+    /// lock as the log's order).
+    qos2: Qos2Pending,
     records: Vec<u8>,
     /// Sequence number of the last change.
     sequence: u64,
@@ -62,11 +74,12 @@ impl FileRetained {
         fs::create_dir_all(data_dir)?;
         let path = data_dir.join(RETAINED_LOG);
         let memory = InMemoryRetained::new();
+        let mut qos2 = Qos2Pending::new();
         let mut records = 0u64;
         if let Ok(mut file) = File::open(&path) {
             let mut bytes = Vec::new();
             file.read_to_end(&mut bytes)?;
-            let (applied, damaged_at) = replay(&bytes, &memory);
+            let (applied, damaged_at) = replay(&bytes, &memory, &mut qos2);
             records = applied;
             if let Some(offset) = damaged_at {
                 tracing::warn!(
@@ -78,7 +91,7 @@ impl FileRetained {
             }
         }
         let count = total_count(&memory);
-        let file = rewrite(&path, &memory)?;
+        let file = rewrite(&path, &memory, &qos2)?;
         tracing::info!(
             retained = count,
             replayed = records,
@@ -87,7 +100,10 @@ impl FileRetained {
         let (durable, _) = watch::channel(0);
         let shared = Arc::new(Shared {
             memory,
-            pending: Mutex::new(Pending::default()),
+            pending: Mutex::new(Pending {
+                qos2,
+                ..Pending::default()
+            }),
             wake: Condvar::new(),
             durable,
         });
@@ -111,10 +127,10 @@ impl FileRetained {
         }
     }
 
-    fn log(&self, record: &[u8], apply: impl FnOnce(&InMemoryRetained)) {
+    fn log(&self, record: &[u8], apply: impl FnOnce(&InMemoryRetained, &mut Qos2Pending)) {
         let mut pending = self.shared.pending.lock();
         // Applied under the pending lock, so the order of the log is the order of the map.
-        apply(&self.shared.memory);
+        apply(&self.shared.memory, &mut pending.qos2);
         frame(&mut pending.records, record);
         pending.sequence += 1;
         drop(pending);
@@ -131,12 +147,12 @@ impl Drop for FileRetained {
 impl RetainedStore for FileRetained {
     fn retain(&self, vhost: &str, retained: RetainedMessage) {
         let record = encode_retain(vhost, &retained);
-        self.log(&record, |memory| memory.retain(vhost, retained));
+        self.log(&record, |memory, _| memory.retain(vhost, retained));
     }
 
     fn clear(&self, vhost: &str, topic: &str) {
         let record = encode_clear(vhost, topic);
-        self.log(&record, |memory| memory.clear(vhost, topic));
+        self.log(&record, |memory, _| memory.clear(vhost, topic));
     }
 
     fn matching(
@@ -163,6 +179,70 @@ impl RetainedStore for FileRetained {
     fn durable(&self) -> Option<watch::Receiver<u64>> {
         Some(self.shared.durable.subscribe())
     }
+
+    fn qos2_received(&self, vhost: &str, client_id: &str, packet_id: u16) {
+        self.log_qos2(RECORD_QOS2_RECEIVED, vhost, client_id, packet_id);
+    }
+
+    fn qos2_released(&self, vhost: &str, client_id: &str, packet_id: u16) {
+        self.log_qos2(RECORD_QOS2_RELEASED, vhost, client_id, packet_id);
+    }
+
+    fn forget_session(&self, vhost: &str, client_id: &str) {
+        self.log_qos2(RECORD_FORGET_SESSION, vhost, client_id, 0);
+    }
+
+    fn qos2_pending(&self, vhost: &str, client_id: &str) -> Vec<u16> {
+        self.shared
+            .pending
+            .lock()
+            .qos2
+            .get(&(vhost.to_string(), client_id.to_string()))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl FileRetained {
+    fn log_qos2(&self, kind: u8, vhost: &str, client_id: &str, packet_id: u16) {
+        let record = encode_qos2(kind, vhost, client_id, packet_id);
+        self.log(&record, |_, qos2| {
+            qos2_apply(qos2, kind, vhost, client_id, packet_id)
+        });
+    }
+}
+
+/// Applies one QoS 2 record to the map of unreleased packet identifiers.
+fn qos2_apply(qos2: &mut Qos2Pending, kind: u8, vhost: &str, client_id: &str, packet_id: u16) {
+    let key = (vhost.to_string(), client_id.to_string());
+    match kind {
+        RECORD_QOS2_RECEIVED => {
+            let ids = qos2.entry(key).or_default();
+            if !ids.contains(&packet_id) {
+                ids.push(packet_id);
+            }
+        }
+        RECORD_QOS2_RELEASED => {
+            if let Some(ids) = qos2.get_mut(&key) {
+                ids.retain(|id| *id != packet_id);
+                if ids.is_empty() {
+                    qos2.remove(&key);
+                }
+            }
+        }
+        _ => {
+            qos2.remove(&key);
+        }
+    }
+}
+
+fn encode_qos2(kind: u8, vhost: &str, client_id: &str, packet_id: u16) -> Vec<u8> {
+    let mut out = Vec::with_capacity(11 + vhost.len() + client_id.len());
+    out.push(kind);
+    put_str(&mut out, vhost);
+    put_str(&mut out, client_id);
+    out.extend_from_slice(&packet_id.to_le_bytes());
+    out
 }
 
 fn run_writer(shared: &Shared, path: PathBuf, mut file: File, mut live: u64) {
@@ -173,12 +253,13 @@ fn run_writer(shared: &Shared, path: PathBuf, mut file: File, mut live: u64) {
             while pending.records.is_empty() && !pending.closed {
                 shared.wake.wait(&mut pending);
             }
-            let compact = std::mem::take(&mut pending.compact);
-            if compact {
-                // Everything up to now is in the map: the snapshot replaces the pending
-                // records, taken under the same lock so none is lost or applied twice.
+            let compact = std::mem::take(&mut pending.compact).then(|| {
+                // Everything up to now is in the maps: the snapshot replaces the pending
+                // records. Changes after this point are logged after the snapshot, and
+                // replaying one twice is harmless (each record sets a final state).
                 pending.records.clear();
-            }
+                pending.qos2.clone()
+            });
             (
                 std::mem::take(&mut pending.records),
                 pending.sequence,
@@ -186,10 +267,10 @@ fn run_writer(shared: &Shared, path: PathBuf, mut file: File, mut live: u64) {
                 pending.closed,
             )
         };
-        let result = if compact {
+        let result = if let Some(qos2) = compact {
             live = total_count(&shared.memory) as u64;
             logged = live;
-            rewrite(&path, &shared.memory).map(|rewritten| file = rewritten)
+            rewrite(&path, &shared.memory, &qos2).map(|rewritten| file = rewritten)
         } else {
             logged += count_records(&records);
             file.write_all(&records).and_then(|()| file.sync_data())
@@ -235,7 +316,7 @@ fn count_records(framed: &[u8]) -> u64 {
 
 /// Writes every retained message to a new log and renames it over the old one (fsyncing
 /// the file and the directory); returns the new log, open for appending.
-fn rewrite(path: &Path, memory: &InMemoryRetained) -> io::Result<File> {
+fn rewrite(path: &Path, memory: &InMemoryRetained, qos2: &Qos2Pending) -> io::Result<File> {
     let temporary = path.with_extension("log.tmp");
     let mut bytes = Vec::new();
     for vhost in memory.vhost_names() {
@@ -243,6 +324,12 @@ fn rewrite(path: &Path, memory: &InMemoryRetained) -> io::Result<File> {
         memory.matching(&vhost, &|_| true, &mut all);
         for retained in &all {
             frame(&mut bytes, &encode_retain(&vhost, retained));
+        }
+    }
+    for ((vhost, client_id), ids) in qos2 {
+        for id in ids {
+            let record = encode_qos2(RECORD_QOS2_RECEIVED, vhost, client_id, *id);
+            frame(&mut bytes, &record);
         }
     }
     let mut file = File::create(&temporary)?;
@@ -326,7 +413,7 @@ impl<'a> Cursor<'a> {
 
 /// Applies every intact record of `log` to `memory`; returns how many were applied and the
 /// offset of the first damaged record, if any.
-fn replay(log: &[u8], memory: &InMemoryRetained) -> (u64, Option<usize>) {
+fn replay(log: &[u8], memory: &InMemoryRetained, qos2: &mut Qos2Pending) -> (u64, Option<usize>) {
     let mut cursor = Cursor(log);
     let mut applied = 0;
     while !cursor.0.is_empty() {
@@ -334,7 +421,7 @@ fn replay(log: &[u8], memory: &InMemoryRetained) -> (u64, Option<usize>) {
         let Some(payload) = next_record(&mut cursor) else {
             return (applied, Some(offset));
         };
-        if apply(payload, memory).is_none() {
+        if apply(payload, memory, qos2).is_none() {
             return (applied, Some(offset));
         }
         applied += 1;
@@ -352,7 +439,7 @@ fn next_record<'a>(cursor: &mut Cursor<'a>) -> Option<&'a [u8]> {
     (crc32fast::hash(payload) == crc).then_some(payload)
 }
 
-fn apply(payload: &[u8], memory: &InMemoryRetained) -> Option<()> {
+fn apply(payload: &[u8], memory: &InMemoryRetained, qos2: &mut Qos2Pending) -> Option<()> {
     let mut cursor = Cursor(payload);
     match cursor.u8()? {
         RECORD_RETAIN => {
@@ -381,6 +468,18 @@ fn apply(payload: &[u8], memory: &InMemoryRetained) -> Option<()> {
             let vhost = cursor.string()?;
             let topic = cursor.string()?;
             memory.clear(&vhost, &topic);
+        }
+        kind @ (RECORD_QOS2_RECEIVED | RECORD_QOS2_RELEASED | RECORD_FORGET_SESSION) => {
+            let vhost = cursor.string()?;
+            let client_id = cursor.string()?;
+            let id = cursor.take(2)?;
+            qos2_apply(
+                qos2,
+                kind,
+                &vhost,
+                &client_id,
+                u16::from_le_bytes([id[0], id[1]]),
+            );
         }
         // The empty record the writer uses to wake itself for a compaction.
         _ if payload.is_empty() => {}
@@ -512,11 +611,31 @@ mod tests {
         );
     }
 
+    #[test]
+    fn unreleased_qos2_packet_ids_survive_reopening_and_compaction() {
+        let dir = TempDir::new("qos2");
+        {
+            let store = FileRetained::open(dir.path()).expect("open");
+            store.qos2_received("/", "meter", 7);
+            store.qos2_received("/", "meter", 8);
+            store.qos2_released("/", "meter", 7);
+            store.qos2_received("/", "gone", 1);
+            store.forget_session("/", "gone");
+            wait_durable(&store);
+        }
+        // Reopening replays the log and rewrites it compacted; a second reopen reads that.
+        for _ in 0..2 {
+            let store = FileRetained::open(dir.path()).expect("reopen");
+            assert_eq!(store.qos2_pending("/", "meter"), vec![8]);
+            assert!(store.qos2_pending("/", "gone").is_empty());
+        }
+    }
+
     proptest! {
         #[test]
         fn replay_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let memory = InMemoryRetained::new();
-            let _ = replay(&bytes, &memory);
+            let _ = replay(&bytes, &memory, &mut Qos2Pending::new());
         }
     }
 }

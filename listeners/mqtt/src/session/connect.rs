@@ -186,11 +186,18 @@ impl Session {
                         .map(|queue| (qos, queue))
                 })
                 .collect();
+        let retained = &self.context.retained;
         if connected.clean_session {
             // A clean session starts afresh: whatever a previous session left goes
             // (MQTT-3.1.2-6).
             for (_, queue) in &existing_queues {
                 connected.vhost.remove_queue(queue);
+            }
+            if !retained
+                .qos2_pending(connected.vhost.name(), &connected.client_id)
+                .is_empty()
+            {
+                retained.forget_session(connected.vhost.name(), &connected.client_id);
             }
         } else {
             connected.session_present = stored.is_some() || !existing_queues.is_empty();
@@ -208,8 +215,16 @@ impl Session {
                         &self.context.config.exchange,
                         &connected.client_id,
                     );
+                    connected.inbound_qos2 =
+                        retained.qos2_pending(connected.vhost.name(), &connected.client_id);
                 }
-                None => {}
+                // A publish-only persistent session has no queues; after a restart its
+                // unreleased QoS 2 identifiers are all that is left of it.
+                None => {
+                    connected.inbound_qos2 =
+                        retained.qos2_pending(connected.vhost.name(), &connected.client_id);
+                    connected.session_present = !connected.inbound_qos2.is_empty();
+                }
             }
         }
         connected.accepted = true;

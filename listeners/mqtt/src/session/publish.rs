@@ -42,7 +42,7 @@ impl Session {
             };
         // A retained publish (or clear) is acknowledged once the retained store has it on
         // disk too.
-        let retained_seq = if retain {
+        let mut retained_seq = if retain {
             self.context.retained.last_change()
         } else {
             0
@@ -60,6 +60,17 @@ impl Session {
             (QoS::ExactlyOnce, Some(packet_id)) => {
                 if let Some(connected) = self.connected.as_deref_mut() {
                     connected.inbound_qos2.push(packet_id);
+                    // A persistent session's identifier survives a restart: PUBREC waits
+                    // for it to be on disk, so a PUBLISH re-sent after a crash is not routed
+                    // twice.
+                    if !connected.clean_session {
+                        self.context.retained.qos2_received(
+                            connected.vhost.name(),
+                            &connected.client_id,
+                            packet_id,
+                        );
+                        retained_seq = self.context.retained.last_change();
+                    }
                 }
                 self.acknowledge_publish(
                     durable_seq,
@@ -74,11 +85,23 @@ impl Session {
 
     /// PUBREL: the client releases a QoS 2 message; the identifier may be reused.
     pub(super) fn release(&mut self, packet_id: u16) -> Control {
+        let mut retained_seq = 0;
         if let Some(connected) = self.connected.as_deref_mut() {
+            let before = connected.inbound_qos2.len();
             connected.inbound_qos2.retain(|id| *id != packet_id);
+            if !connected.clean_session && connected.inbound_qos2.len() < before {
+                // PUBCOMP waits for the release to be on disk: after a crash, a recorded
+                // identifier the client reuses for a new message would drop that message.
+                self.context.retained.qos2_released(
+                    connected.vhost.name(),
+                    &connected.client_id,
+                    packet_id,
+                );
+                retained_seq = self.context.retained.last_change();
+            }
         }
         // Answered even for an unknown identifier (MQTT-4.3.3-2 lets the client finish).
-        self.outbox.send(&Packet::PubComp(PubComp { packet_id }));
+        self.acknowledge_publish(None, retained_seq, Packet::PubComp(PubComp { packet_id }));
         Control::Continue
     }
 

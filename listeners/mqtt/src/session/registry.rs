@@ -6,10 +6,14 @@
 //! waits for the old one to finish (its in-flight deliveries requeued, its session stored)
 //! before it resumes the session.
 //!
-//! Persistent session state lives in memory for now: subscription queues and their
-//! bindings live in the core; what is kept here is the subscription list with granted QoS
-//! and the QoS 2 packet identifiers received but not yet released. When the disk store
-//! lands, this is the seam to persist it.
+//! Subscription queues and their bindings live in the core (durable for persistent
+//! sessions, so they survive a restart); what is kept here between connections is the
+//! subscription list with granted QoS and the QoS 2 packet identifiers received but not yet
+//! released. After a restart the subscriptions are rebuilt from the bindings and the QoS 2
+//! identifiers come from the retained store's log (`RetainedStore::qos2_pending`), where the
+//! session records them before PUBREC. Outbound QoS 2 state (PUBREL sent, PUBCOMP awaited)
+//! is not kept across a restart: the message is settled in its queue once PUBREC arrives,
+//! so the client may miss the PUBREL and keep the identifier until its session is cleaned.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
