@@ -21,7 +21,7 @@ use warren_amqp10::Amqp10Config;
 use warren_config::{ListenAddr, Settings};
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
-use warren_core::retained::InMemoryRetained;
+use warren_core::retained_file::FileRetained;
 use warren_core::store::{MessageStore, StoreConfig};
 use warren_core::Broker;
 use warren_management::{ListenerInfo, Management, NodeResources};
@@ -134,11 +134,17 @@ async fn start_mqtt(
     listeners: &mut JoinSet<()>,
 ) -> Result<Vec<SocketAddr>, StartError> {
     let mqtt = &settings.mqtt;
+    let retained = FileRetained::open(&settings.data_dir).map_err(|error| {
+        StartError::Storage(format!(
+            "cannot open the retained message log in {}: {error}",
+            settings.data_dir.display()
+        ))
+    })?;
     let context = warren_mqtt::MqttContext {
         broker: Arc::clone(broker),
         registry: warren_mqtt::ClientRegistry::new(),
-        // In memory until the disk store lands; a persistent RetainedStore plugs in here.
-        retained: InMemoryRetained::new(),
+        // In memory for reads, logged to data_dir/retained.log (docs/storage.md).
+        retained,
         config: Arc::new(warren_mqtt::SessionConfig {
             vhost: mqtt.vhost.clone(),
             default_user: mqtt.default_user.clone(),

@@ -25,6 +25,7 @@ pub mod password;
 pub mod policy;
 pub mod queue;
 pub mod retained;
+pub mod retained_file;
 pub mod routing;
 pub mod store;
 pub mod value;

@@ -4,7 +4,8 @@
 //! MQTT is the only protocol that retains today, but the store knows no protocol: topics are
 //! opaque strings and the listener passes its own filter matching in. [`RetainedStore`] is the
 //! seam for the disk store: [`InMemoryRetained`] keeps everything in memory (lost on
-//! restart); a persistent implementation replaces it without touching the listener.
+//! restart); [`crate::retained_file::FileRetained`] adds a log file in `data_dir` so retained
+//! messages survive a restart.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +42,40 @@ pub trait RetainedStore: Send + Sync {
 
     /// How many retained messages `vhost` holds.
     fn count(&self, vhost: &str) -> usize;
+
+    /// The sequence number of the latest [`retain`](Self::retain) or
+    /// [`clear`](Self::clear); once [`durable`](Self::durable) reaches it, that change is
+    /// on disk. 0 for a store that keeps nothing on disk.
+    fn last_change(&self) -> u64 {
+        0
+    }
+
+    /// Follows the sequence number of the last change on disk; `None` for a store that keeps
+    /// nothing on disk (nothing to wait for before acknowledging).
+    fn durable(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
+    // The other MQTT state that must survive a restart lives here too, so it shares the
+    // log and its durable sequence number: the QoS 2 packet identifiers a persistent session
+    // received (and routed) but that the client has not released yet. A store that keeps
+    // nothing on disk ignores them (the listener holds them in memory anyway).
+
+    /// Records that `client_id`'s persistent session routed QoS 2 `packet_id` and waits for
+    /// its PUBREL.
+    fn qos2_received(&self, _vhost: &str, _client_id: &str, _packet_id: u16) {}
+
+    /// Records that the client released QoS 2 `packet_id` (PUBREL).
+    fn qos2_released(&self, _vhost: &str, _client_id: &str, _packet_id: u16) {}
+
+    /// Forgets every QoS 2 packet identifier of `client_id` (its session was discarded).
+    fn forget_session(&self, _vhost: &str, _client_id: &str) {}
+
+    /// The QoS 2 packet identifiers `client_id` has not released, as recovered at boot and
+    /// recorded since.
+    fn qos2_pending(&self, _vhost: &str, _client_id: &str) -> Vec<u16> {
+        Vec::new()
+    }
 }
 
 /// Retained messages in memory, one map per vhost.
@@ -53,6 +88,11 @@ impl InMemoryRetained {
     /// An empty store.
     pub fn new() -> Arc<InMemoryRetained> {
         Arc::new(InMemoryRetained::default())
+    }
+
+    /// The vhosts that hold retained messages.
+    pub fn vhost_names(&self) -> Vec<String> {
+        self.vhosts.read().keys().cloned().collect()
     }
 }
 

@@ -41,7 +41,8 @@ Load:
   -a, --autoack             consume with no_ack (default: manual acks, multiple=true)
       --multi-ack-every N   manual ack: ack (multiple) at least every N deliveries
                             (default qos/2, or 1000 without qos); also whenever a read is drained
-  -r, --rate MSGS_PER_SEC   publishing rate per producer (default 0 = unlimited)
+  -r, --rate MSGS_PER_SEC   publishing rate per producer (default 0 = unlimited);
+                            with --mqtt-fan-in the total rate of all publishers
   -z, --time SECONDS        run time (default 0 = until Ctrl-C)
       --latency             put a timestamp in each body; report latency percentiles
       --batch N             most messages a producer writes per socket write (default 500)

@@ -297,12 +297,29 @@ pub async fn fan_in(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), Stri
         .await?;
         let (counters, shared, body) = (counters.clone(), shared.clone(), body.clone());
         let batch = config.batch.clamp(1, 100);
+        // `-r` is the total rate here, shared evenly by the publishers.
+        let per_publisher =
+            (config.rate > 0).then(|| config.rate as f64 / config.producers.max(1) as f64);
         tasks.spawn(async move {
             let topic = format!("devices/{i}/telemetry");
             let mut out = BytesMut::new();
+            let started = std::time::Instant::now();
+            let mut published = 0u64;
             while !shared.is_stopping() {
                 out.clear();
-                for _ in 0..batch {
+                let mut count = batch as u64;
+                if let Some(rate) = per_publisher {
+                    // Paced: what the rate allows by now, at most a batch; the 5 ms sleeps
+                    // of 200 publishers spread their writes over time.
+                    let due = (started.elapsed().as_secs_f64() * rate) as u64;
+                    count = due.saturating_sub(published).min(batch as u64);
+                    if count == 0 {
+                        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                        continue;
+                    }
+                }
+                published += count;
+                for _ in 0..count {
                     encode_publish(&mut out, &topic, QoS::AtMostOnce, None, false, false, &body)
                         .map_err(|e| e.to_string())?;
                 }
@@ -311,7 +328,7 @@ pub async fn fan_in(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), Stri
                     .write_all(&out)
                     .await
                     .map_err(|e| e.to_string())?;
-                counters.sent.fetch_add(batch as u64, Ordering::Relaxed);
+                counters.sent.fetch_add(count, Ordering::Relaxed);
             }
             Ok(())
         });

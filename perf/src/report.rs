@@ -27,6 +27,7 @@ pub async fn report(
     let start = Instant::now();
     let cpu_start = config.broker_pid.and_then(broker_cpu);
     let delivered_start = counters.delivered.load(Ordering::Relaxed);
+    let sent_start = counters.sent.load(Ordering::Relaxed);
     let mut last = (start, delivered_start);
     let duration = Duration::from_secs_f64(if config.time > 0.0 { config.time } else { 10.0 });
     let mut failure = None;
@@ -58,7 +59,11 @@ pub async fn report(
         fmt_rate(delivered as f64 / elapsed)
     );
     if sent > 0 {
-        line.push_str(&format!(", {sent} sent in all"));
+        // Sent over the same window as delivered: a consumer keeping up delivers as many.
+        line.push_str(&format!(
+            ", sent {} msg/s over the same time, {sent} sent in all",
+            fmt_rate((sent - sent_start) as f64 / elapsed)
+        ));
     }
     if let (Some(before), Some(after)) = (cpu_start, config.broker_pid.and_then(broker_cpu)) {
         let cpu_us = (after.ticks - before.ticks) as f64 * 10_000.0;

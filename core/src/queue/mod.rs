@@ -148,8 +148,9 @@ struct QueueState {
     had_consumers: bool,
     deleted: bool,
     stats: QueueStats,
-    /// The effective limits: arguments combined with policies.
-    limits: QueueLimits,
+    /// The effective limits: arguments combined with policies. Shared (see
+    /// [`shared_limits`]): most queues have none, and an idle queue should not carry them.
+    limits: Arc<QueueLimits>,
     /// Every consumer refused the last delivery for lack of credit. Until a listener kicks
     /// the queue (`dispatch`), enqueues skip dispatch: asking sinks that just said no would
     /// take their connection's lock for every publish while a backlog builds.
@@ -217,18 +218,29 @@ impl QueueState {
 pub struct Queue {
     config: QueueConfig,
     /// The limits the queue's own arguments ask for; policies combine with these into the
-    /// effective limits kept in the state.
-    argument_limits: QueueLimits,
+    /// effective limits kept in the state. Shared like those.
+    argument_limits: Arc<QueueLimits>,
     /// The vhost dead letters are routed in.
     vhost: Weak<VHost>,
     /// The vhost's firehose switch: deliveries are traced while it is on.
     trace: crate::vhost::trace::TraceFlag,
     state: Mutex<QueueState>,
     /// Set for a durable queue when the broker has a message store.
-    store: OnceLock<StoreLink>,
+    store: OnceLock<Box<StoreLink>>,
 }
 
 static NEXT_CONSUMER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// `limits` behind an `Arc`; the defaults (no limits at all, most queues) are one allocation
+/// shared by every queue.
+fn shared_limits(limits: QueueLimits) -> Arc<QueueLimits> {
+    static NONE: OnceLock<Arc<QueueLimits>> = OnceLock::new();
+    if limits == QueueLimits::default() {
+        Arc::clone(NONE.get_or_init(|| Arc::new(QueueLimits::default())))
+    } else {
+        Arc::new(limits)
+    }
+}
 
 /// What removing a consumer left behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,7 +263,8 @@ impl Queue {
 
     /// A new, empty queue that dead-letters through `vhost`.
     pub fn in_vhost(config: QueueConfig, vhost: Weak<VHost>) -> Arc<Queue> {
-        let limits = QueueLimits::from_arguments(&config.arguments).unwrap_or_default();
+        let limits =
+            shared_limits(QueueLimits::from_arguments(&config.arguments).unwrap_or_default());
         let levels = usize::from(limits.max_priority.unwrap_or(0)) + 1;
         let trace = vhost
             .upgrade()
@@ -259,7 +272,7 @@ impl Queue {
             .unwrap_or_default();
         Arc::new(Queue {
             config,
-            argument_limits: limits.clone(),
+            argument_limits: Arc::clone(&limits),
             vhost,
             trace,
             state: Mutex::new(QueueState {
@@ -278,7 +291,7 @@ impl Queue {
             vhost: self.config.vhost.clone(),
             name: self.config.name.clone(),
         };
-        let _ = self.store.set(StoreLink { store, name });
+        let _ = self.store.set(Box::new(StoreLink { store, name }));
     }
 
     /// The store and this queue's name in it, for a durable queue of a broker with a store.
@@ -385,7 +398,7 @@ impl Queue {
 
     /// The queue's effective limits and dead-letter settings (arguments and policies).
     pub fn limits(&self) -> QueueLimits {
-        self.state.lock().limits.clone()
+        QueueLimits::clone(&self.state.lock().limits)
     }
 
     /// The limits from the queue's own arguments.
@@ -397,7 +410,7 @@ impl Queue {
     /// length limit drops or dead-letters the oldest messages now.
     pub fn set_limits(self: &Arc<Self>, limits: QueueLimits) {
         let mut state = self.state.lock();
-        state.limits = limits;
+        state.limits = shared_limits(limits);
         loop {
             let over = state
                 .limits
@@ -1020,6 +1033,9 @@ impl Queue {
                 .consumers
                 .partition_point(|c| c.spec.priority >= spec.priority)
         };
+        // Most queues have one consumer (every MQTT subscription, for one): room for exactly
+        // one instead of the four a first push reserves.
+        state.consumers.reserve_exact(1);
         state
             .consumers
             .insert(position, AttachedConsumer { id, spec, sink });

@@ -154,6 +154,9 @@ impl<T: Clone + Ord> TopicTrie<T> {
             rest = next;
         }
         if let Err(index) = node.values.binary_search(&value) {
+            // Most patterns have one binding (every MQTT subscription has its own queue):
+            // grow one at a time instead of reserving four.
+            node.values.reserve_exact(1);
             node.values.insert(index, value);
             self.bindings += 1;
         }

@@ -7,18 +7,21 @@
 //! keep-alive and CONNECT timeouts are the only clocks, and they live here.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::BytesMut;
+use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::{timeout, Instant};
+use warren_core::idmap::IdMap;
 
 use crate::codec::decode;
-use crate::outbox::Outbox;
+use crate::outbox::{Outbox, Signal};
 use crate::session::{acknowledge_all, Control, End, MqttContext, Session};
 
 /// Settings of an MQTT listener.
@@ -50,6 +53,73 @@ const READ_CHUNK: usize = 16 * 1024;
 /// freshly freed 16 KiB one per connection does. A full first read grows it to `READ_CHUNK`.
 const FIRST_READ: usize = 512;
 
+/// The connections of one listener: how the accept loop reaches them for shutdown and
+/// resource alarms. Each holds only a weak reference to its outbox here (a few bytes per
+/// connection), instead of a join handle and two watch receivers per task.
+#[derive(Default)]
+struct Connections {
+    live: Mutex<IdMap<u64, Weak<Outbox>>>,
+    next_key: AtomicU64,
+    /// A resource alarm is in effect: publishers are not read.
+    alarm: AtomicBool,
+    /// Notified when the last connection ended.
+    emptied: Notify,
+}
+
+impl Connections {
+    /// Registers a new connection's outbox; the returned guard unregisters it.
+    fn register(self: &Arc<Self>, outbox: &Arc<Outbox>) -> Registered {
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        self.live.lock().insert(key, Arc::downgrade(outbox));
+        Registered {
+            connections: Arc::clone(self),
+            key,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.live.lock().len()
+    }
+
+    /// Raises `signal` on every connection.
+    fn signal_all(&self, signal: Signal) {
+        let outboxes: Vec<Arc<Outbox>> = self
+            .live
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for outbox in outboxes {
+            outbox.signal(signal);
+        }
+    }
+
+    /// Waits until every registered connection has ended.
+    async fn all_ended(&self) {
+        while self.len() > 0 {
+            self.emptied.notified().await;
+        }
+    }
+}
+
+/// A connection's entry in [`Connections`], removed on drop.
+struct Registered {
+    connections: Arc<Connections>,
+    key: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut live = self.connections.live.lock();
+        live.remove(&self.key);
+        if live.is_empty() {
+            live.shrink_to_fit();
+            drop(live);
+            self.connections.emptied.notify_one();
+        }
+    }
+}
+
 /// Accepts connections until `shutdown` turns true, then closes every connection and
 /// returns once they all ended. A failed accept (out of file descriptors) backs off and
 /// leaves open connections alone.
@@ -60,11 +130,12 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let config = Arc::new(config);
-    let (alarm_tx, alarms) = watch::channel(None);
+    let connections = Arc::new(Connections::default());
+    let alarmed = Arc::clone(&connections);
     context.broker.subscribe_alarms(Box::new(move |reason| {
-        let _ = alarm_tx.send(reason);
+        alarmed.alarm.store(reason.is_some(), Ordering::Release);
+        alarmed.signal_all(Signal::AlarmChanged);
     }));
-    let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -74,13 +145,15 @@ pub async fn serve(
                         drop(stream);
                         continue;
                     }
-                    connections.spawn(run_connection(
+                    let outbox = Outbox::new(context.config.prefetch);
+                    let registered = connections.register(&outbox);
+                    tokio::spawn(run_connection(
                         stream,
                         peer,
                         context.clone(),
                         Arc::clone(&config),
-                        shutdown.clone(),
-                        alarms.clone(),
+                        outbox,
+                        registered,
                     ));
                 }
                 Err(error) => {
@@ -90,46 +163,57 @@ pub async fn serve(
                     tokio::time::sleep(backoff).await;
                 }
             },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            _ = shutdown.changed() => break,
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    break;
+                }
+            }
         }
     }
     drop(listener);
-    while connections.join_next().await.is_some() {}
+    connections.signal_all(Signal::Shutdown);
+    connections.all_ended().await;
 }
 
-/// Runs one connection to its end.
-pub async fn run_connection(
-    mut stream: TcpStream,
+/// Runs one connection to its end. Set-up happens before the returned future exists, so
+/// the task (which lives as long as the connection) keeps only what the connection needs.
+fn run_connection(
+    stream: TcpStream,
     peer: SocketAddr,
     context: MqttContext,
     config: Arc<ListenerConfig>,
-    mut shutdown: watch::Receiver<bool>,
-    mut alarms: watch::Receiver<Option<String>>,
-) {
+    outbox: Arc<Outbox>,
+    registered: Registered,
+) -> impl std::future::Future<Output = ()> + Send {
     let _ = stream.set_nodelay(true);
-    let outbox = Outbox::new(context.config.prefetch);
     let mut session = Session::new(context, Arc::clone(&outbox), peer.ip().is_loopback());
     if let Ok(local) = stream.local_addr() {
         session.set_addresses(peer, local);
     }
     tracing::debug!(connection = session.connection_id(), %peer, "accepted MQTT connection");
-    let (mut reader, mut writer) = stream.split();
-    let end = drive(
-        &mut reader,
-        &mut writer,
-        &mut session,
-        &outbox,
-        &config,
-        &mut shutdown,
-        &mut alarms,
-    )
-    .await;
-    // Whatever the session still has to say (a refusing CONNACK) goes out before the close.
-    let _ = flush(&mut writer, &outbox).await;
-    session.terminate(end);
-    let _ = writer.shutdown().await;
-    tracing::debug!(connection = session.connection_id(), %peer, "MQTT connection closed");
+    async move {
+        let mut stream = stream;
+        let (mut reader, mut writer) = stream.split();
+        let end = drive(
+            &mut reader,
+            &mut writer,
+            &mut session,
+            &outbox,
+            &config,
+            &registered.connections.alarm,
+        )
+        .await;
+        // Whatever the session still has to say (a refusing CONNACK) goes out before the
+        // close.
+        let _ = flush(&mut writer, &outbox).await;
+        session.terminate(end);
+        let _ = writer.shutdown().await;
+        tracing::debug!(
+            connection = session.connection_id(),
+            "MQTT connection closed"
+        );
+        drop(registered);
+    }
 }
 
 async fn drive(
@@ -138,20 +222,41 @@ async fn drive(
     session: &mut Session,
     outbox: &Outbox,
     config: &ListenerConfig,
-    shutdown: &mut watch::Receiver<bool>,
-    alarms: &mut watch::Receiver<Option<String>>,
+    alarm: &AtomicBool,
 ) -> End {
     let mut buffer = BytesMut::new();
     let connect_deadline = Instant::now() + config.connect_timeout;
     let mut last_heard = Instant::now();
-    let mut alarms_alive = true;
     let mut busy = false;
     // The store's durable sequence number: held PUBACKs/PUBRECs go out as it moves.
     let mut durable = session.subscribe_durable();
+    // And the retained store's, for retained publishes.
+    let mut retained_durable = session.subscribe_retained_durable();
     loop {
+        // Signals are looked at on every turn, so a takeover, an operator close or shutdown
+        // is seen before more input is read even while input keeps coming.
+        let signals = outbox.take_signals();
+        if !signals.is_empty() {
+            if signals.contains(Signal::Shutdown) {
+                return End::Shutdown;
+            }
+            if signals.contains(Signal::Kick) {
+                return End::Abnormal("another connection took over the client identifier".into());
+            }
+            // MQTT 3.1.1 has no way to tell the client why; like RabbitMQ, the will is
+            // published, since the client did not send DISCONNECT.
+            if signals.contains(Signal::OperatorClose) {
+                let reason = session.close_requested().unwrap_or_default();
+                return End::Abnormal(format!("closed by an operator: {reason}"));
+            }
+            if signals.contains(Signal::AlarmChanged) {
+                // A client that was not read cannot be blamed for silence: restart the clock.
+                last_heard = Instant::now();
+            }
+        }
         // A resource alarm stops reading publishers (as RabbitMQ does: MQTT 3.1.1 has no
         // way to tell them); deliveries to subscribers go on.
-        let blocked = session.is_publisher() && alarms.borrow().is_some();
+        let blocked = session.is_publisher() && alarm.load(Ordering::Acquire);
         let deadline = match session.keep_alive() {
             // Silence is ours while blocked: the keep-alive restarts when reading resumes.
             Some(_) if blocked => Instant::now() + Duration::from_secs(24 * 3600),
@@ -160,48 +265,33 @@ async fn drive(
             None if !session.is_connected() => connect_deadline,
             None => Instant::now() + Duration::from_secs(24 * 3600),
         };
-        // Biased: an alarm, a takeover or shutdown is seen before more input is read, and
-        // input before deliveries (every read ends with a flush anyway), so a subscriber
-        // flooded with deliveries still has its PUBACKs and PINGREQs read.
-        let read = tokio::select! {
+        // Boxed, and only while acknowledgements wait for the disk: a future inline here
+        // would be part of every idle connection's task.
+        let durability = session
+            .awaits_durability()
+            .then(|| Box::pin(either_changed(&mut durable, &mut retained_durable)));
+        // Biased: input before deliveries (every read ends with a flush anyway), so a
+        // subscriber flooded with deliveries still has its PUBACKs and PINGREQs read.
+        // The handlers only say what woke the task: the flush happens after the select, once
+        // its futures are gone, so the task never holds both at once.
+        let woken = tokio::select! {
             biased;
-            changed = alarms.changed(), if alarms_alive => {
-                alarms_alive = changed.is_ok();
-                // A client that was not read cannot be blamed for silence: restart the clock.
-                last_heard = Instant::now();
-                continue;
-            }
-            _ = outbox.kick.notified() => {
-                return End::Abnormal("another connection took over the client identifier".into());
-            }
-            // An operator closed the connection (management API, warrenctl). MQTT 3.1.1 has
-            // no way to tell the client why; like RabbitMQ, the will is published, since
-            // the client did not send DISCONNECT.
-            _ = outbox.operator_close.notified() => {
-                let reason = session.close_requested().unwrap_or_default();
-                return End::Abnormal(format!("closed by an operator: {reason}"));
-            }
-            changed = shutdown.changed() => {
-                if changed.is_err() || *shutdown.borrow() {
-                    return End::Shutdown;
-                }
-                continue;
-            }
-            _ = changed_or_pending(&mut durable), if session.awaits_durability() => {
+            _ = wait_if_some(durability) => Woken::Durable,
+            read = read_some(reader, &mut buffer, &mut busy), if !blocked => Woken::Read(read),
+            // Bytes to write, or a signal (looked at at the top of the loop).
+            _ = outbox.notify.notified() => Woken::Outbox,
+            _ = tokio::time::sleep_until(deadline) => Woken::Deadline,
+        };
+        let read = match woken {
+            Woken::Read(read) => read,
+            Woken::Durable | Woken::Outbox => {
                 session.release_held_acks();
                 if let Err(error) = flush(writer, outbox).await {
                     return End::Abnormal(format!("socket error: {error}"));
                 }
                 continue;
             }
-            read = read_some(reader, &mut buffer, &mut busy), if !blocked => read,
-            _ = outbox.notify.notified() => {
-                if let Err(error) = flush(writer, outbox).await {
-                    return End::Abnormal(format!("socket error: {error}"));
-                }
-                continue;
-            }
-            _ = tokio::time::sleep_until(deadline) => {
+            Woken::Deadline => {
                 return End::Abnormal(if session.is_connected() {
                     "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
                 } else {
@@ -254,6 +344,39 @@ async fn drive(
     }
 }
 
+/// What ended a wait of the connection's task.
+enum Woken {
+    /// A durable sequence number moved.
+    Durable,
+    /// The socket was read.
+    Read(std::io::Result<usize>),
+    /// The outbox has bytes or a signal.
+    Outbox,
+    /// The keep-alive or CONNECT deadline passed.
+    Deadline,
+}
+
+/// Waits for `future` if there is one, forever if not.
+async fn wait_if_some<F: std::future::Future>(future: Option<std::pin::Pin<Box<F>>>) {
+    match future {
+        Some(future) => {
+            future.await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for either durable sequence number to move.
+async fn either_changed(
+    store: &mut Option<watch::Receiver<u64>>,
+    retained: &mut Option<watch::Receiver<u64>>,
+) {
+    tokio::select! {
+        _ = changed_or_pending(store) => {}
+        _ = changed_or_pending(retained) => {}
+    }
+}
+
 /// Waits for the store's durable sequence number to move (forever without a store).
 async fn changed_or_pending(receiver: &mut Option<watch::Receiver<u64>>) {
     match receiver {
@@ -281,6 +404,14 @@ async fn flush(writer: &mut WriteHalf<'_>, outbox: &Outbox) -> std::io::Result<(
     Ok(())
 }
 
+/// Waits until the socket is readable. A `poll_fn` over the stream's readiness is a few
+/// bytes in the task; `ReadHalf::readable` is a future of 150 that every idle connection
+/// would carry.
+async fn readable(reader: &ReadHalf<'_>) -> std::io::Result<()> {
+    let stream: &TcpStream = reader.as_ref();
+    std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await
+}
+
 /// Reads what is available into `buffer`. An idle connection holds no read buffer: when
 /// everything read was consumed and the last read did not fill the buffer, the buffer is
 /// released, and a small one is allocated only once the socket is readable again. While data
@@ -293,7 +424,7 @@ async fn read_some(
     loop {
         if buffer.is_empty() && !*busy {
             *buffer = BytesMut::new();
-            reader.readable().await?;
+            readable(reader).await?;
             buffer.reserve(FIRST_READ);
         } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
             buffer.reserve(READ_CHUNK);
@@ -309,7 +440,7 @@ async fn read_some(
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
                 *busy = false;
                 if !buffer.is_empty() {
-                    reader.readable().await?;
+                    readable(reader).await?;
                 }
             }
             Err(error) => return Err(error),

@@ -10,6 +10,7 @@
 //!
 //! An idle connection holds no buffer: the driver takes the allocation along with the bytes.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -72,12 +73,42 @@ struct OutboxState {
 /// The shared outgoing side of one MQTT connection.
 pub struct Outbox {
     state: Mutex<OutboxState>,
-    /// Wakes the driver when the buffer gets its first bytes.
+    /// Wakes the driver when the buffer gets its first bytes or a [`Signal`] is raised. One
+    /// waker for everything keeps an idle connection's task small: each future the driver
+    /// waits on lives in the task for as long as the connection does.
     pub notify: Notify,
-    /// Wakes the driver when another connection takes over this client identifier.
-    pub kick: Notify,
-    /// Wakes the driver when an operator asks the connection to close (management API).
-    pub operator_close: Notify,
+    /// Raised [`Signal`]s, as bits, until the driver takes them.
+    signals: AtomicU8,
+}
+
+/// Something other than bytes to write that the driver must act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Signal {
+    /// Another connection takes over this client identifier.
+    Kick = 1,
+    /// An operator asked the connection to close (management API, warrenctl).
+    OperatorClose = 2,
+    /// The listener is shutting down.
+    Shutdown = 4,
+    /// A resource alarm was raised or cleared.
+    AlarmChanged = 8,
+}
+
+/// The signals [`Outbox::take_signals`] returned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Signals(u8);
+
+impl Signals {
+    /// Whether `signal` is among them.
+    pub fn contains(self, signal: Signal) -> bool {
+        self.0 & signal as u8 != 0
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
 }
 
 /// What the driver took from the outbox.
@@ -118,9 +149,23 @@ impl Outbox {
                 closed: false,
             }),
             notify: Notify::new(),
-            kick: Notify::new(),
-            operator_close: Notify::new(),
+            signals: AtomicU8::new(0),
         })
+    }
+
+    /// Raises `signal` and wakes the driver.
+    pub fn signal(&self, signal: Signal) {
+        self.signals.fetch_or(signal as u8, Ordering::AcqRel);
+        self.notify.notify_one();
+    }
+
+    /// Takes the raised signals (a cheap atomic load when there are none; the driver calls
+    /// it on every wake-up).
+    pub fn take_signals(&self) -> Signals {
+        if self.signals.load(Ordering::Acquire) == 0 {
+            return Signals(0);
+        }
+        Signals(self.signals.swap(0, Ordering::AcqRel))
     }
 
     /// Encodes a packet into the buffer.

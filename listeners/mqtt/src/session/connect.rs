@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use rand::Rng;
-use tokio::sync::watch;
 use warren_core::access::Access;
 use warren_core::access::ResourceKind;
 use warren_core::broker::AuthFailure;
@@ -126,7 +125,7 @@ impl Session {
                 ),
             );
         }
-        let (ended_tx, ended_rx) = watch::channel(());
+        let (ended_tx, ended_rx) = super::registry::end_signal();
         let key = (vhost.name().to_string(), client_id.clone());
         let takeover = self.context.registry.claim(
             key,
@@ -141,7 +140,7 @@ impl Session {
             clean_session,
             protocol,
             keep_alive,
-            will: last_will,
+            will: last_will.map(Box::new),
             filters: Vec::new(),
             consumers: [None, None, None],
             may_publish: None,
@@ -187,11 +186,18 @@ impl Session {
                         .map(|queue| (qos, queue))
                 })
                 .collect();
+        let retained = &self.context.retained;
         if connected.clean_session {
             // A clean session starts afresh: whatever a previous session left goes
             // (MQTT-3.1.2-6).
             for (_, queue) in &existing_queues {
                 connected.vhost.remove_queue(queue);
+            }
+            if !retained
+                .qos2_pending(connected.vhost.name(), &connected.client_id)
+                .is_empty()
+            {
+                retained.forget_session(connected.vhost.name(), &connected.client_id);
             }
         } else {
             connected.session_present = stored.is_some() || !existing_queues.is_empty();
@@ -209,8 +215,16 @@ impl Session {
                         &self.context.config.exchange,
                         &connected.client_id,
                     );
+                    connected.inbound_qos2 =
+                        retained.qos2_pending(connected.vhost.name(), &connected.client_id);
                 }
-                None => {}
+                // A publish-only persistent session has no queues; after a restart its
+                // unreleased QoS 2 identifiers are all that is left of it.
+                None => {
+                    connected.inbound_qos2 =
+                        retained.qos2_pending(connected.vhost.name(), &connected.client_id);
+                    connected.session_present = !connected.inbound_qos2.is_empty();
+                }
             }
         }
         connected.accepted = true;
@@ -358,8 +372,11 @@ fn register_connection(
     (peer, local): (std::net::SocketAddr, std::net::SocketAddr),
     outbox: &Arc<crate::outbox::Outbox>,
 ) -> warren_core::connections::ConnectionHandle {
-    let mut client_properties = Table::new();
-    client_properties.insert("client_id", Value::string(&connected.client_id));
+    // Built at its exact size: every idle connection keeps this table.
+    let client_properties = Table(vec![(
+        "client_id".to_string(),
+        Value::string(&connected.client_id),
+    )]);
     let outbox = Arc::clone(outbox);
     let handle = broker.register_connection(
         warren_core::connections::ConnectionInfo {
@@ -383,7 +400,7 @@ fn register_connection(
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
         },
-        Box::new(move || outbox.operator_close.notify_one()),
+        Box::new(move || outbox.signal(crate::outbox::Signal::OperatorClose)),
     );
     handle.set_channels(1);
     handle

@@ -135,7 +135,8 @@ struct Connected {
     clean_session: bool,
     protocol: ProtocolLevel,
     keep_alive: u16,
-    will: Option<LastWill>,
+    /// Boxed: most clients set no will, and an idle connection should not carry room for one.
+    will: Option<Box<LastWill>>,
     /// Topic filters with their granted QoS, in subscription order.
     filters: Vec<(String, QoS)>,
     /// The consumers of the qos0, qos1 and qos2 queues.
@@ -145,7 +146,7 @@ struct Connected {
     /// QoS 2 packet identifiers routed but not yet released (MQTT 4.3.3, method B).
     inbound_qos2: Vec<u16>,
     /// Dropped when the session ends, which tells a connection taking over that it may go on.
-    ended: Option<watch::Sender<()>>,
+    ended: Option<registry::EndSender>,
     /// Whether CONNACK was sent (the takeover wait is over).
     accepted: bool,
     session_present: bool,
@@ -166,10 +167,19 @@ pub struct Session {
     addresses: (SocketAddr, SocketAddr),
     /// The entry in the core's connection registry, from CONNACK to the end.
     registration: Option<ConnectionHandle>,
-    /// PUBACKs and PUBRECs in PUBLISH order (MQTT-4.6.0-2), each with the store sequence
-    /// number that must be on disk before it goes out (0: nothing to wait for, held only to
-    /// keep the order behind one that waits).
-    held_acks: VecDeque<(u64, Packet)>,
+    /// PUBACKs and PUBRECs in PUBLISH order (MQTT-4.6.0-2), each with the sequence numbers
+    /// that must be on disk before it goes out.
+    held_acks: VecDeque<HeldAck>,
+}
+
+/// A PUBACK or PUBREC waiting for the disk (0: nothing to wait for in that store, held
+/// only to keep the order behind one that waits).
+struct HeldAck {
+    /// The message store's sequence number of the message.
+    store_seq: u64,
+    /// The retained store's sequence number of a retained publish.
+    retained_seq: u64,
+    packet: Packet,
 }
 
 impl Session {
@@ -209,39 +219,62 @@ impl Session {
             .map(|store| store.subscribe_durable())
     }
 
+    /// Follows the retained store's durable sequence number (`None` when retained
+    /// messages are kept in memory only).
+    pub fn subscribe_retained_durable(&self) -> Option<watch::Receiver<u64>> {
+        self.context.retained.durable()
+    }
+
+    /// The durable sequence numbers of the message store and the retained store now.
+    fn durable_now(&self) -> (u64, u64) {
+        let store = self
+            .context
+            .broker
+            .message_store()
+            .map_or(u64::MAX, |store| store.durable_seq());
+        let retained = self
+            .context
+            .retained
+            .durable()
+            .map_or(u64::MAX, |durable| *durable.borrow());
+        (store, retained)
+    }
+
     /// Sends the held PUBACKs and PUBRECs whose messages are now on disk, in order.
     pub fn release_held_acks(&mut self) {
         if self.held_acks.is_empty() {
             return;
         }
-        let durable = self
-            .context
-            .broker
-            .message_store()
-            .map_or(u64::MAX, |store| store.durable_seq());
-        while let Some((seq, _)) = self.held_acks.front() {
-            if *seq > durable {
+        let (durable, retained_durable) = self.durable_now();
+        while let Some(held) = self.held_acks.front() {
+            if held.store_seq > durable || held.retained_seq > retained_durable {
                 break;
             }
-            if let Some((_, packet)) = self.held_acks.pop_front() {
-                self.outbox.send(&packet);
+            if let Some(held) = self.held_acks.pop_front() {
+                self.outbox.send(&held.packet);
             }
         }
     }
 
-    /// Sends a PUBACK or PUBREC now, or holds it until the store has `durable_seq` on disk
-    /// (or behind an earlier one that is held).
-    fn acknowledge_publish(&mut self, durable_seq: Option<u64>, packet: Packet) {
-        let durable = self
-            .context
-            .broker
-            .message_store()
-            .map_or(u64::MAX, |store| store.durable_seq());
-        let wait = durable_seq.filter(|seq| *seq > durable).unwrap_or(0);
-        if wait == 0 && self.held_acks.is_empty() {
+    /// Sends a PUBACK or PUBREC now, or holds it until the message store has `durable_seq`
+    /// and the retained store `retained_seq` on disk (or behind an earlier one that is
+    /// held).
+    fn acknowledge_publish(&mut self, durable_seq: Option<u64>, retained_seq: u64, packet: Packet) {
+        let (durable, retained_durable) = self.durable_now();
+        let store_seq = durable_seq.filter(|seq| *seq > durable).unwrap_or(0);
+        let retained_seq = if retained_seq > retained_durable {
+            retained_seq
+        } else {
+            0
+        };
+        if store_seq == 0 && retained_seq == 0 && self.held_acks.is_empty() {
             self.outbox.send(&packet);
         } else {
-            self.held_acks.push_back((wait, packet));
+            self.held_acks.push_back(HeldAck {
+                store_seq,
+                retained_seq,
+                packet,
+            });
         }
     }
 
@@ -422,7 +455,7 @@ impl Session {
                 "MQTT connection ended abnormally: {reason}"
             );
             if let Some(will) = connected.will.take() {
-                self.publish_will(&mut connected, will);
+                self.publish_will(&mut connected, *will);
             }
         }
         for subscription in connected.consumers.iter_mut().filter_map(Option::take) {

@@ -31,7 +31,7 @@ impl Session {
             // until PUBREL, and answer a re-sent PUBLISH with PUBREC only.
             let packet_id = packet_id.unwrap_or(0);
             if connected.inbound_qos2.contains(&packet_id) {
-                self.acknowledge_publish(None, Packet::PubRec(PubRec { packet_id }));
+                self.acknowledge_publish(None, 0, Packet::PubRec(PubRec { packet_id }));
                 return Control::Continue;
             }
         }
@@ -40,17 +40,43 @@ impl Session {
                 Ok(durable_seq) => durable_seq,
                 Err(reason) => return self.protocol_error(&reason),
             };
+        // A retained publish (or clear) is acknowledged once the retained store has it on
+        // disk too.
+        let mut retained_seq = if retain {
+            self.context.retained.last_change()
+        } else {
+            0
+        };
         // The acknowledgement goes out once the message is in its queues and, when a
         // durable queue took it, once the store has it on disk (the driver waits).
         match (qos, packet_id) {
             (QoS::AtLeastOnce, Some(packet_id)) => {
-                self.acknowledge_publish(durable_seq, Packet::PubAck(PubAck { packet_id }));
+                self.acknowledge_publish(
+                    durable_seq,
+                    retained_seq,
+                    Packet::PubAck(PubAck { packet_id }),
+                );
             }
             (QoS::ExactlyOnce, Some(packet_id)) => {
                 if let Some(connected) = self.connected.as_deref_mut() {
                     connected.inbound_qos2.push(packet_id);
+                    // A persistent session's identifier survives a restart: PUBREC waits
+                    // for it to be on disk, so a PUBLISH re-sent after a crash is not routed
+                    // twice.
+                    if !connected.clean_session {
+                        self.context.retained.qos2_received(
+                            connected.vhost.name(),
+                            &connected.client_id,
+                            packet_id,
+                        );
+                        retained_seq = self.context.retained.last_change();
+                    }
                 }
-                self.acknowledge_publish(durable_seq, Packet::PubRec(PubRec { packet_id }));
+                self.acknowledge_publish(
+                    durable_seq,
+                    retained_seq,
+                    Packet::PubRec(PubRec { packet_id }),
+                );
             }
             _ => {}
         }
@@ -59,11 +85,23 @@ impl Session {
 
     /// PUBREL: the client releases a QoS 2 message; the identifier may be reused.
     pub(super) fn release(&mut self, packet_id: u16) -> Control {
+        let mut retained_seq = 0;
         if let Some(connected) = self.connected.as_deref_mut() {
+            let before = connected.inbound_qos2.len();
             connected.inbound_qos2.retain(|id| *id != packet_id);
+            if !connected.clean_session && connected.inbound_qos2.len() < before {
+                // PUBCOMP waits for the release to be on disk: after a crash, a recorded
+                // identifier the client reuses for a new message would drop that message.
+                self.context.retained.qos2_released(
+                    connected.vhost.name(),
+                    &connected.client_id,
+                    packet_id,
+                );
+                retained_seq = self.context.retained.last_change();
+            }
         }
         // Answered even for an unknown identifier (MQTT-4.3.3-2 lets the client finish).
-        self.outbox.send(&Packet::PubComp(PubComp { packet_id }));
+        self.acknowledge_publish(None, retained_seq, Packet::PubComp(PubComp { packet_id }));
         Control::Continue
     }
 

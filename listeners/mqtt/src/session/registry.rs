@@ -6,16 +6,21 @@
 //! waits for the old one to finish (its in-flight deliveries requeued, its session stored)
 //! before it resumes the session.
 //!
-//! Persistent session state lives in memory for now: subscription queues and their
-//! bindings live in the core; what is kept here is the subscription list with granted QoS
-//! and the QoS 2 packet identifiers received but not yet released. When the disk store
-//! lands, this is the seam to persist it.
+//! Subscription queues and their bindings live in the core (durable for persistent
+//! sessions, so they survive a restart); what is kept here between connections is the
+//! subscription list with granted QoS and the QoS 2 packet identifiers received but not yet
+//! released. After a restart the subscriptions are rebuilt from the bindings and the QoS 2
+//! identifiers come from the retained store's log (`RetainedStore::qos2_pending`), where the
+//! session records them before PUBREC. Outbound QoS 2 state (PUBREL sent, PUBCOMP awaited)
+//! is not kept across a restart: the message is settled in its queue once PUBREC arrives,
+//! so the client may miss the PUBREL and keep the identifier until its session is cleaned.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use crate::codec::QoS;
 use crate::outbox::Outbox;
@@ -36,27 +41,70 @@ pub struct StoredSession {
     pub outbound_released: Vec<u16>,
 }
 
+/// Tells a connection taking over a client identifier that the old session has ended.
+/// Much smaller than a `watch` channel, and every connected client holds one.
+#[derive(Default)]
+struct EndSignal {
+    ended: AtomicBool,
+    notify: Notify,
+}
+
+/// Held by a session while it runs; dropping it signals the end.
+pub struct EndSender(Arc<EndSignal>);
+
+/// Waits for the [`EndSender`] to be dropped.
+pub struct EndReceiver(Arc<EndSignal>);
+
+/// A new end signal.
+pub fn end_signal() -> (EndSender, EndReceiver) {
+    let signal = Arc::new(EndSignal::default());
+    (EndSender(Arc::clone(&signal)), EndReceiver(signal))
+}
+
+impl Drop for EndSender {
+    fn drop(&mut self) {
+        self.0.ended.store(true, Ordering::Release);
+        self.0.notify.notify_waiters();
+    }
+}
+
+impl EndReceiver {
+    /// Returns once the sender was dropped.
+    pub async fn ended(&self) {
+        loop {
+            let notified = self.0.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read, so a drop in between is not missed.
+            notified.as_mut().enable();
+            if self.0.ended.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
 struct Holder {
     connection_id: u64,
     outbox: Arc<Outbox>,
-    ended: watch::Receiver<()>,
+    ended: EndReceiver,
 }
 
 /// A connection to close before the new one resumes the session.
 pub struct Takeover {
     outbox: Arc<Outbox>,
-    ended: watch::Receiver<()>,
+    ended: EndReceiver,
 }
 
 impl Takeover {
     /// Asks the old connection to close.
     pub fn kick(&self) {
-        self.outbox.kick.notify_one();
+        self.outbox.signal(crate::outbox::Signal::Kick);
     }
 
     /// Waits until the old connection has finished (its session's end signal dropped).
-    pub async fn ended(mut self) {
-        while self.ended.changed().await.is_ok() {}
+    pub async fn ended(self) {
+        self.ended.ended().await;
     }
 }
 
@@ -85,7 +133,7 @@ impl ClientRegistry {
         key: ClientKey,
         connection_id: u64,
         outbox: Arc<Outbox>,
-        ended: watch::Receiver<()>,
+        ended: EndReceiver,
     ) -> Option<Takeover> {
         let previous = self.state.lock().holders.insert(
             key,
@@ -126,5 +174,23 @@ impl ClientRegistry {
     /// How many client identifiers are connected.
     pub fn connected(&self) -> usize {
         self.state.lock().holders.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn end_signal_wakes_a_waiter_and_a_late_one() {
+        let (sender, receiver) = end_signal();
+        let waiter = tokio::spawn(async move { receiver.ended().await });
+        tokio::task::yield_now().await;
+        drop(sender);
+        waiter.await.expect("waiter ended");
+
+        let (sender, receiver) = end_signal();
+        drop(sender);
+        receiver.ended().await;
     }
 }

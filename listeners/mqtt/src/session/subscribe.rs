@@ -107,7 +107,12 @@ impl Session {
                     .map_err(|e| e.message)?;
             }
             Some(_) => {}
-            None => connected.filters.push((filter.to_string(), qos)),
+            None => {
+                // Most clients hold one or two subscriptions for their whole life: grow
+                // one at a time instead of reserving four.
+                connected.filters.reserve_exact(1);
+                connected.filters.push((filter.to_string(), qos));
+            }
         }
         Ok(qos)
     }
