@@ -454,8 +454,8 @@ fn apply(payload: &[u8], memory: &InMemoryRetained, qos2: &mut Qos2Pending) -> O
                 RetainedMessage {
                     topic,
                     message: Arc::new(Message {
-                        exchange,
-                        routing_key,
+                        exchange: exchange.into(),
+                        routing_key: routing_key.into(),
                         properties: Properties::default(),
                         encoded_properties: None,
                         body,
@@ -498,7 +498,7 @@ mod tests {
             topic: topic.to_string(),
             message: Arc::new(Message {
                 exchange: "amq.topic".into(),
-                routing_key: topic.replace('/', "."),
+                routing_key: topic.replace('/', ".").into(),
                 properties: Properties::default(),
                 encoded_properties: None,
                 body: Bytes::copy_from_slice(body),
