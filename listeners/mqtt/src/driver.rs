@@ -17,6 +17,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
 
+use warren_core::flow::PublisherFlow;
+
 use crate::codec::decode;
 use crate::outbox::Outbox;
 use crate::session::{acknowledge_all, Control, End, MqttContext, Session};
@@ -109,6 +111,7 @@ pub async fn run_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let outbox = Outbox::new(context.config.prefetch);
+    let mut flow = PublisherFlow::new(context.broker.message_store());
     let mut session = Session::new(context, Arc::clone(&outbox), peer.ip().is_loopback());
     if let Ok(local) = stream.local_addr() {
         session.set_addresses(peer, local);
@@ -123,6 +126,7 @@ pub async fn run_connection(
         &config,
         &mut shutdown,
         &mut alarms,
+        &mut flow,
     )
     .await;
     // Whatever the session still has to say (a refusing CONNACK) goes out before the close.
@@ -140,6 +144,7 @@ async fn drive(
     config: &ListenerConfig,
     shutdown: &mut watch::Receiver<bool>,
     alarms: &mut watch::Receiver<Option<String>>,
+    flow: &mut PublisherFlow,
 ) -> End {
     let mut buffer = BytesMut::new();
     let connect_deadline = Instant::now() + config.connect_timeout;
@@ -151,7 +156,11 @@ async fn drive(
     loop {
         // A resource alarm stops reading publishers (as RabbitMQ does: MQTT 3.1.1 has no
         // way to tell them); deliveries to subscribers go on.
-        let blocked = session.is_publisher() && alarms.borrow().is_some();
+        let alarmed = session.is_publisher() && alarms.borrow().is_some();
+        // A queue this connection published to holds too much in memory (a slow subscriber),
+        // or the message store is behind: not read until it drains.
+        let flow_paused = session.is_publisher() && flow.is_paused();
+        let blocked = alarmed || flow_paused;
         let deadline = match session.keep_alive() {
             // Silence is ours while blocked: the keep-alive restarts when reading resumes.
             Some(_) if blocked => Instant::now() + Duration::from_secs(24 * 3600),
@@ -168,6 +177,10 @@ async fn drive(
             changed = alarms.changed(), if alarms_alive => {
                 alarms_alive = changed.is_ok();
                 // A client that was not read cannot be blamed for silence: restart the clock.
+                last_heard = Instant::now();
+                continue;
+            }
+            _ = flow.changed(), if flow_paused => {
                 last_heard = Instant::now();
                 continue;
             }
@@ -216,29 +229,34 @@ async fn drive(
         }
         loop {
             match decode(&mut buffer, session.max_packet_size()) {
-                Ok(Some(packet)) => match session.handle_packet(packet) {
-                    Control::Continue => {}
-                    Control::Close(end) => return end,
-                    Control::AwaitTakeover(takeover) => {
-                        takeover.kick();
-                        if timeout(config.takeover_timeout, takeover.ended())
-                            .await
-                            .is_err()
-                        {
-                            tracing::warn!(
-                                connection = session.connection_id(),
-                                "the connection taken over did not finish in time"
-                            );
-                        }
-                        match session.resume_connect() {
-                            Control::Continue => {}
-                            Control::Close(end) => return end,
-                            Control::AwaitTakeover(_) => {
-                                return End::Abnormal("takeover raced with another".into())
+                Ok(Some(packet)) => {
+                    let (control, congested) =
+                        warren_core::flow::observe(|| session.handle_packet(packet));
+                    flow.hold(congested);
+                    match control {
+                        Control::Continue => {}
+                        Control::Close(end) => return end,
+                        Control::AwaitTakeover(takeover) => {
+                            takeover.kick();
+                            if timeout(config.takeover_timeout, takeover.ended())
+                                .await
+                                .is_err()
+                            {
+                                tracing::warn!(
+                                    connection = session.connection_id(),
+                                    "the connection taken over did not finish in time"
+                                );
+                            }
+                            match session.resume_connect() {
+                                Control::Continue => {}
+                                Control::Close(end) => return end,
+                                Control::AwaitTakeover(_) => {
+                                    return End::Abnormal("takeover raced with another".into())
+                                }
                             }
                         }
                     }
-                },
+                }
                 Ok(None) => break,
                 Err(error) => match session.handle_decode_error(&error) {
                     Control::Close(end) => return end,
