@@ -473,7 +473,11 @@ impl Queue {
             self.flow.clear();
         } else if !congested && self.memory_limits.is_over(resident, state.resident_bytes) {
             self.flow.raise();
-        } else if congested && self.memory_limits.is_drained(resident, state.resident_bytes) {
+        } else if congested
+            && self
+                .memory_limits
+                .is_drained(resident, state.resident_bytes)
+        {
             self.flow.clear();
         }
     }
