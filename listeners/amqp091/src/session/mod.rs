@@ -800,14 +800,21 @@ impl Session {
         if self.pending_commits.is_empty() {
             return;
         }
-        let durable = self.broker.message_store().map_or(u64::MAX, |s| s.durable_seq());
+        let durable = self
+            .broker
+            .message_store()
+            .map_or(u64::MAX, |s| s.durable_seq());
         let mut waiting = Vec::new();
         for channel_id in std::mem::take(&mut self.pending_commits) {
             let Some(channel) = self.channels.get_mut(&channel_id) else {
                 continue;
             };
             let mut ready = 0;
-            while channel.commit_waits.front().is_some_and(|&seq| seq <= durable) {
+            while channel
+                .commit_waits
+                .front()
+                .is_some_and(|&seq| seq <= durable)
+            {
                 channel.commit_waits.pop_front();
                 ready += 1;
             }
