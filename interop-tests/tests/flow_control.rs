@@ -15,6 +15,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use warren_core::queue::Queue;
+use warren_interop_tests::stomp::StompClient;
 use warren_interop_tests::{wait_for, TestBroker};
 
 /// 30 MB in 1 KB messages: far more than the queue's 1 MiB limit plus what the loopback
@@ -247,6 +248,45 @@ async fn mqtt_qos0_fan_in_to_a_stalled_subscriber_pauses_the_publishers_and_lose
             assert!(!driving.is_finished(), "still connected");
             client.disconnect().await.expect("disconnect queued");
         }
+        assert!(!flood.flow().is_congested());
+        broker.shutdown().await;
+    })
+    .await
+    .expect("bounded in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stomp_sender_flooding_a_queue_is_paused_and_loses_nothing() {
+    tokio::time::timeout(LIMIT_TIME, async {
+        let broker = TestBroker::start_with(&[("queue_max_in_memory_bytes", LIMIT)]).await;
+        let mut sender = StompClient::connect(broker.stomp_addr(), "1.2").await;
+        // The first SEND (with a receipt) declares the queue.
+        sender.send("/queue/flood", &String::from_utf8(body(0)).expect("text"), &[]).await;
+        let flood = queue(&broker, "flood");
+        let sent = Arc::new(AtomicUsize::new(1));
+        let flooding = {
+            let sent = Arc::clone(&sent);
+            tokio::spawn(async move {
+                for i in 1..TOTAL {
+                    sender
+                        .write_frame("SEND", &[("destination", "/queue/flood")], &body(i))
+                        .await;
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+                sender
+            })
+        };
+        assert_publisher_paused(&flood, &sent).await;
+        assert!(!flooding.is_finished());
+
+        let mut receiver = StompClient::connect(broker.stomp_addr(), "1.2").await;
+        receiver.subscribe("/queue/flood", "drain", "auto", &[]).await;
+        for i in 0..TOTAL {
+            let message = receiver.expect_message().await;
+            assert_eq!(message.body, body(i), "message {i} in order");
+        }
+        let sender = flooding.await.expect("the sender finished");
+        sender.disconnect().await;
         assert!(!flood.flow().is_congested());
         broker.shutdown().await;
     })
