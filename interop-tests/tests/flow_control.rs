@@ -261,7 +261,13 @@ async fn a_stomp_sender_flooding_a_queue_is_paused_and_loses_nothing() {
         let broker = TestBroker::start_with(&[("queue_max_in_memory_bytes", LIMIT)]).await;
         let mut sender = StompClient::connect(broker.stomp_addr(), "1.2").await;
         // The first SEND (with a receipt) declares the queue.
-        sender.send("/queue/flood", &String::from_utf8(body(0)).expect("text"), &[]).await;
+        sender
+            .send(
+                "/queue/flood",
+                &String::from_utf8(body(0)).expect("text"),
+                &[],
+            )
+            .await;
         let flood = queue(&broker, "flood");
         let sent = Arc::new(AtomicUsize::new(1));
         let flooding = {
@@ -280,7 +286,9 @@ async fn a_stomp_sender_flooding_a_queue_is_paused_and_loses_nothing() {
         assert!(!flooding.is_finished());
 
         let mut receiver = StompClient::connect(broker.stomp_addr(), "1.2").await;
-        receiver.subscribe("/queue/flood", "drain", "auto", &[]).await;
+        receiver
+            .subscribe("/queue/flood", "drain", "auto", &[])
+            .await;
         for i in 0..TOTAL {
             let message = receiver.expect_message().await;
             assert_eq!(message.body, body(i), "message {i} in order");
