@@ -464,17 +464,17 @@ impl Queue {
         }
     }
 
-    /// Raises the queue's flow signal when it holds more in memory than its limits, lowers it
-    /// once it drained to half of them (or was deleted).
+    /// Lowers the queue's flow signal once it drained to half of its limits (or was
+    /// deleted). The signal is raised only by an enqueue that left the queue over its limits
+    /// with a message that cannot be paged out: requeued deliveries going over the limits
+    /// hold back no publisher.
     fn update_flow(&self, state: &QueueState) {
+        if !self.flow.is_congested() {
+            return;
+        }
         let resident = state.ready.len() - state.stats.paged_out as usize;
-        let congested = self.flow.is_congested();
-        if state.deleted {
-            self.flow.clear();
-        } else if !congested && self.memory_limits.is_over(resident, state.resident_bytes) {
-            self.flow.raise();
-        } else if congested
-            && self
+        if state.deleted
+            || self
                 .memory_limits
                 .is_drained(resident, state.resident_bytes)
         {
@@ -735,8 +735,17 @@ impl Queue {
             delivery_count: 0,
         };
         let ready = self.page_out_if_over(&state, ready);
+        // Only a message that has to stay in memory can make the queue congested: persistent
+        // messages of a durable queue beyond the limits are paged out instead.
+        let stays_in_memory = !ready.paged;
         state.push_ready(ready);
         self.dispatch_locked(&mut state);
+        if stays_in_memory && !self.flow.is_congested() {
+            let resident = state.ready.len() - state.stats.paged_out as usize;
+            if self.memory_limits.is_over(resident, state.resident_bytes) {
+                self.flow.raise();
+            }
+        }
         self.finish(state);
         if self.flow.is_congested() {
             crate::flow::note_congested(&self.flow);
@@ -1223,6 +1232,23 @@ mod tests {
         q.get(false).unwrap();
         assert!(!q.flow().is_congested());
         assert_eq!(q.in_memory_bytes(), 2);
+    }
+
+    #[test]
+    fn requeued_deliveries_over_the_limit_hold_back_no_publisher_until_a_new_message_does() {
+        let q = queue(false);
+        q.memory_limits.set(2, 1_000_000);
+        q.enqueue(message("a"));
+        q.enqueue(message("b"));
+        let (first, _) = q.get(true).unwrap();
+        let (second, _) = q.get(true).unwrap();
+        q.enqueue(message("c"));
+        q.enqueue(message("d"));
+        q.settle(&[first.id, second.id], Settlement::Requeue);
+        assert_eq!(q.stats().ready, 4);
+        assert!(!q.flow().is_congested(), "a requeue raises nothing");
+        q.enqueue(message("e"));
+        assert!(q.flow().is_congested(), "a new message over the limit does");
     }
 
     #[test]

@@ -136,6 +136,7 @@ pub async fn run_connection(
     tracing::debug!(connection = session.connection_id(), %peer, "MQTT connection closed");
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     reader: &mut ReadHalf<'_>,
     writer: &mut WriteHalf<'_>,
