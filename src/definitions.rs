@@ -74,7 +74,12 @@ fn apply_parsed(
     }
     let mut policies = Vec::new();
     for entry in &definitions.policies {
-        policies.push(policy_from_json(entry).map_err(|e| format!("{}: {e}", path))?);
+        policies.push(policy_from_json(entry, false).map_err(|e| format!("{}: {e}", path))?);
+    }
+    let mut operator_policies = Vec::new();
+    for entry in &definitions.operator_policies {
+        operator_policies
+            .push(policy_from_json(entry, true).map_err(|e| format!("{}: {e}", path))?);
     }
     let mut permissions = Vec::new();
     for p in &definitions.permissions {
@@ -206,6 +211,15 @@ fn apply_parsed(
             .ok_or_else(|| format!("{}: policy '{}': no vhost '{vhost}'", path, policy.name))?;
         target.set_policy(policy, false);
     }
+    for (vhost, policy) in operator_policies {
+        let target = broker.vhost(&vhost).ok_or_else(|| {
+            format!(
+                "{}: operator policy '{}': no vhost '{vhost}'",
+                path, policy.name
+            )
+        })?;
+        target.set_policy(policy, true);
+    }
     for plugin in &report.plugin_exchanges {
         if broker.has_exchange_type(&plugin.exchange_type) {
             continue;
@@ -229,8 +243,9 @@ fn apply_parsed(
     Ok(())
 }
 
-/// A policy entry of definitions.json: `{vhost, name, pattern, apply-to, definition, priority}`.
-fn policy_from_json(entry: &serde_json::Value) -> Result<(String, Policy), String> {
+/// A policy entry of definitions.json: `{vhost, name, pattern, apply-to, definition, priority}`
+/// (an operator policy with `operator`).
+fn policy_from_json(entry: &serde_json::Value, operator: bool) -> Result<(String, Policy), String> {
     let field = |key: &str| entry.get(key).and_then(serde_json::Value::as_str);
     let name = field("name").ok_or("a policy without a name")?;
     let vhost = field("vhost").unwrap_or("/");
@@ -246,7 +261,7 @@ fn policy_from_json(entry: &serde_json::Value) -> Result<(String, Policy), Strin
         Some(serde_json::Value::Object(map)) => json_args_to_table(map),
         _ => return Err(format!("policy '{name}' has no definition object")),
     };
-    let policy = Policy::new(name, pattern, apply_to, priority, definition, false)
+    let policy = Policy::new(name, pattern, apply_to, priority, definition, operator)
         .map_err(|e| format!("policy '{name}' in vhost '{vhost}': {e}"))?;
     Ok((vhost.to_string(), policy))
 }

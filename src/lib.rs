@@ -370,6 +370,11 @@ impl Server {
             ))
         })?;
         broker.attach_store(store);
+        // Queues declared from now on page or hold their publishers back beyond these.
+        broker.queue_memory_limits().set(
+            settings.queue_max_in_memory_messages,
+            settings.queue_max_in_memory_bytes as u64,
+        );
         let vhost = broker.add_vhost(&settings.default_vhost);
         broker.add_user(
             &settings.default_user,

@@ -104,6 +104,7 @@ pub fn snapshot(broker: &Broker) -> Json {
     let mut vhosts = Vec::new();
     let mut permissions = Vec::new();
     let mut policies = Vec::new();
+    let mut operator_policies = Vec::new();
     let mut exchanges = Vec::new();
     let mut queues = Vec::new();
     let mut bindings = Vec::new();
@@ -126,15 +127,17 @@ pub fn snapshot(broker: &Broker) -> Json {
                 "configure": configure, "write": write, "read": read,
             }));
         }
-        for policy in vhost.policies(false) {
-            policies.push(json!({
-                "vhost": vhost_name,
-                "name": policy.name,
-                "pattern": policy.pattern,
-                "apply-to": policy.apply_to.name(),
-                "definition": table_to_json(&policy.definition),
-                "priority": policy.priority,
-            }));
+        for (operator, list) in [(false, &mut policies), (true, &mut operator_policies)] {
+            for policy in vhost.policies(operator) {
+                list.push(json!({
+                    "vhost": vhost_name,
+                    "name": policy.name,
+                    "pattern": policy.pattern,
+                    "apply-to": policy.apply_to.name(),
+                    "definition": table_to_json(&policy.definition),
+                    "priority": policy.priority,
+                }));
+            }
         }
         let mut durable_exchanges: Vec<String> = Vec::new();
         let mut all_exchanges = vhost.exchanges();
@@ -219,6 +222,7 @@ pub fn snapshot(broker: &Broker) -> Json {
         "vhosts": vhosts,
         "permissions": permissions,
         "policies": policies,
+        "operator_policies": operator_policies,
         "exchanges": exchanges,
         "queues": queues,
         "bindings": bindings,

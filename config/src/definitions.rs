@@ -54,6 +54,10 @@ pub struct Definitions {
     /// `policies`, kept raw: not applied yet.
     #[serde(deserialize_with = "null_as_default")]
     pub policies: Vec<Json>,
+    /// `operator_policies` (same shape as `policies`; written by Warren's own durable
+    /// definitions so operator policies survive a restart).
+    #[serde(deserialize_with = "null_as_default")]
+    pub operator_policies: Vec<Json>,
     /// `queues`.
     #[serde(deserialize_with = "null_as_default")]
     pub queues: Vec<QueueDefinition>,

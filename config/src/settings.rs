@@ -193,6 +193,12 @@ pub struct Settings {
     /// in memory; persistent messages beyond it keep only an index entry and are read back
     /// from the message store when delivered. Default 100000.
     pub queue_max_in_memory_messages: usize,
+    /// `queue_max_in_memory_bytes` (Warren-specific): body bytes of ready messages a queue
+    /// keeps in memory. Persistent messages of durable queues beyond it (or beyond
+    /// `queue_max_in_memory_messages`) are paged out; a queue over either limit with
+    /// messages that cannot be paged (transient ones, non-durable queues) holds its
+    /// publishers back until it drains to half of both. Default 64 MiB.
+    pub queue_max_in_memory_bytes: usize,
     /// `anonymous_login_user`: the user AMQP 1.0 SASL ANONYMOUS logins act as. ANONYMOUS is
     /// offered only when set (default none; RabbitMQ 4.x's key).
     pub anonymous_login_user: Option<String>,
@@ -255,6 +261,7 @@ impl Default for Settings {
             msg_store_file_size_limit: 16 * 1024 * 1024,
             msg_store_max_unwritten_bytes: 64 * 1024 * 1024,
             queue_max_in_memory_messages: 100_000,
+            queue_max_in_memory_bytes: 64 * 1024 * 1024,
             anonymous_login_user: None,
             anonymous_login_pass: "guest".to_owned(),
         }
@@ -301,6 +308,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "queue_max_in_memory_messages",
         "ready messages a durable queue keeps in memory; persistent ones beyond are paged out (100000)",
+    ),
+    (
+        "queue_max_in_memory_bytes",
+        "ready body bytes a queue keeps in memory before paging or pausing its publishers (64MiB)",
     ),
     (
         "consumer_timeout",
@@ -635,6 +646,11 @@ impl Settings {
                 self.queue_max_in_memory_messages = value
                     .parse()
                     .map_err(|_| invalid("a non-negative integer"))?;
+            }
+            "queue_max_in_memory_bytes" => {
+                self.queue_max_in_memory_bytes = parse_size(value)
+                    .filter(|size| *size >= 1)
+                    .ok_or_else(|| invalid("a positive size, as an integer or with a suffix"))?;
             }
             "connection_max" => {
                 self.connection_max = if value == "infinity" {

@@ -211,6 +211,11 @@ fn bad_values_name_key_value_and_expectation() {
             "a positive size, as an integer or with a suffix",
         ),
         ("queue_max_in_memory_messages", "-5", "a non-negative integer"),
+        (
+            "queue_max_in_memory_bytes",
+            "0",
+            "a positive size, as an integer or with a suffix",
+        ),
         ("load_definitions", "", "the path of a definitions.json file"),
         (
             "listeners.tcp.default",
@@ -475,6 +480,11 @@ fn message_store_keys_take_sizes_and_counts() {
     assert_eq!(settings.msg_store_file_size_limit, 1024 * 1024);
     assert_eq!(settings.msg_store_max_unwritten_bytes, 8 * 1024 * 1024);
     assert_eq!(settings.queue_max_in_memory_messages, 0);
+    assert_eq!(settings.queue_max_in_memory_bytes, 64 * 1024 * 1024);
+    settings
+        .set("queue_max_in_memory_bytes", "16MiB")
+        .expect("size");
+    assert_eq!(settings.queue_max_in_memory_bytes, 16 * 1024 * 1024);
 }
 
 #[test]

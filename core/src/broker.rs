@@ -112,6 +112,13 @@ impl Broker {
         self.durability.attach(store)
     }
 
+    /// How much each queue keeps in memory (`queue_max_in_memory_messages`,
+    /// `queue_max_in_memory_bytes`): beyond it persistent messages of durable queues are paged
+    /// to disk and publishers of anything else are held back (see [`crate::flow`]).
+    pub fn queue_memory_limits(&self) -> &Arc<crate::flow::QueueMemoryLimits> {
+        self.durability.queue_memory_limits()
+    }
+
     /// The message store, when the broker has one.
     pub fn message_store(&self) -> Option<&Arc<MessageStore>> {
         self.durability.store()

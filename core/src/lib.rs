@@ -18,6 +18,7 @@ pub mod counters;
 pub mod dead_letter;
 pub mod error;
 pub mod exchange;
+pub mod flow;
 pub mod idmap;
 pub mod message;
 pub mod packed;

@@ -43,6 +43,7 @@ Load:
                             (default qos/2, or 1000 without qos); also whenever a read is drained
   -r, --rate MSGS_PER_SEC   publishing rate per producer (default 0 = unlimited);
                             with --mqtt-fan-in the total rate of all publishers
+  -C, --pmessages N         messages each producer sends, then it stops (default 0 = no limit)
   -z, --time SECONDS        run time (default 0 = until Ctrl-C)
       --latency             put a timestamp in each body; report latency percentiles
       --batch N             most messages a producer writes per socket write (default 500)
@@ -153,6 +154,8 @@ pub struct Config {
     pub autoack: bool,
     pub multi_ack_every: Option<usize>,
     pub rate: u64,
+    /// `-C`: messages each producer sends before it stops (0 = no limit).
+    pub producer_messages: u64,
     pub time: f64,
     pub latency: bool,
     pub batch: usize,
@@ -193,6 +196,7 @@ impl Default for Config {
             autoack: false,
             multi_ack_every: None,
             rate: 0,
+            producer_messages: 0,
             time: 0.0,
             latency: false,
             batch: 500,
@@ -331,6 +335,7 @@ where
                 config.multi_ack_every = Some(n.max(1));
             }
             "-r" | "--rate" => config.rate = number(&flag, &value(&flag)?)?,
+            "-C" | "--pmessages" => config.producer_messages = number(&flag, &value(&flag)?)?,
             "-z" | "--time" => {
                 let time: f64 = number(&flag, &value(&flag)?)?;
                 if !(time >= 0.0 && time.is_finite()) {
@@ -581,6 +586,8 @@ mod tests {
             "-a",
             "-r",
             "1000",
+            "-C",
+            "5000",
             "-z",
             "2.5",
             "--latency",
@@ -599,6 +606,7 @@ mod tests {
         assert_eq!(c.confirm, Some(50));
         assert_eq!(c.qos, 10);
         assert_eq!(c.rate, 1000);
+        assert_eq!(c.producer_messages, 5000);
         assert_eq!(c.time, 2.5);
         assert_eq!(c.broker_pid, Some(42));
     }

@@ -386,6 +386,12 @@ async fn producer(
             break;
         }
         let mut n = config.batch as u64;
+        if config.producer_messages > 0 {
+            if sent >= config.producer_messages {
+                break;
+            }
+            n = n.min(config.producer_messages - sent);
+        }
         if config.rate > 0 {
             let due = (start.elapsed().as_secs_f64() * config.rate as f64) as u64 + 1;
             if due <= sent {

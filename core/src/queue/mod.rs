@@ -13,6 +13,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::consumer::{ConsumerSpec, Delivery, DeliverySink};
 use crate::error::{resource, CoreError, CoreResult};
+use crate::flow::{QueueFlow, QueueMemoryLimits};
 use crate::idmap::IdMap;
 use crate::message::Message;
 use crate::store::{MessageStore, QueueName, RecoveredMessage};
@@ -157,6 +158,8 @@ struct QueueState {
     consumers_starved: bool,
     /// Body bytes of the ready messages (for x-max-length-bytes).
     ready_bytes: u64,
+    /// Body bytes of the ready messages held in memory (not paged out), for flow control.
+    resident_bytes: u64,
     /// When the queue was last used (consumer attached or gone, basic.get, redeclared), for
     /// `x-expires`; `now_ms` clock.
     last_used: u64,
@@ -180,6 +183,7 @@ struct QueueState {
 impl QueueState {
     fn push_ready(&mut self, ready: ReadyMessage) {
         self.ready_bytes += ready.body_len();
+        self.resident_bytes += ready.resident_len();
         self.stats.paged_out += u64::from(ready.paged);
         self.expiring += usize::from(ready.expires_at.is_some());
         if let Some(at) = ready.expires_at {
@@ -209,6 +213,7 @@ impl QueueState {
 
     fn forget_ready(&mut self, ready: &ReadyMessage) {
         self.ready_bytes -= ready.body_len();
+        self.resident_bytes -= ready.resident_len();
         self.stats.paged_out -= u64::from(ready.paged);
         self.expiring -= usize::from(ready.expires_at.is_some());
     }
@@ -227,6 +232,11 @@ pub struct Queue {
     state: Mutex<QueueState>,
     /// Set for a durable queue when the broker has a message store.
     store: OnceLock<Box<StoreLink>>,
+    /// How much the queue keeps in memory (the broker's limits).
+    memory_limits: Arc<QueueMemoryLimits>,
+    /// Raised while the queue holds more in memory than `memory_limits` allow: publishers
+    /// to it are not read until it drains (see [`crate::flow`]).
+    flow: Arc<QueueFlow>,
 }
 
 static NEXT_CONSUMER_ID: AtomicU64 = AtomicU64::new(1);
@@ -270,6 +280,10 @@ impl Queue {
             .upgrade()
             .map(|vhost| vhost.trace_flag())
             .unwrap_or_default();
+        let memory_limits = vhost
+            .upgrade()
+            .map(|vhost| vhost.queue_memory_limits())
+            .unwrap_or_default();
         Arc::new(Queue {
             config,
             argument_limits: Arc::clone(&limits),
@@ -282,6 +296,8 @@ impl Queue {
                 ..QueueState::default()
             }),
             store: OnceLock::new(),
+            memory_limits,
+            flow: Arc::default(),
         })
     }
 
@@ -338,9 +354,12 @@ impl Queue {
         let Some(link) = self.store.get() else {
             return ready;
         };
+        let resident = state.ready.len() - state.stats.paged_out as usize;
+        let over_bytes =
+            state.resident_bytes + ready.message.body.len() as u64 > self.memory_limits.bytes();
         if ready.store_id == 0
             || ready.paged
-            || state.ready.len() < link.store.queue_max_in_memory()
+            || (resident < link.store.queue_max_in_memory() && !over_bytes)
             || ready.message.body.len() > u32::MAX as usize
         {
             return ready;
@@ -431,6 +450,7 @@ impl Queue {
 
     /// Releases the lock, then routes the dead letters it collected.
     fn finish(&self, mut state: MutexGuard<'_, QueueState>) {
+        self.update_flow(&state);
         let dead = std::mem::take(&mut state.dead_letters);
         let stored = !state.store_removed.is_empty() || !state.store_delivered.is_empty();
         let removed = std::mem::take(&mut state.store_removed);
@@ -455,6 +475,34 @@ impl Queue {
                 vhost.trace_deliveries(&self.config.name, traced);
             }
         }
+    }
+
+    /// Lowers the queue's flow signal once it drained to half of its limits (or was
+    /// deleted). The signal is raised only by an enqueue that left the queue over its limits
+    /// with a message that cannot be paged out: requeued deliveries going over the limits
+    /// hold back no publisher.
+    fn update_flow(&self, state: &QueueState) {
+        if !self.flow.is_congested() {
+            return;
+        }
+        let resident = state.ready.len() - state.stats.paged_out as usize;
+        if state.deleted
+            || self
+                .memory_limits
+                .is_drained(resident, state.resident_bytes)
+        {
+            self.flow.clear();
+        }
+    }
+
+    /// The queue's flow signal (see [`crate::flow`]).
+    pub fn flow(&self) -> &Arc<QueueFlow> {
+        &self.flow
+    }
+
+    /// Body bytes of the ready messages the queue holds in memory (paged-out ones excluded).
+    pub fn in_memory_bytes(&self) -> u64 {
+        self.state.lock().resident_bytes
     }
 
     /// Removes a message for `reason`: dead-letters it where the queue has a dead-letter
@@ -720,9 +768,21 @@ impl Queue {
             delivery_count: 0,
         };
         let ready = self.page_out_if_over(&state, ready);
+        // Only a message that has to stay in memory can make the queue congested: persistent
+        // messages of a durable queue beyond the limits are paged out instead.
+        let stays_in_memory = !ready.paged;
         state.push_ready(ready);
         self.dispatch_locked(&mut state);
+        if stays_in_memory && !self.flow.is_congested() {
+            let resident = state.ready.len() - state.stats.paged_out as usize;
+            if self.memory_limits.is_over(resident, state.resident_bytes) {
+                self.flow.raise();
+            }
+        }
         self.finish(state);
+        if self.flow.is_congested() {
+            crate::flow::note_congested(&self.flow);
+        }
         EnqueueOutcome::Enqueued
     }
 
@@ -973,6 +1033,7 @@ impl Queue {
                             delivery_count,
                         };
                         state.ready_bytes += ready.body_len();
+                        state.resident_bytes += ready.resident_len();
                         state.expiring += usize::from(ready.expires_at.is_some());
                         if let Some(at) = ready.expires_at {
                             state.next_expiry = state.next_expiry.min(at);
@@ -1078,6 +1139,7 @@ impl Queue {
         state.store_removed.extend(removed);
         state.ready.clear();
         state.ready_bytes = 0;
+        state.resident_bytes = 0;
         state.stats.paged_out = 0;
         state.expiring = 0;
         self.finish(state);
@@ -1104,11 +1166,14 @@ impl Queue {
             }
             state.ready.clear();
             state.ready_bytes = 0;
+            state.resident_bytes = 0;
             state.stats.paged_out = 0;
             state.expiring = 0;
             state.unsettled.clear();
             (count, std::mem::take(&mut state.consumers))
         };
+        // Publishers waiting for this queue to drain go on.
+        self.flow.clear();
         // Outside the queue lock: a sink may take its own locks to send a cancel.
         for consumer in consumers {
             consumer.sink.cancelled();
@@ -1222,6 +1287,62 @@ mod tests {
         sink.credit.store(5, Ordering::Relaxed);
         q.dispatch();
         assert_eq!(sink.bodies(), vec!["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_queue_over_its_memory_limit_flags_its_publishers_until_it_drains_to_half() {
+        let q = queue(false);
+        q.memory_limits.set(4, 1_000_000);
+        let ((), noted) = crate::flow::observe(|| {
+            for body in ["a", "b", "c", "d"] {
+                q.enqueue(message(body));
+            }
+        });
+        assert!(noted.is_empty(), "4 messages are within the limit");
+        assert!(!q.flow().is_congested());
+        let ((), noted) = crate::flow::observe(|| {
+            q.enqueue(message("e"));
+        });
+        assert_eq!(noted.len(), 1, "the fifth message goes over the limit");
+        assert!(q.flow().is_congested());
+        // Draining to 3 (over half of 4) keeps it raised; to 2 lowers it.
+        q.get(false).unwrap();
+        q.get(false).unwrap();
+        assert!(q.flow().is_congested());
+        q.get(false).unwrap();
+        assert!(!q.flow().is_congested());
+        assert_eq!(q.in_memory_bytes(), 2);
+    }
+
+    #[test]
+    fn requeued_deliveries_over_the_limit_hold_back_no_publisher_until_a_new_message_does() {
+        let q = queue(false);
+        q.memory_limits.set(2, 1_000_000);
+        q.enqueue(message("a"));
+        q.enqueue(message("b"));
+        let (first, _) = q.get(true).unwrap();
+        let (second, _) = q.get(true).unwrap();
+        q.enqueue(message("c"));
+        q.enqueue(message("d"));
+        q.settle(&[first.id, second.id], Settlement::Requeue);
+        assert_eq!(q.stats().ready, 4);
+        assert!(!q.flow().is_congested(), "a requeue raises nothing");
+        q.enqueue(message("e"));
+        assert!(q.flow().is_congested(), "a new message over the limit does");
+    }
+
+    #[test]
+    fn a_queue_over_its_byte_limit_is_congested_and_deletion_releases_its_publishers() {
+        let q = queue(false);
+        q.memory_limits.set(1_000, 10);
+        for body in ["12345", "67890"] {
+            q.enqueue(message(body));
+        }
+        assert!(!q.flow().is_congested());
+        q.enqueue(message("x"));
+        assert!(q.flow().is_congested());
+        q.mark_deleted();
+        assert!(!q.flow().is_congested());
     }
 
     #[test]

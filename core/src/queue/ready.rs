@@ -25,6 +25,15 @@ pub(super) struct ReadyMessage {
 }
 
 impl ReadyMessage {
+    /// The body's length in memory: 0 when it is paged out.
+    pub(super) fn resident_len(&self) -> u64 {
+        if self.paged {
+            0
+        } else {
+            self.message.body.len() as u64
+        }
+    }
+
     /// The body's length, whether it is in memory or paged out.
     pub(super) fn body_len(&self) -> u64 {
         if self.paged {

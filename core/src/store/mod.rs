@@ -73,9 +73,17 @@ pub type DefinitionsWriter = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
 #[derive(Default)]
 pub struct Durability {
     store: std::sync::OnceLock<Arc<MessageStore>>,
+    /// How much each queue keeps in memory before paging (persistent messages of durable
+    /// queues) or holding its publishers back (everything else): see [`crate::flow`].
+    queue_memory: Arc<crate::flow::QueueMemoryLimits>,
 }
 
 impl Durability {
+    /// The per-queue memory limits shared by every queue of the broker.
+    pub fn queue_memory_limits(&self) -> &Arc<crate::flow::QueueMemoryLimits> {
+        &self.queue_memory
+    }
+
     /// The store, once attached.
     pub fn store(&self) -> Option<&Arc<MessageStore>> {
         self.store.get()

@@ -148,6 +148,11 @@ impl VHost {
         Self::in_broker(name, exchange_types, Arc::default())
     }
 
+    /// The per-queue memory limits of the broker this vhost belongs to.
+    pub(crate) fn queue_memory_limits(&self) -> Arc<crate::flow::QueueMemoryLimits> {
+        Arc::clone(self.durability.queue_memory_limits())
+    }
+
     /// A vhost of a broker: plugin exchange types and the message store link are the
     /// broker's.
     pub fn in_broker(

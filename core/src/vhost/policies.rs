@@ -23,9 +23,8 @@ impl VHost {
             policies.push(policy);
         }
         self.apply_policies();
-        if !operator {
-            self.durability.topology_changed();
-        }
+        // Policies and operator policies are durable definitions.
+        self.durability.topology_changed();
     }
 
     /// Clears a policy by name; a missing one is a 404 as in RabbitMQ.
@@ -52,9 +51,8 @@ impl VHost {
             )));
         }
         self.apply_policies();
-        if !operator {
-            self.durability.topology_changed();
-        }
+        // Policies and operator policies are durable definitions.
+        self.durability.topology_changed();
         Ok(())
     }
 

@@ -15,6 +15,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
+use warren_core::flow::PublisherFlow;
 use warren_core::Broker;
 
 use crate::codec::{decode_frame, parse_protocol_header, ProtocolHeader, PROTOCOL_HEADER_091};
@@ -239,7 +240,7 @@ async fn run_stream(
     let connection_id = session.connection_id();
     let mut store = StoreSignals {
         durable: store_handle.as_ref().map(|s| s.subscribe_durable()),
-        flow: store_handle.as_ref().map(|s| s.subscribe_flow()),
+        flow: PublisherFlow::new(store_handle.as_ref()),
     };
     tracing::debug!(connection = connection_id, %peer, "accepted AMQP 0-9-1 connection");
     let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
@@ -306,11 +307,11 @@ async fn read_loop(
             None
         };
         session.set_blocked(reason.as_deref());
-        // The message store is behind: publishers wait (credit-based back-pressure; not an
-        // alarm, so no connection.blocked, as with RabbitMQ's internal flow control).
-        let store_full = close_deadline.is_none()
-            && session.is_publisher()
-            && store.flow.as_ref().is_some_and(|f| *f.borrow());
+        // A queue this connection published to holds too much in memory, or the message
+        // store is behind: publishers wait (credit-based back-pressure; not an alarm, so no
+        // connection.blocked, as with RabbitMQ's internal flow control).
+        let flow_paused =
+            close_deadline.is_none() && session.is_publisher() && store.flow.is_paused();
         let awaits_durability = session.awaits_durability() && store.durable.is_some();
         // A client that does not read its replies is not read either (bounded memory).
         let paused = close_deadline.is_none() && outbox.pending_bytes() > READ_PAUSE_BYTES;
@@ -327,20 +328,20 @@ async fn read_loop(
             match session.heartbeat() {
                 // Two missed heartbeats and the peer is considered dead (not while we are
                 // the ones not reading).
-                Some(interval) if !blocked && !paused && !store_full => {
+                Some(interval) if !blocked && !paused && !flow_paused => {
                     Instant::now() + interval * 2
                 }
                 _ => Instant::now() + Duration::from_secs(24 * 3600),
             }
         };
         let read = tokio::select! {
-            read = reader.read_some(&mut buffer), if !blocked && !paused && !store_full => read,
+            read = reader.read_some(&mut buffer), if !blocked && !paused && !flow_paused => read,
             // Confirms of persistent messages go out once the store has them on disk.
             _ = changed_or_pending(&mut store.durable), if awaits_durability => {
                 session.end_of_batch();
                 continue;
             }
-            _ = changed_or_pending_flow(&mut store.flow), if store_full => continue,
+            _ = store.flow.changed(), if flow_paused => continue,
             _ = outbox.drained.notified(), if paused => continue,
             changed = alarms.changed(), if alarms_alive => {
                 alarms_alive = changed.is_ok();
@@ -376,13 +377,16 @@ async fn read_loop(
             Ok(_) => {}
         }
         outbox.begin_batch();
-        let end = handle_batch(
-            &mut buffer,
-            session,
-            config,
-            heartbeat_tx,
-            &mut close_deadline,
-        );
+        let (end, congested) = warren_core::flow::observe(|| {
+            handle_batch(
+                &mut buffer,
+                session,
+                config,
+                heartbeat_tx,
+                &mut close_deadline,
+            )
+        });
+        store.flow.hold(congested);
         if let Some(drained) = outbox.end_batch() {
             write_inline(writer, outbox, drained);
         }
@@ -469,24 +473,12 @@ fn write_inline(writer: &Writer, outbox: &Outbox, drained: Drained) {
 struct StoreSignals {
     /// The durable sequence number, for holding confirms of persistent messages.
     durable: Option<watch::Receiver<u64>>,
-    /// `true` while the store's writer is behind.
-    flow: Option<watch::Receiver<bool>>,
+    /// Publisher flow control: congested queues and the store's writer falling behind.
+    flow: PublisherFlow,
 }
 
 /// Waits for the durable sequence number to move (forever without a store).
 async fn changed_or_pending(receiver: &mut Option<watch::Receiver<u64>>) {
-    match receiver {
-        Some(receiver) => {
-            if receiver.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-        None => std::future::pending().await,
-    }
-}
-
-/// Waits for the flow signal to change (forever without a store).
-async fn changed_or_pending_flow(receiver: &mut Option<watch::Receiver<bool>>) {
     match receiver {
         Some(receiver) => {
             if receiver.changed().await.is_err() {

@@ -14,6 +14,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use warren_core::flow::{observe, PublisherFlow};
 use warren_core::Broker;
 
 use crate::codec::encode_empty_frame;
@@ -37,6 +38,9 @@ pub async fn run_connection(
     let broker_durable = broker
         .message_store()
         .map(|store| store.subscribe_durable());
+    // Publisher flow control takes the form of link credit: while a queue this connection
+    // published to is congested (or the store is behind), publishing links get no new credit.
+    let mut flow = PublisherFlow::new(broker.message_store());
     let mut connection = Connection::new(broker, Arc::clone(&config), peer.ip().is_loopback());
     if let Ok(local) = stream.local_addr() {
         connection.set_addresses(peer, local);
@@ -89,6 +93,7 @@ pub async fn run_connection(
             .remote_idle_timeout()
             .filter(|_| connection.is_open())
             .map(|timeout| last_write + timeout / 2);
+        let flow_paused = flow.is_paused();
         tokio::select! {
             read = read_some(&mut stream, &mut buffer) => {
                 match read {
@@ -96,8 +101,13 @@ pub async fn run_connection(
                     Ok(_) => {
                         last_read = Instant::now();
                         // The alarm state as of now applies to the frames just read.
-                        connection.set_blocked(alarms.borrow().is_some());
-                        control = connection.handle_input(&mut buffer);
+                        connection.set_blocked(alarms.borrow().is_some() || flow.is_paused());
+                        let (next, congested) =
+                            observe(|| connection.handle_input(&mut buffer));
+                        control = next;
+                        flow.hold(congested);
+                        // Credit handed out from now on follows the queues just published to.
+                        connection.set_blocked(alarms.borrow().is_some() || flow.is_paused());
                         connection.process_mailbox();
                     }
                 }
@@ -109,7 +119,10 @@ pub async fn run_connection(
             }
             changed = alarms.changed(), if alarms_alive => {
                 alarms_alive = changed.is_ok();
-                connection.set_blocked(alarms.borrow().is_some());
+                connection.set_blocked(alarms.borrow().is_some() || flow.is_paused());
+            }
+            _ = flow.changed(), if flow_paused => {
+                connection.set_blocked(alarms.borrow().is_some() || flow.is_paused());
             }
             _ = sleep_until(heartbeat_at) => encode_empty_frame(&mut connection.out),
             _ = tokio::time::sleep_until(read_deadline) => {

@@ -20,6 +20,8 @@ use tokio::sync::{watch, Notify};
 use tokio::time::{timeout, Instant};
 use warren_core::idmap::IdMap;
 
+use warren_core::flow::PublisherFlow;
+
 use crate::codec::decode;
 use crate::outbox::{Outbox, Signal};
 use crate::session::{acknowledge_all, Control, End, MqttContext, Session};
@@ -186,6 +188,7 @@ fn run_connection(
     registered: Registered,
 ) -> impl std::future::Future<Output = ()> + Send {
     let _ = stream.set_nodelay(true);
+    let mut flow = PublisherFlow::new(context.broker.message_store());
     let mut session = Session::new(context, Arc::clone(&outbox), peer.ip().is_loopback());
     if let Ok(local) = stream.local_addr() {
         session.set_addresses(peer, local);
@@ -201,6 +204,7 @@ fn run_connection(
             &outbox,
             &config,
             &registered.connections.alarm,
+            &mut flow,
         )
         .await;
         // Whatever the session still has to say (a refusing CONNACK) goes out before the
@@ -216,6 +220,7 @@ fn run_connection(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     reader: &mut ReadHalf<'_>,
     writer: &mut WriteHalf<'_>,
@@ -223,6 +228,7 @@ async fn drive(
     outbox: &Outbox,
     config: &ListenerConfig,
     alarm: &AtomicBool,
+    flow: &mut PublisherFlow,
 ) -> End {
     let mut buffer = BytesMut::new();
     let connect_deadline = Instant::now() + config.connect_timeout;
@@ -256,7 +262,11 @@ async fn drive(
         }
         // A resource alarm stops reading publishers (as RabbitMQ does: MQTT 3.1.1 has no
         // way to tell them); deliveries to subscribers go on.
-        let blocked = session.is_publisher() && alarm.load(Ordering::Acquire);
+        let alarmed = session.is_publisher() && alarm.load(Ordering::Acquire);
+        // A queue this connection published to holds too much in memory (a slow subscriber),
+        // or the message store is behind: not read until it drains.
+        let flow_paused = session.is_publisher() && flow.is_paused();
+        let blocked = alarmed || flow_paused;
         let deadline = match session.keep_alive() {
             // Silence is ours while blocked: the keep-alive restarts when reading resumes.
             Some(_) if blocked => Instant::now() + Duration::from_secs(24 * 3600),
@@ -280,10 +290,16 @@ async fn drive(
             read = read_some(reader, &mut buffer, &mut busy), if !blocked => Woken::Read(read),
             // Bytes to write, or a signal (looked at at the top of the loop).
             _ = outbox.notify.notified() => Woken::Outbox,
+            _ = flow.changed(), if flow_paused => Woken::Flow,
             _ = tokio::time::sleep_until(deadline) => Woken::Deadline,
         };
         let read = match woken {
             Woken::Read(read) => read,
+            Woken::Flow => {
+                // A client that was not read cannot be blamed for silence: restart the clock.
+                last_heard = Instant::now();
+                continue;
+            }
             Woken::Durable | Woken::Outbox => {
                 session.release_held_acks();
                 if let Err(error) = flush(writer, outbox).await {
@@ -306,29 +322,34 @@ async fn drive(
         }
         loop {
             match decode(&mut buffer, session.max_packet_size()) {
-                Ok(Some(packet)) => match session.handle_packet(packet) {
-                    Control::Continue => {}
-                    Control::Close(end) => return end,
-                    Control::AwaitTakeover(takeover) => {
-                        takeover.kick();
-                        if timeout(config.takeover_timeout, takeover.ended())
-                            .await
-                            .is_err()
-                        {
-                            tracing::warn!(
-                                connection = session.connection_id(),
-                                "the connection taken over did not finish in time"
-                            );
-                        }
-                        match session.resume_connect() {
-                            Control::Continue => {}
-                            Control::Close(end) => return end,
-                            Control::AwaitTakeover(_) => {
-                                return End::Abnormal("takeover raced with another".into())
+                Ok(Some(packet)) => {
+                    let (control, congested) =
+                        warren_core::flow::observe(|| session.handle_packet(packet));
+                    flow.hold(congested);
+                    match control {
+                        Control::Continue => {}
+                        Control::Close(end) => return end,
+                        Control::AwaitTakeover(takeover) => {
+                            takeover.kick();
+                            if timeout(config.takeover_timeout, takeover.ended())
+                                .await
+                                .is_err()
+                            {
+                                tracing::warn!(
+                                    connection = session.connection_id(),
+                                    "the connection taken over did not finish in time"
+                                );
+                            }
+                            match session.resume_connect() {
+                                Control::Continue => {}
+                                Control::Close(end) => return end,
+                                Control::AwaitTakeover(_) => {
+                                    return End::Abnormal("takeover raced with another".into())
+                                }
                             }
                         }
                     }
-                },
+                }
                 Ok(None) => break,
                 Err(error) => match session.handle_decode_error(&error) {
                     Control::Close(end) => return end,
@@ -346,6 +367,8 @@ async fn drive(
 
 /// What ended a wait of the connection's task.
 enum Woken {
+    /// A congested queue drained or the store caught up: reading may resume.
+    Flow,
     /// A durable sequence number moved.
     Durable,
     /// The socket was read.

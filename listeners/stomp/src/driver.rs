@@ -16,6 +16,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
+use warren_core::flow::PublisherFlow;
 use warren_core::Broker;
 
 use crate::codec::Decoded;
@@ -112,6 +113,7 @@ pub async fn run_connection(
     let broker_store_durable = broker
         .message_store()
         .map(|store| store.subscribe_durable());
+    let mut flow = PublisherFlow::new(broker.message_store());
     let mut session = Session::new(
         broker,
         config.session.clone(),
@@ -136,6 +138,7 @@ pub async fn run_connection(
         &mut shutdown,
         &mut alarms,
         &mut durable,
+        &mut flow,
         &heartbeat_tx,
     )
     .await;
@@ -176,6 +179,7 @@ async fn read_loop(
     shutdown: &mut watch::Receiver<bool>,
     alarms: &mut watch::Receiver<Option<String>>,
     durable: &mut Option<watch::Receiver<u64>>,
+    flow: &mut PublisherFlow,
     heartbeat_tx: &watch::Sender<Option<Duration>>,
 ) {
     let login_deadline = Instant::now() + config.login_timeout;
@@ -192,7 +196,10 @@ async fn read_loop(
         }
         // A resource alarm stops reading publishing connections; subscriptions keep
         // receiving through the writer.
-        let blocked = session.is_publisher() && alarms.borrow().is_some();
+        // So does a queue this connection sent to that holds too much in memory, or a
+        // message store that is behind, until it drains (no ERROR: just not read).
+        let flow_paused = session.is_publisher() && flow.is_paused();
+        let blocked = (session.is_publisher() && alarms.borrow().is_some()) || flow_paused;
         // A client that does not read its replies is not read either (bounded memory).
         let paused = outbox.pending_bytes() > READ_PAUSE_BYTES;
         let deadline = if !session.is_connected() {
@@ -222,6 +229,11 @@ async fn read_loop(
                 continue;
             }
             _ = outbox.drained.notified(), if paused => continue,
+            _ = flow.changed(), if flow_paused => {
+                // Silence while we were not reading is ours, not the client's.
+                last_read = Instant::now();
+                continue;
+            }
             _ = operator_wake.notified() => continue,
             // RECEIPTs of persistent messages go out once the store has them on disk.
             _ = durable_changed(durable), if session.awaits_durability() => {
@@ -247,7 +259,10 @@ async fn read_loop(
                 Ok(Some(Decoded::Heartbeat)) => {}
                 Ok(Some(Decoded::Frame(frame))) => {
                     let was_connected = session.is_connected();
-                    if session.handle_frame(frame) == Control::Close {
+                    let (control, congested) =
+                        warren_core::flow::observe(|| session.handle_frame(frame));
+                    flow.hold(congested);
+                    if control == Control::Close {
                         return;
                     }
                     if !was_connected && session.is_connected() {

@@ -91,6 +91,9 @@ pub(super) struct Channel {
     durable_waits: VecDeque<DurableWait>,
     tx_publishes: Vec<TxPublish>,
     tx_settlements: Vec<(Vec<Unacked>, Settlement)>,
+    /// tx.commit-oks held until the store has the committed persistent messages on disk:
+    /// the store sequence number each waits for, oldest first.
+    pub(super) commit_waits: VecDeque<u64>,
 }
 
 impl Channel {
@@ -136,6 +139,7 @@ impl Channel {
             durable_waits: VecDeque::new(),
             tx_publishes: Vec::new(),
             tx_settlements: Vec::new(),
+            commit_waits: VecDeque::new(),
         }
     }
 
@@ -780,20 +784,37 @@ impl Session {
         }
         let publishes = std::mem::take(&mut channel.tx_publishes);
         let settlements = std::mem::take(&mut channel.tx_settlements);
+        // The store sequence number the last persistent message of the transaction got.
+        let mut durable_seq = 0;
         for publish in publishes {
-            self.route_and_enqueue(
+            let outcome = self.route_and_enqueue(
                 ch,
                 vhost,
                 &publish.exchange,
                 publish.mandatory,
                 publish.message,
             )?;
+            durable_seq = durable_seq.max(outcome.durable_seq.unwrap_or(0));
         }
         for (taken, settlement) in settlements {
             settle_grouped(taken, settlement);
         }
         self.kick_starved();
-        self.outbox.send_method(ch, &Method::TxCommitOk);
+        // As with confirms: commit-ok says the messages are safe, so persistent messages in
+        // durable queues must be on disk first (the store group-commits them).
+        let on_disk = self
+            .broker
+            .message_store()
+            .map_or(u64::MAX, |s| s.durable_seq());
+        let channel = self.channel(ch);
+        if durable_seq > on_disk || !channel.commit_waits.is_empty() {
+            channel.commit_waits.push_back(durable_seq);
+            if !self.pending_commits.contains(&ch) {
+                self.pending_commits.push(ch);
+            }
+        } else {
+            self.outbox.send_method(ch, &Method::TxCommitOk);
+        }
         Ok(())
     }
 

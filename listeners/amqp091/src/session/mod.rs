@@ -102,6 +102,8 @@ pub struct Session {
     client_properties: Table,
     /// Channels with confirms to send at the end of the current batch of frames.
     pending_confirms: Vec<u16>,
+    /// Channels with a tx.commit-ok waiting for the message store.
+    pending_commits: Vec<u16>,
     /// Reused for routing results so publishing does not allocate.
     routed: Vec<Arc<Queue>>,
     /// Whether the client ever published: only publishers are blocked by resource alarms.
@@ -143,6 +145,7 @@ impl Session {
             exclusive_queues: Vec::new(),
             client_properties: Table::new(),
             pending_confirms: Vec::new(),
+            pending_commits: Vec::new(),
             routed: Vec::new(),
             published: false,
             blocked_capability: false,
@@ -751,6 +754,7 @@ impl Session {
     /// consumers the server cancelled, deliveries orphaned by a closed channel.
     pub fn end_of_batch(&mut self) {
         self.flush_confirms();
+        self.flush_commits();
         if let Some(registration) = &self.registration {
             registration.set_channels(self.channels.len() as u32);
         }
@@ -790,10 +794,45 @@ impl Session {
         self.pending_confirms = waiting;
     }
 
-    /// Whether publisher confirms wait for the message store; the driver then calls
-    /// [`Session::end_of_batch`] again when the store's durable sequence number moves.
+    /// Sends the tx.commit-oks whose persistent messages the store now has on disk, in
+    /// commit order per channel.
+    fn flush_commits(&mut self) {
+        if self.pending_commits.is_empty() {
+            return;
+        }
+        let durable = self
+            .broker
+            .message_store()
+            .map_or(u64::MAX, |s| s.durable_seq());
+        let mut waiting = Vec::new();
+        for channel_id in std::mem::take(&mut self.pending_commits) {
+            let Some(channel) = self.channels.get_mut(&channel_id) else {
+                continue;
+            };
+            let mut ready = 0;
+            while channel
+                .commit_waits
+                .front()
+                .is_some_and(|&seq| seq <= durable)
+            {
+                channel.commit_waits.pop_front();
+                ready += 1;
+            }
+            if !channel.commit_waits.is_empty() {
+                waiting.push(channel_id);
+            }
+            for _ in 0..ready {
+                self.outbox.send_method(channel_id, &Method::TxCommitOk);
+            }
+        }
+        self.pending_commits = waiting;
+    }
+
+    /// Whether publisher confirms or tx.commit-oks wait for the message store; the driver
+    /// then calls [`Session::end_of_batch`] again when the store's durable sequence number
+    /// moves.
     pub fn awaits_durability(&self) -> bool {
-        !self.pending_confirms.is_empty()
+        !self.pending_confirms.is_empty() || !self.pending_commits.is_empty()
     }
 
     /// Releases a channel's consumers and requeues its unacked deliveries.
