@@ -122,17 +122,19 @@ fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
         },
         login_timeout: stomp.login_timeout,
         connection_max: settings.connection_max,
+        tls: None,
     }
 }
 
-/// Binds every MQTT listener (`mqtt.listeners.tcp.*`) and spawns their accept loops, which
-/// share one client registry and one retained message store.
+/// Binds every MQTT listener (`mqtt.listeners.tcp.*`, and `mqtt.listeners.ssl.default` over
+/// TLS) and spawns their accept loops, which share one client registry and one retained
+/// message store. Returns the plain addresses and the MQTTS one.
 async fn start_mqtt(
     settings: &Settings,
     broker: &Arc<Broker>,
     shutdown: &watch::Receiver<bool>,
     listeners: &mut JoinSet<()>,
-) -> Result<Vec<SocketAddr>, StartError> {
+) -> Result<(Vec<SocketAddr>, Option<SocketAddr>), StartError> {
     let mqtt = &settings.mqtt;
     let context = warren_mqtt::MqttContext {
         broker: Arc::clone(broker),
@@ -166,7 +168,23 @@ async fn start_mqtt(
             shutdown.clone(),
         ));
     }
-    Ok(addrs)
+    let mut tls_addr = None;
+    if let Some(addr) = &mqtt.tls_listener {
+        let tls = tls::listener_config("mqtt.listeners.ssl.default", &settings.ssl_options)
+            .map_err(StartError::Tls)?;
+        let (listener, bound) = bind("mqtts", addr).await?;
+        tls_addr = Some(bound);
+        listeners.spawn(warren_mqtt::serve(
+            listener,
+            context,
+            warren_mqtt::ListenerConfig {
+                tls: Some(tls),
+                ..config
+            },
+            shutdown.clone(),
+        ));
+    }
+    Ok((addrs, tls_addr))
 }
 
 /// AMQP 1.0 shares the AMQP ports: the 0-9-1 accept loop hands connections that start with
@@ -335,7 +353,9 @@ pub struct Server {
     resource_monitor: Arc<ResourceMonitor>,
     amqp_addrs: Vec<SocketAddr>,
     stomp_addr: Option<SocketAddr>,
+    stomps_addr: Option<SocketAddr>,
     mqtt_addrs: Vec<SocketAddr>,
+    mqtts_addr: Option<SocketAddr>,
     amqps_addr: Option<SocketAddr>,
     management_addr: Option<SocketAddr>,
     management_tls_addr: Option<SocketAddr>,
@@ -446,10 +466,30 @@ impl Server {
             }
             None => None,
         };
-        let mqtt_addrs = start_mqtt(&settings, &broker, &shutdown_rx, &mut listeners).await?;
+        let stomps_addr = match &settings.stomp.tls_listener {
+            Some(addr) => {
+                let tls = tls::listener_config("stomp.listeners.ssl.default", &settings.ssl_options)
+                    .map_err(StartError::Tls)?;
+                let (listener, bound) = bind("stomps", addr).await?;
+                listeners.spawn(warren_stomp::serve(
+                    listener,
+                    Arc::clone(&broker),
+                    warren_stomp::ListenerConfig {
+                        tls: Some(tls),
+                        ..stomp_listener_config(&settings)
+                    },
+                    shutdown_rx.clone(),
+                ));
+                Some(bound)
+            }
+            None => None,
+        };
+        let (mqtt_addrs, mqtts_addr) =
+            start_mqtt(&settings, &broker, &shutdown_rx, &mut listeners).await?;
         let mut amqps_addr = None;
         if let Some(addr) = &settings.amqps_listener {
-            let tls = tls::amqps_config(&settings.ssl_options).map_err(StartError::Tls)?;
+            let tls = tls::listener_config("listeners.ssl.default", &settings.ssl_options)
+                .map_err(StartError::Tls)?;
             let (listener, bound) = bind("amqps", addr).await?;
             amqps_addr = Some(bound);
             listeners.spawn(warren_amqp091::serve(
@@ -476,7 +516,9 @@ impl Server {
             resource_monitor,
             amqp_addrs,
             stomp_addr,
+            stomps_addr,
             mqtt_addrs,
+            mqtts_addr,
             amqps_addr,
             management_addr,
             management_tls_addr,
@@ -510,6 +552,17 @@ impl Server {
     /// Every bound MQTT listener address.
     pub fn mqtt_addrs(&self) -> &[SocketAddr] {
         &self.mqtt_addrs
+    }
+
+    /// The STOMP-over-TLS listener's address (`None` unless `stomp.listeners.ssl.default`
+    /// is set).
+    pub fn stomps_addr(&self) -> Option<SocketAddr> {
+        self.stomps_addr
+    }
+
+    /// The MQTTS listener's address (`None` unless `mqtt.listeners.ssl.default` is set).
+    pub fn mqtts_addr(&self) -> Option<SocketAddr> {
+        self.mqtts_addr
     }
 
     /// The AMQPS listener's address (`None` unless `listeners.ssl.default` is set).

@@ -1,11 +1,107 @@
-//! What a listener does when `accept` fails: every listener's accept loop calls
-//! [`accept_failed`] and sleeps for the time it returns, so running out of file descriptors
-//! never spins a core or stops the connections already open from being served.
+//! Every listener's accept loop, plain or TLS: [`serve_connections`] accepts sockets, refuses
+//! those beyond `connection_max`, completes the TLS handshake when the listener has TLS, and
+//! runs each connection on its own task until shutdown, when it waits for them all to end.
 //!
-//! Protocol-free and runtime-free: the caller sleeps with its own runtime.
+//! When `accept` fails, [`accept_failed`] says how long to back off, so running out of file
+//! descriptors never spins a core or stops the connections already open from being served.
 
+use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_rustls::rustls::ServerConfig;
+
+use crate::stream::ClientStream;
+
+/// How a listener accepts connections, whatever its protocol.
+#[derive(Clone)]
+pub struct AcceptConfig {
+    /// The protocol's name in log lines (`amqp`, `amqps`, `mqtt`, `mqtts`, `stomp`, ...).
+    pub protocol: &'static str,
+    /// Most connections this listener serves at once (`connection_max`); more are closed
+    /// as soon as they are accepted, as RabbitMQ does.
+    pub connection_max: Option<usize>,
+    /// TLS: every connection completes a handshake with this configuration before the
+    /// protocol sees it.
+    pub tls: Option<Arc<ServerConfig>>,
+    /// How long a client has to complete the TLS handshake.
+    pub handshake_timeout: Duration,
+}
+
+/// Accepts connections on `listener` until `shutdown` turns true, running `serve` on its own
+/// task for each (after the TLS handshake, when `config.tls` is set), then waits for every
+/// connection to end; connections see the same `shutdown` and close themselves.
+///
+/// A connection beyond `connection_max` is closed at once; a failed TLS handshake is logged
+/// and the socket closed; a failed accept backs off ([`accept_failed`]) and leaves the open
+/// connections alone.
+pub async fn serve_connections<F, Fut>(
+    listener: TcpListener,
+    config: AcceptConfig,
+    mut shutdown: watch::Receiver<bool>,
+    serve: F,
+) where
+    F: Fn(ClientStream, SocketAddr) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let serve = Arc::new(serve);
+    let acceptor = config.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    if config.connection_max.is_some_and(|max| connections.len() >= max) {
+                        tracing::warn!(
+                            protocol = config.protocol,
+                            %peer,
+                            "connection refused: connection_max is reached"
+                        );
+                        drop(stream);
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let serve = Arc::clone(&serve);
+                    match &acceptor {
+                        None => {
+                            connections.spawn(serve(ClientStream::Plain(stream), peer));
+                        }
+                        Some(acceptor) => {
+                            let handshake = acceptor.accept(stream);
+                            let (protocol, timeout) = (config.protocol, config.handshake_timeout);
+                            connections.spawn(async move {
+                                match tokio::time::timeout(timeout, handshake).await {
+                                    Ok(Ok(stream)) => {
+                                        serve(ClientStream::Tls(Box::new(stream)), peer).await;
+                                    }
+                                    Ok(Err(error)) => {
+                                        tracing::warn!(protocol, %peer, %error, "TLS handshake failed");
+                                    }
+                                    Err(_) => {
+                                        tracing::warn!(protocol, %peer, "TLS handshake timed out");
+                                    }
+                                }
+                            });
+                        }
+                    }
+                }
+                Err(error) => {
+                    // Out of file descriptors and similar: back off instead of spinning,
+                    // and keep serving the connections already open.
+                    tokio::time::sleep(accept_failed(config.protocol, &error)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
 
 /// `EMFILE`: the process is out of file descriptors (the same number on Linux, the BSDs
 /// and macOS).

@@ -26,6 +26,7 @@ pub mod queue;
 pub mod retained;
 pub mod routing;
 pub mod store;
+pub mod stream;
 pub mod value;
 pub mod vhost;
 

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{ReadHalf, WriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+use warren_core::accept::{serve_connections, AcceptConfig};
+use warren_core::stream::{ClientStream, Reader, TlsServerConfig, Writer};
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
 
@@ -30,6 +30,9 @@ pub struct ListenerConfig {
     pub takeover_timeout: Duration,
     /// Most connections this listener serves at once; more are refused.
     pub connection_max: Option<usize>,
+    /// TLS (MQTTS): every connection completes a TLS handshake first, within the connect
+    /// timeout.
+    pub tls: Option<Arc<TlsServerConfig>>,
 }
 
 impl Default for ListenerConfig {
@@ -38,6 +41,7 @@ impl Default for ListenerConfig {
             connect_timeout: Duration::from_secs(10),
             takeover_timeout: Duration::from_secs(5),
             connection_max: None,
+            tls: None,
         }
     }
 }
@@ -57,67 +61,52 @@ pub async fn serve(
     listener: TcpListener,
     context: MqttContext,
     config: ListenerConfig,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let config = Arc::new(config);
     let (alarm_tx, alarms) = watch::channel(None);
     context.broker.subscribe_alarms(Box::new(move |reason| {
         let _ = alarm_tx.send(reason);
     }));
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    if config.connection_max.is_some_and(|max| connections.len() >= max) {
-                        tracing::warn!(%peer, "MQTT connection refused: connection_max is reached");
-                        drop(stream);
-                        continue;
-                    }
-                    connections.spawn(run_connection(
-                        stream,
-                        peer,
-                        context.clone(),
-                        Arc::clone(&config),
-                        shutdown.clone(),
-                        alarms.clone(),
-                    ));
-                }
-                Err(error) => {
-                    // Out of file descriptors and similar: back off instead of spinning,
-                    // and keep serving the connections already open.
-                    let backoff = warren_core::accept::accept_failed("mqtt", &error);
-                    tokio::time::sleep(backoff).await;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            _ = shutdown.changed() => break,
-        }
-    }
-    drop(listener);
-    while connections.join_next().await.is_some() {}
+    let accept = AcceptConfig {
+        protocol: if config.tls.is_some() { "mqtts" } else { "mqtt" },
+        connection_max: config.connection_max,
+        tls: config.tls.clone(),
+        handshake_timeout: config.connect_timeout,
+    };
+    let connection_shutdown = shutdown.clone();
+    serve_connections(listener, accept, shutdown, move |stream, peer| {
+        run_connection(
+            stream,
+            peer,
+            context.clone(),
+            Arc::clone(&config),
+            connection_shutdown.clone(),
+            alarms.clone(),
+        )
+    })
+    .await;
 }
 
-/// Runs one connection to its end.
+/// Runs one connection (plain or TLS) to its end.
 pub async fn run_connection(
-    mut stream: TcpStream,
+    stream: ClientStream,
     peer: SocketAddr,
     context: MqttContext,
     config: Arc<ListenerConfig>,
     mut shutdown: watch::Receiver<bool>,
     mut alarms: watch::Receiver<Option<String>>,
 ) {
-    let _ = stream.set_nodelay(true);
     let outbox = Outbox::new(context.config.prefetch);
     let mut session = Session::new(context, Arc::clone(&outbox), peer.ip().is_loopback());
-    if let Ok(local) = stream.local_addr() {
+    if let Some(local) = stream.local_addr() {
         session.set_addresses(peer, local);
     }
     tracing::debug!(connection = session.connection_id(), %peer, "accepted MQTT connection");
-    let (mut reader, mut writer) = stream.split();
+    let (mut reader, writer) = stream.split();
     let end = drive(
         &mut reader,
-        &mut writer,
+        &writer,
         &mut session,
         &outbox,
         &config,
@@ -126,15 +115,15 @@ pub async fn run_connection(
     )
     .await;
     // Whatever the session still has to say (a refusing CONNACK) goes out before the close.
-    let _ = flush(&mut writer, &outbox).await;
+    let _ = flush(&writer, &outbox).await;
     session.terminate(end);
-    let _ = writer.shutdown().await;
+    writer.shutdown().await;
     tracing::debug!(connection = session.connection_id(), %peer, "MQTT connection closed");
 }
 
 async fn drive(
-    reader: &mut ReadHalf<'_>,
-    writer: &mut WriteHalf<'_>,
+    reader: &mut Reader,
+    writer: &Writer,
     session: &mut Session,
     outbox: &Outbox,
     config: &ListenerConfig,
@@ -268,7 +257,7 @@ async fn changed_or_pending(receiver: &mut Option<watch::Receiver<u64>>) {
 
 /// Writes everything the outbox holds, settling what it asks for and kicking queues that
 /// waited for room (which may refill it, hence the loop).
-async fn flush(writer: &mut WriteHalf<'_>, outbox: &Outbox) -> std::io::Result<()> {
+async fn flush(writer: &Writer, outbox: &Outbox) -> std::io::Result<()> {
     while let Some(drained) = outbox.drain() {
         acknowledge_all(drained.to_ack);
         for queue in drained.starved {
@@ -286,10 +275,15 @@ async fn flush(writer: &mut WriteHalf<'_>, outbox: &Outbox) -> std::io::Result<(
 /// released, and a small one is allocated only once the socket is readable again. While data
 /// flows (`busy`: the last read filled the buffer) reads go straight into 16 KiB chunks.
 async fn read_some(
-    reader: &mut ReadHalf<'_>,
+    reader: &mut Reader,
     buffer: &mut BytesMut,
     busy: &mut bool,
 ) -> std::io::Result<usize> {
+    let reader = match reader {
+        Reader::Plain(reader) => reader,
+        // rustls buffers what it decrypted: read through it into the buffer.
+        tls => return tls.read_some(buffer).await,
+    };
     loop {
         if buffer.is_empty() && !*busy {
             *buffer = BytesMut::new();
