@@ -18,7 +18,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use warren_amqp091::{ListenerConfig, ProtocolHandoff, SessionConfig};
 use warren_amqp10::Amqp10Config;
-use warren_config::{ListenAddr, Settings};
+use warren_config::{CertLoginFrom, ListenAddr, Settings};
+use warren_core::certificate::LoginFrom;
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
 use warren_core::retained::InMemoryRetained;
@@ -98,6 +99,14 @@ async fn bind(
     let bound = listener.local_addr().map_err(bind_error)?;
     tracing::info!("listening protocol={protocol} addr={bound}");
     Ok((listener, bound))
+}
+
+/// The core's name for `ssl_cert_login_from`.
+fn login_from(from: CertLoginFrom) -> LoginFrom {
+    match from {
+        CertLoginFrom::CommonName => LoginFrom::CommonName,
+        CertLoginFrom::DistinguishedName => LoginFrom::DistinguishedName,
+    }
 }
 
 /// The STOMP listener's configuration from the `stomp.` settings.
@@ -420,6 +429,8 @@ impl Server {
                 max_message_size: settings.max_message_size,
                 product: "Warren".to_string(),
                 consumer_timeout: settings.consumer_timeout,
+                auth_mechanisms: settings.auth_mechanisms(),
+                cert_login_from: login_from(settings.ssl_cert_login_from),
             },
             handshake_timeout: settings.handshake_timeout,
             connection_max: settings.connection_max,

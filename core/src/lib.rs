@@ -12,6 +12,7 @@
 pub mod accept;
 pub mod access;
 pub mod broker;
+pub mod certificate;
 pub mod connections;
 pub mod consumer;
 pub mod counters;

@@ -208,11 +208,12 @@ async fn run_stream(
     let outbox = Outbox::new(FRAME_MIN_SIZE);
     let from_loopback = peer.ip().is_loopback();
     let store_handle = broker.message_store().cloned();
-    let mut session = Session::new(
+    let mut session = Session::with_certificate(
         broker,
         config.session.clone(),
         Arc::clone(&outbox),
         from_loopback,
+        certificate.as_deref(),
     );
     if let Some(local) = local {
         session.set_addresses(peer, local);
