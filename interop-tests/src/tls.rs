@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+    BasicConstraints, Certificate, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair,
 };
 use tokio::net::TcpStream;
@@ -86,6 +86,8 @@ impl Pki {
     pub fn client_named(&self, subject: &[(DnType, &str)], signed_by_ca: bool) -> Identity {
         let key = KeyPair::generate().expect("key");
         let mut params = CertificateParams::new(Vec::new()).expect("params");
+        // Not rcgen's default subject (`CN=rcgen self signed cert`): exactly `subject`.
+        params.distinguished_name = DistinguishedName::new();
         for (kind, value) in subject {
             params.distinguished_name.push(kind.clone(), *value);
         }
