@@ -159,6 +159,9 @@ async fn start_mqtt(
             prefetch: mqtt.prefetch,
             max_packet_size: mqtt.max_packet_size,
             max_message_size: settings.max_message_size,
+            ssl_cert_login: mqtt
+                .ssl_cert_login
+                .then(|| login_from(settings.ssl_cert_login_from)),
         }),
     };
     let config = warren_mqtt::ListenerConfig {

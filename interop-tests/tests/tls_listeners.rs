@@ -254,3 +254,44 @@ async fn a_missing_certificate_file_stops_start_up_naming_the_key_and_path() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_ssl_cert_login_uses_the_certificate_common_name() {
+    let pki = Pki::new("mqtts-cert-login");
+    let options = pki.ssl_options(true);
+    let mut settings: Vec<(&str, &str)> = vec![
+        ("mqtt.listeners.ssl.default", "127.0.0.1:0"),
+        ("mqtt.ssl_cert_login", "true"),
+        ("ssl_cert_login_from", "common_name"),
+        ("mqtt.allow_anonymous", "false"),
+    ];
+    settings.extend(options.iter().map(|(k, v)| (*k, v.as_str())));
+    let broker = TestBroker::start_with(&settings).await;
+    broker.broker().add_user("sensor-1", "unused", vec![]);
+    broker
+        .broker()
+        .vhost("/")
+        .expect("default vhost")
+        .set_permissions("sensor-1", warren_core::access::Permissions::full());
+    let addr = broker.server().mqtts_addr().expect("MQTTS listener");
+
+    let identity = pki.client_named(&[(rcgen::DnType::CommonName, "sensor-1")], true);
+    let (_client, connack) = MqttsClient::connect(addr, pki.client_config(Some(identity)), "s1")
+        .await
+        .expect("TLS connect");
+    assert!(is_accepted(&connack), "{connack:?}");
+    let connections = broker.broker().connections().list();
+    assert_eq!(connections.len(), 1);
+    assert_eq!(connections[0].info.user, "sensor-1");
+    assert!(connections[0].info.tls, "shown to operators as a TLS connection");
+
+    let identity = pki.client_named(&[(rcgen::DnType::CommonName, "ghost")], true);
+    let (_, connack) = MqttsClient::connect(addr, pki.client_config(Some(identity)), "s2")
+        .await
+        .expect("TLS connect");
+    assert!(
+        matches!(&connack, Packet::ConnAck(ack) if ack.code == v4::ConnectReturnCode::BadUserNamePassword),
+        "a certificate naming no user is refused: {connack:?}"
+    );
+    broker.shutdown().await;
+}

@@ -102,6 +102,9 @@ pub async fn run_connection(
     if let Some(local) = stream.local_addr() {
         session.set_addresses(peer, local);
     }
+    if stream.is_tls() {
+        session.set_tls(stream.peer_certificate().as_deref());
+    }
     tracing::debug!(connection = session.connection_id(), %peer, "accepted MQTT connection");
     let (mut reader, writer) = stream.split();
     let end = drive(

@@ -97,6 +97,7 @@ pub async fn run_connection(
     mut alarms: watch::Receiver<Option<String>>,
 ) {
     let stream_local = stream.local_addr();
+    let tls = stream.is_tls();
     let (mut reader, writer) = stream.split();
     let outbox = Outbox::new();
     let broker_store_durable = broker
@@ -111,6 +112,7 @@ pub async fn run_connection(
     if let Some(local) = stream_local {
         session.set_addresses(peer, local);
     }
+    session.set_tls(tls);
     let connection_id = session.connection_id();
     tracing::debug!(connection = connection_id, %peer, "accepted STOMP connection");
     let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
