@@ -19,9 +19,9 @@ use tokio::task::JoinSet;
 use warren_amqp091::{ListenerConfig, ProtocolHandoff, SessionConfig};
 use warren_amqp10::Amqp10Config;
 use warren_config::{CertLoginFrom, ListenAddr, Settings};
-use warren_core::certificate::LoginFrom;
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
+use warren_core::certificate::LoginFrom;
 use warren_core::retained::InMemoryRetained;
 use warren_core::store::{MessageStore, StoreConfig};
 use warren_core::Broker;
@@ -482,8 +482,9 @@ impl Server {
         };
         let stomps_addr = match &settings.stomp.tls_listener {
             Some(addr) => {
-                let tls = tls::listener_config("stomp.listeners.ssl.default", &settings.ssl_options)
-                    .map_err(StartError::Tls)?;
+                let tls =
+                    tls::listener_config("stomp.listeners.ssl.default", &settings.ssl_options)
+                        .map_err(StartError::Tls)?;
                 let (listener, bound) = bind("stomps", addr).await?;
                 listeners.spawn(warren_stomp::serve(
                     listener,

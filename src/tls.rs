@@ -76,12 +76,14 @@ fn provider() -> rustls::crypto::CryptoProvider {
     rustls::crypto::aws_lc_rs::default_provider()
 }
 
-fn read_certificates(
-    key: &str,
-    path: &Path,
-) -> Result<Vec<CertificateDer<'static>>, String> {
+fn read_certificates(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("{key}: cannot read certificate file {}: {e}", path.display()))?
+        .map_err(|e| {
+            format!(
+                "{key}: cannot read certificate file {}: {e}",
+                path.display()
+            )
+        })?
         .collect::<Result<_, _>>()
         .map_err(|e| format!("{key}: bad certificate in {}: {e}", path.display()))?;
     if certificates.is_empty() {

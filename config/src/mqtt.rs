@@ -229,7 +229,10 @@ mod tests {
         assert!(settings.mqtt.tls_listener.is_none() && !settings.mqtt.ssl_cert_login);
         settings.set("mqtt.listeners.ssl.default", "8883").unwrap();
         settings.set("mqtt.ssl_cert_login", "true").unwrap();
-        assert_eq!(settings.mqtt.tls_listener.as_ref().map(|a| a.port), Some(8883));
+        assert_eq!(
+            settings.mqtt.tls_listener.as_ref().map(|a| a.port),
+            Some(8883)
+        );
         assert!(settings.mqtt.ssl_cert_login);
         assert!(settings.set("mqtt.listeners.ssl.default", "nope").is_err());
     }

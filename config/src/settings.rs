@@ -791,7 +791,10 @@ impl Settings {
     /// clients that presented a verified certificate.
     pub fn auth_mechanisms(&self) -> Vec<String> {
         match &self.auth_mechanism_keys {
-            Some(keys) => keys.iter().map(|(_, mechanism)| mechanism.clone()).collect(),
+            Some(keys) => keys
+                .iter()
+                .map(|(_, mechanism)| mechanism.clone())
+                .collect(),
             None => vec!["PLAIN".to_owned(), "AMQPLAIN".to_owned()],
         }
     }

@@ -545,7 +545,10 @@ fn amqps_listener_and_ssl_options_take_rabbitmq_keys() {
 #[test]
 fn certificate_login_and_auth_mechanisms_take_rabbitmq_keys() {
     let mut settings = Settings::default();
-    assert_eq!(settings.ssl_cert_login_from, CertLoginFrom::DistinguishedName);
+    assert_eq!(
+        settings.ssl_cert_login_from,
+        CertLoginFrom::DistinguishedName
+    );
     assert_eq!(settings.auth_mechanisms(), vec!["PLAIN", "AMQPLAIN"]);
     settings.set("ssl_cert_login_from", "common_name").unwrap();
     assert_eq!(settings.ssl_cert_login_from, CertLoginFrom::CommonName);

@@ -207,7 +207,9 @@ mod tests {
         settings.set("stomp.listeners.tcp.default", "none").unwrap();
         assert!(settings.stomp.listener.is_none());
         assert!(settings.stomp.tls_listener.is_none());
-        settings.set("stomp.listeners.ssl.default", "61614").unwrap();
+        settings
+            .set("stomp.listeners.ssl.default", "61614")
+            .unwrap();
         assert_eq!(
             settings.stomp.tls_listener.as_ref().map(|a| a.port),
             Some(61614)

@@ -285,7 +285,10 @@ mod tests {
     }
 
     fn attribute(oid: &[u8], tag: u8, value: &[u8]) -> Vec<u8> {
-        der(SET, &der(SEQUENCE, &[der(OID, oid), der(tag, value)].concat()))
+        der(
+            SET,
+            &der(SEQUENCE, &[der(OID, oid), der(tag, value)].concat()),
+        )
     }
 
     /// A certificate skeleton: only the fields before the subject have to be well formed.
@@ -300,7 +303,10 @@ mod tests {
             der(SEQUENCE, &[]),
         ]
         .concat();
-        der(SEQUENCE, &[der(SEQUENCE, &tbs), der(SEQUENCE, &[])].concat())
+        der(
+            SEQUENCE,
+            &[der(SEQUENCE, &tbs), der(SEQUENCE, &[])].concat(),
+        )
     }
 
     #[test]

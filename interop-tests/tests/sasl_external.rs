@@ -15,9 +15,9 @@ use amqprs::BasicProperties;
 use bytes::BytesMut;
 use rcgen::DnType;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_rustls::rustls::ClientConfig;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
+use tokio_rustls::rustls::ClientConfig;
 use tokio_rustls::TlsConnector;
 use warren_amqp091::codec::{decode_frame, write_method_frame, Method, FRAME_METHOD};
 use warren_core::access::Permissions;
@@ -61,7 +61,10 @@ async fn start_ok(
 ) -> (String, Method) {
     let addr = broker.server().amqps_addr().expect("AMQPS listener");
     let mut stream = connect(addr, config).await.expect("TLS handshake");
-    stream.write_all(b"AMQP\x00\x00\x09\x01").await.expect("write");
+    stream
+        .write_all(b"AMQP\x00\x00\x09\x01")
+        .await
+        .expect("write");
     let mut buffer = BytesMut::new();
     let Method::ConnectionStart { mechanisms, .. } = next_method(&mut stream, &mut buffer).await
     else {
@@ -109,12 +112,8 @@ async fn amqprs_logs_in_with_external_as_the_certificate_common_name() {
         "localhost".to_string(),
     );
     let addr = broker.server().amqps_addr().expect("AMQPS listener");
-    let mut arguments = OpenConnectionArguments::new(
-        &addr.ip().to_string(),
-        addr.port(),
-        "ignored",
-        "ignored",
-    );
+    let mut arguments =
+        OpenConnectionArguments::new(&addr.ip().to_string(), addr.port(), "ignored", "ignored");
     arguments
         .credentials(SecurityCredentials::new_external())
         .tls_adaptor(adaptor);
@@ -164,7 +163,8 @@ async fn external_uses_the_distinguished_name_by_default() {
         ],
         true,
     );
-    let (mechanisms, answer) = start_ok(&broker, pki.client_config(Some(identity)), "EXTERNAL").await;
+    let (mechanisms, answer) =
+        start_ok(&broker, pki.client_config(Some(identity)), "EXTERNAL").await;
     assert_eq!(mechanisms, "PLAIN AMQPLAIN EXTERNAL");
     assert!(
         matches!(answer, Method::ConnectionTune { .. }),

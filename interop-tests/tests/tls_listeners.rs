@@ -112,8 +112,7 @@ async fn mqtt_publish_and_subscribe_round_trip_over_tls() {
     assert!(is_accepted(&connack));
     publisher
         .send(|out| {
-            let mut publish =
-                Publish::new("sensors/kitchen/temperature", QoS::AtLeastOnce, "21.5");
+            let mut publish = Publish::new("sensors/kitchen/temperature", QoS::AtLeastOnce, "21.5");
             publish.pkid = 7;
             publish.write(out).expect("encodes");
         })
@@ -169,7 +168,10 @@ async fn stomp_send_and_subscribe_round_trip_over_tls() {
     let mut settings: Vec<(&str, &str)> = vec![("stomp.listeners.ssl.default", "127.0.0.1:0")];
     settings.extend(options.iter().map(|(k, v)| (*k, v.as_str())));
     let broker = TestBroker::start_with(&settings).await;
-    let addr = broker.server().stomps_addr().expect("STOMP over TLS listener");
+    let addr = broker
+        .server()
+        .stomps_addr()
+        .expect("STOMP over TLS listener");
     let login = [
         ("accept-version", "1.2"),
         ("host", "/"),
@@ -228,7 +230,8 @@ async fn a_missing_certificate_file_stops_start_up_naming_the_key_and_path() {
             Err(error) => error.to_string(),
         };
         assert!(
-            error.contains("ssl_options.certfile") && error.contains(&missing.display().to_string()),
+            error.contains("ssl_options.certfile")
+                && error.contains(&missing.display().to_string()),
             "{listener}: {error}"
         );
 
@@ -283,7 +286,10 @@ async fn mqtt_ssl_cert_login_uses_the_certificate_common_name() {
     let connections = broker.broker().connections().list();
     assert_eq!(connections.len(), 1);
     assert_eq!(connections[0].info.user, "sensor-1");
-    assert!(connections[0].info.tls, "shown to operators as a TLS connection");
+    assert!(
+        connections[0].info.tls,
+        "shown to operators as a TLS connection"
+    );
 
     let identity = pki.client_named(&[(rcgen::DnType::CommonName, "ghost")], true);
     let (_, connack) = MqttsClient::connect(addr, pki.client_config(Some(identity)), "s2")

@@ -20,10 +20,10 @@ use warren_core::Broker;
 use crate::codec::{decode_frame, parse_protocol_header, ProtocolHeader, PROTOCOL_HEADER_091};
 use crate::outbox::{Drained, Outbox, READ_PAUSE_BYTES};
 use crate::session::{Control, Session, SessionConfig, FRAME_MIN_SIZE};
-use warren_core::accept::{serve_connections, AcceptConfig};
-use warren_core::stream::{ClientStream, Reader, Writer};
 use tokio_rustls::rustls::pki_types::CertificateDer;
+use warren_core::accept::{serve_connections, AcceptConfig};
 use warren_core::queue::now_ms;
+use warren_core::stream::{ClientStream, Reader, Writer};
 
 /// Settings of the AMQP 0-9-1 listener.
 #[derive(Debug, Clone)]
@@ -88,7 +88,11 @@ pub async fn serve(
         let _ = alarm_tx.send(reason);
     }));
     let accept = AcceptConfig {
-        protocol: if config.tls.is_some() { "amqps" } else { "amqp" },
+        protocol: if config.tls.is_some() {
+            "amqps"
+        } else {
+            "amqp"
+        },
         connection_max: config.connection_max,
         tls: config.tls.clone(),
         handshake_timeout: config.handshake_timeout,

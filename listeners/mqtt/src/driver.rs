@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::net::TcpListener;
-use warren_core::accept::{serve_connections, AcceptConfig};
-use warren_core::stream::{ClientStream, Reader, TlsServerConfig, Writer};
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
+use warren_core::accept::{serve_connections, AcceptConfig};
+use warren_core::stream::{ClientStream, Reader, TlsServerConfig, Writer};
 
 use crate::codec::decode;
 use crate::outbox::Outbox;
@@ -69,7 +69,11 @@ pub async fn serve(
         let _ = alarm_tx.send(reason);
     }));
     let accept = AcceptConfig {
-        protocol: if config.tls.is_some() { "mqtts" } else { "mqtt" },
+        protocol: if config.tls.is_some() {
+            "mqtts"
+        } else {
+            "mqtt"
+        },
         connection_max: config.connection_max,
         tls: config.tls.clone(),
         handshake_timeout: config.connect_timeout,

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::net::TcpListener;
-use warren_core::accept::{serve_connections, AcceptConfig};
-use warren_core::stream::{ClientStream, Reader, TlsServerConfig, Writer};
 use tokio::sync::watch;
 use tokio::time::Instant;
+use warren_core::accept::{serve_connections, AcceptConfig};
+use warren_core::stream::{ClientStream, Reader, TlsServerConfig, Writer};
 use warren_core::Broker;
 
 use crate::codec::Decoded;
@@ -68,7 +68,11 @@ pub async fn serve(
         let _ = alarm_tx.send(reason);
     }));
     let accept = AcceptConfig {
-        protocol: if config.tls.is_some() { "stomps" } else { "stomp" },
+        protocol: if config.tls.is_some() {
+            "stomps"
+        } else {
+            "stomp"
+        },
         connection_max: config.connection_max,
         tls: config.tls.clone(),
         handshake_timeout: config.login_timeout,

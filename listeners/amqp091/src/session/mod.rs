@@ -541,10 +541,14 @@ impl Session {
         let (username, login) = if mechanism == "EXTERNAL" {
             // The response is not looked at: the certificate is the credential.
             let Some(username) = self.certificate_user.clone().flatten() else {
-                tracing::warn!("AMQP 0-9-1 EXTERNAL login refused: no name found in the client certificate");
+                tracing::warn!(
+                    "AMQP 0-9-1 EXTERNAL login refused: no name found in the client certificate"
+                );
                 return Err(refused(mechanism));
             };
-            let login = self.broker.authenticate_trusted(&username, self.from_loopback);
+            let login = self
+                .broker
+                .authenticate_trusted(&username, self.from_loopback);
             (username, login)
         } else {
             let (username, password) = match mechanism {

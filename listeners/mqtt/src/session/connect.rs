@@ -95,11 +95,10 @@ impl Session {
             }
         };
         let login = match &password {
-            Some(password) => {
-                self.context
-                    .broker
-                    .authenticate(&user, password, self.from_loopback)
-            }
+            Some(password) => self
+                .context
+                .broker
+                .authenticate(&user, password, self.from_loopback),
             None => self
                 .context
                 .broker
