@@ -273,6 +273,28 @@ async fn start_operator_endpoints(
         true => Some(bind("prometheus", &settings.prometheus_listener).await?.0),
         false => None,
     };
+    let prometheus_tls = match (
+        &settings.prometheus_tls_listener,
+        settings.prometheus_enabled,
+    ) {
+        (Some(addr), true) => {
+            let (Some(certfile), Some(keyfile)) = (
+                &settings.prometheus_tls_certfile,
+                &settings.prometheus_tls_keyfile,
+            ) else {
+                return Err(StartError::Tls(
+                    "prometheus.ssl.port needs prometheus.ssl.certfile and prometheus.ssl.keyfile"
+                        .to_string(),
+                ));
+            };
+            let config = tls::prometheus_config(certfile, keyfile).map_err(StartError::Tls)?;
+            Some((bind("https/prometheus", addr).await?.0, config))
+        }
+        _ => None,
+    };
+    let prometheus_tls_addr = prometheus_tls
+        .as_ref()
+        .and_then(|(listener, _)| listener.local_addr().ok());
     let address = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
     let (management_addr, prometheus_addr) =
         (address(&management_listener), address(&prometheus_listener));
@@ -293,6 +315,10 @@ async fn start_operator_endpoints(
     }));
     endpoints.extend(prometheus_addr.map(|addr| ListenerInfo {
         protocol: "http/prometheus".into(),
+        addr,
+    }));
+    endpoints.extend(prometheus_tls_addr.map(|addr| ListenerInfo {
+        protocol: "https/prometheus".into(),
         addr,
     }));
     let importer = {
@@ -334,6 +360,14 @@ async fn start_operator_endpoints(
             shutdown.clone(),
         ));
     }
+    if let Some((listener, config)) = prometheus_tls {
+        listeners.spawn(warren_management::serve_metrics_tls(
+            listener,
+            Arc::clone(&management),
+            Some(config),
+            shutdown.clone(),
+        ));
+    }
     if let Some(listener) = prometheus_listener {
         listeners.spawn(warren_management::serve_metrics(
             listener,
@@ -341,11 +375,22 @@ async fn start_operator_endpoints(
             shutdown.clone(),
         ));
     }
-    Ok((management_addr, management_tls_addr, prometheus_addr))
+    Ok(OperatorAddrs {
+        management: management_addr,
+        management_tls: management_tls_addr,
+        prometheus: prometheus_addr,
+        prometheus_tls: prometheus_tls_addr,
+    })
 }
 
-/// Bound addresses of the management API (HTTP, HTTPS) and the metrics endpoint.
-type OperatorAddrs = (Option<SocketAddr>, Option<SocketAddr>, Option<SocketAddr>);
+/// Bound addresses of the management API (HTTP, HTTPS) and the metrics endpoint (HTTP,
+/// HTTPS).
+struct OperatorAddrs {
+    management: Option<SocketAddr>,
+    management_tls: Option<SocketAddr>,
+    prometheus: Option<SocketAddr>,
+    prometheus_tls: Option<SocketAddr>,
+}
 
 /// This machine's host name, for the node name (`warren@HOST`).
 fn host_name() -> String {
@@ -369,9 +414,7 @@ pub struct Server {
     mqtt_addrs: Vec<SocketAddr>,
     mqtts_addr: Option<SocketAddr>,
     amqps_addr: Option<SocketAddr>,
-    management_addr: Option<SocketAddr>,
-    management_tls_addr: Option<SocketAddr>,
-    prometheus_addr: Option<SocketAddr>,
+    operator_addrs: OperatorAddrs,
     shutdown: watch::Sender<bool>,
     listeners: JoinSet<()>,
 }
@@ -517,7 +560,7 @@ impl Server {
                 shutdown_rx.clone(),
             ));
         }
-        let (management_addr, management_tls_addr, prometheus_addr) = start_operator_endpoints(
+        let operator_addrs = start_operator_endpoints(
             &broker,
             &resource_monitor,
             &settings,
@@ -535,9 +578,7 @@ impl Server {
             mqtt_addrs,
             mqtts_addr,
             amqps_addr,
-            management_addr,
-            management_tls_addr,
-            prometheus_addr,
+            operator_addrs,
             shutdown,
             listeners,
         })
@@ -587,17 +628,22 @@ impl Server {
 
     /// The management HTTP API's address (`None` when `plugins.management = false`).
     pub fn management_addr(&self) -> Option<SocketAddr> {
-        self.management_addr
+        self.operator_addrs.management
     }
 
     /// The HTTPS management API's address (`None` unless `management.ssl.port` is set).
     pub fn management_tls_addr(&self) -> Option<SocketAddr> {
-        self.management_tls_addr
+        self.operator_addrs.management_tls
     }
 
     /// The Prometheus endpoint's address (`None` when `plugins.prometheus = false`).
     pub fn prometheus_addr(&self) -> Option<SocketAddr> {
-        self.prometheus_addr
+        self.operator_addrs.prometheus
+    }
+
+    /// The Prometheus endpoint's HTTPS address (`None` unless `prometheus.ssl.port` is set).
+    pub fn prometheus_tls_addr(&self) -> Option<SocketAddr> {
+        self.operator_addrs.prometheus_tls
     }
 
     /// The broker model, for embedding and tests.

@@ -27,6 +27,15 @@ pub fn server_config(certfile: &Path, keyfile: &Path) -> Result<Arc<ServerConfig
     build(&identity, None)
 }
 
+/// The Prometheus endpoint's configuration over HTTPS (`prometheus.ssl.*`).
+pub fn prometheus_config(certfile: &Path, keyfile: &Path) -> Result<Arc<ServerConfig>, String> {
+    let identity = Identity {
+        certfile: ("prometheus.ssl.certfile", certfile),
+        keyfile: ("prometheus.ssl.keyfile", keyfile),
+    };
+    build(&identity, None)
+}
+
 /// The configuration of a listener that uses `ssl_options` (`listener_key` names it in
 /// errors: `listeners.ssl.default`, `mqtt.listeners.ssl.default`, ...): with
 /// `verify = verify_peer`, clients are asked for a certificate checked against

@@ -187,6 +187,14 @@ pub struct Settings {
     /// `prometheus.tcp.ip` / `prometheus.tcp.port`: Prometheus metrics. Default
     /// `0.0.0.0:15692`.
     pub prometheus_listener: ListenAddr,
+    /// `prometheus.ssl.port` / `prometheus.ssl.ip`: Prometheus metrics over HTTPS (usually
+    /// 15691), in addition to HTTP. Default none; needs `prometheus.ssl.certfile` and
+    /// `prometheus.ssl.keyfile`.
+    pub prometheus_tls_listener: Option<ListenAddr>,
+    /// `prometheus.ssl.certfile`: PEM certificate chain for the metrics endpoint over HTTPS.
+    pub prometheus_tls_certfile: Option<PathBuf>,
+    /// `prometheus.ssl.keyfile`: PEM private key for the metrics endpoint over HTTPS.
+    pub prometheus_tls_keyfile: Option<PathBuf>,
     /// `plugins.prometheus` (Warren-specific): serve Prometheus metrics. Default true.
     pub prometheus_enabled: bool,
     /// `consumer_timeout`: milliseconds a delivery may stay unacknowledged before its channel
@@ -270,6 +278,9 @@ impl Default for Settings {
             management_tls_certfile: None,
             management_tls_keyfile: None,
             prometheus_listener: ListenAddr::new("0.0.0.0", 15692),
+            prometheus_tls_listener: None,
+            prometheus_tls_certfile: None,
+            prometheus_tls_keyfile: None,
             prometheus_enabled: true,
             consumer_timeout: Some(Duration::from_millis(1_800_000)),
             memory_high_watermark: MemoryHighWatermark::Relative(0.6),
@@ -402,6 +413,19 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "prometheus.tcp.ip",
         "Prometheus metrics interface (0.0.0.0)",
+    ),
+    (
+        "prometheus.ssl.port",
+        "Prometheus metrics over HTTPS on this port (none); needs certfile and keyfile",
+    ),
+    ("prometheus.ssl.ip", "Prometheus HTTPS interface (0.0.0.0)"),
+    (
+        "prometheus.ssl.certfile",
+        "PEM certificate chain for Prometheus over HTTPS",
+    ),
+    (
+        "prometheus.ssl.keyfile",
+        "PEM private key for Prometheus over HTTPS",
     ),
     (
         "plugins.prometheus",
@@ -598,22 +622,46 @@ impl Settings {
                     _ => return Err(invalid("distinguished_name or common_name")),
                 };
             }
-            "management.ssl.port" => {
+            "management.ssl.port" | "prometheus.ssl.port" => {
                 let port = value
                     .parse()
                     .map_err(|_| invalid("a port between 0 and 65535"))?;
-                self.management_tls_listener
+                let listener = if key.starts_with("management") {
+                    &mut self.management_tls_listener
+                } else {
+                    &mut self.prometheus_tls_listener
+                };
+                listener
                     .get_or_insert_with(|| ListenAddr::new("0.0.0.0", 0))
                     .port = port;
             }
-            "management.ssl.ip" => {
+            "management.ssl.ip" | "prometheus.ssl.ip" => {
                 let host = ListenAddr::parse(&format!("[{}]:0", value.trim_matches(['[', ']'])))
                     .or_else(|_| ListenAddr::parse(&format!("{value}:0")))
                     .map_err(|_| invalid("an IP address or host name"))?
                     .host;
-                self.management_tls_listener
-                    .get_or_insert_with(|| ListenAddr::new("0.0.0.0", 15671))
+                let (listener, default_port) = if key.starts_with("management") {
+                    (&mut self.management_tls_listener, 15671)
+                } else {
+                    (&mut self.prometheus_tls_listener, 15691)
+                };
+                listener
+                    .get_or_insert_with(|| ListenAddr::new("0.0.0.0", default_port))
                     .host = host;
+            }
+            "prometheus.ssl.certfile" => {
+                self.prometheus_tls_certfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
+            }
+            "prometheus.ssl.keyfile" => {
+                self.prometheus_tls_keyfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
             }
             "management.ssl.certfile" => {
                 self.management_tls_certfile = Some(

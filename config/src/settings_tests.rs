@@ -561,3 +561,28 @@ fn certificate_login_and_auth_mechanisms_take_rabbitmq_keys() {
     assert!(settings.set("auth_mechanisms.3", "CRAM-MD5").is_err());
     assert!(settings.set("ssl_cert_login_from", "subject").is_err());
 }
+
+#[test]
+fn prometheus_over_https_takes_rabbitmq_keys() {
+    let mut settings = Settings::default();
+    assert!(settings.prometheus_tls_listener.is_none());
+    settings.set("prometheus.ssl.port", "15691").unwrap();
+    settings.set("prometheus.ssl.ip", "127.0.0.1").unwrap();
+    settings
+        .set("prometheus.ssl.certfile", "/etc/warren/cert.pem")
+        .unwrap();
+    settings
+        .set("prometheus.ssl.keyfile", "/etc/warren/key.pem")
+        .unwrap();
+    assert_eq!(
+        settings.prometheus_tls_listener,
+        Some(ListenAddr::new("127.0.0.1", 15691))
+    );
+    assert_eq!(
+        settings.prometheus_tls_keyfile.as_deref(),
+        Some(Path::new("/etc/warren/key.pem"))
+    );
+    assert!(settings.management_tls_listener.is_none());
+    assert!(settings.set("prometheus.ssl.port", "x").is_err());
+    assert!(settings.set("prometheus.ssl.certfile", "").is_err());
+}

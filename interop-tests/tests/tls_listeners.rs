@@ -301,3 +301,70 @@ async fn mqtt_ssl_cert_login_uses_the_certificate_common_name() {
     );
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_metrics_are_served_over_https() {
+    let pki = Pki::new("prometheus-https");
+    let (certfile, keyfile) = (pki.path("server.pem"), pki.path("server-key.pem"));
+    let broker = TestBroker::start_with(&[
+        ("prometheus.ssl.ip", "127.0.0.1"),
+        ("prometheus.ssl.port", "0"),
+        ("prometheus.ssl.certfile", &certfile),
+        ("prometheus.ssl.keyfile", &keyfile),
+    ])
+    .await;
+    let addr = broker
+        .server()
+        .prometheus_tls_addr()
+        .expect("Prometheus HTTPS listener");
+    let mut tls = connect(addr, pki.client_config(None))
+        .await
+        .expect("TLS handshake");
+    tls.write_all(&warren_management::http::encode_request(
+        "GET",
+        "/metrics",
+        "localhost",
+        None,
+        None,
+    ))
+    .await
+    .expect("request");
+    let mut raw = Vec::new();
+    tls.read_to_end(&mut raw).await.expect("response");
+    let response = warren_management::http::parse_response(&raw)
+        .expect("HTTP")
+        .expect("complete");
+    assert_eq!(response.status, 200);
+    let body = String::from_utf8_lossy(&response.body).into_owned();
+    assert!(body.contains("rabbitmq_connections "), "{body}");
+    broker.shutdown().await;
+
+    // A key file that does not exist stops start-up naming the key and the path.
+    let mut settings = Settings::default();
+    for (k, v) in TEST_LISTENERS {
+        settings.set(k, v).expect("test listener");
+    }
+    let data_dir = TempDir::new("prometheus-bad-key");
+    settings
+        .set("data_dir", &data_dir.path().display().to_string())
+        .unwrap();
+    let missing = pki.path("missing-key.pem");
+    for (key, value) in [
+        ("prometheus.ssl.port", "0"),
+        ("prometheus.ssl.certfile", certfile.as_str()),
+        ("prometheus.ssl.keyfile", missing.as_str()),
+    ] {
+        settings.set(key, value).unwrap();
+    }
+    let error = match Server::start(settings).await {
+        Ok(server) => {
+            server.shutdown().await;
+            panic!("started with a missing key file");
+        }
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains("prometheus.ssl.keyfile") && error.contains(&missing),
+        "{error}"
+    );
+}
