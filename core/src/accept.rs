@@ -73,8 +73,14 @@ pub async fn serve_connections<F, Fut>(
                         Some(acceptor) => {
                             let handshake = acceptor.accept(stream);
                             let (protocol, timeout) = (config.protocol, config.handshake_timeout);
+                            let mut stopping = shutdown.clone();
                             connections.spawn(async move {
-                                match tokio::time::timeout(timeout, handshake).await {
+                                // A handshake in progress does not hold up shutdown.
+                                let handshake = tokio::select! {
+                                    result = tokio::time::timeout(timeout, handshake) => result,
+                                    _ = stopping.changed() => return,
+                                };
+                                match handshake {
                                     Ok(Ok(stream)) => {
                                         serve(ClientStream::Tls(Box::new(stream)), peer).await;
                                     }
@@ -151,6 +157,50 @@ pub fn accept_failed(protocol: &str, error: &std::io::Error) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn connections_beyond_connection_max_are_closed_and_shutdown_waits_for_the_rest() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let config = AcceptConfig {
+            protocol: "test",
+            connection_max: Some(1),
+            tls: None,
+            handshake_timeout: Duration::from_secs(5),
+        };
+        let connection_shutdown = shutdown.clone();
+        let server = tokio::spawn(serve_connections(
+            listener,
+            config,
+            shutdown,
+            move |stream, _peer| {
+                let mut shutdown = connection_shutdown.clone();
+                async move {
+                    // Greets the client, then holds the connection until shutdown.
+                    let (_reader, writer) = stream.split();
+                    writer.write_all(b"hi").await.unwrap();
+                    let _ = shutdown.changed().await;
+                }
+            },
+        ));
+        let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut greeting = [0u8; 2];
+        first.read_exact(&mut greeting).await.unwrap();
+        assert_eq!(&greeting, b"hi");
+        let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut rest = Vec::new();
+        // Closed without a word: the first connection holds the only slot.
+        assert_eq!(second.read_to_end(&mut rest).await.unwrap(), 0);
+        shutdown_tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("serve_connections returns once its connections ended")
+            .unwrap();
+        first.write_all(b"x").await.ok();
+        assert_eq!(first.read_to_end(&mut rest).await.unwrap_or(0), 0);
+    }
 
     #[test]
     fn running_out_of_descriptors_backs_off_longer_than_other_errors() {

@@ -16,7 +16,8 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::pki_types::{
     CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName,
 };
-use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+use tokio_rustls::rustls::version::{TLS12, TLS13};
+use tokio_rustls::rustls::{ClientConfig, RootCertStore, SupportedProtocolVersion};
 use tokio_rustls::TlsConnector;
 
 /// A client certificate and its private key.
@@ -106,12 +107,21 @@ impl Pki {
 
     /// A client configuration that trusts the test CA and presents `identity`, if any.
     pub fn client_config(&self, identity: Option<Identity>) -> Arc<ClientConfig> {
+        self.client_config_for(&[&TLS13, &TLS12], identity)
+    }
+
+    /// A client configuration offering only the TLS `versions` given.
+    pub fn client_config_for(
+        &self,
+        versions: &[&'static SupportedProtocolVersion],
+        identity: Option<Identity>,
+    ) -> Arc<ClientConfig> {
         let mut roots = RootCertStore::empty();
         roots.add(self.ca.der().clone()).expect("trust the CA");
         let builder = ClientConfig::builder_with_provider(Arc::new(
             tokio_rustls::rustls::crypto::aws_lc_rs::default_provider(),
         ))
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .expect("versions")
         .with_root_certificates(roots);
         Arc::new(match identity {

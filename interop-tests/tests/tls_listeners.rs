@@ -179,7 +179,13 @@ async fn stomp_send_and_subscribe_round_trip_over_tls() {
         ("passcode", "guest"),
     ];
 
-    let stream = connect(addr, pki.client_config(None)).await.expect("TLS");
+    // TLS 1.2 is accepted as well as 1.3.
+    let tls12 = pki.client_config_for(&[&tokio_rustls::rustls::version::TLS12], None);
+    let stream = connect(addr, tls12).await.expect("TLS 1.2");
+    assert_eq!(
+        stream.get_ref().1.protocol_version(),
+        Some(tokio_rustls::rustls::ProtocolVersion::TLSv1_2)
+    );
     let (mut subscriber, connected) =
         StompClient::connect_over(StompClient::over(Box::new(stream)), &login).await;
     assert_eq!(connected.header("version"), Some("1.2"));
@@ -367,4 +373,41 @@ async fn prometheus_metrics_are_served_over_https() {
         error.contains("prometheus.ssl.keyfile") && error.contains(&missing),
         "{error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_tls_handshake_does_not_hold_up_shutdown() {
+    let pki = Pki::new("stalled-handshake");
+    let options = pki.ssl_options(false);
+    let mut settings: Vec<(&str, &str)> = vec![
+        ("mqtt.listeners.ssl.default", "127.0.0.1:0"),
+        ("stomp.listeners.ssl.default", "127.0.0.1:0"),
+        ("handshake_timeout", "60000"),
+        ("stomp.login_timeout", "60000"),
+    ];
+    settings.extend(options.iter().map(|(k, v)| (*k, v.as_str())));
+    let broker = TestBroker::start_with(&settings).await;
+    let server = broker.server();
+    // TCP connections that never send a ClientHello.
+    let mut silent = Vec::new();
+    for addr in [server.mqtts_addr(), server.stomps_addr()] {
+        let stream = tokio::net::TcpStream::connect(addr.expect("TLS listener"))
+            .await
+            .expect("connect");
+        silent.push(stream);
+    }
+    // The listener accepts in order: once a later client on the MQTTS port got its CONNACK,
+    // the silent connection there was accepted and its handshake is waiting.
+    let (_client, connack) = MqttsClient::connect(
+        server.mqtts_addr().expect("MQTTS"),
+        pki.client_config(None),
+        "late",
+    )
+    .await
+    .expect("TLS connect");
+    assert!(is_accepted(&connack));
+    tokio::time::timeout(Duration::from_secs(5), broker.shutdown())
+        .await
+        .expect("shutdown does not wait for the handshake timeout (60 s)");
+    drop(silent);
 }
