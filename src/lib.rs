@@ -18,9 +18,10 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use warren_amqp091::{ListenerConfig, ProtocolHandoff, SessionConfig};
 use warren_amqp10::Amqp10Config;
-use warren_config::{ListenAddr, Settings};
+use warren_config::{CertLoginFrom, ListenAddr, Settings};
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
+use warren_core::certificate::LoginFrom;
 use warren_core::retained_file::FileRetained;
 use warren_core::store::{MessageStore, StoreConfig};
 use warren_core::Broker;
@@ -100,6 +101,14 @@ async fn bind(
     Ok((listener, bound))
 }
 
+/// The core's name for `ssl_cert_login_from`.
+fn login_from(from: CertLoginFrom) -> LoginFrom {
+    match from {
+        CertLoginFrom::CommonName => LoginFrom::CommonName,
+        CertLoginFrom::DistinguishedName => LoginFrom::DistinguishedName,
+    }
+}
+
 /// The STOMP listener's configuration from the `stomp.` settings.
 fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
     let stomp = &settings.stomp;
@@ -122,17 +131,19 @@ fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
         },
         login_timeout: stomp.login_timeout,
         connection_max: settings.connection_max,
+        tls: None,
     }
 }
 
-/// Binds every MQTT listener (`mqtt.listeners.tcp.*`) and spawns their accept loops, which
-/// share one client registry and one retained message store.
+/// Binds every MQTT listener (`mqtt.listeners.tcp.*`, and `mqtt.listeners.ssl.default` over
+/// TLS) and spawns their accept loops, which share one client registry and one retained
+/// message store. Returns the plain addresses and the MQTTS one.
 async fn start_mqtt(
     settings: &Settings,
     broker: &Arc<Broker>,
     shutdown: &watch::Receiver<bool>,
     listeners: &mut JoinSet<()>,
-) -> Result<Vec<SocketAddr>, StartError> {
+) -> Result<(Vec<SocketAddr>, Option<SocketAddr>), StartError> {
     let mqtt = &settings.mqtt;
     let retained = FileRetained::open(&settings.data_dir).map_err(|error| {
         StartError::Storage(format!(
@@ -154,6 +165,9 @@ async fn start_mqtt(
             prefetch: mqtt.prefetch,
             max_packet_size: mqtt.max_packet_size,
             max_message_size: settings.max_message_size,
+            ssl_cert_login: mqtt
+                .ssl_cert_login
+                .then(|| login_from(settings.ssl_cert_login_from)),
         }),
     };
     let config = warren_mqtt::ListenerConfig {
@@ -172,7 +186,23 @@ async fn start_mqtt(
             shutdown.clone(),
         ));
     }
-    Ok(addrs)
+    let mut tls_addr = None;
+    if let Some(addr) = &mqtt.tls_listener {
+        let tls = tls::listener_config("mqtt.listeners.ssl.default", &settings.ssl_options)
+            .map_err(StartError::Tls)?;
+        let (listener, bound) = bind("mqtts", addr).await?;
+        tls_addr = Some(bound);
+        listeners.spawn(warren_mqtt::serve(
+            listener,
+            context,
+            warren_mqtt::ListenerConfig {
+                tls: Some(tls),
+                ..config
+            },
+            shutdown.clone(),
+        ));
+    }
+    Ok((addrs, tls_addr))
 }
 
 /// AMQP 1.0 shares the AMQP ports: the 0-9-1 accept loop hands connections that start with
@@ -249,6 +279,28 @@ async fn start_operator_endpoints(
         true => Some(bind("prometheus", &settings.prometheus_listener).await?.0),
         false => None,
     };
+    let prometheus_tls = match (
+        &settings.prometheus_tls_listener,
+        settings.prometheus_enabled,
+    ) {
+        (Some(addr), true) => {
+            let (Some(certfile), Some(keyfile)) = (
+                &settings.prometheus_tls_certfile,
+                &settings.prometheus_tls_keyfile,
+            ) else {
+                return Err(StartError::Tls(
+                    "prometheus.ssl.port needs prometheus.ssl.certfile and prometheus.ssl.keyfile"
+                        .to_string(),
+                ));
+            };
+            let config = tls::prometheus_config(certfile, keyfile).map_err(StartError::Tls)?;
+            Some((bind("https/prometheus", addr).await?.0, config))
+        }
+        _ => None,
+    };
+    let prometheus_tls_addr = prometheus_tls
+        .as_ref()
+        .and_then(|(listener, _)| listener.local_addr().ok());
     let address = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
     let (management_addr, prometheus_addr) =
         (address(&management_listener), address(&prometheus_listener));
@@ -269,6 +321,10 @@ async fn start_operator_endpoints(
     }));
     endpoints.extend(prometheus_addr.map(|addr| ListenerInfo {
         protocol: "http/prometheus".into(),
+        addr,
+    }));
+    endpoints.extend(prometheus_tls_addr.map(|addr| ListenerInfo {
+        protocol: "https/prometheus".into(),
         addr,
     }));
     let importer = {
@@ -310,6 +366,14 @@ async fn start_operator_endpoints(
             shutdown.clone(),
         ));
     }
+    if let Some((listener, config)) = prometheus_tls {
+        listeners.spawn(warren_management::serve_metrics_tls(
+            listener,
+            Arc::clone(&management),
+            Some(config),
+            shutdown.clone(),
+        ));
+    }
     if let Some(listener) = prometheus_listener {
         listeners.spawn(warren_management::serve_metrics(
             listener,
@@ -317,11 +381,22 @@ async fn start_operator_endpoints(
             shutdown.clone(),
         ));
     }
-    Ok((management_addr, management_tls_addr, prometheus_addr))
+    Ok(OperatorAddrs {
+        management: management_addr,
+        management_tls: management_tls_addr,
+        prometheus: prometheus_addr,
+        prometheus_tls: prometheus_tls_addr,
+    })
 }
 
-/// Bound addresses of the management API (HTTP, HTTPS) and the metrics endpoint.
-type OperatorAddrs = (Option<SocketAddr>, Option<SocketAddr>, Option<SocketAddr>);
+/// Bound addresses of the management API (HTTP, HTTPS) and the metrics endpoint (HTTP,
+/// HTTPS).
+struct OperatorAddrs {
+    management: Option<SocketAddr>,
+    management_tls: Option<SocketAddr>,
+    prometheus: Option<SocketAddr>,
+    prometheus_tls: Option<SocketAddr>,
+}
 
 /// This machine's host name, for the node name (`warren@HOST`).
 fn host_name() -> String {
@@ -341,11 +416,11 @@ pub struct Server {
     resource_monitor: Arc<ResourceMonitor>,
     amqp_addrs: Vec<SocketAddr>,
     stomp_addr: Option<SocketAddr>,
+    stomps_addr: Option<SocketAddr>,
     mqtt_addrs: Vec<SocketAddr>,
+    mqtts_addr: Option<SocketAddr>,
     amqps_addr: Option<SocketAddr>,
-    management_addr: Option<SocketAddr>,
-    management_tls_addr: Option<SocketAddr>,
-    prometheus_addr: Option<SocketAddr>,
+    operator_addrs: OperatorAddrs,
     shutdown: watch::Sender<bool>,
     listeners: JoinSet<()>,
 }
@@ -411,6 +486,8 @@ impl Server {
                 max_message_size: settings.max_message_size,
                 product: "Warren".to_string(),
                 consumer_timeout: settings.consumer_timeout,
+                auth_mechanisms: settings.auth_mechanisms(),
+                cert_login_from: login_from(settings.ssl_cert_login_from),
             },
             handshake_timeout: settings.handshake_timeout,
             connection_max: settings.connection_max,
@@ -457,10 +534,31 @@ impl Server {
             }
             None => None,
         };
-        let mqtt_addrs = start_mqtt(&settings, &broker, &shutdown_rx, &mut listeners).await?;
+        let stomps_addr = match &settings.stomp.tls_listener {
+            Some(addr) => {
+                let tls =
+                    tls::listener_config("stomp.listeners.ssl.default", &settings.ssl_options)
+                        .map_err(StartError::Tls)?;
+                let (listener, bound) = bind("stomps", addr).await?;
+                listeners.spawn(warren_stomp::serve(
+                    listener,
+                    Arc::clone(&broker),
+                    warren_stomp::ListenerConfig {
+                        tls: Some(tls),
+                        ..stomp_listener_config(&settings)
+                    },
+                    shutdown_rx.clone(),
+                ));
+                Some(bound)
+            }
+            None => None,
+        };
+        let (mqtt_addrs, mqtts_addr) =
+            start_mqtt(&settings, &broker, &shutdown_rx, &mut listeners).await?;
         let mut amqps_addr = None;
         if let Some(addr) = &settings.amqps_listener {
-            let tls = tls::amqps_config(&settings.ssl_options).map_err(StartError::Tls)?;
+            let tls = tls::listener_config("listeners.ssl.default", &settings.ssl_options)
+                .map_err(StartError::Tls)?;
             let (listener, bound) = bind("amqps", addr).await?;
             amqps_addr = Some(bound);
             listeners.spawn(warren_amqp091::serve(
@@ -473,7 +571,7 @@ impl Server {
                 shutdown_rx.clone(),
             ));
         }
-        let (management_addr, management_tls_addr, prometheus_addr) = start_operator_endpoints(
+        let operator_addrs = start_operator_endpoints(
             &broker,
             &resource_monitor,
             &settings,
@@ -487,11 +585,11 @@ impl Server {
             resource_monitor,
             amqp_addrs,
             stomp_addr,
+            stomps_addr,
             mqtt_addrs,
+            mqtts_addr,
             amqps_addr,
-            management_addr,
-            management_tls_addr,
-            prometheus_addr,
+            operator_addrs,
             shutdown,
             listeners,
         })
@@ -523,6 +621,17 @@ impl Server {
         &self.mqtt_addrs
     }
 
+    /// The STOMP-over-TLS listener's address (`None` unless `stomp.listeners.ssl.default`
+    /// is set).
+    pub fn stomps_addr(&self) -> Option<SocketAddr> {
+        self.stomps_addr
+    }
+
+    /// The MQTTS listener's address (`None` unless `mqtt.listeners.ssl.default` is set).
+    pub fn mqtts_addr(&self) -> Option<SocketAddr> {
+        self.mqtts_addr
+    }
+
     /// The AMQPS listener's address (`None` unless `listeners.ssl.default` is set).
     pub fn amqps_addr(&self) -> Option<SocketAddr> {
         self.amqps_addr
@@ -530,17 +639,22 @@ impl Server {
 
     /// The management HTTP API's address (`None` when `plugins.management = false`).
     pub fn management_addr(&self) -> Option<SocketAddr> {
-        self.management_addr
+        self.operator_addrs.management
     }
 
     /// The HTTPS management API's address (`None` unless `management.ssl.port` is set).
     pub fn management_tls_addr(&self) -> Option<SocketAddr> {
-        self.management_tls_addr
+        self.operator_addrs.management_tls
     }
 
     /// The Prometheus endpoint's address (`None` when `plugins.prometheus = false`).
     pub fn prometheus_addr(&self) -> Option<SocketAddr> {
-        self.prometheus_addr
+        self.operator_addrs.prometheus
+    }
+
+    /// The Prometheus endpoint's HTTPS address (`None` unless `prometheus.ssl.port` is set).
+    pub fn prometheus_tls_addr(&self) -> Option<SocketAddr> {
+        self.operator_addrs.prometheus_tls
     }
 
     /// The broker model, for embedding and tests.

@@ -1,6 +1,6 @@
 //! TLS server configurations from PEM files (rustls, TLS 1.2 and 1.3 only). A file that
 //! cannot be read or holds no usable certificate or key stops start-up with a message naming
-//! the file and the problem.
+//! the configuration key, the file and the problem.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,31 +11,62 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use warren_config::SslOptions;
 
-/// A server configuration with the certificate chain in `certfile` and the key in `keyfile`.
-pub fn server_config(certfile: &Path, keyfile: &Path) -> Result<Arc<ServerConfig>, String> {
-    build(certfile, keyfile, None)
+/// Where a certificate and its key come from: the files and the keys that named them.
+struct Identity<'a> {
+    certfile: (&'static str, &'a Path),
+    keyfile: (&'static str, &'a Path),
 }
 
-/// The AMQPS configuration from `ssl_options`: with `verify = verify_peer`, clients are asked
-/// for a certificate checked against `cacertfile`; with `fail_if_no_peer_cert = true`, a
-/// client without one is refused.
-pub fn amqps_config(options: &SslOptions) -> Result<Arc<ServerConfig>, String> {
+/// A server configuration with the certificate chain in `certfile` and the key in `keyfile`
+/// (the management API's `management.ssl.*`).
+pub fn server_config(certfile: &Path, keyfile: &Path) -> Result<Arc<ServerConfig>, String> {
+    let identity = Identity {
+        certfile: ("management.ssl.certfile", certfile),
+        keyfile: ("management.ssl.keyfile", keyfile),
+    };
+    build(&identity, None)
+}
+
+/// The Prometheus endpoint's configuration over HTTPS (`prometheus.ssl.*`).
+pub fn prometheus_config(certfile: &Path, keyfile: &Path) -> Result<Arc<ServerConfig>, String> {
+    let identity = Identity {
+        certfile: ("prometheus.ssl.certfile", certfile),
+        keyfile: ("prometheus.ssl.keyfile", keyfile),
+    };
+    build(&identity, None)
+}
+
+/// The configuration of a listener that uses `ssl_options` (`listener_key` names it in
+/// errors: `listeners.ssl.default`, `mqtt.listeners.ssl.default`, ...): with
+/// `verify = verify_peer`, clients are asked for a certificate checked against
+/// `cacertfile`; with `fail_if_no_peer_cert = true`, a client without one is refused.
+pub fn listener_config(
+    listener_key: &str,
+    options: &SslOptions,
+) -> Result<Arc<ServerConfig>, String> {
     let (Some(certfile), Some(keyfile)) = (&options.certfile, &options.keyfile) else {
-        return Err(
-            "listeners.ssl.default needs ssl_options.certfile and ssl_options.keyfile".to_string(),
-        );
+        return Err(format!(
+            "{listener_key} needs ssl_options.certfile and ssl_options.keyfile"
+        ));
+    };
+    let identity = Identity {
+        certfile: ("ssl_options.certfile", certfile),
+        keyfile: ("ssl_options.keyfile", keyfile),
     };
     if !options.verify_peer {
-        return build(certfile, keyfile, None);
+        return build(&identity, None);
     }
     let Some(cacertfile) = &options.cacertfile else {
         return Err("ssl_options.verify = verify_peer needs ssl_options.cacertfile".to_string());
     };
     let mut roots = RootCertStore::empty();
-    for certificate in read_certificates(cacertfile)? {
-        roots
-            .add(certificate)
-            .map_err(|e| format!("bad CA certificate in {}: {e}", cacertfile.display()))?;
+    for certificate in read_certificates("ssl_options.cacertfile", cacertfile)? {
+        roots.add(certificate).map_err(|e| {
+            format!(
+                "ssl_options.cacertfile: bad CA certificate in {}: {e}",
+                cacertfile.display()
+            )
+        })?;
     }
     let builder =
         WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::new(provider()));
@@ -47,32 +78,42 @@ pub fn amqps_config(options: &SslOptions) -> Result<Arc<ServerConfig>, String> {
     let verifier = builder
         .build()
         .map_err(|e| format!("client verification with {}: {e}", cacertfile.display()))?;
-    build(certfile, keyfile, Some(verifier))
+    build(&identity, Some(verifier))
 }
 
 fn provider() -> rustls::crypto::CryptoProvider {
     rustls::crypto::aws_lc_rs::default_provider()
 }
 
-fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+fn read_certificates(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("cannot read certificate file {}: {e}", path.display()))?
+        .map_err(|e| {
+            format!(
+                "{key}: cannot read certificate file {}: {e}",
+                path.display()
+            )
+        })?
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("bad certificate in {}: {e}", path.display()))?;
+        .map_err(|e| format!("{key}: bad certificate in {}: {e}", path.display()))?;
     if certificates.is_empty() {
-        return Err(format!("no certificate found in {}", path.display()));
+        return Err(format!("{key}: no certificate found in {}", path.display()));
     }
     Ok(certificates)
 }
 
 fn build(
-    certfile: &Path,
-    keyfile: &Path,
+    identity: &Identity<'_>,
     client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
 ) -> Result<Arc<ServerConfig>, String> {
-    let certificates = read_certificates(certfile)?;
-    let key = PrivateKeyDer::from_pem_file(keyfile)
-        .map_err(|e| format!("cannot read a private key from {}: {e}", keyfile.display()))?;
+    let (certfile_key, certfile) = identity.certfile;
+    let (keyfile_key, keyfile) = identity.keyfile;
+    let certificates = read_certificates(certfile_key, certfile)?;
+    let key = PrivateKeyDer::from_pem_file(keyfile).map_err(|e| {
+        format!(
+            "{keyfile_key}: cannot read a private key from {}: {e}",
+            keyfile.display()
+        )
+    })?;
     let builder = ServerConfig::builder_with_provider(Arc::new(provider()))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| format!("TLS configuration: {e}"))?;

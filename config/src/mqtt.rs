@@ -16,6 +16,13 @@ pub struct MqttSettings {
     pub listener: Option<ListenAddr>,
     /// `mqtt.listeners.tcp.<name>`: further MQTT listeners.
     pub additional_listeners: Vec<(String, ListenAddr)>,
+    /// `mqtt.listeners.ssl.default`: the MQTTS (MQTT over TLS) listener, usually 8883, with
+    /// the certificates of `ssl_options.*`. Default none.
+    pub tls_listener: Option<ListenAddr>,
+    /// `mqtt.ssl_cert_login`: an MQTTS client that presented a verified certificate logs in
+    /// as the user its certificate names (`ssl_cert_login_from`), without a password.
+    /// Default false.
+    pub ssl_cert_login: bool,
     /// `mqtt.vhost`: the vhost of clients whose user name has no `vhost:` prefix. Default `/`.
     pub vhost: String,
     /// `mqtt.default_user`: the user anonymous clients log in as. Default `guest`.
@@ -40,6 +47,8 @@ impl Default for MqttSettings {
         MqttSettings {
             listener: Some(ListenAddr::new("0.0.0.0", 1883)),
             additional_listeners: Vec::new(),
+            tls_listener: None,
+            ssl_cert_login: false,
             vhost: "/".to_owned(),
             default_user: "guest".to_owned(),
             default_pass: "guest".to_owned(),
@@ -59,6 +68,14 @@ pub const MQTT_KEYS: &[(&str, &str)] = &[
     ),
     ("mqtt.listeners.tcp.<name>", "an additional MQTT listener"),
     ("mqtt.listeners.tcp", "none: disable the MQTT listeners"),
+    (
+        "mqtt.listeners.ssl.default",
+        "MQTTS listener: PORT or HOST:PORT (none); uses ssl_options.*",
+    ),
+    (
+        "mqtt.ssl_cert_login",
+        "true|false: MQTTS clients with a verified certificate log in as its name (false)",
+    ),
     ("mqtt.vhost", "vhost of users named without 'vhost:' (/)"),
     (
         "mqtt.default_user",
@@ -113,6 +130,10 @@ impl MqttSettings {
                 self.listener = None;
                 self.additional_listeners.clear();
             }
+            "mqtt.listeners.ssl.default" => {
+                self.tls_listener = Some(parse_listener(value).map_err(|e| invalid(&e))?);
+            }
+            "mqtt.ssl_cert_login" => self.ssl_cert_login = boolean()?,
             "mqtt.vhost" => {
                 if value.is_empty() {
                     return Err(invalid("a virtual host name"));
@@ -205,6 +226,15 @@ mod tests {
         assert_eq!(settings.mqtt.exchange, "mqtt.x");
         settings.set("mqtt.listeners.tcp", "none").unwrap();
         assert_eq!(settings.mqtt.listeners().count(), 0);
+        assert!(settings.mqtt.tls_listener.is_none() && !settings.mqtt.ssl_cert_login);
+        settings.set("mqtt.listeners.ssl.default", "8883").unwrap();
+        settings.set("mqtt.ssl_cert_login", "true").unwrap();
+        assert_eq!(
+            settings.mqtt.tls_listener.as_ref().map(|a| a.port),
+            Some(8883)
+        );
+        assert!(settings.mqtt.ssl_cert_login);
+        assert!(settings.set("mqtt.listeners.ssl.default", "nope").is_err());
     }
 
     #[test]

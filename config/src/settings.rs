@@ -98,6 +98,21 @@ pub struct SslOptions {
     pub fail_if_no_peer_cert: bool,
 }
 
+/// Which part of a client certificate names the user it logs in as
+/// (`ssl_cert_login_from`), for SASL EXTERNAL and `mqtt.ssl_cert_login`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CertLoginFrom {
+    /// `distinguished_name`, RabbitMQ's default: the whole subject, as
+    /// `CN=name,O=organisation,...` (RFC 4514 order).
+    #[default]
+    DistinguishedName,
+    /// `common_name`: the subject's common name (CN).
+    CommonName,
+}
+
+/// The SASL mechanisms AMQP 0-9-1 may offer (`auth_mechanisms.N`).
+pub const AUTH_MECHANISMS: &[&str] = &["PLAIN", "AMQPLAIN", "EXTERNAL"];
+
 /// Everything the broker reads at start-up. Field docs name the rabbitmq.conf key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -152,8 +167,16 @@ pub struct Settings {
     /// `listeners.ssl.default`: the AMQPS (AMQP 0-9-1 over TLS) listener, usually 5671.
     /// Default none; needs `ssl_options.certfile` and `ssl_options.keyfile`.
     pub amqps_listener: Option<ListenAddr>,
-    /// `ssl_options.*`: certificates and client verification for AMQPS.
+    /// `ssl_options.*`: certificates and client verification for AMQPS, MQTTS and STOMP
+    /// over TLS.
     pub ssl_options: SslOptions,
+    /// `ssl_cert_login_from`: which part of a client certificate names its user.
+    /// Default `distinguished_name`, as RabbitMQ.
+    pub ssl_cert_login_from: CertLoginFrom,
+    /// `auth_mechanisms.N`: the SASL mechanisms AMQP 0-9-1 offers, in order, as
+    /// `(N, mechanism)`; `None` until the first such key is given, meaning RabbitMQ's
+    /// default `PLAIN AMQPLAIN`. See [`Settings::auth_mechanisms`].
+    pub auth_mechanism_keys: Option<Vec<(String, String)>>,
     /// `management.ssl.port` / `management.ssl.ip`: the management API over HTTPS, in addition
     /// to HTTP. Default none; needs `management.ssl.certfile` and `management.ssl.keyfile`.
     pub management_tls_listener: Option<ListenAddr>,
@@ -164,6 +187,14 @@ pub struct Settings {
     /// `prometheus.tcp.ip` / `prometheus.tcp.port`: Prometheus metrics. Default
     /// `0.0.0.0:15692`.
     pub prometheus_listener: ListenAddr,
+    /// `prometheus.ssl.port` / `prometheus.ssl.ip`: Prometheus metrics over HTTPS (usually
+    /// 15691), in addition to HTTP. Default none; needs `prometheus.ssl.certfile` and
+    /// `prometheus.ssl.keyfile`.
+    pub prometheus_tls_listener: Option<ListenAddr>,
+    /// `prometheus.ssl.certfile`: PEM certificate chain for the metrics endpoint over HTTPS.
+    pub prometheus_tls_certfile: Option<PathBuf>,
+    /// `prometheus.ssl.keyfile`: PEM private key for the metrics endpoint over HTTPS.
+    pub prometheus_tls_keyfile: Option<PathBuf>,
     /// `plugins.prometheus` (Warren-specific): serve Prometheus metrics. Default true.
     pub prometheus_enabled: bool,
     /// `consumer_timeout`: milliseconds a delivery may stay unacknowledged before its channel
@@ -247,10 +278,15 @@ impl Default for Settings {
             management_enabled: true,
             amqps_listener: None,
             ssl_options: SslOptions::default(),
+            ssl_cert_login_from: CertLoginFrom::DistinguishedName,
+            auth_mechanism_keys: None,
             management_tls_listener: None,
             management_tls_certfile: None,
             management_tls_keyfile: None,
             prometheus_listener: ListenAddr::new("0.0.0.0", 15692),
+            prometheus_tls_listener: None,
+            prometheus_tls_certfile: None,
+            prometheus_tls_keyfile: None,
             prometheus_enabled: true,
             consumer_timeout: Some(Duration::from_millis(1_800_000)),
             memory_high_watermark: MemoryHighWatermark::Relative(0.6),
@@ -357,6 +393,14 @@ pub const KEYS: &[(&str, &str)] = &[
         "true|false: refuse clients without a certificate (false)",
     ),
     (
+        "ssl_cert_login_from",
+        "distinguished_name|common_name: the user a client certificate names (distinguished_name)",
+    ),
+    (
+        "auth_mechanisms.<N>",
+        "an AMQP 0-9-1 SASL mechanism: PLAIN, AMQPLAIN or EXTERNAL (PLAIN, AMQPLAIN)",
+    ),
+    (
         "management.ssl.port",
         "management API over HTTPS on this port (none); needs certfile and keyfile",
     ),
@@ -380,6 +424,19 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "prometheus.tcp.ip",
         "Prometheus metrics interface (0.0.0.0)",
+    ),
+    (
+        "prometheus.ssl.port",
+        "Prometheus metrics over HTTPS on this port (none); needs certfile and keyfile",
+    ),
+    ("prometheus.ssl.ip", "Prometheus HTTPS interface (0.0.0.0)"),
+    (
+        "prometheus.ssl.certfile",
+        "PEM certificate chain for Prometheus over HTTPS",
+    ),
+    (
+        "prometheus.ssl.keyfile",
+        "PEM private key for Prometheus over HTTPS",
     ),
     (
         "plugins.prometheus",
@@ -569,22 +626,53 @@ impl Settings {
                     _ => return Err(invalid("true or false")),
                 };
             }
-            "management.ssl.port" => {
+            "ssl_cert_login_from" => {
+                self.ssl_cert_login_from = match value {
+                    "distinguished_name" => CertLoginFrom::DistinguishedName,
+                    "common_name" => CertLoginFrom::CommonName,
+                    _ => return Err(invalid("distinguished_name or common_name")),
+                };
+            }
+            "management.ssl.port" | "prometheus.ssl.port" => {
                 let port = value
                     .parse()
                     .map_err(|_| invalid("a port between 0 and 65535"))?;
-                self.management_tls_listener
+                let listener = if key.starts_with("management") {
+                    &mut self.management_tls_listener
+                } else {
+                    &mut self.prometheus_tls_listener
+                };
+                listener
                     .get_or_insert_with(|| ListenAddr::new("0.0.0.0", 0))
                     .port = port;
             }
-            "management.ssl.ip" => {
+            "management.ssl.ip" | "prometheus.ssl.ip" => {
                 let host = ListenAddr::parse(&format!("[{}]:0", value.trim_matches(['[', ']'])))
                     .or_else(|_| ListenAddr::parse(&format!("{value}:0")))
                     .map_err(|_| invalid("an IP address or host name"))?
                     .host;
-                self.management_tls_listener
-                    .get_or_insert_with(|| ListenAddr::new("0.0.0.0", 15671))
+                let (listener, default_port) = if key.starts_with("management") {
+                    (&mut self.management_tls_listener, 15671)
+                } else {
+                    (&mut self.prometheus_tls_listener, 15691)
+                };
+                listener
+                    .get_or_insert_with(|| ListenAddr::new("0.0.0.0", default_port))
                     .host = host;
+            }
+            "prometheus.ssl.certfile" => {
+                self.prometheus_tls_certfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
+            }
+            "prometheus.ssl.keyfile" => {
+                self.prometheus_tls_keyfile = Some(
+                    non_empty(value)
+                        .ok_or_else(|| invalid("a file path"))?
+                        .into(),
+                )
             }
             "management.ssl.certfile" => {
                 self.management_tls_certfile = Some(
@@ -726,6 +814,19 @@ impl Settings {
             }
             return Ok(());
         }
+        if let Some(index) = key.strip_prefix("auth_mechanisms.").filter(|n| is_name(n)) {
+            let mechanism = AUTH_MECHANISMS
+                .iter()
+                .find(|known| **known == value)
+                .ok_or_else(|| invalid("PLAIN, AMQPLAIN or EXTERNAL"))?;
+            // The first key replaces the default list, as in RabbitMQ.
+            let keys = self.auth_mechanism_keys.get_or_insert_with(Vec::new);
+            match keys.iter_mut().find(|(existing, _)| existing == index) {
+                Some(entry) => entry.1 = (*mechanism).to_owned(),
+                None => keys.push((index.to_owned(), (*mechanism).to_owned())),
+            }
+            return Ok(());
+        }
         if let Some(user) = key.strip_prefix("loopback_users.").filter(|n| is_name(n)) {
             let limited = match value {
                 "true" => true,
@@ -747,6 +848,19 @@ impl Settings {
     pub fn amqp_listeners(&self) -> impl Iterator<Item = &ListenAddr> {
         std::iter::once(&self.amqp_listener)
             .chain(self.additional_amqp_listeners.iter().map(|(_, addr)| addr))
+    }
+
+    /// The SASL mechanisms AMQP 0-9-1 offers, in order: those of the `auth_mechanisms.N`
+    /// keys, or `PLAIN AMQPLAIN` when none is given. EXTERNAL is offered only to TLS
+    /// clients that presented a verified certificate.
+    pub fn auth_mechanisms(&self) -> Vec<String> {
+        match &self.auth_mechanism_keys {
+            Some(keys) => keys
+                .iter()
+                .map(|(_, mechanism)| mechanism.clone())
+                .collect(),
+            None => vec!["PLAIN".to_owned(), "AMQPLAIN".to_owned()],
+        }
     }
 
     /// Whether `user` may only connect from the loopback interface.

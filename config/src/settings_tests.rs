@@ -551,3 +551,48 @@ fn amqps_listener_and_ssl_options_take_rabbitmq_keys() {
     );
     assert!(settings.set("ssl_options.verify", "maybe").is_err());
 }
+
+#[test]
+fn certificate_login_and_auth_mechanisms_take_rabbitmq_keys() {
+    let mut settings = Settings::default();
+    assert_eq!(
+        settings.ssl_cert_login_from,
+        CertLoginFrom::DistinguishedName
+    );
+    assert_eq!(settings.auth_mechanisms(), vec!["PLAIN", "AMQPLAIN"]);
+    settings.set("ssl_cert_login_from", "common_name").unwrap();
+    assert_eq!(settings.ssl_cert_login_from, CertLoginFrom::CommonName);
+    // The first auth_mechanisms key replaces the default list; a repeated N replaces its entry.
+    settings.set("auth_mechanisms.1", "EXTERNAL").unwrap();
+    assert_eq!(settings.auth_mechanisms(), vec!["EXTERNAL"]);
+    settings.set("auth_mechanisms.2", "AMQPLAIN").unwrap();
+    settings.set("auth_mechanisms.2", "PLAIN").unwrap();
+    assert_eq!(settings.auth_mechanisms(), vec!["EXTERNAL", "PLAIN"]);
+    assert!(settings.set("auth_mechanisms.3", "CRAM-MD5").is_err());
+    assert!(settings.set("ssl_cert_login_from", "subject").is_err());
+}
+
+#[test]
+fn prometheus_over_https_takes_rabbitmq_keys() {
+    let mut settings = Settings::default();
+    assert!(settings.prometheus_tls_listener.is_none());
+    settings.set("prometheus.ssl.port", "15691").unwrap();
+    settings.set("prometheus.ssl.ip", "127.0.0.1").unwrap();
+    settings
+        .set("prometheus.ssl.certfile", "/etc/warren/cert.pem")
+        .unwrap();
+    settings
+        .set("prometheus.ssl.keyfile", "/etc/warren/key.pem")
+        .unwrap();
+    assert_eq!(
+        settings.prometheus_tls_listener,
+        Some(ListenAddr::new("127.0.0.1", 15691))
+    );
+    assert_eq!(
+        settings.prometheus_tls_keyfile.as_deref(),
+        Some(Path::new("/etc/warren/key.pem"))
+    );
+    assert!(settings.management_tls_listener.is_none());
+    assert!(settings.set("prometheus.ssl.port", "x").is_err());
+    assert!(settings.set("prometheus.ssl.certfile", "").is_err());
+}

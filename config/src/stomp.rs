@@ -14,6 +14,9 @@ pub struct StompSettings {
     /// `stomp.listeners.tcp.default`: where to listen; `none` disables the listener.
     /// Default `0.0.0.0:61613`.
     pub listener: Option<ListenAddr>,
+    /// `stomp.listeners.ssl.default`: the STOMP-over-TLS listener, usually 61614, with the
+    /// certificates of `ssl_options.*`. Default none.
+    pub tls_listener: Option<ListenAddr>,
     /// `stomp.default_user`: the login used when CONNECT has none. Default `guest`.
     pub default_user: Option<String>,
     /// `stomp.default_pass`: the passcode used with the default login. Default `guest`.
@@ -42,6 +45,7 @@ impl Default for StompSettings {
     fn default() -> StompSettings {
         StompSettings {
             listener: Some(ListenAddr::new("0.0.0.0", STOMP_PORT)),
+            tls_listener: None,
             default_user: Some("guest".to_owned()),
             default_pass: Some("guest".to_owned()),
             default_vhost: "/".to_owned(),
@@ -61,6 +65,10 @@ pub const STOMP_KEYS: &[(&str, &str)] = &[
     (
         "stomp.listeners.tcp.default",
         "STOMP listener: PORT, HOST:PORT or none (0.0.0.0:61613)",
+    ),
+    (
+        "stomp.listeners.ssl.default",
+        "STOMP-over-TLS listener: PORT or HOST:PORT (none); uses ssl_options.*",
     ),
     (
         "stomp.default_user",
@@ -130,6 +138,13 @@ impl StompSettings {
                     })?)
                 };
             }
+            "stomp.listeners.ssl.default" => {
+                self.tls_listener = Some(ListenAddr::parse(value).map_err(|reason| {
+                    invalid(&format!(
+                        "PORT, HOST:PORT, [IPV6]:PORT or IPV6:PORT ({reason})"
+                    ))
+                })?);
+            }
             "stomp.default_user" => {
                 self.default_user = match value {
                     "" => return Err(invalid("a user name or none")),
@@ -191,6 +206,15 @@ mod tests {
         assert_eq!(settings.stomp.default_user, None);
         settings.set("stomp.listeners.tcp.default", "none").unwrap();
         assert!(settings.stomp.listener.is_none());
+        assert!(settings.stomp.tls_listener.is_none());
+        settings
+            .set("stomp.listeners.ssl.default", "61614")
+            .unwrap();
+        assert_eq!(
+            settings.stomp.tls_listener.as_ref().map(|a| a.port),
+            Some(61614)
+        );
+        assert!(settings.set("stomp.listeners.ssl.default", "x").is_err());
     }
 
     #[test]

@@ -1,11 +1,161 @@
-//! What a listener does when `accept` fails: every listener's accept loop calls
-//! [`accept_failed`] and sleeps for the time it returns, so running out of file descriptors
-//! never spins a core or stops the connections already open from being served.
+//! Every listener's accept loop, plain or TLS: [`serve_connections`] accepts sockets, refuses
+//! those beyond `connection_max`, completes the TLS handshake when the listener has TLS, and
+//! runs each connection on its own task until shutdown, when it waits for them all to end.
 //!
-//! Protocol-free and runtime-free: the caller sleeps with its own runtime.
+//! When `accept` fails, [`accept_failed`] says how long to back off, so running out of file
+//! descriptors never spins a core or stops the connections already open from being served.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+use tokio_rustls::rustls::ServerConfig;
+
+use crate::stream::ClientStream;
+
+/// The connection tasks of one listener, counted rather than kept in a `JoinSet`: a set entry
+/// per connection is a few hundred bytes that an idle MQTT device would pay for. Dropping the
+/// accept loop therefore does not abort its connections; shutdown closes them through the
+/// `shutdown` signal they follow, and the loop waits for the count to reach zero.
+#[derive(Default)]
+struct LiveConnections {
+    count: AtomicUsize,
+    ended: Notify,
+}
+
+/// Decrements [`LiveConnections`] when a connection task ends, however it ends.
+struct LiveGuard(Arc<LiveConnections>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.ended.notify_waiters();
+        }
+    }
+}
+
+impl LiveConnections {
+    fn spawn(self: &Arc<Self>, task: impl Future<Output = ()> + Send + 'static) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        let guard = LiveGuard(Arc::clone(self));
+        tokio::spawn(async move {
+            let _guard = guard;
+            task.await;
+        });
+    }
+
+    fn len(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    async fn all_ended(&self) {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            // Registered before the count is read, so a last task ending in between is seen.
+            ended.as_mut().enable();
+            if self.len() == 0 {
+                return;
+            }
+            ended.await;
+        }
+    }
+}
+
+/// How a listener accepts connections, whatever its protocol.
+#[derive(Clone)]
+pub struct AcceptConfig {
+    /// The protocol's name in log lines (`amqp`, `amqps`, `mqtt`, `mqtts`, `stomp`, ...).
+    pub protocol: &'static str,
+    /// Most connections this listener serves at once (`connection_max`); more are closed
+    /// as soon as they are accepted, as RabbitMQ does.
+    pub connection_max: Option<usize>,
+    /// TLS: every connection completes a handshake with this configuration before the
+    /// protocol sees it.
+    pub tls: Option<Arc<ServerConfig>>,
+    /// How long a client has to complete the TLS handshake.
+    pub handshake_timeout: Duration,
+}
+
+/// Accepts connections on `listener` until `shutdown` turns true, running `serve` on its own
+/// task for each (after the TLS handshake, when `config.tls` is set), then waits for every
+/// connection to end; connections see the same `shutdown` and close themselves.
+///
+/// A connection beyond `connection_max` is closed at once; a failed TLS handshake is logged
+/// and the socket closed; a failed accept backs off ([`accept_failed`]) and leaves the open
+/// connections alone.
+pub async fn serve_connections<F, Fut>(
+    listener: TcpListener,
+    config: AcceptConfig,
+    mut shutdown: watch::Receiver<bool>,
+    serve: F,
+) where
+    F: Fn(ClientStream, SocketAddr) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let serve = Arc::new(serve);
+    let acceptor = config.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    let connections = Arc::new(LiveConnections::default());
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    if config.connection_max.is_some_and(|max| connections.len() >= max) {
+                        tracing::warn!(
+                            protocol = config.protocol,
+                            %peer,
+                            "connection refused: connection_max is reached"
+                        );
+                        drop(stream);
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let serve = Arc::clone(&serve);
+                    match &acceptor {
+                        None => {
+                            connections.spawn(serve(ClientStream::Plain(stream), peer));
+                        }
+                        Some(acceptor) => {
+                            let handshake = acceptor.accept(stream);
+                            let (protocol, timeout) = (config.protocol, config.handshake_timeout);
+                            let mut stopping = shutdown.clone();
+                            connections.spawn(async move {
+                                // A handshake in progress does not hold up shutdown.
+                                let handshake = tokio::select! {
+                                    result = tokio::time::timeout(timeout, handshake) => result,
+                                    _ = stopping.changed() => return,
+                                };
+                                match handshake {
+                                    Ok(Ok(stream)) => {
+                                        serve(ClientStream::Tls(Box::new(stream)), peer).await;
+                                    }
+                                    Ok(Err(error)) => {
+                                        tracing::warn!(protocol, %peer, %error, "TLS handshake failed");
+                                    }
+                                    Err(_) => {
+                                        tracing::warn!(protocol, %peer, "TLS handshake timed out");
+                                    }
+                                }
+                            });
+                        }
+                    }
+                }
+                Err(error) => {
+                    // Out of file descriptors and similar: back off instead of spinning,
+                    // and keep serving the connections already open.
+                    tokio::time::sleep(accept_failed(config.protocol, &error)).await;
+                }
+            },
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    connections.all_ended().await;
+}
 
 /// `EMFILE`: the process is out of file descriptors (the same number on Linux, the BSDs
 /// and macOS).
@@ -55,6 +205,50 @@ pub fn accept_failed(protocol: &str, error: &std::io::Error) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn connections_beyond_connection_max_are_closed_and_shutdown_waits_for_the_rest() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let config = AcceptConfig {
+            protocol: "test",
+            connection_max: Some(1),
+            tls: None,
+            handshake_timeout: Duration::from_secs(5),
+        };
+        let connection_shutdown = shutdown.clone();
+        let server = tokio::spawn(serve_connections(
+            listener,
+            config,
+            shutdown,
+            move |stream, _peer| {
+                let mut shutdown = connection_shutdown.clone();
+                async move {
+                    // Greets the client, then holds the connection until shutdown.
+                    let (_reader, writer) = stream.split();
+                    writer.write_all(b"hi").await.unwrap();
+                    let _ = shutdown.changed().await;
+                }
+            },
+        ));
+        let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut greeting = [0u8; 2];
+        first.read_exact(&mut greeting).await.unwrap();
+        assert_eq!(&greeting, b"hi");
+        let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut rest = Vec::new();
+        // Closed without a word: the first connection holds the only slot.
+        assert_eq!(second.read_to_end(&mut rest).await.unwrap(), 0);
+        shutdown_tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("serve_connections returns once its connections ended")
+            .unwrap();
+        first.write_all(b"x").await.ok();
+        assert_eq!(first.read_to_end(&mut rest).await.unwrap_or(0), 0);
+    }
 
     #[test]
     fn running_out_of_descriptors_backs_off_longer_than_other_errors() {

@@ -335,6 +335,21 @@ impl Broker {
         Ok(user)
     }
 
+    /// Logs in a user whose identity was established another way, by a verified TLS client
+    /// certificate (SASL EXTERNAL, `mqtt.ssl_cert_login`): the user must exist, and loopback
+    /// users must connect from the loopback interface; no password is checked, as RabbitMQ.
+    pub fn authenticate_trusted(
+        &self,
+        username: &str,
+        from_loopback: bool,
+    ) -> Result<Arc<User>, AuthFailure> {
+        let user = self.user(username).ok_or(AuthFailure::UnknownUser)?;
+        if !from_loopback && self.loopback_users.read().contains(username) {
+            return Err(AuthFailure::LoopbackOnly);
+        }
+        Ok(user)
+    }
+
     /// Opens `vhost` for `user`: the vhost must exist and the user must have permissions
     /// there (any, as RabbitMQ requires). Errors carry RabbitMQ's 530 texts.
     pub fn open_vhost(&self, user: &str, vhost: &str) -> CoreResult<Arc<VHost>> {
@@ -396,6 +411,26 @@ mod tests {
         assert_eq!(
             broker.authenticate("who", "x", true).unwrap_err(),
             AuthFailure::UnknownUser
+        );
+    }
+
+    #[test]
+    fn trusted_logins_need_an_existing_user_but_no_password() {
+        let broker = Broker::new(Limits::default());
+        broker.add_user("client", "secret", vec![]);
+        broker.add_user("guest", "guest", vec![]);
+        broker.set_loopback_users(["guest".to_string()]);
+        assert_eq!(
+            broker.authenticate_trusted("client", false).unwrap().name,
+            "client"
+        );
+        assert_eq!(
+            broker.authenticate_trusted("nobody", true).unwrap_err(),
+            AuthFailure::UnknownUser
+        );
+        assert_eq!(
+            broker.authenticate_trusted("guest", false).unwrap_err(),
+            AuthFailure::LoopbackOnly
         );
     }
 }

@@ -12,6 +12,7 @@
 pub mod accept;
 pub mod access;
 pub mod broker;
+pub mod certificate;
 pub mod connections;
 pub mod consumer;
 pub mod counters;
@@ -29,6 +30,7 @@ pub mod retained;
 pub mod retained_file;
 pub mod routing;
 pub mod store;
+pub mod stream;
 pub mod value;
 pub mod vhost;
 

@@ -3,6 +3,7 @@
 //! ([`stomp`]). Each test starts its own broker, so tests never share state or ports.
 
 pub mod stomp;
+pub mod tls;
 
 pub mod process;
 

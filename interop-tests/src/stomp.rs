@@ -3,14 +3,14 @@
 //!
 //! No maintained Rust STOMP client fits: `tokio-stomp` speaks 1.0 only and has no ACK/NACK
 //! helpers, `async-stomp` is EUPL-licensed, the rest are stale (see
-//! ../shared/DEPENDENCIES.md). Frames go over a plain `TcpStream`: headers escaped per
-//! version, bodies with `content-length`, heart-beat EOLs counted.
+//! ../shared/DEPENDENCIES.md). Frames go over a `TcpStream` or a TLS stream: headers escaped
+//! per version, bodies with `content-length`, heart-beat EOLs counted.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// How long a test waits for a frame before deciding none is coming.
@@ -42,9 +42,14 @@ impl ReceivedFrame {
     }
 }
 
+/// A byte stream a STOMP client talks over: TCP, or TLS over TCP.
+pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Transport for T {}
+
 /// One STOMP connection.
 pub struct StompClient {
-    stream: TcpStream,
+    stream: Box<dyn Transport>,
     buffer: Vec<u8>,
     /// MESSAGEs that arrived while waiting for a RECEIPT.
     early_messages: VecDeque<ReceivedFrame>,
@@ -59,6 +64,12 @@ impl StompClient {
     pub async fn open(addr: SocketAddr) -> StompClient {
         let stream = TcpStream::connect(addr).await.expect("connect to STOMP");
         stream.set_nodelay(true).expect("nodelay");
+        StompClient::over(Box::new(stream))
+    }
+
+    /// A client over an open stream (a TLS stream for STOMP over TLS), without sending
+    /// anything.
+    pub fn over(stream: Box<dyn Transport>) -> StompClient {
         StompClient {
             stream,
             buffer: Vec::new(),
@@ -89,7 +100,15 @@ impl StompClient {
         addr: SocketAddr,
         headers: &[(&str, &str)],
     ) -> (StompClient, ReceivedFrame) {
-        let mut client = Self::open(addr).await;
+        Self::connect_over(Self::open(addr).await, headers).await
+    }
+
+    /// Sends CONNECT with `headers` on `client`'s stream and returns it with the server's
+    /// answer, which must be CONNECTED.
+    pub async fn connect_over(
+        mut client: StompClient,
+        headers: &[(&str, &str)],
+    ) -> (StompClient, ReceivedFrame) {
         client.write_frame("CONNECT", headers, b"").await;
         let connected = client.expect_frame().await;
         assert_eq!(connected.command, "CONNECTED", "{connected:?}");

@@ -4,101 +4,18 @@
 //! certificate signed by the CA is accepted and a client without one, or with one the CA did
 //! not sign, is refused.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use rcgen::{
-    BasicConstraints, Certificate, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_rustls::rustls::pki_types::{
-    CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName,
-};
-use tokio_rustls::rustls::{ClientConfig, RootCertStore};
-use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::ClientConfig;
+use warren_interop_tests::tls::{connect, Pki};
 use warren_interop_tests::TestBroker;
-
-struct Pki {
-    dir: PathBuf,
-    ca: Certificate,
-    ca_key: KeyPair,
-}
-
-impl Pki {
-    fn new(name: &str) -> Pki {
-        let dir = std::env::temp_dir().join(format!("warren-amqps-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let ca_key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(Vec::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca = params.self_signed(&ca_key).expect("CA");
-        std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write CA");
-        let server_key = KeyPair::generate().expect("key");
-        let server = CertificateParams::new(vec!["localhost".to_string()])
-            .expect("params")
-            .signed_by(&server_key, &ca, &ca_key)
-            .expect("server certificate");
-        std::fs::write(dir.join("server.pem"), server.pem()).expect("write");
-        std::fs::write(dir.join("server-key.pem"), server_key.serialize_pem()).expect("write");
-        Pki { dir, ca, ca_key }
-    }
-
-    fn path(&self, file: &str) -> String {
-        self.dir.join(file).display().to_string()
-    }
-
-    /// A client certificate and key, signed by the test CA or self-signed.
-    fn client(&self, signed_by_ca: bool) -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(vec!["client".to_string()]).expect("params");
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        let certificate = if signed_by_ca {
-            params.signed_by(&key, &self.ca, &self.ca_key)
-        } else {
-            params.self_signed(&key)
-        }
-        .expect("client certificate");
-        (
-            certificate.der().clone(),
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-        )
-    }
-
-    fn client_config(
-        &self,
-        identity: Option<(CertificateDer<'static>, PrivateKeyDer<'static>)>,
-    ) -> Arc<ClientConfig> {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.ca.der().clone()).expect("trust the CA");
-        let builder = ClientConfig::builder_with_provider(Arc::new(
-            tokio_rustls::rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots);
-        Arc::new(match identity {
-            Some((certificate, key)) => builder
-                .with_client_auth_cert(vec![certificate], key)
-                .expect("client auth"),
-            None => builder.with_no_client_auth(),
-        })
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Connects over TLS, sends the AMQP 0-9-1 protocol header and returns the first 11 bytes
 /// the broker sends (a method frame header and the class and method ids), or the error.
 async fn amqp_over_tls(broker: &TestBroker, config: Arc<ClientConfig>) -> std::io::Result<Vec<u8>> {
     let addr = broker.server().amqps_addr().expect("AMQPS listener");
-    let stream = tokio::net::TcpStream::connect(addr).await?;
-    let mut tls = TlsConnector::from(config)
-        .connect(ServerName::try_from("localhost").unwrap(), stream)
-        .await?;
+    let mut tls = connect(addr, config).await?;
     tls.write_all(b"AMQP\x00\x00\x09\x01").await?;
     let mut start = vec![0u8; 11];
     tls.read_exact(&mut start).await?;

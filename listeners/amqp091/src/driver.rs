@@ -21,8 +21,10 @@ use warren_core::Broker;
 use crate::codec::{decode_frame, parse_protocol_header, ProtocolHeader, PROTOCOL_HEADER_091};
 use crate::outbox::{Drained, Outbox, READ_PAUSE_BYTES};
 use crate::session::{Control, Session, SessionConfig, FRAME_MIN_SIZE};
-use crate::stream::{Reader, Writer};
+use tokio_rustls::rustls::pki_types::CertificateDer;
+use warren_core::accept::{serve_connections, AcceptConfig};
 use warren_core::queue::now_ms;
+use warren_core::stream::{ClientStream, Reader, Writer};
 
 /// Settings of the AMQP 0-9-1 listener.
 #[derive(Debug, Clone)]
@@ -79,75 +81,67 @@ pub async fn serve(
     listener: TcpListener,
     broker: Arc<Broker>,
     config: ListenerConfig,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let config = Arc::new(config);
     let (alarm_tx, alarm_rx) = watch::channel(None);
     broker.subscribe_alarms(Box::new(move |reason| {
         let _ = alarm_tx.send(reason);
     }));
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    if config.connection_max.is_some_and(|max| connections.len() >= max) {
-                        // RabbitMQ refuses at the socket too: the client sees the close.
-                        tracing::warn!(%peer, "connection refused: connection_max is reached");
-                        drop(stream);
-                        continue;
-                    }
-                    let broker = Arc::clone(&broker);
-                    let config = Arc::clone(&config);
-                    let shutdown = shutdown.clone();
-                    let alarms = alarm_rx.clone();
-                    match config.tls.clone() {
-                        None => {
-                            connections.spawn(run_connection(stream, peer, broker, config, shutdown, alarms));
-                        }
-                        Some(tls) => {
-                            connections.spawn(run_tls_connection(stream, peer, tls, broker, config, shutdown, alarms));
-                        }
-                    }
-                }
-                Err(error) => {
-                    // Out of file descriptors and similar: back off instead of spinning,
-                    // and keep serving the connections already open.
-                    let backoff = warren_core::accept::accept_failed("amqp", &error);
-                    tokio::time::sleep(backoff).await;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            _ = shutdown.changed() => break,
-        }
-    }
-    drop(listener);
-    while connections.join_next().await.is_some() {}
+    let accept = AcceptConfig {
+        protocol: if config.tls.is_some() {
+            "amqps"
+        } else {
+            "amqp"
+        },
+        connection_max: config.connection_max,
+        tls: config.tls.clone(),
+        handshake_timeout: config.handshake_timeout,
+    };
+    let connection_shutdown = shutdown.clone();
+    serve_connections(listener, accept, shutdown, move |stream, peer| {
+        run_client(
+            stream,
+            peer,
+            Arc::clone(&broker),
+            Arc::clone(&config),
+            connection_shutdown.clone(),
+            alarm_rx.clone(),
+        )
+    })
+    .await;
 }
 
-/// Completes the TLS handshake (within the handshake timeout), then runs the connection.
-async fn run_tls_connection(
-    stream: TcpStream,
+/// Runs one accepted connection (plain or TLS) to its end.
+async fn run_client(
+    stream: ClientStream,
     peer: SocketAddr,
-    tls: Arc<tokio_rustls::rustls::ServerConfig>,
     broker: Arc<Broker>,
     config: Arc<ListenerConfig>,
     shutdown: watch::Receiver<bool>,
     alarms: watch::Receiver<Option<String>>,
 ) {
-    let _ = stream.set_nodelay(true);
-    let local = stream.local_addr().ok();
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    match timeout(config.handshake_timeout, acceptor.accept(stream)).await {
-        Ok(Ok(stream)) => {
-            let (reader, writer) = crate::stream::tls(stream);
-            run_tls_stream(
-                reader, writer, peer, local, broker, config, shutdown, alarms,
-            )
-            .await;
+    match stream {
+        ClientStream::Plain(stream) => {
+            run_connection(stream, peer, broker, config, shutdown, alarms).await
         }
-        Ok(Err(error)) => tracing::warn!(%peer, %error, "TLS handshake failed"),
-        Err(_) => tracing::warn!(%peer, "TLS handshake timed out"),
+        tls => {
+            let local = tls.local_addr();
+            let certificate = tls.peer_certificate();
+            let (mut reader, writer) = tls.split();
+            let mut header = [0u8; 8];
+            match timeout(config.handshake_timeout, reader.read_exact(&mut header)).await {
+                Ok(Ok(_)) => {}
+                _ => return,
+            }
+            let connection = Connection {
+                header,
+                peer,
+                local,
+                certificate,
+            };
+            run_stream(reader, writer, connection, broker, config, shutdown, alarms).await;
+        }
     }
 }
 
@@ -173,48 +167,40 @@ pub async fn run_connection(
     {
         return (handoff.0)(stream, peer, header, shutdown).await;
     }
-    let (reader, writer) = crate::stream::plain(stream);
-    run_stream(
-        reader, writer, header, peer, local, broker, config, shutdown, alarms,
-    )
-    .await;
+    let (reader, writer) = warren_core::stream::plain(stream);
+    let connection = Connection {
+        header,
+        peer,
+        local,
+        certificate: None,
+    };
+    run_stream(reader, writer, connection, broker, config, shutdown, alarms).await;
 }
 
-/// Reads the protocol header through TLS, then runs the connection.
-#[allow(clippy::too_many_arguments)]
-async fn run_tls_stream(
-    mut reader: Reader,
-    writer: Writer,
-    peer: SocketAddr,
-    local: Option<SocketAddr>,
-    broker: Arc<Broker>,
-    config: Arc<ListenerConfig>,
-    shutdown: watch::Receiver<bool>,
-    alarms: watch::Receiver<Option<String>>,
-) {
-    let mut header = [0u8; 8];
-    match timeout(config.handshake_timeout, reader.read_exact(&mut header)).await {
-        Ok(Ok(_)) => {}
-        _ => return,
-    }
-    run_stream(
-        reader, writer, header, peer, local, broker, config, shutdown, alarms,
-    )
-    .await;
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn run_stream(
-    mut reader: Reader,
-    writer: Writer,
+/// What the driver knows of a connection once its protocol header was read.
+struct Connection {
     header: [u8; 8],
     peer: SocketAddr,
     local: Option<SocketAddr>,
+    /// The client's verified TLS certificate, for SASL EXTERNAL.
+    certificate: Option<CertificateDer<'static>>,
+}
+
+async fn run_stream(
+    mut reader: Reader,
+    writer: Writer,
+    connection: Connection,
     broker: Arc<Broker>,
     config: Arc<ListenerConfig>,
     mut shutdown: watch::Receiver<bool>,
     mut alarms: watch::Receiver<Option<String>>,
 ) {
+    let Connection {
+        header,
+        peer,
+        local,
+        certificate,
+    } = connection;
     if parse_protocol_header(&header) != ProtocolHeader::Amqp091 {
         // Tell the client which protocol we speak, then close, as the spec asks.
         let _ = writer.write_all(&PROTOCOL_HEADER_091).await;
@@ -227,11 +213,12 @@ async fn run_stream(
     let outbox = Outbox::new(FRAME_MIN_SIZE);
     let from_loopback = peer.ip().is_loopback();
     let store_handle = broker.message_store().cloned();
-    let mut session = Session::new(
+    let mut session = Session::with_certificate(
         broker,
         config.session.clone(),
         Arc::clone(&outbox),
         from_loopback,
+        certificate.as_deref(),
     );
     if let Some(local) = local {
         session.set_addresses(peer, local);

@@ -13,14 +13,14 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use parking_lot::Mutex;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
-use warren_core::idmap::IdMap;
-
+use warren_core::accept::{serve_connections, AcceptConfig};
 use warren_core::flow::PublisherFlow;
+use warren_core::idmap::IdMap;
+use warren_core::stream::{ClientStream, Reader, TlsServerConfig, Writer};
 
 use crate::codec::decode;
 use crate::outbox::{Outbox, Signal};
@@ -35,6 +35,8 @@ pub struct ListenerConfig {
     pub takeover_timeout: Duration,
     /// Most connections this listener serves at once; more are refused.
     pub connection_max: Option<usize>,
+    /// TLS for an MQTTS listener (`mqtt.listeners.ssl.default`); plain MQTT when `None`.
+    pub tls: Option<Arc<TlsServerConfig>>,
 }
 
 impl Default for ListenerConfig {
@@ -43,6 +45,7 @@ impl Default for ListenerConfig {
             connect_timeout: Duration::from_secs(10),
             takeover_timeout: Duration::from_secs(5),
             connection_max: None,
+            tls: None,
         }
     }
 }
@@ -64,8 +67,6 @@ struct Connections {
     next_key: AtomicU64,
     /// A resource alarm is in effect: publishers are not read.
     alarm: AtomicBool,
-    /// Notified when the last connection ended.
-    emptied: Notify,
 }
 
 impl Connections {
@@ -79,10 +80,6 @@ impl Connections {
         }
     }
 
-    fn len(&self) -> usize {
-        self.live.lock().len()
-    }
-
     /// Raises `signal` on every connection.
     fn signal_all(&self, signal: Signal) {
         let outboxes: Vec<Arc<Outbox>> = self
@@ -93,13 +90,6 @@ impl Connections {
             .collect();
         for outbox in outboxes {
             outbox.signal(signal);
-        }
-    }
-
-    /// Waits until every registered connection has ended.
-    async fn all_ended(&self) {
-        while self.len() > 0 {
-            self.emptied.notified().await;
         }
     }
 }
@@ -116,8 +106,6 @@ impl Drop for Registered {
         live.remove(&self.key);
         if live.is_empty() {
             live.shrink_to_fit();
-            drop(live);
-            self.connections.emptied.notify_one();
         }
     }
 }
@@ -138,68 +126,67 @@ pub async fn serve(
         alarmed.alarm.store(reason.is_some(), Ordering::Release);
         alarmed.signal_all(Signal::AlarmChanged);
     }));
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    if config.connection_max.is_some_and(|max| connections.len() >= max) {
-                        tracing::warn!(%peer, "MQTT connection refused: connection_max is reached");
-                        drop(stream);
-                        continue;
-                    }
-                    let outbox = Outbox::new(context.config.prefetch);
-                    let registered = connections.register(&outbox);
-                    tokio::spawn(run_connection(
-                        stream,
-                        peer,
-                        context.clone(),
-                        Arc::clone(&config),
-                        outbox,
-                        registered,
-                    ));
-                }
-                Err(error) => {
-                    // Out of file descriptors and similar: back off instead of spinning,
-                    // and keep serving the connections already open.
-                    let backoff = warren_core::accept::accept_failed("mqtt", &error);
-                    tokio::time::sleep(backoff).await;
-                }
-            },
-            changed = shutdown.changed() => {
-                if changed.is_err() || *shutdown.borrow() {
-                    break;
-                }
-            }
+    let accept = AcceptConfig {
+        protocol: if config.tls.is_some() {
+            "mqtts"
+        } else {
+            "mqtt"
+        },
+        connection_max: config.connection_max,
+        tls: config.tls.clone(),
+        handshake_timeout: config.connect_timeout,
+    };
+    // Connections hold no shutdown receiver of their own (bytes per idle connection): they
+    // are told through their outboxes, once here and, for one accepted while shutting
+    // down, when it registers.
+    let accepting = shutdown.clone();
+    let registry = Arc::clone(&connections);
+    let accept_loop = serve_connections(listener, accept, shutdown.clone(), move |stream, peer| {
+        let outbox = Outbox::new(context.config.prefetch);
+        let registered = registry.register(&outbox);
+        if *accepting.borrow() {
+            outbox.signal(Signal::Shutdown);
         }
-    }
-    drop(listener);
-    connections.signal_all(Signal::Shutdown);
-    connections.all_ended().await;
+        run_connection(
+            stream,
+            peer,
+            context.clone(),
+            Arc::clone(&config),
+            outbox,
+            registered,
+        )
+    });
+    let tell_connections = async {
+        while shutdown.changed().await.is_ok() && !*shutdown.borrow() {}
+        connections.signal_all(Signal::Shutdown);
+    };
+    tokio::join!(accept_loop, tell_connections);
 }
 
 /// Runs one connection to its end. Set-up happens before the returned future exists, so
 /// the task (which lives as long as the connection) keeps only what the connection needs.
 fn run_connection(
-    stream: TcpStream,
+    stream: ClientStream,
     peer: SocketAddr,
     context: MqttContext,
     config: Arc<ListenerConfig>,
     outbox: Arc<Outbox>,
     registered: Registered,
 ) -> impl std::future::Future<Output = ()> + Send {
-    let _ = stream.set_nodelay(true);
     let mut flow = PublisherFlow::new(context.broker.message_store());
     let mut session = Session::new(context, Arc::clone(&outbox), peer.ip().is_loopback());
-    if let Ok(local) = stream.local_addr() {
+    if let Some(local) = stream.local_addr() {
         session.set_addresses(peer, local);
+    }
+    if stream.is_tls() {
+        session.set_tls(stream.peer_certificate().as_deref());
     }
     tracing::debug!(connection = session.connection_id(), %peer, "accepted MQTT connection");
     async move {
-        let mut stream = stream;
-        let (mut reader, mut writer) = stream.split();
+        let (mut reader, writer) = stream.split();
         let end = drive(
             &mut reader,
-            &mut writer,
+            &writer,
             &mut session,
             &outbox,
             &config,
@@ -209,9 +196,9 @@ fn run_connection(
         .await;
         // Whatever the session still has to say (a refusing CONNACK) goes out before the
         // close.
-        let _ = flush(&mut writer, &outbox).await;
+        let _ = flush(&writer, &outbox).await;
         session.terminate(end);
-        let _ = writer.shutdown().await;
+        writer.shutdown().await;
         tracing::debug!(
             connection = session.connection_id(),
             "MQTT connection closed"
@@ -222,8 +209,8 @@ fn run_connection(
 
 #[allow(clippy::too_many_arguments)]
 async fn drive(
-    reader: &mut ReadHalf<'_>,
-    writer: &mut WriteHalf<'_>,
+    reader: &mut Reader,
+    writer: &Writer,
     session: &mut Session,
     outbox: &Outbox,
     config: &ListenerConfig,
@@ -414,7 +401,7 @@ async fn changed_or_pending(receiver: &mut Option<watch::Receiver<u64>>) {
 
 /// Writes everything the outbox holds, settling what it asks for and kicking queues that
 /// waited for room (which may refill it, hence the loop).
-async fn flush(writer: &mut WriteHalf<'_>, outbox: &Outbox) -> std::io::Result<()> {
+async fn flush(writer: &Writer, outbox: &Outbox) -> std::io::Result<()> {
     while let Some(drained) = outbox.drain() {
         acknowledge_all(drained.to_ack);
         for queue in drained.starved {
@@ -430,7 +417,7 @@ async fn flush(writer: &mut WriteHalf<'_>, outbox: &Outbox) -> std::io::Result<(
 /// Waits until the socket is readable. A `poll_fn` over the stream's readiness is a few
 /// bytes in the task; `ReadHalf::readable` is a future of 150 that every idle connection
 /// would carry.
-async fn readable(reader: &ReadHalf<'_>) -> std::io::Result<()> {
+async fn readable(reader: &OwnedReadHalf) -> std::io::Result<()> {
     let stream: &TcpStream = reader.as_ref();
     std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await
 }
@@ -440,10 +427,15 @@ async fn readable(reader: &ReadHalf<'_>) -> std::io::Result<()> {
 /// released, and a small one is allocated only once the socket is readable again. While data
 /// flows (`busy`: the last read filled the buffer) reads go straight into 16 KiB chunks.
 async fn read_some(
-    reader: &mut ReadHalf<'_>,
+    reader: &mut Reader,
     buffer: &mut BytesMut,
     busy: &mut bool,
 ) -> std::io::Result<usize> {
+    let reader = match reader {
+        Reader::Plain(reader) => reader,
+        // rustls buffers what it decrypted: read through it into the buffer.
+        tls => return tls.read_some(buffer).await,
+    };
     loop {
         if buffer.is_empty() && !*busy {
             *buffer = BytesMut::new();

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use warren_core::accept::{serve_connections, AcceptConfig};
 use warren_core::flow::PublisherFlow;
+use warren_core::stream::{ClientStream, Reader, TlsServerConfig, Writer};
 use warren_core::Broker;
 
 use crate::codec::Decoded;
@@ -32,6 +32,9 @@ pub struct ListenerConfig {
     pub login_timeout: Duration,
     /// Most connections this listener serves at once; more are refused at accept.
     pub connection_max: Option<usize>,
+    /// TLS (STOMP over TLS): every connection completes a TLS handshake first, within the
+    /// login timeout.
+    pub tls: Option<Arc<TlsServerConfig>>,
 }
 
 impl Default for ListenerConfig {
@@ -40,12 +43,10 @@ impl Default for ListenerConfig {
             session: SessionConfig::default(),
             login_timeout: Duration::from_secs(10),
             connection_max: None,
+            tls: None,
         }
     }
 }
-
-/// How much to read at a time.
-const READ_CHUNK: usize = 64 * 1024;
 
 /// How long a closing connection keeps reading (and discarding) so its last frames, an ERROR
 /// above all, reach a client that is still sending instead of being lost to a TCP reset.
@@ -60,55 +61,49 @@ pub async fn serve(
     listener: TcpListener,
     broker: Arc<Broker>,
     config: ListenerConfig,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let config = Arc::new(config);
     let (alarm_tx, alarm_rx) = watch::channel(None);
     broker.subscribe_alarms(Box::new(move |reason| {
         let _ = alarm_tx.send(reason);
     }));
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    if config.connection_max.is_some_and(|max| connections.len() >= max) {
-                        tracing::warn!(%peer, "STOMP connection refused: connection_max is reached");
-                        drop(stream);
-                        continue;
-                    }
-                    let broker = Arc::clone(&broker);
-                    let config = Arc::clone(&config);
-                    let shutdown = shutdown.clone();
-                    let alarms = alarm_rx.clone();
-                    connections.spawn(run_connection(stream, peer, broker, config, shutdown, alarms));
-                }
-                Err(error) => {
-                    // Out of file descriptors and similar: back off instead of spinning.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            _ = shutdown.changed() => break,
-        }
-    }
-    drop(listener);
-    while connections.join_next().await.is_some() {}
+    let accept = AcceptConfig {
+        protocol: if config.tls.is_some() {
+            "stomps"
+        } else {
+            "stomp"
+        },
+        connection_max: config.connection_max,
+        tls: config.tls.clone(),
+        handshake_timeout: config.login_timeout,
+    };
+    let connection_shutdown = shutdown.clone();
+    serve_connections(listener, accept, shutdown, move |stream, peer| {
+        run_connection(
+            stream,
+            peer,
+            Arc::clone(&broker),
+            Arc::clone(&config),
+            connection_shutdown.clone(),
+            alarm_rx.clone(),
+        )
+    })
+    .await;
 }
 
-/// Runs one connection to its end.
+/// Runs one connection (plain or TLS) to its end.
 pub async fn run_connection(
-    stream: TcpStream,
+    stream: ClientStream,
     peer: SocketAddr,
     broker: Arc<Broker>,
     config: Arc<ListenerConfig>,
     mut shutdown: watch::Receiver<bool>,
     mut alarms: watch::Receiver<Option<String>>,
 ) {
-    let _ = stream.set_nodelay(true);
     let stream_local = stream.local_addr();
-    let (mut reader, writer) = stream.into_split();
+    let tls = stream.is_tls();
+    let (mut reader, writer) = stream.split();
     let outbox = Outbox::new();
     let broker_store_durable = broker
         .message_store()
@@ -120,9 +115,10 @@ pub async fn run_connection(
         Arc::clone(&outbox),
         peer.ip().is_loopback(),
     );
-    if let Ok(local) = stream_local {
+    if let Some(local) = stream_local {
         session.set_addresses(peer, local);
     }
+    session.set_tls(tls);
     let connection_id = session.connection_id();
     tracing::debug!(connection = connection_id, %peer, "accepted STOMP connection");
     let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
@@ -171,7 +167,7 @@ pub async fn run_connection(
 
 #[allow(clippy::too_many_arguments)]
 async fn read_loop(
-    reader: &mut OwnedReadHalf,
+    reader: &mut Reader,
     buffer: &mut BytesMut,
     session: &mut Session,
     outbox: &Outbox,
@@ -240,7 +236,7 @@ async fn read_loop(
                 session.flush_receipts();
                 continue;
             }
-            read = read_some(reader, buffer), if !blocked && !paused => read,
+            read = reader.read_some(buffer), if !blocked && !paused => read,
             _ = tokio::time::sleep_until(deadline) => {
                 if session.is_connected() {
                     tracing::warn!(connection = session.connection_id(), "no heart-beat from STOMP client; closing");
@@ -284,30 +280,8 @@ async fn read_loop(
     }
 }
 
-/// Reads what is available into `buffer`. An idle connection holds no read buffer: when
-/// everything read was consumed the buffer is released, and a new one is allocated only once
-/// the socket is readable again.
-async fn read_some(reader: &mut OwnedReadHalf, buffer: &mut BytesMut) -> std::io::Result<usize> {
-    loop {
-        if buffer.is_empty() {
-            *buffer = BytesMut::new();
-            reader.readable().await?;
-            buffer.reserve(READ_CHUNK);
-        } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
-            buffer.reserve(READ_CHUNK);
-        }
-        match reader.try_read_buf(buffer) {
-            Ok(read) => return Ok(read),
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                reader.readable().await?;
-            }
-            Err(error) => return Err(error),
-        }
-    }
-}
-
 async fn write_loop(
-    mut writer: OwnedWriteHalf,
+    writer: Writer,
     outbox: Arc<Outbox>,
     mut heartbeat: watch::Receiver<Option<Duration>>,
 ) {
@@ -331,7 +305,7 @@ async fn write_loop(
             continue;
         }
         if outbox.is_closed() {
-            let _ = writer.shutdown().await;
+            writer.shutdown().await;
             return;
         }
         let interval = *heartbeat.borrow();

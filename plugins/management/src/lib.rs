@@ -43,7 +43,19 @@ pub async fn serve_metrics(
     management: Arc<Management>,
     shutdown: watch::Receiver<bool>,
 ) {
+    serve_metrics_tls(listener, management, None, shutdown).await;
+}
+
+/// Serves Prometheus metrics as [`serve_metrics`] does, over TLS when `tls` is set
+/// (`prometheus.ssl.*`).
+pub async fn serve_metrics_tls(
+    listener: TcpListener,
+    management: Arc<Management>,
+    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    shutdown: watch::Receiver<bool>,
+) {
     let handler: server::Handler =
         Arc::new(move |request, _peer| metrics::handle(&management, &request));
-    server::serve(listener, handler, None, shutdown).await;
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    server::serve(listener, handler, acceptor, shutdown).await;
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use warren_core::access::User;
+use warren_core::certificate::{login_name, LoginFrom};
 use warren_core::connections::{ConnectionHandle, ConnectionInfo};
 use warren_core::idmap::IdMap;
 use warren_core::queue::{Queue, Settlement};
@@ -48,6 +49,11 @@ pub struct SessionConfig {
     pub product: String,
     /// How long a delivery may stay unacknowledged before its channel is closed (406).
     pub consumer_timeout: Option<Duration>,
+    /// The SASL mechanisms offered in connection.start, in order (`auth_mechanisms.N`);
+    /// EXTERNAL only to clients that presented a verified TLS certificate.
+    pub auth_mechanisms: Vec<String>,
+    /// Which part of a client certificate names the user of an EXTERNAL login.
+    pub cert_login_from: LoginFrom,
 }
 
 impl Default for SessionConfig {
@@ -59,6 +65,8 @@ impl Default for SessionConfig {
             max_message_size: 16 * 1024 * 1024,
             product: "Warren".to_string(),
             consumer_timeout: Some(Duration::from_secs(1800)),
+            auth_mechanisms: vec!["PLAIN".to_string(), "AMQPLAIN".to_string()],
+            cert_login_from: LoginFrom::DistinguishedName,
         }
     }
 }
@@ -118,6 +126,11 @@ pub struct Session {
     registration: Option<ConnectionHandle>,
     /// Whether the connection runs over TLS (shown to operators).
     tls: bool,
+    /// The mechanisms offered in connection.start.
+    mechanisms: Vec<String>,
+    /// The user the client's verified TLS certificate names, when it presented one (the
+    /// inner `None`: the certificate names nobody), for SASL EXTERNAL.
+    certificate_user: Option<Option<String>>,
 }
 
 impl Session {
@@ -128,8 +141,31 @@ impl Session {
         outbox: Arc<Outbox>,
         from_loopback: bool,
     ) -> Session {
+        Session::with_certificate(broker, config, outbox, from_loopback, None)
+    }
+
+    /// A session for a TLS connection whose client presented the verified DER certificate
+    /// `certificate` (`None`: no certificate): SASL EXTERNAL is offered when configured.
+    pub fn with_certificate(
+        broker: Arc<Broker>,
+        config: SessionConfig,
+        outbox: Arc<Outbox>,
+        from_loopback: bool,
+        certificate: Option<&[u8]>,
+    ) -> Session {
         let connection_id = broker.next_connection_id();
+        let certificate_user = certificate.map(|der| login_name(der, config.cert_login_from));
+        // As RabbitMQ's rabbit_auth_mechanism_ssl: EXTERNAL is offered only to a client with
+        // a certificate.
+        let mechanisms = config
+            .auth_mechanisms
+            .iter()
+            .filter(|mechanism| *mechanism != "EXTERNAL" || certificate_user.is_some())
+            .cloned()
+            .collect();
         let session = Session {
+            mechanisms,
+            certificate_user,
             channel_max: config.channel_max,
             frame_max: config.frame_max,
             heartbeat: config.heartbeat,
@@ -191,7 +227,7 @@ impl Session {
             version_major: 0,
             version_minor: 9,
             server_properties: properties,
-            mechanisms: b"PLAIN AMQPLAIN".to_vec(),
+            mechanisms: self.mechanisms.join(" ").into_bytes(),
             locales: b"en_US".to_vec(),
         }
     }
@@ -490,36 +526,54 @@ impl Session {
             .set_consumer_cancel_notify(capability("consumer_cancel_notify"));
         self.blocked_capability = capability("connection.blocked");
         self.client_properties = client_properties;
-        let (username, password) = match mechanism {
-            "PLAIN" => parse_plain(response),
-            "AMQPLAIN" => parse_amqplain(response),
-            other => {
-                return Err(AmqpError::new(
-                    reply::COMMAND_INVALID,
-                    format!("unknown authentication mechanism '{other}'"),
-                ))
-            }
+        if !self.mechanisms.iter().any(|offered| offered == mechanism) {
+            return Err(AmqpError::new(
+                reply::COMMAND_INVALID,
+                format!("unknown authentication mechanism '{mechanism}'"),
+            ));
         }
-        .ok_or_else(|| {
+        let refused = |mechanism: &str| {
+            // authentication_failure_close: RabbitMQ answers with 403 and closes.
             AmqpError::new(
                 reply::ACCESS_REFUSED,
-                format!("{mechanism} login refused: malformed response"),
+                format!(
+                    "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
+                ),
             )
-        })?;
-        match self
-            .broker
-            .authenticate(&username, &password, self.from_loopback)
-        {
+        };
+        let (username, login) = if mechanism == "EXTERNAL" {
+            // The response is not looked at: the certificate is the credential.
+            let Some(username) = self.certificate_user.clone().flatten() else {
+                tracing::warn!(
+                    "AMQP 0-9-1 EXTERNAL login refused: no name found in the client certificate"
+                );
+                return Err(refused(mechanism));
+            };
+            let login = self
+                .broker
+                .authenticate_trusted(&username, self.from_loopback);
+            (username, login)
+        } else {
+            let (username, password) = match mechanism {
+                "PLAIN" => parse_plain(response),
+                _ => parse_amqplain(response),
+            }
+            .ok_or_else(|| {
+                AmqpError::new(
+                    reply::ACCESS_REFUSED,
+                    format!("{mechanism} login refused: malformed response"),
+                )
+            })?;
+            let login = self
+                .broker
+                .authenticate(&username, &password, self.from_loopback);
+            (username, login)
+        };
+        match login {
             Ok(user) => self.user = Some(user),
             Err(failure) => {
-                tracing::warn!(user = %username, reason = %failure, "AMQP 0-9-1 login refused");
-                // authentication_failure_close: RabbitMQ answers with 403 and closes.
-                return Err(AmqpError::new(
-                    reply::ACCESS_REFUSED,
-                    format!(
-                        "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
-                    ),
-                ));
+                tracing::warn!(user = %username, reason = %failure, mechanism, "AMQP 0-9-1 login refused");
+                return Err(refused(mechanism));
             }
         }
         self.phase = Phase::AwaitTuneOk;

@@ -168,6 +168,63 @@ fn wrong_password_is_refused_with_403_before_tune() {
     }
 }
 
+/// A session offering PLAIN and EXTERNAL, for a client with `certificate` (DER); returns
+/// the mechanisms connection.start offered and the session's answer to start-ok with
+/// `mechanism`.
+fn external_login(certificate: Option<&[u8]>, mechanism: &str) -> (String, Vec<(u16, Method)>) {
+    let outbox = Outbox::new(4096);
+    let config = SessionConfig {
+        auth_mechanisms: vec!["PLAIN".into(), "EXTERNAL".into()],
+        ..SessionConfig::default()
+    };
+    let mut session =
+        Session::with_certificate(broker(), config, Arc::clone(&outbox), true, certificate);
+    let offered = match &sent(&outbox)[..] {
+        [(0, Method::ConnectionStart { mechanisms, .. })] => {
+            String::from_utf8(mechanisms.clone()).expect("text")
+        }
+        other => panic!("expected connection.start, got {other:?}"),
+    };
+    let start_ok = Method::ConnectionStartOk {
+        client_properties: Default::default(),
+        mechanism: mechanism.into(),
+        response: Vec::new(),
+        locale: "en_US".into(),
+    };
+    session.handle_frame(method_frame(0, &start_ok));
+    (offered, sent(&outbox))
+}
+
+#[test]
+fn external_is_offered_only_with_a_client_certificate() {
+    let (offered, replies) = external_login(None, "EXTERNAL");
+    assert_eq!(offered, "PLAIN");
+    assert!(
+        matches!(
+            &replies[..],
+            [(0, Method::ConnectionClose { reply_code: 503, reply_text, .. })]
+                if reply_text == "COMMAND_INVALID - unknown authentication mechanism 'EXTERNAL'"
+        ),
+        "{replies:?}"
+    );
+}
+
+#[test]
+fn external_with_a_certificate_that_names_nobody_is_refused_with_403() {
+    // Not a certificate at all: no name can be read from it.
+    let (offered, replies) = external_login(Some(b"not a certificate"), "EXTERNAL");
+    assert_eq!(offered, "PLAIN EXTERNAL");
+    assert!(
+        matches!(
+            &replies[..],
+            [(0, Method::ConnectionClose { reply_code: 403, reply_text, .. })]
+                if reply_text == "ACCESS_REFUSED - Login was refused using authentication \
+                                  mechanism EXTERNAL. For details see the broker logfile."
+        ),
+        "{replies:?}"
+    );
+}
+
 #[test]
 fn publisher_confirms_are_coalesced_per_batch() {
     let (mut session, outbox) = open_session();

@@ -55,11 +55,18 @@ impl Session {
         };
 
         let config = Arc::clone(&self.context.config);
+        // As RabbitMQ: credentials first, then the certificate (`mqtt.ssl_cert_login`), then
+        // the anonymous user. `None` for the password: a trusted login, none is checked.
         let (vhost_name, user, password) = match (username, password) {
+            (None, None) if self.certificate_user.is_some() => (
+                config.vhost.clone(),
+                self.certificate_user.clone().unwrap_or_default(),
+                None,
+            ),
             (None, None) if config.allow_anonymous => (
                 config.vhost.clone(),
                 config.default_user.clone(),
-                config.default_pass.clone(),
+                Some(config.default_pass.clone()),
             ),
             (None, None) => {
                 return self.refuse(
@@ -75,8 +82,8 @@ impl Session {
                     );
                 };
                 match username.split_once(':') {
-                    Some((vhost, user)) => (vhost.to_string(), user.to_string(), password),
-                    None => (config.vhost.clone(), username, password),
+                    Some((vhost, user)) => (vhost.to_string(), user.to_string(), Some(password)),
+                    None => (config.vhost.clone(), username, Some(password)),
                 }
             }
             (Some(_), None) | (None, Some(_)) => {
@@ -86,11 +93,17 @@ impl Session {
                 )
             }
         };
-        if let Err(failure) = self
-            .context
-            .broker
-            .authenticate(&user, &password, self.from_loopback)
-        {
+        let login = match &password {
+            Some(password) => self
+                .context
+                .broker
+                .authenticate(&user, password, self.from_loopback),
+            None => self
+                .context
+                .broker
+                .authenticate_trusted(&user, self.from_loopback),
+        };
+        if let Err(failure) = login {
             let code = match failure {
                 AuthFailure::LoopbackOnly => ConnectReturnCode::NotAuthorized,
                 AuthFailure::UnknownUser | AuthFailure::BadPassword => {
@@ -232,7 +245,7 @@ impl Session {
             &self.context.broker,
             connection_id,
             connected,
-            self.addresses,
+            (self.addresses, self.tls),
             &self.outbox,
         ));
         // MQTT 3.1 has no session-present flag; its byte must be 0.
@@ -369,7 +382,7 @@ fn register_connection(
     broker: &warren_core::Broker,
     connection_id: u64,
     connected: &super::Connected,
-    (peer, local): (std::net::SocketAddr, std::net::SocketAddr),
+    ((peer, local), tls): ((std::net::SocketAddr, std::net::SocketAddr), bool),
     outbox: &Arc<crate::outbox::Outbox>,
 ) -> warren_core::connections::ConnectionHandle {
     // Built at its exact size: every idle connection keeps this table.
@@ -392,7 +405,7 @@ fn register_connection(
             local,
             client_properties,
             connection_name: Some(connected.client_id.clone()),
-            tls: false,
+            tls,
             frame_max: 0,
             channel_max: 0,
             heartbeat: connected.keep_alive,

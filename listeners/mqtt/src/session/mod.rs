@@ -32,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use warren_core::certificate::{login_name, LoginFrom};
 use warren_core::connections::ConnectionHandle;
 use warren_core::queue::{Queue, Settlement};
 use warren_core::retained::RetainedStore;
@@ -65,6 +66,9 @@ pub struct SessionConfig {
     pub max_packet_size: usize,
     /// The largest message payload accepted (the broker's `max_message_size`).
     pub max_message_size: usize,
+    /// `mqtt.ssl_cert_login`: a TLS client that sends no credentials logs in as the user its
+    /// verified certificate names, read as this says (`ssl_cert_login_from`); `None`: off.
+    pub ssl_cert_login: Option<LoginFrom>,
 }
 
 impl Default for SessionConfig {
@@ -78,6 +82,7 @@ impl Default for SessionConfig {
             prefetch: 10,
             max_packet_size: 268_435_455,
             max_message_size: 16 * 1024 * 1024,
+            ssl_cert_login: None,
         }
     }
 }
@@ -170,6 +175,10 @@ pub struct Session {
     /// PUBACKs and PUBRECs in PUBLISH order (MQTT-4.6.0-2), each with the sequence numbers
     /// that must be on disk before it goes out.
     held_acks: VecDeque<HeldAck>,
+    /// Whether the connection runs over TLS (shown to operators).
+    tls: bool,
+    /// The user the client's verified certificate names, with `mqtt.ssl_cert_login` on.
+    certificate_user: Option<String>,
 }
 
 /// A PUBACK or PUBREC waiting for the disk (0: nothing to wait for in that store, held
@@ -201,6 +210,17 @@ impl Session {
             ),
             registration: None,
             held_acks: VecDeque::new(),
+            tls: false,
+            certificate_user: None,
+        }
+    }
+
+    /// Records that the connection runs over TLS and, with `mqtt.ssl_cert_login` on, the
+    /// client's verified DER certificate, whose user logs in when CONNECT has no credentials.
+    pub fn set_tls(&mut self, certificate: Option<&[u8]>) {
+        self.tls = true;
+        if let (Some(from), Some(der)) = (self.context.config.ssl_cert_login, certificate) {
+            self.certificate_user = login_name(der, from);
         }
     }
 

@@ -143,6 +143,8 @@ pub struct Session {
     starting: Vec<Arc<Subscription>>,
     /// The client's and the broker's addresses (shown to operators).
     addresses: Option<(SocketAddr, SocketAddr)>,
+    /// Whether the connection runs over TLS (shown to operators).
+    tls: bool,
     /// This connection in the broker's connection registry, once logged in.
     registration: Option<ConnectionHandle>,
     /// Notified when an operator asks this connection to close.
@@ -194,6 +196,7 @@ impl Session {
             published: false,
             starting: Vec::new(),
             addresses: None,
+            tls: false,
             registration: None,
             operator_wake: Arc::new(Notify::new()),
             last_durable_seq: 0,
@@ -234,6 +237,11 @@ impl Session {
     /// Records the client's and the broker's addresses (shown to operators).
     pub fn set_addresses(&mut self, peer: SocketAddr, local: SocketAddr) {
         self.addresses = Some((peer, local));
+    }
+
+    /// Records that the connection runs over TLS (shown to operators).
+    pub fn set_tls(&mut self, tls: bool) {
+        self.tls = tls;
     }
 
     /// Notified when an operator asks this connection to close; the driver then calls
@@ -515,7 +523,7 @@ impl Session {
                 local,
                 client_properties: warren_core::value::Table::new(),
                 connection_name: None,
-                tls: false,
+                tls: self.tls,
                 frame_max: u32::try_from(self.config.limits.max_frame_size).unwrap_or(u32::MAX),
                 channel_max: 0,
                 heartbeat: u16::try_from(self.heartbeat.0.max(self.heartbeat.1) / 1000)

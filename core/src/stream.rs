@@ -1,17 +1,70 @@
-//! The two halves of a client socket, plain TCP or TLS (AMQPS), behind one small interface
-//! so the driver's read and write loops serve both.
+//! A client socket, plain TCP or TLS, and its two halves behind one small interface so every
+//! listener's read and write loops serve both: TLS is added once, here and in
+//! [`crate::accept::serve_connections`], not once per protocol.
 //!
 //! A plain reader keeps the idle-connection saving (no read buffer until the socket is
 //! readable); a TLS reader reads through rustls into the buffer.
+
+use std::net::SocketAddr;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio_rustls::rustls::pki_types::CertificateDer;
 use tokio_rustls::server::TlsStream;
 
+/// A TLS server configuration, as listeners take it (rustls).
+pub use tokio_rustls::rustls::ServerConfig as TlsServerConfig;
+
 /// How much to read at a time.
-pub(crate) const READ_CHUNK: usize = 64 * 1024;
+pub const READ_CHUNK: usize = 64 * 1024;
+
+/// An accepted client connection: plain TCP, or TLS with the handshake completed.
+pub enum ClientStream {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS over TCP (boxed: the rustls state is large and most connections are plain).
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl ClientStream {
+    /// The broker's end of the connection.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match self {
+            ClientStream::Plain(stream) => stream.local_addr().ok(),
+            ClientStream::Tls(stream) => stream.get_ref().0.local_addr().ok(),
+        }
+    }
+
+    /// Whether the connection runs over TLS.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, ClientStream::Tls(_))
+    }
+
+    /// The client's certificate (its end-entity certificate), when it presented one. The
+    /// TLS configuration only lets a certificate through once it verified it against the
+    /// CA (`ssl_options.verify = verify_peer`), so a certificate here is a verified one.
+    pub fn peer_certificate(&self) -> Option<CertificateDer<'static>> {
+        match self {
+            ClientStream::Plain(_) => None,
+            ClientStream::Tls(stream) => stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|certificate| certificate.clone().into_owned()),
+        }
+    }
+
+    /// Splits the connection into its read and write halves.
+    pub fn split(self) -> (Reader, Writer) {
+        match self {
+            ClientStream::Plain(stream) => plain(stream),
+            ClientStream::Tls(stream) => tls(*stream),
+        }
+    }
+}
 
 /// The read half of a client connection.
 pub enum Reader {
@@ -52,6 +105,15 @@ impl Reader {
         match self {
             Reader::Plain(reader) => reader.read_exact(buffer).await.map(|_| ()),
             Reader::Tls(reader) => reader.read_exact(buffer).await.map(|_| ()),
+        }
+    }
+
+    /// Reads what is available into `buffer` (for discarding what a closing client still
+    /// sends); `Ok(0)` at the end of the stream.
+    pub async fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Reader::Plain(reader) => reader.read(buffer).await,
+            Reader::Tls(reader) => reader.read(buffer).await,
         }
     }
 
