@@ -152,13 +152,15 @@ impl Broker {
         self.connections.close(id, reason)
     }
 
-    /// Deletes a user and their permissions in every vhost; false if no such user.
+    /// Deletes a user and their permissions and topic permissions in every vhost; false if no
+    /// such user.
     pub fn delete_user(&self, name: &str) -> bool {
         let removed = self.users.write().remove(name).is_some();
         if removed {
             let vhosts: Vec<Arc<VHost>> = self.vhosts.read().values().cloned().collect();
             for vhost in vhosts {
                 vhost.clear_permissions(name);
+                vhost.clear_topic_permissions(name, None);
             }
         }
         removed

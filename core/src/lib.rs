@@ -26,6 +26,7 @@ pub mod queue;
 pub mod retained;
 pub mod routing;
 pub mod store;
+pub mod topic_access;
 pub mod value;
 pub mod vhost;
 

@@ -25,6 +25,7 @@ use crate::value::{Table, Value};
 
 mod policies;
 mod routing;
+mod topic;
 pub mod trace;
 
 pub use routing::Enqueued;
@@ -131,6 +132,8 @@ pub struct VHost {
     counters: crate::counters::MessageCounters,
     /// Firehose tracing on (shared with the vhost's queues).
     trace: trace::TraceFlag,
+    /// Topic permissions by user (`topic.rs`).
+    topic_permissions: crate::topic_access::TopicPermissionTable,
 }
 
 /// The registry of plugin exchange types, by type name.
@@ -170,6 +173,7 @@ impl VHost {
             durability,
             counters: Default::default(),
             trace: Default::default(),
+            topic_permissions: Default::default(),
         };
         {
             let mut exchanges = vhost.exchanges.write();
@@ -776,7 +780,8 @@ impl VHost {
 
     // ---- bindings --------------------------------------------------------------------
 
-    /// queue.bind and exchange.bind.
+    /// queue.bind and exchange.bind, for a connection with no topic permission variables
+    /// beyond user and vhost (see [`VHost::bind_in_context`]).
     pub fn bind(
         &self,
         actor: Actor<'_>,
@@ -785,8 +790,31 @@ impl VHost {
         routing_key: &str,
         arguments: Table,
     ) -> CoreResult<()> {
+        self.bind_in_context(
+            actor,
+            &crate::topic_access::TopicVariables::NONE,
+            source,
+            destination,
+            routing_key,
+            arguments,
+        )
+    }
+
+    /// queue.bind and exchange.bind. Binding to a topic exchange also checks the binding key
+    /// against the actor's topic `read` permission, expanding `variables` (MQTT passes its
+    /// client id).
+    pub fn bind_in_context(
+        &self,
+        actor: Actor<'_>,
+        variables: &crate::topic_access::TopicVariables<'_>,
+        source: &str,
+        destination: DestinationName,
+        routing_key: &str,
+        arguments: Table,
+    ) -> CoreResult<()> {
         let (binding, target, exchange) =
             self.resolve_binding(actor, source, destination, routing_key, arguments)?;
+        self.check_topic_on(&exchange, actor.user, Access::Read, routing_key, variables)?;
         if let Some(plugin) = &exchange.config().plugin {
             plugin
                 .validate_binding(&binding.routing_key, &binding.arguments)
