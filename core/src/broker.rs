@@ -84,8 +84,10 @@ pub struct Broker {
     alarms: Mutex<Vec<Alarm>>,
     alarm_listeners: Mutex<Vec<AlarmListener>>,
     exchange_types: ExchangeTypes,
-    durability: Arc<Durability>,
+    pub(crate) durability: Arc<Durability>,
     connections: Arc<ConnectionRegistry>,
+    /// Runtime and global parameters (`parameters.rs`).
+    pub(crate) parameters: crate::parameters::ParameterStore,
 }
 
 impl Broker {
@@ -102,6 +104,7 @@ impl Broker {
             exchange_types: ExchangeTypes::default(),
             durability: Arc::default(),
             connections: Arc::default(),
+            parameters: Default::default(),
         })
     }
 
@@ -252,6 +255,7 @@ impl Broker {
             for queue in vhost.queues() {
                 vhost.remove_queue(&queue);
             }
+            self.clear_vhost_parameters(name);
             self.durability.topology_changed();
         }
         removed.is_some()

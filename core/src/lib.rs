@@ -20,6 +20,7 @@ pub mod error;
 pub mod exchange;
 pub mod idmap;
 pub mod message;
+pub mod parameters;
 pub mod password;
 pub mod policy;
 pub mod queue;

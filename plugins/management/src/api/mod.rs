@@ -4,6 +4,7 @@
 //! JSON field names are RabbitMQ's so existing tools parse them.
 
 mod json;
+mod parameters;
 mod resources;
 mod runtime;
 mod topology;
@@ -260,6 +261,11 @@ impl Management {
             (_, ["permissions", ..]) => {
                 need(Role::Administrator).unwrap_or_else(|| self.permissions(request, &path[1..]))
             }
+            (_, ["topic-permissions", ..]) => need(Role::Administrator)
+                .unwrap_or_else(|| self.topic_permissions(request, &path[1..])),
+            (_, ["parameters", ..]) => self.runtime_parameters(request, &path[1..], caller),
+            (_, ["global-parameters", ..]) => need(Role::Administrator)
+                .unwrap_or_else(|| self.global_parameters(request, &path[1..])),
             (_, ["policies", ..]) => self.policies(request, &path[1..], caller, false),
             (_, ["operator-policies", ..]) => need(Role::Administrator)
                 .unwrap_or_else(|| self.policies(request, &path[1..], caller, true)),

@@ -51,7 +51,7 @@ impl Management {
                 "product_version": env!("CARGO_PKG_VERSION"),
                 "rabbitmq_version": super::RABBITMQ_COMPATIBLE_VERSION,
                 "erlang_version": "n/a",
-                "cluster_name": self.cluster_name,
+                "cluster_name": self.effective_cluster_name(),
                 "node": self.node_name,
                 "exchange_types": [
                     {"name": "direct"}, {"name": "fanout"}, {"name": "topic"}, {"name": "headers"}
