@@ -6,6 +6,8 @@
 //! tab-separated table with a header row (rabbitmqctl's layout) or, with `--formatter json`, a
 //! JSON array of objects with the selected columns.
 
+mod parameters;
+
 use serde_json::{json, Map, Value as Json};
 
 use crate::http::{percent_encode, send_with, ClientResponse};
@@ -54,6 +56,11 @@ Commands (as rabbitmqctl):
   authenticate_user NAME PASSWORD
   list_permissions                         set_permissions USER CONF WRITE READ
   clear_permissions USER
+  list_topic_permissions                   set_topic_permissions USER EXCHANGE WRITE READ
+  clear_topic_permissions USER [EXCHANGE]
+  list_parameters                          set_parameter COMPONENT NAME JSON
+  clear_parameter COMPONENT NAME           list_global_parameters
+  set_global_parameter NAME JSON           clear_global_parameter NAME
   list_policies | list_operator_policies
   set_policy [--priority N] [--apply-to WHAT] NAME PATTERN DEFINITION
   set_operator_policy [--priority N] [--apply-to WHAT] NAME PATTERN DEFINITION
@@ -751,9 +758,12 @@ impl Ctl {
                     self.options.vhost
                 ))
             }
-            other => Err(CtlError::usage(format!(
-                "unknown command '{other}'\n\n{USAGE}"
-            ))),
+            other => match self.parameter_command(other, args).await {
+                Some(result) => result,
+                None => Err(CtlError::usage(format!(
+                    "unknown command '{other}'\n\n{USAGE}"
+                ))),
+            },
         }
     }
 

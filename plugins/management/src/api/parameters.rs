@@ -115,13 +115,19 @@ impl Management {
         }
         match (request.method.as_str(), path) {
             ("GET", []) | ("GET", [_]) | ("GET", [_, _]) => {
-                let visible = match self.visible_vhosts(caller, path.get(1).copied()) {
+                // `?vhost=` (a Warren extension, for `warrenctl list_parameters -p`) narrows
+                // `/api/parameters` to one vhost without naming a component.
+                let only_vhost = path
+                    .get(1)
+                    .map(|v| v.to_string())
+                    .or_else(|| request.query_param("vhost"));
+                let visible = match self.visible_vhosts(caller, only_vhost.as_deref()) {
                     Ok(vhosts) => vhosts,
                     Err(response) => return response,
                 };
                 let list: Vec<Json> = self
                     .broker
-                    .parameters(path.first().copied(), path.get(1).copied())
+                    .parameters(path.first().copied(), only_vhost.as_deref())
                     .iter()
                     .filter(|p| visible.iter().any(|v| v.name() == p.vhost))
                     .map(parameter_json)
