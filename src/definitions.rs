@@ -88,7 +88,8 @@ fn apply_parsed(
         })?;
         permissions.push((p, granted));
     }
-    let topic_permissions = parse_topic_permissions(definitions).map_err(|e| format!("{path}: {e}"))?;
+    let topic_permissions =
+        parse_topic_permissions(definitions).map_err(|e| format!("{path}: {e}"))?;
     let parameters = parse_parameters(definitions).map_err(|e| format!("{path}: {e}"))?;
     let global_parameters =
         parse_global_parameters(definitions).map_err(|e| format!("{path}: {e}"))?;

@@ -73,7 +73,11 @@ impl Broker {
 
     /// Runtime parameters, sorted by vhost, component and name; filtered by `component` and
     /// `vhost` when given.
-    pub fn parameters(&self, component: Option<&str>, vhost: Option<&str>) -> Vec<RuntimeParameter> {
+    pub fn parameters(
+        &self,
+        component: Option<&str>,
+        vhost: Option<&str>,
+    ) -> Vec<RuntimeParameter> {
         self.parameters
             .runtime
             .read()
@@ -157,7 +161,10 @@ mod tests {
         assert!(broker.clear_parameter("a", "federation-upstream", "u1"));
         assert!(!broker.clear_parameter("a", "federation-upstream", "u1"));
         assert!(broker.set_global_parameter("cluster_name", "\"c\"".into()));
-        assert_eq!(broker.global_parameter("cluster_name").as_deref(), Some("\"c\""));
+        assert_eq!(
+            broker.global_parameter("cluster_name").as_deref(),
+            Some("\"c\"")
+        );
         assert_eq!(broker.global_parameters().len(), 1);
         assert!(broker.clear_global_parameter("cluster_name"));
     }

@@ -112,7 +112,9 @@ impl TopicPattern {
                 }
                 cache
                     .entry(client_id.to_string())
-                    .or_insert_with(|| Regex::new(&expanded.replace(CLIENT_ID_VARIABLE, client_id)).ok())
+                    .or_insert_with(|| {
+                        Regex::new(&expanded.replace(CLIENT_ID_VARIABLE, client_id)).ok()
+                    })
                     .as_ref()
                     .is_some_and(|r| r.is_match(key))
             }

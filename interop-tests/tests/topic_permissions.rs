@@ -31,8 +31,14 @@ async fn broker_with_bob() -> TestBroker {
     root.set_permissions("bob", Permissions::full());
     root.set_topic_permission(
         "bob",
-        TopicPermission::new("bob", "/", "amq.topic", "^{username}\\.", "^(bob|shared)\\.")
-            .expect("valid patterns"),
+        TopicPermission::new(
+            "bob",
+            "/",
+            "amq.topic",
+            "^{username}\\.",
+            "^(bob|shared)\\.",
+        )
+        .expect("valid patterns"),
     );
     broker
 }
@@ -179,15 +185,23 @@ async fn mqtt_subscribe_and_publish_are_checked_with_the_client_id() {
     );
     let refused = client.subscribe("sensor2/#", QoS::AtLeastOnce).await;
     assert_eq!(refused.return_codes, vec![SubscribeReasonCode::Failure]);
-    assert_eq!(root.queues().len(), 1, "only the allowed subscription has a queue");
+    assert_eq!(
+        root.queues().len(),
+        1,
+        "only the allowed subscription has a queue"
+    );
 
-    client.publish("sensor1/temp", QoS::AtLeastOnce, b"21").await;
+    client
+        .publish("sensor1/temp", QoS::AtLeastOnce, b"21")
+        .await;
     let delivered = client.next_publish().await;
     assert_eq!(delivered.topic, "sensor1/temp");
     assert_eq!(&delivered.payload[..], b"21");
 
     // A refused PUBLISH closes the connection (MQTT 3.1.1 cannot refuse one otherwise).
-    client.publish("sensor2/temp", QoS::AtLeastOnce, b"22").await;
+    client
+        .publish("sensor2/temp", QoS::AtLeastOnce, b"22")
+        .await;
     let ended = tokio::time::timeout(mqtt_common::WAIT, &mut client.ended)
         .await
         .expect("the broker closes the connection");
@@ -257,8 +271,7 @@ async fn topic_permissions_api_answers_as_rabbitmq() {
         .api_as_guest("PUT", "/api/topic-permissions/%2F/bob", Some(&body))
         .await;
     assert_eq!(updated.status, 204);
-    let expected =
-        json!([{"user": "bob", "vhost": "/", "exchange": "amq.topic", "write": "^bob\\.", "read": ".*"}]);
+    let expected = json!([{"user": "bob", "vhost": "/", "exchange": "amq.topic", "write": "^bob\\.", "read": ".*"}]);
     for path in [
         "/api/topic-permissions",
         "/api/topic-permissions/%2F/bob",
@@ -293,7 +306,12 @@ async fn topic_permissions_api_answers_as_rabbitmq() {
         .broker()
         .add_user("watcher", "pw", vec!["monitoring".into()]);
     let forbidden = broker
-        .api("GET", "/api/topic-permissions", Some(("watcher", "pw")), None)
+        .api(
+            "GET",
+            "/api/topic-permissions",
+            Some(("watcher", "pw")),
+            None,
+        )
         .await;
     assert_eq!(forbidden.status, 401);
     // Delete, then 404.
@@ -353,7 +371,10 @@ async fn definitions_round_trip_topic_permissions_and_parameters_and_survive_a_r
         .api_as_guest("POST", "/api/definitions", Some(&document.to_string()))
         .await;
     assert_eq!(imported.status, 204, "{}", imported.text());
-    let exported = broker.api_as_guest("GET", "/api/definitions", None).await.json();
+    let exported = broker
+        .api_as_guest("GET", "/api/definitions", None)
+        .await
+        .json();
     let mut expected_topic = section(&document, "topic_permissions");
     assert_eq!(section(&exported, "topic_permissions"), expected_topic);
     // Parameters come back sorted by vhost, component and name.
@@ -366,7 +387,10 @@ async fn definitions_round_trip_topic_permissions_and_parameters_and_survive_a_r
         section(&exported, "global_parameters"),
         section(&document, "global_parameters")
     );
-    let overview = broker.api_as_guest("GET", "/api/overview", None).await.json();
+    let overview = broker
+        .api_as_guest("GET", "/api/overview", None)
+        .await
+        .json();
     assert_eq!(overview["cluster_name"], "iot-cluster");
     // Listed at /api/parameters and /api/global-parameters.
     let listed = broker.api_as_guest("GET", "/api/parameters", None).await;
@@ -377,7 +401,9 @@ async fn definitions_round_trip_topic_permissions_and_parameters_and_survive_a_r
         .await;
     assert_eq!(one.status, 200);
     assert_eq!(one.json()["value"]["dest-queue"], "b");
-    let shovels = broker.api_as_guest("GET", "/api/parameters/shovel", None).await;
+    let shovels = broker
+        .api_as_guest("GET", "/api/parameters/shovel", None)
+        .await;
     assert_eq!(shovels.json().as_array().unwrap().len(), 1);
     let global = broker
         .api_as_guest("GET", "/api/global-parameters/internal_cluster_id", None)
@@ -388,7 +414,10 @@ async fn definitions_round_trip_topic_permissions_and_parameters_and_survive_a_r
 
     // Saved with the durable definitions.
     let broker = TestBroker::start_with(&settings).await;
-    let exported = broker.api_as_guest("GET", "/api/definitions", None).await.json();
+    let exported = broker
+        .api_as_guest("GET", "/api/definitions", None)
+        .await
+        .json();
     assert_eq!(section(&exported, "topic_permissions"), expected_topic);
     assert_eq!(section(&exported, "parameters"), parameters);
     assert_eq!(
@@ -428,7 +457,10 @@ async fn definitions_round_trip_topic_permissions_and_parameters_and_survive_a_r
         .await;
     assert_eq!(cleared.status, 204);
     expected_topic = json!([]);
-    let exported = broker.api_as_guest("GET", "/api/definitions", None).await.json();
+    let exported = broker
+        .api_as_guest("GET", "/api/definitions", None)
+        .await
+        .json();
     assert_eq!(section(&exported, "topic_permissions"), expected_topic);
     broker.shutdown().await;
 }

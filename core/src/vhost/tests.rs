@@ -312,8 +312,8 @@ fn topic_permissions_restrict_publish_and_bind_keys_on_topic_exchanges_only() {
     assert!(vhost
         .check_topic("admin", Access::Write, "amq.topic", "x.y", &none)
         .is_ok());
-    let permission = TopicPermission::new("admin", "/", "amq.topic", "^allowed\\.", "^{username}\\.")
-        .unwrap();
+    let permission =
+        TopicPermission::new("admin", "/", "amq.topic", "^allowed\\.", "^{username}\\.").unwrap();
     assert!(vhost.set_topic_permission("admin", permission));
     assert!(vhost
         .check_topic("admin", Access::Write, "amq.topic", "allowed.a", &none)
@@ -349,7 +349,10 @@ fn topic_permissions_restrict_publish_and_bind_keys_on_topic_exchanges_only() {
         refused.message,
         "read access to topic 'bob.#' in exchange 'amq.topic' in vhost '/' refused for user 'admin'"
     );
-    assert_eq!(routed(&vhost, "amq.topic", "admin.x"), vec!["q".to_string()]);
+    assert_eq!(
+        routed(&vhost, "amq.topic", "admin.x"),
+        vec!["q".to_string()]
+    );
     assert!(vhost.clear_topic_permissions("admin", None));
     assert!(bind("bob.#").is_ok());
 }

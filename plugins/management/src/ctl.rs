@@ -147,7 +147,14 @@ pub async fn run(args: &[String], stdin: Option<String>) -> Result<String, CtlEr
     let Some((command, rest)) = positional.split_first() else {
         return Err(CtlError::usage(USAGE));
     };
-    Ctl { options }.command(command, rest, stdin).await
+    let ctl = Ctl { options };
+    // The topic permission and parameter verbs are dispatched apart, as a boxed future:
+    // inlining their state into `command`'s would grow every verb's future (debug builds
+    // then overflow a test thread's stack).
+    if let Some(result) = ctl.parameter_command(command, rest).await {
+        return result;
+    }
+    ctl.command(command, rest, stdin).await
 }
 
 struct Ctl {
@@ -758,12 +765,9 @@ impl Ctl {
                     self.options.vhost
                 ))
             }
-            other => match self.parameter_command(other, args).await {
-                Some(result) => result,
-                None => Err(CtlError::usage(format!(
-                    "unknown command '{other}'\n\n{USAGE}"
-                ))),
-            },
+            other => Err(CtlError::usage(format!(
+                "unknown command '{other}'\n\n{USAGE}"
+            ))),
         }
     }
 

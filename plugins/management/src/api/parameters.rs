@@ -7,8 +7,7 @@ use warren_core::topic_access::TopicPermission;
 use warren_core::vhost::VHost;
 
 use super::{
-    bad_request, body_json, created_or_updated, not_authorized, not_found, Caller, Management,
-    Role,
+    bad_request, body_json, created_or_updated, not_authorized, not_found, Caller, Management, Role,
 };
 use crate::http::{Request, Response};
 
@@ -54,7 +53,9 @@ impl Management {
     /// segment (a Warren extension, used by `warrenctl clear_topic_permissions`) only that one.
     pub(crate) fn topic_permissions(&self, request: &Request, path: &[&str]) -> Response {
         match (request.method.as_str(), path) {
-            ("GET", []) => Response::json(200, &Json::Array(self.all_topic_permissions(None, None))),
+            ("GET", []) => {
+                Response::json(200, &Json::Array(self.all_topic_permissions(None, None)))
+            }
             ("GET", [vhost]) => match self.broker.vhost(vhost) {
                 Some(found) => Response::json(200, &Json::Array(topic_permissions_json(&found))),
                 None => not_found(),
@@ -194,7 +195,10 @@ impl Management {
             .map(|p| json!({"name": p.name, "value": stored_json(&p.value)}))
             .collect();
         if !list.iter().any(|p| p["name"] == "cluster_name") {
-            list.insert(0, json!({"name": "cluster_name", "value": self.cluster_name}));
+            list.insert(
+                0,
+                json!({"name": "cluster_name", "value": self.cluster_name}),
+            );
         }
         list
     }

@@ -4,14 +4,42 @@
 //! `set_parameter COMPONENT NAME VALUE`, `clear_parameter COMPONENT NAME`,
 //! `list_global_parameters`, `set_global_parameter NAME VALUE`, `clear_global_parameter NAME`.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use serde_json::{json, Value as Json};
 
 use super::{Ctl, CtlError, Listing};
 use crate::http::percent_encode;
 
+/// The verbs of this module.
+const VERBS: [&str; 9] = [
+    "list_topic_permissions",
+    "set_topic_permissions",
+    "clear_topic_permissions",
+    "list_parameters",
+    "set_parameter",
+    "clear_parameter",
+    "list_global_parameters",
+    "set_global_parameter",
+    "clear_global_parameter",
+];
+
 impl Ctl {
-    /// Runs `command` if it is one of this module's verbs; `None` otherwise.
-    pub(super) async fn parameter_command(
+    /// Runs `command` if it is one of this module's verbs; `None` otherwise. The future is
+    /// boxed here so callers hold only a pointer.
+    pub(super) fn parameter_command<'a>(
+        &'a self,
+        command: &'a str,
+        args: &'a [String],
+    ) -> Pin<Box<dyn Future<Output = Option<Result<String, CtlError>>> + Send + 'a>> {
+        if !VERBS.contains(&command) {
+            return Box::pin(std::future::ready(None));
+        }
+        Box::pin(self.parameter_verb(command, args))
+    }
+
+    async fn parameter_verb(
         &self,
         command: &str,
         args: &[String],
@@ -68,7 +96,9 @@ impl Ctl {
                         None,
                     )
                     .await
-                    .map(|_| self.banner(format!("Clearing global runtime parameter \"{name}\" ..."))),
+                    .map(|_| {
+                        self.banner(format!("Clearing global runtime parameter \"{name}\" ..."))
+                    }),
                 Err(e) => Err(e),
             },
             _ => return None,
@@ -86,7 +116,11 @@ impl Ctl {
         });
         self.call(
             "PUT",
-            &format!("/api/topic-permissions/{}/{}", self.vhost(), percent_encode(&user)),
+            &format!(
+                "/api/topic-permissions/{}/{}",
+                self.vhost(),
+                percent_encode(&user)
+            ),
             Some(&body),
         )
         .await?;
@@ -99,7 +133,11 @@ impl Ctl {
 
     async fn clear_topic_permissions(&self, args: &[String]) -> Result<String, CtlError> {
         let user = required(args, 0, "clear_topic_permissions", "user name")?;
-        let mut path = format!("/api/topic-permissions/{}/{}", self.vhost(), percent_encode(&user));
+        let mut path = format!(
+            "/api/topic-permissions/{}/{}",
+            self.vhost(),
+            percent_encode(&user)
+        );
         let text = match args.get(1) {
             Some(exchange) => {
                 path.push('/');
