@@ -12,6 +12,9 @@ use serde_json::{json, Value as Json};
 use super::{Ctl, CtlError, Listing};
 use crate::http::percent_encode;
 
+/// A verb's outcome (`None`: not one of this module's verbs), boxed.
+type VerbFuture<'a> = Pin<Box<dyn Future<Output = Option<Result<String, CtlError>>> + Send + 'a>>;
+
 /// The verbs of this module.
 const VERBS: [&str; 9] = [
     "list_topic_permissions",
@@ -32,7 +35,7 @@ impl Ctl {
         &'a self,
         command: &'a str,
         args: &'a [String],
-    ) -> Pin<Box<dyn Future<Output = Option<Result<String, CtlError>>> + Send + 'a>> {
+    ) -> VerbFuture<'a> {
         if !VERBS.contains(&command) {
             return Box::pin(std::future::ready(None));
         }
