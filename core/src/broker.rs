@@ -86,6 +86,8 @@ pub struct Broker {
     exchange_types: ExchangeTypes,
     pub(crate) durability: Arc<Durability>,
     connections: Arc<ConnectionRegistry>,
+    /// Lifetime totals of deleted vhosts (see [`Broker::totals`]).
+    retired: Mutex<crate::counters::NodeTotals>,
     /// Runtime and global parameters (`parameters.rs`).
     pub(crate) parameters: crate::parameters::ParameterStore,
 }
@@ -105,6 +107,7 @@ impl Broker {
             durability: Arc::default(),
             connections: Arc::default(),
             parameters: Default::default(),
+            retired: Default::default(),
         })
     }
 
@@ -256,9 +259,22 @@ impl Broker {
                 vhost.remove_queue(&queue);
             }
             self.clear_vhost_parameters(name);
+            let totals = vhost.totals();
+            self.retired.lock().add(&totals);
             self.durability.topology_changed();
         }
         removed.is_some()
+    }
+
+    /// Node-wide lifetime totals (RabbitMQ's `rabbitmq_global_*` counters): every vhost's,
+    /// deleted queues and vhosts included, so they never go backwards.
+    pub fn totals(&self) -> crate::counters::NodeTotals {
+        let mut totals = *self.retired.lock();
+        let vhosts: Vec<Arc<VHost>> = self.vhosts.read().values().cloned().collect();
+        for vhost in vhosts {
+            totals.add(&vhost.totals());
+        }
+        totals
     }
 
     /// The vhost called `name`.

@@ -134,6 +134,8 @@ pub struct VHost {
     trace: trace::TraceFlag,
     /// Topic permissions by user (`topic.rs`).
     topic_permissions: crate::topic_access::TopicPermissionTable,
+    /// Lifetime counters of deleted queues (see [`VHost::totals`]).
+    retired: Mutex<crate::counters::QueueTotals>,
 }
 
 /// The registry of plugin exchange types, by type name.
@@ -174,6 +176,7 @@ impl VHost {
             counters: Default::default(),
             trace: Default::default(),
             topic_permissions: Default::default(),
+            retired: Default::default(),
         };
         {
             let mut exchanges = vhost.exchanges.write();
@@ -271,6 +274,20 @@ impl VHost {
     /// Lifetime publish counters (received, routed, unroutable, confirmed).
     pub fn counters(&self) -> &crate::counters::MessageCounters {
         &self.counters
+    }
+
+    /// Lifetime totals of this vhost: its publish counters, and the queue counters of its
+    /// queues, deleted ones included. Reads every queue's stats: for metrics and the API,
+    /// not the message path.
+    pub fn totals(&self) -> crate::counters::NodeTotals {
+        let mut queues = *self.retired.lock();
+        for queue in self.queues() {
+            queues.add_queue(&queue.stats());
+        }
+        crate::counters::NodeTotals {
+            messages: self.counters.snapshot(),
+            queues,
+        }
     }
 
     /// `user`'s permissions here, if any.
@@ -694,6 +711,8 @@ impl VHost {
         }
         self.remove_bindings_to_locked(&DestinationName::Queue(queue.name().to_string()));
         let count = queue.mark_deleted();
+        // Keep its lifetime counters so node-wide totals do not drop with the queue.
+        self.retired.lock().add_queue(&queue.stats());
         if queue.config().durable && queue.config().exclusive_owner.is_none() {
             self.durability.topology_changed();
         }

@@ -356,3 +356,27 @@ fn topic_permissions_restrict_publish_and_bind_keys_on_topic_exchanges_only() {
     assert!(vhost.clear_topic_permissions("admin", None));
     assert!(bind("bob.#").is_ok());
 }
+
+#[test]
+fn totals_keep_the_counters_of_deleted_queues() {
+    let vhost = vhost();
+    declare_queue(&vhost, "gone");
+    declare_queue(&vhost, "kept");
+    for key in ["gone", "gone", "kept"] {
+        let message = Arc::new(Message {
+            exchange: String::new(),
+            routing_key: key.into(),
+            properties: Properties::default(),
+            encoded_properties: None,
+            body: Bytes::new(),
+        });
+        let mut out = Vec::new();
+        vhost.route("", &message, &mut out).unwrap();
+        vhost.enqueue_routed(message, &out);
+    }
+    let before = vhost.totals();
+    assert_eq!(before.queues.published, 3);
+    assert_eq!(before.messages.received, 3);
+    vhost.delete_queue(ADMIN, "gone", false, false).unwrap();
+    assert_eq!(vhost.totals(), before, "deleting a queue loses none of its counts");
+}
