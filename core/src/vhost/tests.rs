@@ -378,5 +378,9 @@ fn totals_keep_the_counters_of_deleted_queues() {
     assert_eq!(before.queues.published, 3);
     assert_eq!(before.messages.received, 3);
     vhost.delete_queue(ADMIN, "gone", false, false).unwrap();
-    assert_eq!(vhost.totals(), before, "deleting a queue loses none of its counts");
+    assert_eq!(
+        vhost.totals(),
+        before,
+        "deleting a queue loses none of its counts"
+    );
 }

@@ -68,6 +68,10 @@ pub struct Management {
     pub resources: ResourceReader,
     /// When the node started.
     pub started: Instant,
+    /// Message rates, sampled every `statistics_interval` by [`crate::serve_rates`].
+    pub rates: crate::rates::RateSampler,
+    /// `collect_statistics_interval`.
+    pub statistics_interval: std::time::Duration,
 }
 
 /// The RabbitMQ version whose management API and metric names Warren follows; tools that

@@ -55,6 +55,11 @@ impl Management {
             "messages_ready": ready,
             "messages_unacknowledged": unacked,
             "cluster_state": {self.node_name.clone(): "running"},
+            "message_stats": crate::rates::message_stats_json(
+                &crate::rates::vhost_counters(vhost),
+                &self.rates.vhost_rates(vhost.name()),
+                &crate::rates::NODE_KEYS,
+            ),
         })
     }
 

@@ -112,11 +112,11 @@ impl Management {
             "messages_ready": stats.ready,
             "messages_unacknowledged": stats.unacknowledged,
             "consumers": stats.consumers,
-            "message_stats": {
-                "publish": stats.published,
-                "deliver_get": stats.delivered,
-                "ack": stats.acknowledged,
-            },
+            "message_stats": crate::rates::message_stats_json(
+                &crate::rates::queue_counters(&stats),
+                &self.rates.queue_rates(vhost.name(), &config.name),
+                &crate::rates::QUEUE_KEYS,
+            ),
         })
     }
 
