@@ -1,29 +1,26 @@
 //! warrenctl's topic permission and parameter verbs, as rabbitmqctl has them:
-//! `list_topic_permissions`, `set_topic_permissions USER EXCHANGE WRITE READ`,
-//! `clear_topic_permissions USER [EXCHANGE]`, `list_parameters`,
+//! `set_topic_permissions USER EXCHANGE WRITE READ`, `clear_topic_permissions USER [EXCHANGE]`,
 //! `set_parameter COMPONENT NAME VALUE`, `clear_parameter COMPONENT NAME`,
-//! `list_global_parameters`, `set_global_parameter NAME VALUE`, `clear_global_parameter NAME`.
+//! `set_global_parameter NAME VALUE`, `clear_global_parameter NAME` (their `list_*` verbs are
+//! in the listings table).
 
 use std::future::Future;
 use std::pin::Pin;
 
 use serde_json::{json, Value as Json};
 
-use super::{Ctl, CtlError, Listing};
+use super::{Ctl, CtlError};
 use crate::http::percent_encode;
 
 /// A verb's outcome (`None`: not one of this module's verbs), boxed.
 type VerbFuture<'a> = Pin<Box<dyn Future<Output = Option<Result<String, CtlError>>> + Send + 'a>>;
 
 /// The verbs of this module.
-const VERBS: [&str; 9] = [
-    "list_topic_permissions",
+const VERBS: [&str; 6] = [
     "set_topic_permissions",
     "clear_topic_permissions",
-    "list_parameters",
     "set_parameter",
     "clear_parameter",
-    "list_global_parameters",
     "set_global_parameter",
     "clear_global_parameter",
 ];
@@ -48,48 +45,10 @@ impl Ctl {
         args: &[String],
     ) -> Option<Result<String, CtlError>> {
         let result = match command {
-            "list_topic_permissions" => {
-                self.list(
-                    Listing {
-                        what: "Listing topic permissions for vhost ...",
-                        path: format!("/api/vhosts/{}/topic-permissions", self.vhost()),
-                        default_columns: &["user", "exchange", "write", "read"],
-                        columns: &["user", "exchange", "write", "read"],
-                    },
-                    args,
-                )
-                .await
-            }
             "set_topic_permissions" => self.set_topic_permissions(args).await,
             "clear_topic_permissions" => self.clear_topic_permissions(args).await,
-            "list_parameters" => {
-                self.list(
-                    Listing {
-                        what: "Listing runtime parameters for vhost ...",
-                        // `vhost=` narrows the listing to `-p VHOST` (the API's paths need a
-                        // component before the vhost).
-                        path: format!("/api/parameters?vhost={}", self.vhost()),
-                        default_columns: &["component", "name", "value"],
-                        columns: &["component", "name", "value", "vhost"],
-                    },
-                    args,
-                )
-                .await
-            }
             "set_parameter" => self.set_parameter(args).await,
             "clear_parameter" => self.clear_parameter(args).await,
-            "list_global_parameters" => {
-                self.list(
-                    Listing {
-                        what: "Listing global runtime parameters ...",
-                        path: "/api/global-parameters".into(),
-                        default_columns: &["name", "value"],
-                        columns: &["name", "value"],
-                    },
-                    args,
-                )
-                .await
-            }
             "set_global_parameter" => self.set_global_parameter(args).await,
             "clear_global_parameter" => match required(args, 0, command, "parameter name") {
                 Ok(name) => self
