@@ -316,6 +316,51 @@ impl Management {
         }
     }
 
+    /// `GET /api/KIND[/VHOST]`: the objects `list` gives for each vhost the caller sees (all,
+    /// or the one named), as one JSON array.
+    pub(crate) fn list_per_vhost(
+        &self,
+        caller: &Caller,
+        only: Option<&str>,
+        list: impl Fn(&Arc<VHost>) -> Vec<Json>,
+    ) -> Response {
+        match self.visible_vhosts(caller, only) {
+            Ok(vhosts) => Response::json(200, &Json::Array(vhosts.iter().flat_map(list).collect())),
+            Err(response) => response,
+        }
+    }
+
+    /// `GET /api/KIND/VHOST/NAME[/...]`: what `find` answers in a vhost the caller sees; 404
+    /// when it finds nothing.
+    pub(crate) fn show_in_vhost(
+        &self,
+        caller: &Caller,
+        vhost: &str,
+        find: impl FnOnce(&Arc<VHost>) -> Option<Json>,
+    ) -> Response {
+        match self.visible_vhosts(caller, Some(vhost)) {
+            Ok(vhosts) => match find(&vhosts[0]) {
+                Some(json) => Response::json(200, &json),
+                None => not_found(),
+            },
+            Err(response) => response,
+        }
+    }
+
+    /// PUT, DELETE and POST on an object: runs `act` in the vhost the caller acts in (see
+    /// [`Management::usable_vhost`]), answering its refusal otherwise.
+    pub(crate) fn act_in_vhost(
+        &self,
+        caller: &Caller,
+        vhost: &str,
+        act: impl FnOnce(Arc<VHost>) -> Response,
+    ) -> Response {
+        match self.usable_vhost(caller, vhost) {
+            Ok(target) => act(target),
+            Err(response) => response,
+        }
+    }
+
     /// The vhost a caller acts in (PUT, DELETE, publish, get): it must exist and the caller
     /// must have permissions there.
     pub(crate) fn usable_vhost(&self, caller: &Caller, name: &str) -> Result<Arc<VHost>, Response> {

@@ -16,6 +16,16 @@ pub(super) struct ListVerb {
     pub columns: &'static [&'static str],
 }
 
+/// The columns of both policy listings (all shown by default, as rabbitmqctl).
+const POLICY_COLUMNS: &[&str] = &[
+    "vhost",
+    "name",
+    "pattern",
+    "apply-to",
+    "definition",
+    "priority",
+];
+
 /// Every list verb.
 pub(super) const LIST_VERBS: &[ListVerb] = &[
     ListVerb {
@@ -52,43 +62,15 @@ pub(super) const LIST_VERBS: &[ListVerb] = &[
         verb: "list_policies",
         what: "Listing policies for vhost ...",
         path: "/api/policies/{vhost}",
-        default_columns: &[
-            "vhost",
-            "name",
-            "pattern",
-            "apply-to",
-            "definition",
-            "priority",
-        ],
-        columns: &[
-            "vhost",
-            "name",
-            "pattern",
-            "apply-to",
-            "definition",
-            "priority",
-        ],
+        default_columns: POLICY_COLUMNS,
+        columns: POLICY_COLUMNS,
     },
     ListVerb {
         verb: "list_operator_policies",
         what: "Listing policies for vhost ...",
         path: "/api/operator-policies/{vhost}",
-        default_columns: &[
-            "vhost",
-            "name",
-            "pattern",
-            "apply-to",
-            "definition",
-            "priority",
-        ],
-        columns: &[
-            "vhost",
-            "name",
-            "pattern",
-            "apply-to",
-            "definition",
-            "priority",
-        ],
+        default_columns: POLICY_COLUMNS,
+        columns: POLICY_COLUMNS,
     },
     ListVerb {
         verb: "list_queues",
