@@ -7,7 +7,9 @@ use std::sync::Arc;
 use warren_config::{json_args_to_table, Definitions, DestinationType, Settings};
 use warren_core::access::{Permissions, User};
 use warren_core::exchange::DestinationName;
+use warren_core::parameters::RuntimeParameter;
 use warren_core::policy::Policy;
+use warren_core::topic_access::TopicPermission;
 use warren_core::vhost::{Actor, ExchangeDeclare, QueueDeclare, BROKER_CONNECTION};
 use warren_core::Broker;
 
@@ -90,6 +92,29 @@ fn apply_parsed(
             )
         })?;
         permissions.push((p, granted));
+    }
+    let topic_permissions =
+        parse_topic_permissions(definitions).map_err(|e| format!("{path}: {e}"))?;
+    let parameters = parse_parameters(definitions).map_err(|e| format!("{path}: {e}"))?;
+    let global_parameters =
+        parse_global_parameters(definitions).map_err(|e| format!("{path}: {e}"))?;
+    let known_vhost = |name: &str| {
+        vhost_names.contains(&name) || definitions.vhosts.iter().any(|v| v.name == name)
+    };
+    for (vhost, user, _) in &topic_permissions {
+        if !known_vhost(vhost) {
+            return Err(format!(
+                "{path}: topic permission of '{user}' names vhost '{vhost}', which is not declared"
+            ));
+        }
+    }
+    for parameter in &parameters {
+        if !known_vhost(&parameter.vhost) {
+            return Err(format!(
+                "{path}: parameter '{}' of component '{}' names vhost '{}', which is not declared",
+                parameter.name, parameter.component, parameter.vhost
+            ));
+        }
     }
 
     // Validation passed: from here on, apply.
@@ -231,16 +256,99 @@ fn apply_parsed(
             plugin.exchange_type
         );
     }
-    let unapplied = &report.unapplied;
-    if unapplied.parameters + unapplied.global_parameters + unapplied.topic_permissions > 0 {
-        tracing::warn!(
-            parameters = unapplied.parameters,
-            global_parameters = unapplied.global_parameters,
-            topic_permissions = unapplied.topic_permissions,
-            "definitions: kept but not applied yet (the features that use them are not built)"
-        );
+    for (vhost, user, permission) in topic_permissions {
+        let target = broker
+            .vhost(&vhost)
+            .ok_or_else(|| format!("{path}: topic permission of '{user}': no vhost '{vhost}'"))?;
+        target.set_topic_permission(&user, permission);
     }
+    for parameter in parameters {
+        if !APPLIED_COMPONENTS.contains(&parameter.component.as_str()) {
+            tracing::warn!(
+                "definitions: parameter '{}' of component '{}' in vhost '{}' is kept but not applied (Warren does not implement that component)",
+                parameter.name,
+                parameter.component,
+                parameter.vhost
+            );
+        }
+        broker.set_parameter(parameter);
+    }
+    for (name, value) in global_parameters {
+        if !APPLIED_GLOBAL_PARAMETERS.contains(&name.as_str()) {
+            tracing::warn!(
+                "definitions: global parameter '{name}' is kept but not applied (Warren does not use it)"
+            );
+        }
+        broker.set_global_parameter(&name, value);
+    }
+    let _ = &report.unapplied;
     Ok(())
+}
+
+/// Runtime parameter components Warren acts on (none yet: every parameter is kept for
+/// export and listed, and the log says it is not applied).
+const APPLIED_COMPONENTS: [&str; 0] = [];
+
+/// Global parameters Warren acts on: `cluster_name` is shown by the management API.
+const APPLIED_GLOBAL_PARAMETERS: [&str; 1] = ["cluster_name"];
+
+/// `topic_permissions` entries: `{user, vhost, exchange, write, read}`, compiled (so a bad
+/// pattern is refused before anything is applied).
+fn parse_topic_permissions(
+    definitions: &Definitions,
+) -> Result<Vec<(String, String, TopicPermission)>, String> {
+    let mut parsed = Vec::new();
+    for entry in &definitions.topic_permissions {
+        let field = |key: &str| entry.get(key).and_then(serde_json::Value::as_str);
+        let user = field("user").ok_or("a topic permission without a user")?;
+        let vhost = field("vhost").unwrap_or("/");
+        let exchange = field("exchange")
+            .ok_or_else(|| format!("topic permission of '{user}' has no exchange"))?;
+        let write = field("write").unwrap_or("");
+        let read = field("read").unwrap_or("");
+        let permission = TopicPermission::new(user, vhost, exchange, write, read).map_err(|e| {
+            format!("topic permission of '{user}' in '{vhost}' on '{exchange}': {e}")
+        })?;
+        parsed.push((vhost.to_string(), user.to_string(), permission));
+    }
+    Ok(parsed)
+}
+
+/// `parameters` entries: `{vhost, component, name, value}`; the value is kept as JSON text.
+fn parse_parameters(definitions: &Definitions) -> Result<Vec<RuntimeParameter>, String> {
+    let mut parsed = Vec::new();
+    for entry in &definitions.parameters {
+        let field = |key: &str| entry.get(key).and_then(serde_json::Value::as_str);
+        let name = field("name").ok_or("a parameter without a name")?;
+        let component =
+            field("component").ok_or_else(|| format!("parameter '{name}' has no component"))?;
+        let value = entry
+            .get("value")
+            .ok_or_else(|| format!("parameter '{name}' has no value"))?;
+        parsed.push(RuntimeParameter {
+            vhost: field("vhost").unwrap_or("/").to_string(),
+            component: component.to_string(),
+            name: name.to_string(),
+            value: value.to_string(),
+        });
+    }
+    Ok(parsed)
+}
+
+/// `global_parameters` entries: `{name, value}`; the value is kept as JSON text.
+fn parse_global_parameters(definitions: &Definitions) -> Result<Vec<(String, String)>, String> {
+    let mut parsed = Vec::new();
+    for entry in &definitions.global_parameters {
+        let name = entry
+            .get("name")
+            .and_then(serde_json::Value::as_str)
+            .ok_or("a global parameter without a name")?;
+        let value = entry
+            .get("value")
+            .ok_or_else(|| format!("global parameter '{name}' has no value"))?;
+        parsed.push((name.to_string(), value.to_string()));
+    }
+    Ok(parsed)
 }
 
 /// A policy entry of definitions.json: `{vhost, name, pattern, apply-to, definition, priority}`

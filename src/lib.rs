@@ -349,7 +349,15 @@ async fn start_operator_endpoints(
             }
         }),
         started: std::time::Instant::now(),
+        rates: Default::default(),
+        statistics_interval: settings.collect_statistics_interval,
     });
+    if management_listener.is_some() || management_tls.is_some() {
+        listeners.spawn(warren_management::serve_rates(
+            Arc::clone(&management),
+            shutdown.clone(),
+        ));
+    }
     if let Some(listener) = management_listener {
         listeners.spawn(warren_management::serve_api(
             listener,

@@ -96,13 +96,14 @@ fn write_atomically(path: &Path, document: &Json) -> Result<(), String> {
 }
 
 /// The broker's durable definitions in RabbitMQ's definitions.json schema: users, vhosts,
-/// permissions, policies, durable exchanges, durable non-exclusive queues, and bindings
+/// permissions, topic permissions, runtime and global parameters, policies, durable exchanges, durable non-exclusive queues, and bindings
 /// between durable things. Transient and exclusive things are left out, as RabbitMQ does.
 pub fn snapshot(broker: &Broker) -> Json {
     let users = broker.users();
     let user_names: Vec<&str> = users.iter().map(|u| u.name.as_str()).collect();
     let mut vhosts = Vec::new();
     let mut permissions = Vec::new();
+    let mut topic_permissions = Vec::new();
     let mut policies = Vec::new();
     let mut operator_policies = Vec::new();
     let mut exchanges = Vec::new();
@@ -125,6 +126,16 @@ pub fn snapshot(broker: &Broker) -> Json {
             permissions.push(json!({
                 "user": user, "vhost": vhost_name,
                 "configure": configure, "write": write, "read": read,
+            }));
+        }
+        for (user, granted) in vhost.topic_permission_entries() {
+            if !user_names.contains(&user.as_str()) {
+                continue;
+            }
+            let (write, read) = granted.patterns();
+            topic_permissions.push(json!({
+                "user": user, "vhost": vhost_name, "exchange": granted.exchange(),
+                "write": write, "read": read,
             }));
         }
         for (operator, list) in [(false, &mut policies), (true, &mut operator_policies)] {
@@ -216,17 +227,41 @@ pub fn snapshot(broker: &Broker) -> Json {
             })
         })
         .collect();
+    let parameters: Vec<Json> = broker
+        .parameters(None, None)
+        .into_iter()
+        .map(|p| {
+            json!({
+                "vhost": p.vhost, "component": p.component, "name": p.name,
+                "value": stored_json(&p.value),
+            })
+        })
+        .collect();
+    let global_parameters: Vec<Json> = broker
+        .global_parameters()
+        .into_iter()
+        .map(|p| json!({"name": p.name, "value": stored_json(&p.value)}))
+        .collect();
     json!({
         "product_name": "Warren",
         "users": users,
         "vhosts": vhosts,
         "permissions": permissions,
+        "topic_permissions": topic_permissions,
+        "parameters": parameters,
+        "global_parameters": global_parameters,
         "policies": policies,
         "operator_policies": operator_policies,
         "exchanges": exchanges,
         "queues": queues,
         "bindings": bindings,
     })
+}
+
+/// A parameter value kept as JSON text; text that does not parse (never written by Warren)
+/// is kept as a string rather than lost.
+fn stored_json(text: &str) -> Json {
+    serde_json::from_str(text).unwrap_or_else(|_| Json::String(text.to_string()))
 }
 
 /// A field table as JSON, the inverse of the definitions loader's conversion (integer

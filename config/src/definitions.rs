@@ -4,8 +4,8 @@
 //! Parsing ([`Definitions::from_file`], [`Definitions::from_json_str`]) only checks the JSON
 //! shape; [`Definitions::validate`] then checks everything else that can be checked before the
 //! broker applies anything, so a broken file never leaves a half-applied topology behind.
-//! Policies, parameters, global parameters and topic permissions are kept as raw JSON for the
-//! features that will apply them, and counted so the loader can say they were not applied yet.
+//! Policies, parameters, global parameters and topic permissions are kept as raw JSON here;
+//! the server's loader (`src/definitions.rs`) parses and applies them.
 
 mod arguments;
 mod validate;
@@ -42,16 +42,17 @@ pub struct Definitions {
     /// `permissions`.
     #[serde(deserialize_with = "null_as_default")]
     pub permissions: Vec<PermissionDefinition>,
-    /// `topic_permissions`, kept raw: not applied yet.
+    /// `topic_permissions`, kept raw (applied by the server's loader).
     #[serde(deserialize_with = "null_as_default")]
     pub topic_permissions: Vec<Json>,
-    /// `parameters` (per-vhost runtime parameters such as shovels), kept raw: not applied yet.
+    /// `parameters` (per-vhost runtime parameters such as shovels), kept raw (stored by the
+    /// server's loader for export; no component is implemented).
     #[serde(deserialize_with = "null_as_default")]
     pub parameters: Vec<Json>,
-    /// `global_parameters` (such as `cluster_name`), kept raw: not applied yet.
+    /// `global_parameters` (such as `cluster_name`), kept raw (stored by the server's loader).
     #[serde(deserialize_with = "null_as_default")]
     pub global_parameters: Vec<Json>,
-    /// `policies`, kept raw: not applied yet.
+    /// `policies`, kept raw (applied by the server's loader).
     #[serde(deserialize_with = "null_as_default")]
     pub policies: Vec<Json>,
     /// `operator_policies` (same shape as `policies`; written by Warren's own durable

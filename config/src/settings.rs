@@ -200,6 +200,10 @@ pub struct Settings {
     /// `consumer_timeout`: milliseconds a delivery may stay unacknowledged before its channel
     /// is closed with 406 (RabbitMQ's default: 30 minutes); `None` (`false`) disables it.
     pub consumer_timeout: Option<Duration>,
+    /// `collect_statistics_interval`: milliseconds between the management plugin's samples
+    /// of the message counters, over which message rates are computed (RabbitMQ's default:
+    /// 5000).
+    pub collect_statistics_interval: Duration,
     /// `vm_memory_high_watermark.relative` / `.absolute`: the memory use above which the
     /// memory alarm blocks publishers. Default 0.6 of the memory available.
     pub memory_high_watermark: MemoryHighWatermark,
@@ -289,6 +293,7 @@ impl Default for Settings {
             prometheus_tls_keyfile: None,
             prometheus_enabled: true,
             consumer_timeout: Some(Duration::from_millis(1_800_000)),
+            collect_statistics_interval: Duration::from_millis(5000),
             memory_high_watermark: MemoryHighWatermark::Relative(0.6),
             total_memory_override: None,
             disk_free_limit: DiskFreeLimit::Absolute(50_000_000),
@@ -352,6 +357,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "consumer_timeout",
         "ms a delivery may stay unacknowledged before its channel closes, or false (1800000)",
+    ),
+    (
+        "collect_statistics_interval",
+        "ms between samples of the message counters for management API rates, >= 100 (5000)",
     ),
     (
         "plugins.consistent_hash_exchange",
@@ -566,6 +575,14 @@ impl Settings {
             }
             "anonymous_login_pass" => {
                 self.anonymous_login_pass = value.to_owned();
+            }
+            "collect_statistics_interval" => {
+                let ms: u64 = value
+                    .parse()
+                    .ok()
+                    .filter(|ms| *ms >= 100)
+                    .ok_or_else(|| invalid("an integer of milliseconds, at least 100"))?;
+                self.collect_statistics_interval = Duration::from_millis(ms);
             }
             "consumer_timeout" => {
                 self.consumer_timeout = if value == "false" {

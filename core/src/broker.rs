@@ -84,8 +84,12 @@ pub struct Broker {
     alarms: Mutex<Vec<Alarm>>,
     alarm_listeners: Mutex<Vec<AlarmListener>>,
     exchange_types: ExchangeTypes,
-    durability: Arc<Durability>,
+    pub(crate) durability: Arc<Durability>,
     connections: Arc<ConnectionRegistry>,
+    /// Lifetime totals of deleted vhosts (see [`Broker::totals`]).
+    retired: Mutex<crate::counters::NodeTotals>,
+    /// Runtime and global parameters (`parameters.rs`).
+    pub(crate) parameters: crate::parameters::ParameterStore,
 }
 
 impl Broker {
@@ -102,6 +106,8 @@ impl Broker {
             exchange_types: ExchangeTypes::default(),
             durability: Arc::default(),
             connections: Arc::default(),
+            parameters: Default::default(),
+            retired: Default::default(),
         })
     }
 
@@ -159,13 +165,15 @@ impl Broker {
         self.connections.close(id, reason)
     }
 
-    /// Deletes a user and their permissions in every vhost; false if no such user.
+    /// Deletes a user and their permissions and topic permissions in every vhost; false if no
+    /// such user.
     pub fn delete_user(&self, name: &str) -> bool {
         let removed = self.users.write().remove(name).is_some();
         if removed {
             let vhosts: Vec<Arc<VHost>> = self.vhosts.read().values().cloned().collect();
             for vhost in vhosts {
                 vhost.clear_permissions(name);
+                vhost.clear_topic_permissions(name, None);
             }
         }
         removed
@@ -257,9 +265,23 @@ impl Broker {
             for queue in vhost.queues() {
                 vhost.remove_queue(&queue);
             }
+            self.clear_vhost_parameters(name);
+            let totals = vhost.totals();
+            self.retired.lock().add(&totals);
             self.durability.topology_changed();
         }
         removed.is_some()
+    }
+
+    /// Node-wide lifetime totals (RabbitMQ's `rabbitmq_global_*` counters): every vhost's,
+    /// deleted queues and vhosts included, so they never go backwards.
+    pub fn totals(&self) -> crate::counters::NodeTotals {
+        let mut totals = *self.retired.lock();
+        let vhosts: Vec<Arc<VHost>> = self.vhosts.read().values().cloned().collect();
+        for vhost in vhosts {
+            totals.add(&vhost.totals());
+        }
+        totals
     }
 
     /// The vhost called `name`.

@@ -98,3 +98,75 @@ mod tests {
         );
     }
 }
+
+/// Lifetime queue counters summed over queues, kept when queues go away: a vhost folds a
+/// deleted queue's counters into its retired totals, and the broker folds a deleted vhost's,
+/// so node-wide totals never go backwards. Nothing is counted on the message path: the
+/// queues' own counters are read when totals are asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueTotals {
+    /// Messages enqueued.
+    pub published: u64,
+    /// Messages delivered (consume and get), redeliveries included.
+    pub delivered: u64,
+    /// Messages acknowledged.
+    pub acknowledged: u64,
+    /// Messages rejected without requeue and dropped.
+    pub dropped: u64,
+    /// Messages removed because their TTL passed.
+    pub expired: u64,
+    /// Messages dead-lettered after a rejection.
+    pub dead_lettered_rejected: u64,
+    /// Messages dead-lettered after their TTL passed.
+    pub dead_lettered_expired: u64,
+    /// Messages dead-lettered by a length limit.
+    pub dead_lettered_maxlen: u64,
+    /// Messages dead-lettered by the delivery limit.
+    pub dead_lettered_delivery_limit: u64,
+}
+
+impl QueueTotals {
+    /// Adds a queue's lifetime counters.
+    pub fn add_queue(&mut self, stats: &crate::queue::QueueStats) {
+        self.published += stats.published;
+        self.delivered += stats.delivered;
+        self.acknowledged += stats.acknowledged;
+        self.dropped += stats.dropped;
+        self.expired += stats.expired;
+        self.dead_lettered_rejected += stats.dead_lettered_rejected;
+        self.dead_lettered_expired += stats.dead_lettered_expired;
+        self.dead_lettered_maxlen += stats.dead_lettered_maxlen;
+        self.dead_lettered_delivery_limit += stats.dead_lettered_delivery_limit;
+    }
+
+    /// Adds other totals.
+    pub fn add(&mut self, other: &QueueTotals) {
+        self.published += other.published;
+        self.delivered += other.delivered;
+        self.acknowledged += other.acknowledged;
+        self.dropped += other.dropped;
+        self.expired += other.expired;
+        self.dead_lettered_rejected += other.dead_lettered_rejected;
+        self.dead_lettered_expired += other.dead_lettered_expired;
+        self.dead_lettered_maxlen += other.dead_lettered_maxlen;
+        self.dead_lettered_delivery_limit += other.dead_lettered_delivery_limit;
+    }
+}
+
+/// Node-wide lifetime totals: publish counters and queue counters of every vhost, deleted
+/// queues and vhosts included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeTotals {
+    /// Publish-side counters.
+    pub messages: MessageCounts,
+    /// Queue-side counters.
+    pub queues: QueueTotals,
+}
+
+impl NodeTotals {
+    /// Adds other totals.
+    pub fn add(&mut self, other: &NodeTotals) {
+        self.messages.add(other.messages);
+        self.queues.add(&other.queues);
+    }
+}

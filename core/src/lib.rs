@@ -23,6 +23,7 @@ pub mod flow;
 pub mod idmap;
 pub mod message;
 pub mod packed;
+pub mod parameters;
 pub mod password;
 pub mod policy;
 pub mod queue;
@@ -31,6 +32,7 @@ pub mod retained_file;
 pub mod routing;
 pub mod store;
 pub mod stream;
+pub mod topic_access;
 pub mod value;
 pub mod vhost;
 

@@ -214,3 +214,22 @@ pub async fn wait_for(limit: Duration, mut condition: impl FnMut() -> bool) -> b
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// [`wait_for`] for a condition that needs `.await` (an HTTP API call): polled every 20 ms
+/// until it holds or `limit` passes; returns whether it held.
+pub async fn wait_for_async<F, Fut>(limit: Duration, mut condition: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if condition().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

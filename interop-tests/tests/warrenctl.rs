@@ -394,3 +394,76 @@ async fn status_environment_and_definitions_verbs() {
     other.shutdown().await;
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_permission_and_parameter_verbs() {
+    let broker = TestBroker::start().await;
+    let ctl = Ctl::new(&broker);
+    ctl.ok(&["add_user", "bob", "pw"]).await;
+    assert_eq!(
+        ctl.ok(&["set_topic_permissions", "bob", "amq.topic", "^bob\\.", ".*"])
+            .await,
+        "Setting topic permissions on \"amq.topic\" for user \"bob\" in vhost \"/\" ...\n"
+    );
+    ctl.ok(&["set_topic_permissions", "bob", "events", "^e", "^e"])
+        .await;
+    assert_eq!(
+        ctl.ok(&["-q", "list_topic_permissions"]).await,
+        "user\texchange\twrite\tread\nbob\tamq.topic\t^bob\\.\t.*\nbob\tevents\t^e\t^e\n"
+    );
+    assert_eq!(
+        ctl.json(&["list_topic_permissions", "user", "exchange"])
+            .await,
+        json!([{"user": "bob", "exchange": "amq.topic"}, {"user": "bob", "exchange": "events"}])
+    );
+    let vhost = broker.broker().vhost("/").unwrap();
+    assert_eq!(vhost.topic_permission_entries().len(), 2);
+    ctl.ok(&["clear_topic_permissions", "bob", "events"]).await;
+    assert_eq!(vhost.topic_permission_entries().len(), 1);
+    ctl.ok(&["clear_topic_permissions", "bob"]).await;
+    assert!(vhost.topic_permission_entries().is_empty());
+    let missing = ctl.fails(&["clear_topic_permissions", "bob"]).await;
+    assert_eq!(missing.exit_code, 70);
+    let bad = ctl
+        .fails(&["set_topic_permissions", "bob", "amq.topic", "(", ".*"])
+        .await;
+    assert!(bad.message.contains("'('"), "{}", bad.message);
+
+    ctl.ok(&["add_vhost", "edge"]).await;
+    ctl.ok(&[
+        "-p",
+        "edge",
+        "set_parameter",
+        "shovel",
+        "s1",
+        r#"{"src-queue":"a","dest-queue":"b"}"#,
+    ])
+    .await;
+    assert_eq!(
+        ctl.json(&["-p", "edge", "list_parameters"]).await,
+        json!([{"component": "shovel", "name": "s1", "value": {"src-queue": "a", "dest-queue": "b"}}])
+    );
+    // Another vhost's listing does not show it.
+    assert_eq!(ctl.json(&["list_parameters"]).await, json!([]));
+    let not_json = ctl
+        .fails(&["-p", "edge", "set_parameter", "shovel", "s2", "{oops"])
+        .await;
+    assert_eq!(not_json.exit_code, 65);
+    ctl.ok(&["-p", "edge", "clear_parameter", "shovel", "s1"])
+        .await;
+    assert!(broker.broker().parameters(None, None).is_empty());
+
+    ctl.ok(&["set_global_parameter", "region", r#""eu-west""#])
+        .await;
+    let globals = ctl.json(&["list_global_parameters"]).await;
+    assert!(
+        globals
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "region", "value": "eu-west"})),
+        "{globals}"
+    );
+    ctl.ok(&["clear_global_parameter", "region"]).await;
+    assert!(broker.broker().global_parameter("region").is_none());
+    broker.shutdown().await;
+}

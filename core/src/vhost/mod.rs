@@ -25,6 +25,7 @@ use crate::value::{Table, Value};
 
 mod policies;
 mod routing;
+mod topic;
 pub mod trace;
 
 pub use routing::Enqueued;
@@ -131,6 +132,10 @@ pub struct VHost {
     counters: crate::counters::MessageCounters,
     /// Firehose tracing on (shared with the vhost's queues).
     trace: trace::TraceFlag,
+    /// Topic permissions by user (`topic.rs`).
+    topic_permissions: crate::topic_access::TopicPermissionTable,
+    /// Lifetime counters of deleted queues (see [`VHost::totals`]).
+    retired: Mutex<crate::counters::QueueTotals>,
 }
 
 /// The registry of plugin exchange types, by type name.
@@ -175,6 +180,8 @@ impl VHost {
             durability,
             counters: Default::default(),
             trace: Default::default(),
+            topic_permissions: Default::default(),
+            retired: Default::default(),
         };
         {
             let mut exchanges = vhost.exchanges.write();
@@ -272,6 +279,20 @@ impl VHost {
     /// Lifetime publish counters (received, routed, unroutable, confirmed).
     pub fn counters(&self) -> &crate::counters::MessageCounters {
         &self.counters
+    }
+
+    /// Lifetime totals of this vhost: its publish counters, and the queue counters of its
+    /// queues, deleted ones included. Reads every queue's stats: for metrics and the API,
+    /// not the message path.
+    pub fn totals(&self) -> crate::counters::NodeTotals {
+        let mut queues = *self.retired.lock();
+        for queue in self.queues() {
+            queues.add_queue(&queue.stats());
+        }
+        crate::counters::NodeTotals {
+            messages: self.counters.snapshot(),
+            queues,
+        }
     }
 
     /// `user`'s permissions here, if any.
@@ -695,6 +716,8 @@ impl VHost {
         }
         self.remove_bindings_to_locked(&DestinationName::Queue(queue.name().to_string()));
         let count = queue.mark_deleted();
+        // Keep its lifetime counters so node-wide totals do not drop with the queue.
+        self.retired.lock().add_queue(&queue.stats());
         if queue.config().durable && queue.config().exclusive_owner.is_none() {
             self.durability.topology_changed();
         }
@@ -781,7 +804,8 @@ impl VHost {
 
     // ---- bindings --------------------------------------------------------------------
 
-    /// queue.bind and exchange.bind.
+    /// queue.bind and exchange.bind, for a connection with no topic permission variables
+    /// beyond user and vhost (see [`VHost::bind_in_context`]).
     pub fn bind(
         &self,
         actor: Actor<'_>,
@@ -790,8 +814,31 @@ impl VHost {
         routing_key: &str,
         arguments: Table,
     ) -> CoreResult<()> {
+        self.bind_in_context(
+            actor,
+            &crate::topic_access::TopicVariables::NONE,
+            source,
+            destination,
+            routing_key,
+            arguments,
+        )
+    }
+
+    /// queue.bind and exchange.bind. Binding to a topic exchange also checks the binding key
+    /// against the actor's topic `read` permission, expanding `variables` (MQTT passes its
+    /// client id).
+    pub fn bind_in_context(
+        &self,
+        actor: Actor<'_>,
+        variables: &crate::topic_access::TopicVariables<'_>,
+        source: &str,
+        destination: DestinationName,
+        routing_key: &str,
+        arguments: Table,
+    ) -> CoreResult<()> {
         let (binding, target, exchange) =
             self.resolve_binding(actor, source, destination, routing_key, arguments)?;
+        self.check_topic_on(&exchange, actor.user, Access::Read, routing_key, variables)?;
         if let Some(plugin) = &exchange.config().plugin {
             plugin
                 .validate_binding(&binding.routing_key, &binding.arguments)

@@ -301,3 +301,86 @@ fn reserved_names_and_the_default_exchange_are_protected() {
     let name = server_generated_queue_name();
     assert!(name.starts_with("amq.gen-") && name.len() == 30, "{name}");
 }
+
+#[test]
+fn topic_permissions_restrict_publish_and_bind_keys_on_topic_exchanges_only() {
+    use crate::topic_access::{TopicPermission, TopicVariables};
+    let vhost = vhost();
+    declare_queue(&vhost, "q");
+    let none = TopicVariables::NONE;
+    // No topic permission: unrestricted.
+    assert!(vhost
+        .check_topic("admin", Access::Write, "amq.topic", "x.y", &none)
+        .is_ok());
+    let permission =
+        TopicPermission::new("admin", "/", "amq.topic", "^allowed\\.", "^{username}\\.").unwrap();
+    assert!(vhost.set_topic_permission("admin", permission));
+    assert!(vhost
+        .check_topic("admin", Access::Write, "amq.topic", "allowed.a", &none)
+        .is_ok());
+    let refused = vhost
+        .check_topic("admin", Access::Write, "amq.topic", "other.a", &none)
+        .unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::AccessRefused);
+    assert_eq!(
+        refused.message,
+        "write access to topic 'other.a' in exchange 'amq.topic' in vhost '/' refused for user 'admin'"
+    );
+    // Another user, another exchange: unrestricted.
+    assert!(vhost
+        .check_topic("bob", Access::Write, "amq.topic", "other.a", &none)
+        .is_ok());
+    assert!(vhost
+        .check_topic("admin", Access::Write, "amq.direct", "other.a", &none)
+        .is_ok());
+    // Binding checks the binding key against `read`.
+    let bind = |key: &str| {
+        vhost.bind(
+            ADMIN,
+            "amq.topic",
+            DestinationName::Queue("q".into()),
+            key,
+            Table::new(),
+        )
+    };
+    assert!(bind("admin.#").is_ok());
+    let refused = bind("bob.#").unwrap_err();
+    assert_eq!(
+        refused.message,
+        "read access to topic 'bob.#' in exchange 'amq.topic' in vhost '/' refused for user 'admin'"
+    );
+    assert_eq!(
+        routed(&vhost, "amq.topic", "admin.x"),
+        vec!["q".to_string()]
+    );
+    assert!(vhost.clear_topic_permissions("admin", None));
+    assert!(bind("bob.#").is_ok());
+}
+
+#[test]
+fn totals_keep_the_counters_of_deleted_queues() {
+    let vhost = vhost();
+    declare_queue(&vhost, "gone");
+    declare_queue(&vhost, "kept");
+    for key in ["gone", "gone", "kept"] {
+        let message = Arc::new(Message {
+            exchange: "".into(),
+            routing_key: key.into(),
+            properties: Properties::default(),
+            encoded_properties: None,
+            body: Bytes::new(),
+        });
+        let mut out = Vec::new();
+        vhost.route("", &message, &mut out).unwrap();
+        vhost.enqueue_routed(message, &out);
+    }
+    let before = vhost.totals();
+    assert_eq!(before.queues.published, 3);
+    assert_eq!(before.messages.received, 3);
+    vhost.delete_queue(ADMIN, "gone", false, false).unwrap();
+    assert_eq!(
+        vhost.totals(),
+        before,
+        "deleting a queue loses none of its counts"
+    );
+}

@@ -6,6 +6,9 @@
 //! tab-separated table with a header row (rabbitmqctl's layout) or, with `--formatter json`, a
 //! JSON array of objects with the selected columns.
 
+mod listings;
+mod parameters;
+
 use serde_json::{json, Map, Value as Json};
 
 use crate::http::{percent_encode, send_with, ClientResponse};
@@ -54,6 +57,11 @@ Commands (as rabbitmqctl):
   authenticate_user NAME PASSWORD
   list_permissions                         set_permissions USER CONF WRITE READ
   clear_permissions USER
+  list_topic_permissions                   set_topic_permissions USER EXCHANGE WRITE READ
+  clear_topic_permissions USER [EXCHANGE]
+  list_parameters                          set_parameter COMPONENT NAME JSON
+  clear_parameter COMPONENT NAME           list_global_parameters
+  set_global_parameter NAME JSON           clear_global_parameter NAME
   list_policies | list_operator_policies
   set_policy [--priority N] [--apply-to WHAT] NAME PATTERN DEFINITION
   set_operator_policy [--priority N] [--apply-to WHAT] NAME PATTERN DEFINITION
@@ -140,7 +148,14 @@ pub async fn run(args: &[String], stdin: Option<String>) -> Result<String, CtlEr
     let Some((command, rest)) = positional.split_first() else {
         return Err(CtlError::usage(USAGE));
     };
-    Ctl { options }.command(command, rest, stdin).await
+    let ctl = Ctl { options };
+    // The topic permission and parameter verbs are dispatched apart, as a boxed future:
+    // inlining their state into `command`'s would grow every verb's future (debug builds
+    // then overflow a test thread's stack).
+    if let Some(result) = ctl.parameter_command(command, rest).await {
+        return result;
+    }
+    ctl.command(command, rest, stdin).await
 }
 
 struct Ctl {
@@ -245,31 +260,19 @@ impl Ctl {
                 .ok_or_else(|| CtlError::usage(format!("{command}: missing {name}")))
         };
         let vhost = self.vhost();
+        if let Some(verb) = listings::LIST_VERBS.iter().find(|v| v.verb == command) {
+            let listing = Listing {
+                what: verb.what,
+                path: verb.path.replace("{vhost}", &vhost),
+                default_columns: verb.default_columns,
+                columns: verb.columns,
+            };
+            return self.list(listing, args).await;
+        }
         let done = |text: String| Ok(self.banner(text));
         match command {
             "status" => self.status().await,
             "environment" => self.environment().await,
-            "list_vhosts" => {
-                self.list(
-                    Listing {
-                        what: "Listing vhosts ...",
-                        path: "/api/vhosts".into(),
-                        default_columns: &["name"],
-                        columns: &[
-                            "name",
-                            "description",
-                            "tags",
-                            "default_queue_type",
-                            "tracing",
-                            "messages",
-                            "messages_ready",
-                            "messages_unacknowledged",
-                        ],
-                    },
-                    args,
-                )
-                .await
-            }
             "add_vhost" => {
                 let name = arg(0, "vhost name")?;
                 self.call(
@@ -289,18 +292,6 @@ impl Ctl {
                 )
                 .await?;
                 done(format!("Deleting vhost \"{name}\" ..."))
-            }
-            "list_users" => {
-                self.list(
-                    Listing {
-                        what: "Listing users ...",
-                        path: "/api/users".into(),
-                        default_columns: &["user", "tags"],
-                        columns: &["user", "tags"],
-                    },
-                    args,
-                )
-                .await
             }
             "add_user" => {
                 let (name, password) = (arg(0, "user name")?, arg(1, "password")?);
@@ -385,18 +376,6 @@ impl Ctl {
                     })
                 }
             }
-            "list_permissions" => {
-                self.list(
-                    Listing {
-                        what: "Listing permissions for vhost ...",
-                        path: format!("/api/vhosts/{vhost}/permissions"),
-                        default_columns: &["user", "configure", "write", "read"],
-                        columns: &["user", "configure", "write", "read"],
-                    },
-                    args,
-                )
-                .await
-            }
             "set_permissions" => {
                 let user = arg(0, "user name")?;
                 let body = json!({
@@ -427,37 +406,6 @@ impl Ctl {
                     "Clearing permissions for user \"{user}\" in vhost \"{}\" ...",
                     self.options.vhost
                 ))
-            }
-            "list_policies" | "list_operator_policies" => {
-                let kind = if command == "list_policies" {
-                    "policies"
-                } else {
-                    "operator-policies"
-                };
-                self.list(
-                    Listing {
-                        what: "Listing policies for vhost ...",
-                        path: format!("/api/{kind}/{vhost}"),
-                        default_columns: &[
-                            "vhost",
-                            "name",
-                            "pattern",
-                            "apply-to",
-                            "definition",
-                            "priority",
-                        ],
-                        columns: &[
-                            "vhost",
-                            "name",
-                            "pattern",
-                            "apply-to",
-                            "definition",
-                            "priority",
-                        ],
-                    },
-                    args,
-                )
-                .await
             }
             "set_policy" | "set_operator_policy" => {
                 let (name, pattern, definition) =
@@ -508,152 +456,6 @@ impl Ctl {
                     "Clearing policy \"{name}\" on vhost \"{}\" ...",
                     self.options.vhost
                 ))
-            }
-            "list_queues" => {
-                self.list(
-                    Listing {
-                        what: "Listing queues for vhost ...",
-                        path: format!("/api/queues/{vhost}"),
-                        default_columns: &["name", "messages"],
-                        columns: &[
-                            "name",
-                            "vhost",
-                            "durable",
-                            "auto_delete",
-                            "exclusive",
-                            "arguments",
-                            "policy",
-                            "messages",
-                            "messages_ready",
-                            "messages_unacknowledged",
-                            "consumers",
-                            "type",
-                            "state",
-                        ],
-                    },
-                    args,
-                )
-                .await
-            }
-            "list_exchanges" => {
-                self.list(
-                    Listing {
-                        what: "Listing exchanges for vhost ...",
-                        path: format!("/api/exchanges/{vhost}"),
-                        default_columns: &["name", "type"],
-                        columns: &[
-                            "name",
-                            "vhost",
-                            "type",
-                            "durable",
-                            "auto_delete",
-                            "internal",
-                            "arguments",
-                            "policy",
-                        ],
-                    },
-                    args,
-                )
-                .await
-            }
-            "list_bindings" => {
-                self.list(
-                    Listing {
-                        what: "Listing bindings for vhost ...",
-                        path: format!("/api/bindings/{vhost}"),
-                        default_columns: &[
-                            "source_name",
-                            "source_kind",
-                            "destination_name",
-                            "destination_kind",
-                            "routing_key",
-                            "arguments",
-                        ],
-                        columns: &[
-                            "source_name",
-                            "source_kind",
-                            "destination_name",
-                            "destination_kind",
-                            "routing_key",
-                            "arguments",
-                            "vhost",
-                        ],
-                    },
-                    args,
-                )
-                .await
-            }
-            "list_connections" => {
-                self.list(
-                    Listing {
-                        what: "Listing connections ...",
-                        path: "/api/connections".into(),
-                        default_columns: &["user", "peer_host", "peer_port", "state"],
-                        columns: &[
-                            "name",
-                            "protocol",
-                            "user",
-                            "vhost",
-                            "host",
-                            "port",
-                            "peer_host",
-                            "peer_port",
-                            "ssl",
-                            "state",
-                            "channels",
-                            "channel_max",
-                            "frame_max",
-                            "timeout",
-                            "client_properties",
-                            "connected_at",
-                            "user_provided_name",
-                            "connection_name",
-                        ],
-                    },
-                    args,
-                )
-                .await
-            }
-            "list_channels" => {
-                self.list(
-                    Listing {
-                        what: "Listing channels ...",
-                        path: "/api/channels".into(),
-                        default_columns: &["name", "user", "number"],
-                        columns: &["name", "connection", "number", "user", "vhost", "state"],
-                    },
-                    args,
-                )
-                .await
-            }
-            "list_consumers" => {
-                self.list(
-                    Listing {
-                        what: "Listing consumers in vhost ...",
-                        path: format!("/api/consumers/{vhost}"),
-                        default_columns: &[
-                            "queue_name",
-                            "channel_pid",
-                            "consumer_tag",
-                            "ack_required",
-                            "active",
-                            "arguments",
-                        ],
-                        columns: &[
-                            "queue_name",
-                            "channel_pid",
-                            "consumer_tag",
-                            "ack_required",
-                            "exclusive",
-                            "priority",
-                            "active",
-                            "activity_status",
-                            "arguments",
-                        ],
-                    },
-                    args,
-                )
-                .await
             }
             "purge_queue" => {
                 let name = arg(0, "queue name")?;

@@ -10,7 +10,6 @@
 use std::fmt::Write as _;
 
 use warren_core::broker::Alarm;
-use warren_core::counters::MessageCounts;
 use warren_core::queue::QueueStats;
 
 use crate::http::{Request, Response};
@@ -84,7 +83,11 @@ pub fn render(management: &Management, per_object: bool) -> String {
     let mut out = Exposition {
         text: String::with_capacity(8 * 1024),
     };
-    let mut counts = MessageCounts::default();
+    // Lifetime counters come from the core's node totals, which keep deleted queues' and
+    // vhosts' counts (a sum over live queues would go backwards).
+    let node = broker.totals();
+    let counts = node.messages;
+    let lifetime = node.queues;
     let mut totals = QueueStats::default();
     let mut queue_count = 0u64;
     let mut per_queue = Vec::new();
@@ -92,24 +95,21 @@ pub fn render(management: &Management, per_object: bool) -> String {
         let Some(vhost) = broker.vhost(&name) else {
             continue;
         };
-        counts.add(vhost.counters().snapshot());
         for queue in vhost.queues() {
             let stats = queue.stats();
             queue_count += 1;
             totals.ready += stats.ready;
             totals.unacknowledged += stats.unacknowledged;
             totals.consumers += stats.consumers;
-            totals.published += stats.published;
-            totals.delivered += stats.delivered;
-            totals.acknowledged += stats.acknowledged;
-            totals.dead_lettered_rejected += stats.dead_lettered_rejected;
-            totals.dead_lettered_expired += stats.dead_lettered_expired;
-            totals.dead_lettered_maxlen += stats.dead_lettered_maxlen;
             if per_object {
                 per_queue.push((name.clone(), queue.name().to_string(), stats));
             }
         }
     }
+    // Aggregated queue counters are lifetime totals too (per-object ones are per queue).
+    totals.published = lifetime.published;
+    totals.delivered = lifetime.delivered;
+    totals.acknowledged = lifetime.acknowledged;
     let connections = broker.connections();
     let resources = (management.resources)();
     let alarms = broker.alarms();
@@ -259,12 +259,12 @@ pub fn render(management: &Management, per_object: bool) -> String {
         (
             "rabbitmq_global_messages_delivered_total",
             "Total number of messages delivered to consumers",
-            totals.delivered,
+            lifetime.delivered,
         ),
         (
             "rabbitmq_global_messages_acknowledged_total",
             "Total number of message acknowledgements received from consumers",
-            totals.acknowledged,
+            lifetime.acknowledged,
         ),
     ];
     for (name, help, value) in globals {
@@ -275,17 +275,17 @@ pub fn render(management: &Management, per_object: bool) -> String {
         (
             "rabbitmq_global_messages_dead_lettered_rejected_total",
             "Total number of messages dead-lettered due to basic.reject or basic.nack",
-            totals.dead_lettered_rejected,
+            lifetime.dead_lettered_rejected,
         ),
         (
             "rabbitmq_global_messages_dead_lettered_expired_total",
             "Total number of messages dead-lettered due to message TTL exceeded",
-            totals.dead_lettered_expired,
+            lifetime.dead_lettered_expired,
         ),
         (
             "rabbitmq_global_messages_dead_lettered_maxlen_total",
             "Total number of messages dead-lettered due to overflow drop-head or reject-publish-dlx",
-            totals.dead_lettered_maxlen,
+            lifetime.dead_lettered_maxlen,
         ),
     ];
     for (name, help, value) in dead_lettered {

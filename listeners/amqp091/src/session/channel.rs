@@ -13,6 +13,7 @@ use warren_core::message::parse_expiration;
 use warren_core::message::{Message, Properties};
 use warren_core::packed::pack_properties_and_body;
 use warren_core::queue::{Queue, Settlement};
+use warren_core::topic_access::TopicVariables;
 use warren_core::vhost::{Actor, Enqueued, ExchangeDeclare, QueueDeclare, VHost, DIRECT_REPLY_TO};
 
 use super::{settle_grouped, Session};
@@ -949,6 +950,17 @@ impl Session {
             }
             channel.publish_allowed.push(Arc::clone(&pending.exchange));
         }
+        // Topic permissions depend on the routing key: checked per publish (one atomic load
+        // while the vhost has none).
+        vhost
+            .check_topic(
+                user,
+                Access::Write,
+                &pending.exchange,
+                &pending.routing_key,
+                &TopicVariables::NONE,
+            )
+            .map_err(|e| AmqpError::from(e).on(60, 40))?;
         if let Some(expiration) = &properties.expiration {
             if let Err(problem) = parse_expiration(expiration) {
                 return Err(AmqpError::new(reply::PRECONDITION_FAILED, problem).on(60, 40));

@@ -3,8 +3,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use warren_core::access::Access;
 use warren_core::message::{Message, Properties};
 use warren_core::retained::RetainedMessage;
+use warren_core::topic_access::TopicVariables;
 use warren_core::value::{Table, Value};
 
 use super::{Connected, Control, Session};
@@ -160,6 +162,19 @@ fn route_publish(
             connected.user
         ));
     }
+    let routing_key = mqtt_topic_to_routing_key(topic).into_owned();
+    // Topic permissions see the AMQP routing key, as in RabbitMQ; a refusal closes the
+    // connection like any refused MQTT 3.1.1 PUBLISH.
+    connected
+        .vhost
+        .check_topic(
+            &connected.user,
+            Access::Write,
+            &config.exchange,
+            &routing_key,
+            &TopicVariables::mqtt(&connected.client_id),
+        )
+        .map_err(|e| e.message)?;
     if payload.len() > config.max_message_size {
         return Err(format!(
             "message size {} is larger than configured max size {}",
@@ -172,7 +187,7 @@ fn route_publish(
     headers.insert(DUP_HEADER, Value::Bool(dup));
     let message = Arc::new(Message {
         exchange: Arc::from(config.exchange.as_str()),
-        routing_key: Arc::from(mqtt_topic_to_routing_key(topic)),
+        routing_key: Arc::from(routing_key),
         properties: Properties {
             headers: Some(headers),
             // RabbitMQ: QoS 0 is transient, QoS 1 and 2 are persistent.

@@ -1,7 +1,9 @@
 //! SUBSCRIBE and UNSUBSCRIBE: subscription queues, bindings, and retained messages for new
 //! subscriptions.
 
+use warren_core::access::Access;
 use warren_core::exchange::DestinationName;
+use warren_core::topic_access::TopicVariables;
 use warren_core::value::Table;
 use warren_core::vhost::{Actor, QueueDeclare};
 
@@ -65,6 +67,19 @@ impl Session {
             connection_id,
         };
         let name = queue_name(&connected.client_id, qos);
+        let binding_key = mqtt_filter_to_binding_key(filter);
+        // Refused before the queue is declared, so a refused filter leaves nothing behind.
+        let variables = TopicVariables::mqtt(&connected.client_id);
+        connected
+            .vhost
+            .check_topic(
+                &connected.user,
+                Access::Read,
+                &exchange,
+                &binding_key,
+                &variables,
+            )
+            .map_err(|e| e.message)?;
         connected
             .vhost
             .declare_queue(
@@ -79,11 +94,11 @@ impl Session {
                 },
             )
             .map_err(|e| e.message)?;
-        let binding_key = mqtt_filter_to_binding_key(filter);
         connected
             .vhost
-            .bind(
+            .bind_in_context(
                 actor,
+                &variables,
                 &exchange,
                 DestinationName::Queue(name),
                 &binding_key,

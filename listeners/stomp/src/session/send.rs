@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use warren_core::access::Access;
 use warren_core::consumer::ConsumerSpec;
 use warren_core::message::Message;
+use warren_core::topic_access::TopicVariables;
 use warren_core::value::Table;
 use warren_core::vhost::QueueDeclare;
 
@@ -82,6 +84,13 @@ impl Session {
             }
             self.publish_allowed.push(exchange.to_string());
         }
+        vhost.check_topic(
+            &user.name,
+            Access::Write,
+            exchange,
+            routing_key,
+            &TopicVariables::NONE,
+        )?;
         let body = if frame.body.len() < COPY_BODY_BELOW {
             Bytes::copy_from_slice(&frame.body)
         } else {

@@ -4,6 +4,7 @@
 //! JSON field names are RabbitMQ's so existing tools parse them.
 
 mod json;
+mod parameters;
 mod resources;
 mod runtime;
 mod topology;
@@ -67,6 +68,10 @@ pub struct Management {
     pub resources: ResourceReader,
     /// When the node started.
     pub started: Instant,
+    /// Message rates, sampled every `statistics_interval` by [`crate::serve_rates`].
+    pub rates: crate::rates::RateSampler,
+    /// `collect_statistics_interval`.
+    pub statistics_interval: std::time::Duration,
 }
 
 /// The RabbitMQ version whose management API and metric names Warren follows; tools that
@@ -260,6 +265,11 @@ impl Management {
             (_, ["permissions", ..]) => {
                 need(Role::Administrator).unwrap_or_else(|| self.permissions(request, &path[1..]))
             }
+            (_, ["topic-permissions", ..]) => need(Role::Administrator)
+                .unwrap_or_else(|| self.topic_permissions(request, &path[1..])),
+            (_, ["parameters", ..]) => self.runtime_parameters(request, &path[1..], caller),
+            (_, ["global-parameters", ..]) => need(Role::Administrator)
+                .unwrap_or_else(|| self.global_parameters(request, &path[1..])),
             (_, ["policies", ..]) => self.policies(request, &path[1..], caller, false),
             (_, ["operator-policies", ..]) => need(Role::Administrator)
                 .unwrap_or_else(|| self.policies(request, &path[1..], caller, true)),
@@ -303,6 +313,51 @@ impl Management {
                 .filter_map(|name| self.broker.vhost(name))
                 .filter(|vhost| caller.sees_vhost(vhost))
                 .collect()),
+        }
+    }
+
+    /// `GET /api/KIND[/VHOST]`: the objects `list` gives for each vhost the caller sees (all,
+    /// or the one named), as one JSON array.
+    pub(crate) fn list_per_vhost(
+        &self,
+        caller: &Caller,
+        only: Option<&str>,
+        list: impl Fn(&Arc<VHost>) -> Vec<Json>,
+    ) -> Response {
+        match self.visible_vhosts(caller, only) {
+            Ok(vhosts) => Response::json(200, &Json::Array(vhosts.iter().flat_map(list).collect())),
+            Err(response) => response,
+        }
+    }
+
+    /// `GET /api/KIND/VHOST/NAME[/...]`: what `find` answers in a vhost the caller sees; 404
+    /// when it finds nothing.
+    pub(crate) fn show_in_vhost(
+        &self,
+        caller: &Caller,
+        vhost: &str,
+        find: impl FnOnce(&Arc<VHost>) -> Option<Json>,
+    ) -> Response {
+        match self.visible_vhosts(caller, Some(vhost)) {
+            Ok(vhosts) => match find(&vhosts[0]) {
+                Some(json) => Response::json(200, &json),
+                None => not_found(),
+            },
+            Err(response) => response,
+        }
+    }
+
+    /// PUT, DELETE and POST on an object: runs `act` in the vhost the caller acts in (see
+    /// [`Management::usable_vhost`]), answering its refusal otherwise.
+    pub(crate) fn act_in_vhost(
+        &self,
+        caller: &Caller,
+        vhost: &str,
+        act: impl FnOnce(Arc<VHost>) -> Response,
+    ) -> Response {
+        match self.usable_vhost(caller, vhost) {
+            Ok(target) => act(target),
+            Err(response) => response,
         }
     }
 

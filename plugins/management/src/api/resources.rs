@@ -55,6 +55,11 @@ impl Management {
             "messages_ready": ready,
             "messages_unacknowledged": unacked,
             "cluster_state": {self.node_name.clone(): "running"},
+            "message_stats": crate::rates::message_stats_json(
+                &crate::rates::vhost_counters(vhost),
+                &self.rates.vhost_rates(vhost.name()),
+                &crate::rates::NODE_KEYS,
+            ),
         })
     }
 
@@ -77,6 +82,18 @@ impl Management {
                 }
                 match self.broker.vhost(name) {
                     Some(vhost) => Response::json(200, &Json::Array(permissions_json(&vhost))),
+                    None => not_found(),
+                }
+            }
+            ("GET", [name, "topic-permissions"]) => {
+                if !caller.is(Role::Administrator) {
+                    return super::not_authorized("Not administrator user");
+                }
+                match self.broker.vhost(name) {
+                    Some(vhost) => Response::json(
+                        200,
+                        &Json::Array(super::parameters::topic_permissions_json(&vhost)),
+                    ),
                     None => not_found(),
                 }
             }
@@ -178,6 +195,20 @@ impl Management {
                     .iter()
                     .filter_map(|v| self.broker.vhost(v))
                     .flat_map(|v| permissions_json(&v))
+                    .filter(|p| p["user"] == *name)
+                    .collect();
+                Response::json(200, &Json::Array(list))
+            }
+            ("GET", [name, "topic-permissions"]) => {
+                if self.broker.user(name).is_none() {
+                    return not_found();
+                }
+                let list: Vec<Json> = self
+                    .broker
+                    .vhost_names()
+                    .iter()
+                    .filter_map(|v| self.broker.vhost(v))
+                    .flat_map(|v| super::parameters::topic_permissions_json(&v))
                     .filter(|p| p["user"] == *name)
                     .collect();
                 Response::json(200, &Json::Array(list))
@@ -481,13 +512,30 @@ impl Management {
                 "permissions".into(),
                 Json::Array(vhosts.iter().flat_map(|v| permissions_json(v)).collect()),
             );
-            document.insert("topic_permissions".into(), json!([]));
-            document.insert("parameters".into(), json!([]));
+            document.insert(
+                "topic_permissions".into(),
+                Json::Array(
+                    vhosts
+                        .iter()
+                        .flat_map(|v| super::parameters::topic_permissions_json(v))
+                        .collect(),
+                ),
+            );
             document.insert(
                 "global_parameters".into(),
-                json!([{"name": "cluster_name", "value": self.cluster_name}]),
+                Json::Array(self.global_parameters_json()),
             );
         }
+        let parameters: Vec<Json> = self
+            .broker
+            .parameters(None, only)
+            .iter()
+            .map(|p| {
+                json!({"vhost": p.vhost, "component": p.component, "name": p.name,
+                       "value": super::parameters::stored_json(&p.value)})
+            })
+            .collect();
+        document.insert("parameters".into(), Json::Array(parameters));
         document.insert("policies".into(), Json::Array(policies));
         document.insert("queues".into(), Json::Array(queues));
         document.insert("exchanges".into(), Json::Array(exchanges));

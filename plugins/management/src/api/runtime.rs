@@ -16,10 +16,7 @@ impl Management {
     pub(crate) fn overview(&self, caller: &Caller) -> Response {
         let vhosts = self.visible_vhosts(caller, None).unwrap_or_default();
         let (mut ready, mut unacked, mut queues, mut exchanges, mut consumers) = (0, 0, 0, 0, 0);
-        let (mut published, mut delivered, mut acked) = (0, 0, 0);
-        let mut counts = warren_core::counters::MessageCounts::default();
         for vhost in &vhosts {
-            counts.add(vhost.counters().snapshot());
             exchanges += vhost.exchanges().len();
             for queue in vhost.queues() {
                 let stats = queue.stats();
@@ -27,10 +24,41 @@ impl Management {
                 ready += stats.ready;
                 unacked += stats.unacknowledged;
                 consumers += stats.consumers;
-                published += stats.published;
-                delivered += stats.delivered;
-                acked += stats.acknowledged;
             }
+        }
+        // Lifetime counters and rates: node-wide for monitoring users (deleted queues and
+        // vhosts included, so they never go backwards), else the caller's vhosts.
+        let (counters, rates, queue_publish) = if caller.is(Role::Monitoring) {
+            let totals = self.broker.totals();
+            (
+                crate::rates::node_counters(&self.broker),
+                self.rates.node_rates(),
+                totals.queues.published,
+            )
+        } else {
+            let mut counters = crate::rates::StatCounters::default();
+            let mut queue_publish = 0;
+            for vhost in &vhosts {
+                let totals = vhost.totals();
+                let c = crate::rates::vhost_counters(vhost);
+                counters.publish += c.publish;
+                counters.confirm += c.confirm;
+                counters.return_unroutable += c.return_unroutable;
+                counters.drop_unroutable += c.drop_unroutable;
+                counters.deliver_get += c.deliver_get;
+                counters.ack += c.ack;
+                queue_publish += totals.queues.published;
+            }
+            let rates = match vhosts.as_slice() {
+                [only] => self.rates.vhost_rates(only.name()),
+                _ => self.rates.node_rates(),
+            };
+            (counters, rates, queue_publish)
+        };
+        let mut message_stats =
+            crate::rates::message_stats_json(&counters, &rates, &crate::rates::NODE_KEYS);
+        if let Some(stats) = message_stats.as_object_mut() {
+            stats.insert("queue_publish".into(), json!(queue_publish));
         }
         let connections = self.visible_connections(caller);
         let channels: u64 = connections.iter().map(|c| u64::from(c.channels)).sum();
@@ -46,12 +74,12 @@ impl Management {
             200,
             &json!({
                 "management_version": super::RABBITMQ_COMPATIBLE_VERSION,
-                "rates_mode": "none",
+                "rates_mode": "basic",
                 "product_name": "Warren",
                 "product_version": env!("CARGO_PKG_VERSION"),
                 "rabbitmq_version": super::RABBITMQ_COMPATIBLE_VERSION,
                 "erlang_version": "n/a",
-                "cluster_name": self.cluster_name,
+                "cluster_name": self.effective_cluster_name(),
                 "node": self.node_name,
                 "exchange_types": [
                     {"name": "direct"}, {"name": "fanout"}, {"name": "topic"}, {"name": "headers"}
@@ -68,15 +96,7 @@ impl Management {
                     "messages_ready": ready,
                     "messages_unacknowledged": unacked,
                 },
-                "message_stats": {
-                    "publish": counts.received,
-                    "confirm": counts.confirmed,
-                    "return_unroutable": counts.unroutable_returned,
-                    "drop_unroutable": counts.unroutable_dropped,
-                    "deliver_get": delivered,
-                    "ack": acked,
-                    "queue_publish": published,
-                },
+                "message_stats": message_stats,
                 "listeners": listeners,
                 "contexts": [],
             }),

@@ -112,11 +112,11 @@ impl Management {
             "messages_ready": stats.ready,
             "messages_unacknowledged": stats.unacknowledged,
             "consumers": stats.consumers,
-            "message_stats": {
-                "publish": stats.published,
-                "deliver_get": stats.delivered,
-                "ack": stats.acknowledged,
-            },
+            "message_stats": crate::rates::message_stats_json(
+                &crate::rates::queue_counters(&stats),
+                &self.rates.queue_rates(vhost.name(), &config.name),
+                &crate::rates::QUEUE_KEYS,
+            ),
         })
     }
 
@@ -138,56 +138,32 @@ impl Management {
 
     pub(crate) fn exchanges(&self, request: &Request, path: &[&str], caller: &Caller) -> Response {
         match (request.method.as_str(), path) {
-            ("GET", []) | ("GET", [_]) => {
-                match self.visible_vhosts(caller, path.first().copied()) {
-                    Ok(vhosts) => {
-                        let list: Vec<Json> = vhosts
-                            .iter()
-                            .flat_map(|v| {
-                                let mut exchanges = v.exchanges();
-                                exchanges.sort_by(|a, b| a.name().cmp(b.name()));
-                                exchanges
-                                    .iter()
-                                    .map(|e| self.exchange_json(v.name(), e))
-                                    .collect::<Vec<_>>()
-                            })
-                            .collect();
-                        Response::json(200, &Json::Array(list))
-                    }
-                    Err(response) => response,
-                }
-            }
-            ("GET", [vhost, name]) => match self.visible_vhosts(caller, Some(vhost)) {
-                Ok(vhosts) => match vhosts[0].exchange(name) {
-                    Some(exchange) => Response::json(200, &self.exchange_json(vhost, &exchange)),
-                    None => not_found(),
-                },
-                Err(response) => response,
-            },
-            ("GET", [vhost, name, "bindings", direction @ ("source" | "destination")]) => {
-                let vhosts = match self.visible_vhosts(caller, Some(vhost)) {
-                    Ok(vhosts) => vhosts,
-                    Err(response) => return response,
-                };
-                if vhosts[0].exchange(name).is_none() {
-                    return not_found();
-                }
-                let list: Vec<Json> = self
-                    .all_bindings(&vhosts[0])
-                    .into_iter()
-                    .filter(|b| match *direction {
-                        "source" => b.source == *name,
-                        _ => b.destination == DestinationName::Exchange(name.to_string()),
-                    })
-                    .map(|b| self.binding_json(vhost, &b))
-                    .collect();
-                Response::json(200, &Json::Array(list))
-            }
-            ("PUT", [vhost, name]) => {
-                let target = match self.usable_vhost(caller, vhost) {
-                    Ok(target) => target,
-                    Err(response) => return response,
-                };
+            ("GET", []) | ("GET", [_]) => self.list_per_vhost(caller, path.first().copied(), |v| {
+                let mut exchanges = v.exchanges();
+                exchanges.sort_by(|a, b| a.name().cmp(b.name()));
+                exchanges
+                    .iter()
+                    .map(|e| self.exchange_json(v.name(), e))
+                    .collect()
+            }),
+            ("GET", [vhost, name]) => self.show_in_vhost(caller, vhost, |v| {
+                v.exchange(name).map(|e| self.exchange_json(vhost, &e))
+            }),
+            ("GET", [vhost, name, "bindings", direction @ ("source" | "destination")]) => self
+                .show_in_vhost(caller, vhost, |v| {
+                    v.exchange(name)?;
+                    let list = self
+                        .all_bindings(v)
+                        .into_iter()
+                        .filter(|b| match *direction {
+                            "source" => b.source == *name,
+                            _ => b.destination == DestinationName::Exchange(name.to_string()),
+                        })
+                        .map(|b| self.binding_json(vhost, &b))
+                        .collect();
+                    Some(Json::Array(list))
+                }),
+            ("PUT", [vhost, name]) => self.act_in_vhost(caller, vhost, |target| {
                 let body = match body_json(request) {
                     Ok(body) => body,
                     Err(response) => return response,
@@ -212,12 +188,8 @@ impl Management {
                     Ok(()) => created_or_updated(created),
                     Err(e) => core_error(e),
                 }
-            }
-            ("DELETE", [vhost, name]) => {
-                let target = match self.usable_vhost(caller, vhost) {
-                    Ok(target) => target,
-                    Err(response) => return response,
-                };
+            }),
+            ("DELETE", [vhost, name]) => self.act_in_vhost(caller, vhost, |target| {
                 if target.exchange(name).is_none() {
                     return not_found();
                 }
@@ -226,7 +198,7 @@ impl Management {
                     Ok(()) => Response::empty(204),
                     Err(e) => core_error(e),
                 }
-            }
+            }),
             ("POST", [vhost, name, "publish"]) => self.publish(request, caller, vhost, name),
             _ => not_found(),
         }
@@ -234,53 +206,25 @@ impl Management {
 
     pub(crate) fn queues(&self, request: &Request, path: &[&str], caller: &Caller) -> Response {
         match (request.method.as_str(), path) {
-            ("GET", []) | ("GET", [_]) => {
-                match self.visible_vhosts(caller, path.first().copied()) {
-                    Ok(vhosts) => {
-                        let list: Vec<Json> = vhosts
-                            .iter()
-                            .flat_map(|v| {
-                                let mut queues = v.queues();
-                                queues.sort_by(|a, b| a.name().cmp(b.name()));
-                                queues
-                                    .iter()
-                                    .map(|q| self.queue_json(v, q))
-                                    .collect::<Vec<_>>()
-                            })
-                            .collect();
-                        Response::json(200, &Json::Array(list))
-                    }
-                    Err(response) => response,
-                }
-            }
-            ("GET", [vhost, name]) => match self.visible_vhosts(caller, Some(vhost)) {
-                Ok(vhosts) => match vhosts[0].queue(name) {
-                    Some(queue) => Response::json(200, &self.queue_json(&vhosts[0], &queue)),
-                    None => not_found(),
-                },
-                Err(response) => response,
-            },
-            ("GET", [vhost, name, "bindings"]) => {
-                let vhosts = match self.visible_vhosts(caller, Some(vhost)) {
-                    Ok(vhosts) => vhosts,
-                    Err(response) => return response,
-                };
-                if vhosts[0].queue(name).is_none() {
-                    return not_found();
-                }
-                let list: Vec<Json> = self
-                    .all_bindings(&vhosts[0])
+            ("GET", []) | ("GET", [_]) => self.list_per_vhost(caller, path.first().copied(), |v| {
+                let mut queues = v.queues();
+                queues.sort_by(|a, b| a.name().cmp(b.name()));
+                queues.iter().map(|q| self.queue_json(v, q)).collect()
+            }),
+            ("GET", [vhost, name]) => self.show_in_vhost(caller, vhost, |v| {
+                v.queue(name).map(|q| self.queue_json(v, &q))
+            }),
+            ("GET", [vhost, name, "bindings"]) => self.show_in_vhost(caller, vhost, |v| {
+                v.queue(name)?;
+                let list = self
+                    .all_bindings(v)
                     .into_iter()
                     .filter(|b| b.destination == DestinationName::Queue(name.to_string()))
                     .map(|b| self.binding_json(vhost, &b))
                     .collect();
-                Response::json(200, &Json::Array(list))
-            }
-            ("PUT", [vhost, name]) => {
-                let target = match self.usable_vhost(caller, vhost) {
-                    Ok(target) => target,
-                    Err(response) => return response,
-                };
+                Some(Json::Array(list))
+            }),
+            ("PUT", [vhost, name]) => self.act_in_vhost(caller, vhost, |target| {
                 let body = match body_json(request) {
                     Ok(body) => body,
                     Err(response) => return response,
@@ -307,12 +251,8 @@ impl Management {
                     Ok(_) => created_or_updated(created),
                     Err(e) => core_error(e),
                 }
-            }
-            ("DELETE", [vhost, name]) => {
-                let target = match self.usable_vhost(caller, vhost) {
-                    Ok(target) => target,
-                    Err(response) => return response,
-                };
+            }),
+            ("DELETE", [vhost, name]) => self.act_in_vhost(caller, vhost, |target| {
                 if target.queue(name).is_none() {
                     return not_found();
                 }
@@ -322,17 +262,13 @@ impl Management {
                     Ok(_) => Response::empty(204),
                     Err(e) => core_error(e),
                 }
-            }
-            ("DELETE", [vhost, name, "contents"]) => {
-                let target = match self.usable_vhost(caller, vhost) {
-                    Ok(target) => target,
-                    Err(response) => return response,
-                };
+            }),
+            ("DELETE", [vhost, name, "contents"]) => self.act_in_vhost(caller, vhost, |target| {
                 match target.purge_queue(actor(caller), name) {
                     Ok(_) => Response::empty(204),
                     Err(e) => core_error(e),
                 }
-            }
+            }),
             ("POST", [vhost, name, "get"]) => self.get_messages(request, caller, vhost, name),
             _ => not_found(),
         }
