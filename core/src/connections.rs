@@ -67,11 +67,138 @@ impl ConnectionInfo {
 /// its protocol does (AMQP 0-9-1: 320 CONNECTION_FORCED with the reason).
 pub type CloseWaker = Box<dyn Fn() + Send + Sync>;
 
+/// A registered connection as the registry keeps it: [`ConnectionInfo`] in a compact form,
+/// rebuilt only when an operator lists connections. Every idle connection carries one, so
+/// names that many connections share (protocol, user, vhost, client property keys) are one
+/// interned `Arc<str>`, and a connection name that repeats a client property is not stored
+/// twice.
 struct Entry {
-    info: ConnectionInfo,
+    id: u64,
+    protocol: Arc<str>,
+    user: Arc<str>,
+    vhost: Arc<str>,
+    peer: SocketAddr,
+    local: SocketAddr,
+    client_properties: Box<[(Arc<str>, Value)]>,
+    connection_name: StoredConnectionName,
+    tls: bool,
+    frame_max: u32,
+    channel_max: u16,
+    heartbeat: u16,
+    connected_at: u64,
     channels: AtomicU32,
     close_reason: Mutex<Option<String>>,
     waker: CloseWaker,
+}
+
+/// Where an entry's connection name is.
+enum StoredConnectionName {
+    /// The client gave none.
+    None,
+    /// The value of the client property at this index (AMQP 0-9-1 `connection_name`, the
+    /// MQTT client id).
+    Property(usize),
+    /// A name found in no client property.
+    Own(Box<str>),
+}
+
+impl Entry {
+    fn new(info: ConnectionInfo, names: &NameInterner, waker: CloseWaker) -> Entry {
+        let client_properties: Box<[(Arc<str>, Value)]> = info
+            .client_properties
+            .0
+            .into_iter()
+            .map(|(key, value)| (names.intern(&key), value))
+            .collect();
+        let connection_name = match info.connection_name {
+            None => StoredConnectionName::None,
+            Some(name) => client_properties
+                .iter()
+                .position(|(_, value)| {
+                    matches!(value, Value::LongString(bytes) if bytes == name.as_bytes())
+                })
+                .map_or_else(
+                    || StoredConnectionName::Own(name.into_boxed_str()),
+                    StoredConnectionName::Property,
+                ),
+        };
+        Entry {
+            id: info.id,
+            protocol: names.intern(&info.protocol),
+            user: names.intern(&info.user),
+            vhost: names.intern(&info.vhost),
+            peer: info.peer,
+            local: info.local,
+            client_properties,
+            connection_name,
+            tls: info.tls,
+            frame_max: info.frame_max,
+            channel_max: info.channel_max,
+            heartbeat: info.heartbeat,
+            connected_at: info.connected_at,
+            channels: AtomicU32::new(0),
+            close_reason: Mutex::new(None),
+            waker,
+        }
+    }
+
+    /// The [`ConnectionInfo`] the listener registered.
+    fn info(&self) -> ConnectionInfo {
+        let connection_name = match &self.connection_name {
+            StoredConnectionName::None => None,
+            StoredConnectionName::Property(index) => match self.client_properties.get(*index) {
+                Some((_, Value::LongString(bytes))) => {
+                    Some(String::from_utf8_lossy(bytes).into_owned())
+                }
+                _ => None,
+            },
+            StoredConnectionName::Own(name) => Some(name.to_string()),
+        };
+        ConnectionInfo {
+            id: self.id,
+            protocol: self.protocol.to_string(),
+            user: self.user.to_string(),
+            vhost: self.vhost.to_string(),
+            peer: self.peer,
+            local: self.local,
+            client_properties: Table(
+                self.client_properties
+                    .iter()
+                    .map(|(key, value)| (key.to_string(), value.clone()))
+                    .collect(),
+            ),
+            connection_name,
+            tls: self.tls,
+            frame_max: self.frame_max,
+            channel_max: self.channel_max,
+            heartbeat: self.heartbeat,
+            connected_at: self.connected_at,
+        }
+    }
+}
+
+/// Shares one allocation among equal names. Bounded: past [`NameInterner::CAPACITY`]
+/// distinct names (say, one user per device) new names are allocated per connection instead,
+/// so the table cannot grow without limit; interned names live as long as the broker.
+#[derive(Default)]
+struct NameInterner {
+    names: Mutex<std::collections::HashSet<Arc<str>>>,
+}
+
+impl NameInterner {
+    const CAPACITY: usize = 4096;
+
+    fn intern(&self, name: &str) -> Arc<str> {
+        let mut names = self.names.lock();
+        if let Some(shared) = names.get(name) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = Arc::from(name);
+        if names.len() < Self::CAPACITY {
+            names.insert(Arc::clone(&shared));
+        }
+        shared
+    }
 }
 
 /// A snapshot of one registered connection.
@@ -87,6 +214,7 @@ pub struct ConnectionSnapshot {
 #[derive(Default)]
 pub struct ConnectionRegistry {
     entries: RwLock<HashMap<u64, Arc<Entry>>>,
+    names: NameInterner,
     opened: AtomicU64,
     closed: AtomicU64,
 }
@@ -98,12 +226,7 @@ impl ConnectionRegistry {
         waker: CloseWaker,
     ) -> ConnectionHandle {
         let id = info.id;
-        let entry = Arc::new(Entry {
-            info,
-            channels: AtomicU32::new(0),
-            close_reason: Mutex::new(None),
-            waker,
-        });
+        let entry = Arc::new(Entry::new(info, &self.names, waker));
         self.entries.write().insert(id, Arc::clone(&entry));
         self.opened.fetch_add(1, Ordering::Relaxed);
         ConnectionHandle {
@@ -119,7 +242,7 @@ impl ConnectionRegistry {
             .read()
             .values()
             .map(|entry| ConnectionSnapshot {
-                info: entry.info.clone(),
+                info: entry.info(),
                 channels: entry.channels.load(Ordering::Relaxed),
             })
             .collect();
@@ -181,19 +304,14 @@ impl ConnectionHandle {
 
     /// The registered connection's id.
     pub fn id(&self) -> u64 {
-        self.entry.info.id
+        self.entry.id
     }
 }
 
 impl Drop for ConnectionHandle {
     fn drop(&mut self) {
         if let Some(registry) = self.registry.upgrade() {
-            if registry
-                .entries
-                .write()
-                .remove(&self.entry.info.id)
-                .is_some()
-            {
+            if registry.entries.write().remove(&self.entry.id).is_some() {
                 registry.closed.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -203,7 +321,7 @@ impl Drop for ConnectionHandle {
 impl std::fmt::Debug for ConnectionHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConnectionHandle")
-            .field("id", &self.entry.info.id)
+            .field("id", &self.entry.id)
             .finish()
     }
 }
@@ -251,6 +369,37 @@ mod tests {
         assert_eq!(registry.count(), 1);
         assert_eq!(registry.opened_total(), 2);
         assert_eq!(registry.closed_total(), 1);
+    }
+
+    #[test]
+    fn listing_rebuilds_what_was_registered_and_shares_repeated_names() {
+        let registry = Arc::new(ConnectionRegistry::default());
+        let amqp = info(1);
+        let mut mqtt = info(2);
+        mqtt.protocol = "MQTT 3.1.1".into();
+        mqtt.client_properties = Table(vec![("client_id".into(), Value::string("sensor-1"))]);
+        mqtt.connection_name = Some("sensor-1".into());
+        let mut named_elsewhere = info(3);
+        named_elsewhere.connection_name = Some("not a property".into());
+        let mut unnamed = info(4);
+        unnamed.client_properties = Table::new();
+        unnamed.connection_name = None;
+        let registered = [amqp, mqtt, named_elsewhere, unnamed];
+        let _handles: Vec<ConnectionHandle> = registered
+            .iter()
+            .map(|info| registry.register(info.clone(), Box::new(|| {})))
+            .collect();
+        let listed = registry.list();
+        for (snapshot, info) in listed.iter().zip(&registered) {
+            assert_eq!(format!("{:?}", snapshot.info), format!("{info:?}"));
+        }
+        let entries = registry.entries.read();
+        assert!(Arc::ptr_eq(&entries[&1].user, &entries[&2].user));
+        assert!(Arc::ptr_eq(&entries[&1].vhost, &entries[&4].vhost));
+        assert!(matches!(
+            entries[&2].connection_name,
+            StoredConnectionName::Property(0)
+        ));
     }
 
     #[test]

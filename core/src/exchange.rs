@@ -183,12 +183,87 @@ impl PartialOrd for Target {
     }
 }
 
+/// A binding as an exchange keeps it in its list: what [`Binding`] says, without repeating
+/// what the exchange and the target already hold. Every idle MQTT subscription has one in
+/// `amq.topic`, so the common case (source is this exchange, destination is the target's own
+/// name, no arguments) stores only the routing key.
+struct StoredBinding {
+    /// The source, when it is not this exchange's name.
+    other_source: Option<Box<str>>,
+    /// The destination, when it is not the target's own name.
+    other_destination: Option<Box<DestinationName>>,
+    routing_key: Box<str>,
+    /// The arguments, when there are any.
+    arguments: Option<Box<Table>>,
+}
+
+/// No arguments, for bindings stored without any.
+static NO_ARGUMENTS: Table = Table(Vec::new());
+
+impl StoredBinding {
+    fn new(binding: Binding, target: &Target, exchange: &str) -> StoredBinding {
+        StoredBinding {
+            other_source: (binding.source != exchange).then(|| binding.source.into_boxed_str()),
+            other_destination: (!Self::names_target(&binding.destination, target))
+                .then(|| Box::new(binding.destination)),
+            routing_key: binding.routing_key.into_boxed_str(),
+            arguments: (!binding.arguments.0.is_empty()).then(|| Box::new(binding.arguments)),
+        }
+    }
+
+    /// Whether `destination` is `target`'s own name (true for every binding the vhost makes).
+    fn names_target(destination: &DestinationName, target: &Target) -> bool {
+        match (destination, target) {
+            (DestinationName::Queue(name), Target::Queue(queue)) => *name == queue.name(),
+            (DestinationName::Exchange(name), Target::Exchange(exchange)) => **name == **exchange,
+            _ => false,
+        }
+    }
+
+    fn arguments(&self) -> &Table {
+        self.arguments.as_deref().unwrap_or(&NO_ARGUMENTS)
+    }
+
+    fn source<'a>(&'a self, exchange: &'a str) -> &'a str {
+        self.other_source.as_deref().unwrap_or(exchange)
+    }
+
+    fn is_to(&self, destination: &DestinationName, target: &Target) -> bool {
+        match &self.other_destination {
+            Some(other) => **other == *destination,
+            None => Self::names_target(destination, target),
+        }
+    }
+
+    /// Whether this is `binding` (as [`Binding`]'s equality compares them).
+    fn is(&self, binding: &Binding, target: &Target, exchange: &str) -> bool {
+        *self.routing_key == *binding.routing_key
+            && self.source(exchange) == binding.source
+            && self.is_to(&binding.destination, target)
+            && *self.arguments() == binding.arguments
+    }
+
+    fn to_binding(&self, target: &Target, exchange: &str) -> Binding {
+        let destination = match (&self.other_destination, target) {
+            (Some(other), _) => (**other).clone(),
+            (None, Target::Queue(queue)) => DestinationName::Queue(queue.name().to_string()),
+            (None, Target::Exchange(name)) => DestinationName::Exchange(name.to_string()),
+        };
+        Binding {
+            source: self.source(exchange).to_string(),
+            destination,
+            routing_key: self.routing_key.to_string(),
+            arguments: self.arguments().clone(),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Bindings {
     /// The index of a plugin exchange type.
     plugin: Option<Box<dyn ExchangeRouter>>,
     /// Authoritative list, in bind order.
-    list: Vec<(Binding, Target)>,
+    list: Vec<(StoredBinding, Target)>,
     direct: HashMap<String, Vec<Target>>,
     fanout: Vec<Target>,
     topic: TopicTrie<Target>,
@@ -242,7 +317,12 @@ impl Exchange {
     /// Adds a binding; returns false when an identical one existed already.
     pub fn bind(&self, binding: Binding, target: Target) -> bool {
         let mut bindings = self.bindings.write();
-        if bindings.list.iter().any(|(b, _)| *b == binding) {
+        let exchange = self.config.name.as_str();
+        if bindings
+            .list
+            .iter()
+            .any(|(b, t)| b.is(&binding, t, exchange))
+        {
             return false;
         }
         // Several bindings may share (key, target) with different arguments: the index keeps
@@ -250,7 +330,7 @@ impl Exchange {
         let shared = bindings
             .list
             .iter()
-            .any(|(b, t)| b.routing_key == binding.routing_key && *t == target);
+            .any(|(b, t)| *b.routing_key == *binding.routing_key && *t == target);
         if !shared {
             match self.config.kind {
                 ExchangeKind::Direct => {
@@ -268,19 +348,25 @@ impl Exchange {
         if let Some(router) = bindings.plugin.as_mut() {
             router.bind(&binding.routing_key, &binding.arguments, &target);
         }
-        bindings.list.push((binding, target));
+        let stored = StoredBinding::new(binding, &target, exchange);
+        bindings.list.push((stored, target));
         true
     }
 
     /// Removes the binding equal to `binding`; returns whether it existed.
     pub fn unbind(&self, binding: &Binding) -> bool {
         let mut bindings = self.bindings.write();
-        let Some(position) = bindings.list.iter().position(|(b, _)| b == binding) else {
+        let exchange = self.config.name.as_str();
+        let Some(position) = bindings
+            .list
+            .iter()
+            .position(|(b, t)| b.is(binding, t, exchange))
+        else {
             return false;
         };
         let (removed, target) = bindings.list.remove(position);
         if let Some(router) = bindings.plugin.as_mut() {
-            router.unbind(&removed.routing_key, &removed.arguments, &target);
+            router.unbind(&removed.routing_key, removed.arguments(), &target);
         }
         Self::unindex(
             &mut bindings,
@@ -295,7 +381,7 @@ impl Exchange {
         let still_shared = bindings
             .list
             .iter()
-            .any(|(b, t)| b.routing_key == key && t == target);
+            .any(|(b, t)| *b.routing_key == *key && t == target);
         if still_shared {
             return;
         }
@@ -325,8 +411,8 @@ impl Exchange {
         let mut bindings = self.bindings.write();
         let mut removed = Vec::new();
         bindings.list.retain(|(b, t)| {
-            if b.destination == *destination {
-                removed.push((b.routing_key.clone(), b.arguments.clone(), t.clone()));
+            if b.is_to(destination, t) {
+                removed.push((b.routing_key.to_string(), b.arguments().clone(), t.clone()));
                 false
             } else {
                 true
@@ -352,7 +438,7 @@ impl Exchange {
             .read()
             .list
             .iter()
-            .map(|(b, _)| b.clone())
+            .map(|(b, t)| b.to_binding(t, &self.config.name))
             .collect()
     }
 
@@ -371,7 +457,7 @@ impl Exchange {
             ExchangeKind::Headers => {
                 let headers = message.properties.headers.as_ref();
                 for (binding, target) in &bindings.list {
-                    if headers_match(&binding.arguments, headers) && !out.contains(target) {
+                    if headers_match(binding.arguments(), headers) && !out.contains(target) {
                         out.push(target.clone());
                     }
                 }
@@ -390,5 +476,105 @@ impl std::fmt::Debug for Exchange {
         f.debug_struct("Exchange")
             .field("name", &self.config.name)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::QueueConfig;
+    use crate::value::Value;
+
+    fn exchange(name: &str, kind: ExchangeKind) -> Arc<Exchange> {
+        Exchange::new(ExchangeConfig {
+            name: name.into(),
+            kind,
+            durable: false,
+            auto_delete: false,
+            internal: false,
+            arguments: Table::new(),
+            plugin: None,
+        })
+    }
+
+    fn queue(name: &str) -> Arc<Queue> {
+        Queue::new(QueueConfig {
+            name: name.into(),
+            vhost: "/".into(),
+            durable: false,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments: Table::new(),
+        })
+    }
+
+    fn binding(source: &str, destination: DestinationName, key: &str, arguments: Table) -> Binding {
+        Binding {
+            source: source.into(),
+            destination,
+            routing_key: key.into(),
+            arguments,
+        }
+    }
+
+    #[test]
+    fn stored_bindings_list_compare_and_unbind_as_registered() {
+        let topic = exchange("amq.topic", ExchangeKind::Topic);
+        let sensors = queue("sensors");
+        let mut arguments = Table::new();
+        arguments.insert("x-match", Value::string("all"));
+        let registered = [
+            binding(
+                "amq.topic",
+                DestinationName::Queue("sensors".into()),
+                "devices.*.temp",
+                Table::new(),
+            ),
+            binding(
+                "amq.topic",
+                DestinationName::Queue("sensors".into()),
+                "devices.#",
+                arguments.clone(),
+            ),
+            // Neither the exchange's name nor the target's: kept as given.
+            binding(
+                "elsewhere",
+                DestinationName::Queue("renamed".into()),
+                "devices.#",
+                Table::new(),
+            ),
+            binding(
+                "amq.topic",
+                DestinationName::Exchange("fan".into()),
+                "devices.42.temp",
+                Table::new(),
+            ),
+        ];
+        let targets = [
+            Target::Queue(Arc::clone(&sensors)),
+            Target::Queue(Arc::clone(&sensors)),
+            Target::Queue(Arc::clone(&sensors)),
+            Target::Exchange(Arc::from("fan")),
+        ];
+        for (b, t) in registered.iter().zip(&targets) {
+            assert!(topic.bind(b.clone(), t.clone()));
+            assert!(!topic.bind(b.clone(), t.clone()), "a duplicate is refused");
+        }
+        assert_eq!(topic.bindings(), registered.to_vec());
+        assert_eq!(
+            topic.unbind_destination(&DestinationName::Queue("renamed".into())),
+            1
+        );
+        assert!(topic.unbind(&registered[1]));
+        assert!(!topic.unbind(&registered[1]));
+        assert_eq!(
+            topic.bindings(),
+            vec![registered[0].clone(), registered[3].clone()]
+        );
+        assert_eq!(
+            topic.unbind_destination(&DestinationName::Queue("sensors".into())),
+            1
+        );
+        assert_eq!(topic.bindings(), vec![registered[3].clone()]);
     }
 }

@@ -148,7 +148,9 @@ struct QueueState {
     next_message_id: u64,
     had_consumers: bool,
     deleted: bool,
-    stats: QueueStats,
+    /// Counters and deferred work, allocated on the first message: an idle queue (one per
+    /// idle MQTT subscription) carries none of it.
+    activity: Option<Box<QueueActivity>>,
     /// The effective limits: arguments combined with policies. Shared (see
     /// [`shared_limits`]): most queues have none, and an idle queue should not carry them.
     limits: Arc<QueueLimits>,
@@ -169,6 +171,13 @@ struct QueueState {
     next_expiry: u64,
     /// When the last full expiry pass ran.
     last_sweep: u64,
+}
+
+/// What a queue accumulates once messages pass through it: its counters and the work
+/// collected under the lock to do once it is released.
+#[derive(Default)]
+struct QueueActivity {
+    stats: QueueStats,
     /// Messages to dead-letter once the lock is released (routing takes other queues' locks).
     dead_letters: Vec<(Arc<Message>, DeathReason)>,
     /// Store ids that left the queue for good, recorded in the store once the lock is
@@ -181,10 +190,30 @@ struct QueueState {
 }
 
 impl QueueState {
+    /// The counters and deferred-work lists, allocated on first use.
+    fn active(&mut self) -> &mut QueueActivity {
+        self.activity.get_or_insert_with(Box::default)
+    }
+
+    /// The counters so far (all zero for a queue no message has passed through).
+    fn counters(&self) -> QueueStats {
+        self.activity
+            .as_deref()
+            .map(|activity| activity.stats)
+            .unwrap_or_default()
+    }
+
+    /// Ready messages whose bodies are on disk only (cheaper than copying every counter).
+    fn paged_out(&self) -> u64 {
+        self.activity
+            .as_deref()
+            .map_or(0, |activity| activity.stats.paged_out)
+    }
+
     fn push_ready(&mut self, ready: ReadyMessage) {
         self.ready_bytes += ready.body_len();
         self.resident_bytes += ready.resident_len();
-        self.stats.paged_out += u64::from(ready.paged);
+        self.active().stats.paged_out += u64::from(ready.paged);
         self.expiring += usize::from(ready.expires_at.is_some());
         if let Some(at) = ready.expires_at {
             self.next_expiry = self.next_expiry.min(at);
@@ -205,16 +234,16 @@ impl QueueState {
             return;
         }
         if needs_settlement {
-            self.store_delivered.push(store_id);
+            self.active().store_delivered.push(store_id);
         } else {
-            self.store_removed.push(store_id);
+            self.active().store_removed.push(store_id);
         }
     }
 
     fn forget_ready(&mut self, ready: &ReadyMessage) {
         self.ready_bytes -= ready.body_len();
         self.resident_bytes -= ready.resident_len();
-        self.stats.paged_out -= u64::from(ready.paged);
+        self.active().stats.paged_out -= u64::from(ready.paged);
         self.expiring -= usize::from(ready.expires_at.is_some());
     }
 }
@@ -354,7 +383,7 @@ impl Queue {
         let Some(link) = self.store.get() else {
             return ready;
         };
-        let resident = state.ready.len() - state.stats.paged_out as usize;
+        let resident = state.ready.len() - state.paged_out() as usize;
         let over_bytes =
             state.resident_bytes + ready.message.body.len() as u64 > self.memory_limits.bytes();
         if ready.store_id == 0
@@ -451,14 +480,18 @@ impl Queue {
     /// Releases the lock, then routes the dead letters it collected.
     fn finish(&self, mut state: MutexGuard<'_, QueueState>) {
         self.update_flow(&state);
-        let dead = std::mem::take(&mut state.dead_letters);
-        let stored = !state.store_removed.is_empty() || !state.store_delivered.is_empty();
-        let removed = std::mem::take(&mut state.store_removed);
-        let delivered = std::mem::take(&mut state.store_delivered);
-        let traced = if state.traced.is_empty() {
+        // An idle queue has no activity record and nothing deferred.
+        let Some(activity) = state.activity.as_deref_mut() else {
+            return;
+        };
+        let dead = std::mem::take(&mut activity.dead_letters);
+        let stored = !activity.store_removed.is_empty() || !activity.store_delivered.is_empty();
+        let removed = std::mem::take(&mut activity.store_removed);
+        let delivered = std::mem::take(&mut activity.store_delivered);
+        let traced = if activity.traced.is_empty() {
             Vec::new()
         } else {
-            std::mem::take(&mut state.traced)
+            std::mem::take(&mut activity.traced)
         };
         drop(state);
         if stored {
@@ -485,7 +518,7 @@ impl Queue {
         if !self.flow.is_congested() {
             return;
         }
-        let resident = state.ready.len() - state.stats.paged_out as usize;
+        let resident = state.ready.len() - state.paged_out() as usize;
         if state.deleted
             || self
                 .memory_limits
@@ -515,25 +548,25 @@ impl Queue {
         reason: DeathReason,
     ) {
         if store_id != 0 {
-            state.store_removed.push(store_id);
+            state.active().store_removed.push(store_id);
         }
         match reason {
-            DeathReason::Expired => state.stats.expired += 1,
-            DeathReason::Rejected => state.stats.dropped += 1,
-            DeathReason::MaxLen => state.stats.dropped_maxlen += 1,
-            DeathReason::DeliveryLimit => state.stats.dropped_delivery_limit += 1,
+            DeathReason::Expired => state.active().stats.expired += 1,
+            DeathReason::Rejected => state.active().stats.dropped += 1,
+            DeathReason::MaxLen => state.active().stats.dropped_maxlen += 1,
+            DeathReason::DeliveryLimit => state.active().stats.dropped_delivery_limit += 1,
         }
         if state.limits.dead_letter_exchange.is_some() {
             match reason {
-                DeathReason::Rejected => state.stats.dead_lettered_rejected += 1,
-                DeathReason::Expired => state.stats.dead_lettered_expired += 1,
-                DeathReason::MaxLen => state.stats.dead_lettered_maxlen += 1,
+                DeathReason::Rejected => state.active().stats.dead_lettered_rejected += 1,
+                DeathReason::Expired => state.active().stats.dead_lettered_expired += 1,
+                DeathReason::MaxLen => state.active().stats.dead_lettered_maxlen += 1,
                 DeathReason::DeliveryLimit => {
-                    state.stats.dropped_delivery_limit -= 1;
-                    state.stats.dead_lettered_delivery_limit += 1;
+                    state.active().stats.dropped_delivery_limit -= 1;
+                    state.active().stats.dead_lettered_delivery_limit += 1;
                 }
             }
-            state.dead_letters.push((message, reason));
+            state.active().dead_letters.push((message, reason));
         }
     }
 
@@ -612,8 +645,8 @@ impl Queue {
         // Every removed message carried an expiry.
         state.expiring -= expired;
         state.ready_bytes -= bytes;
-        state.stats.paged_out -= paged;
-        state.stats.expired += garbage.len() as u64;
+        state.active().stats.paged_out -= paged;
+        state.active().stats.expired += garbage.len() as u64;
         for ready in to_discard {
             self.discard_ready(&mut state, ready, DeathReason::Expired);
         }
@@ -683,7 +716,7 @@ impl Queue {
             ready: state.ready.len() as u64,
             unacknowledged: state.unsettled.len() as u64,
             consumers: state.consumers.len() as u64,
-            ..state.stats
+            ..state.counters()
         }
     }
 
@@ -703,7 +736,7 @@ impl Queue {
         let mut state = self.state.lock();
         if state.deleted {
             if store_id != 0 {
-                state.store_removed.push(store_id);
+                state.active().store_removed.push(store_id);
                 self.finish(state);
             }
             return EnqueueOutcome::Enqueued;
@@ -735,18 +768,18 @@ impl Queue {
                     }
                     // A message larger than the byte limit by itself is dropped too.
                     if over(&state) {
-                        state.stats.published += 1;
+                        state.active().stats.published += 1;
                         self.discard(&mut state, message, store_id, DeathReason::MaxLen);
                         self.finish(state);
                         return EnqueueOutcome::Enqueued;
                     }
                 }
                 Overflow::RejectPublish | Overflow::RejectPublishDlx if over(&state) => {
-                    state.stats.rejected_publishes += 1;
+                    state.active().stats.rejected_publishes += 1;
                     if overflow == Overflow::RejectPublishDlx {
                         self.discard(&mut state, message, store_id, DeathReason::MaxLen);
                     } else if store_id != 0 {
-                        state.store_removed.push(store_id);
+                        state.active().store_removed.push(store_id);
                     }
                     self.finish(state);
                     return EnqueueOutcome::Rejected;
@@ -756,7 +789,7 @@ impl Queue {
         }
         let id = state.next_message_id;
         state.next_message_id += 1;
-        state.stats.published += 1;
+        state.active().stats.published += 1;
         let ready = ReadyMessage {
             id,
             message,
@@ -774,7 +807,7 @@ impl Queue {
         state.push_ready(ready);
         self.dispatch_locked(&mut state);
         if stays_in_memory && !self.flow.is_congested() {
-            let resident = state.ready.len() - state.stats.paged_out as usize;
+            let resident = state.ready.len() - state.paged_out() as usize;
             if self.memory_limits.is_over(resident, state.resident_bytes) {
                 self.flow.raise();
             }
@@ -811,7 +844,7 @@ impl Queue {
                     Some(message) => Some(message),
                     None => {
                         if let Some(lost) = state.pop_ready() {
-                            state.store_removed.push(lost.store_id);
+                            state.active().store_removed.push(lost.store_id);
                         }
                         continue;
                     }
@@ -847,9 +880,10 @@ impl Queue {
                 );
             }
             state.note_delivered(ready.store_id, needs_settlement);
-            state.stats.delivered += 1;
+            state.active().stats.delivered += 1;
             if self.trace.load(Ordering::Relaxed) {
                 state
+                    .active()
                     .traced
                     .push((Arc::clone(&ready.message), ready.redelivered));
             }
@@ -938,7 +972,7 @@ impl Queue {
                     ready.paged = false;
                     break ready;
                 }
-                None => state.store_removed.push(ready.store_id),
+                None => state.active().store_removed.push(ready.store_id),
             }
         };
         if needs_settlement {
@@ -953,9 +987,10 @@ impl Queue {
             );
         }
         state.note_delivered(ready.store_id, needs_settlement);
-        state.stats.delivered += 1;
+        state.active().stats.delivered += 1;
         if self.trace.load(Ordering::Relaxed) {
             state
+                .active()
                 .traced
                 .push((Arc::clone(&ready.message), ready.redelivered));
         }
@@ -980,9 +1015,9 @@ impl Queue {
             Settlement::Ack => {
                 for id in ids {
                     if let Some(unsettled) = state.unsettled.remove(id) {
-                        state.stats.acknowledged += 1;
+                        state.active().stats.acknowledged += 1;
                         if unsettled.store_id != 0 {
-                            state.store_removed.push(unsettled.store_id);
+                            state.active().store_removed.push(unsettled.store_id);
                         }
                     }
                 }
@@ -1136,11 +1171,15 @@ impl Queue {
         let mut state = self.state.lock();
         let count = state.ready.len() as u64;
         let removed: Vec<u64> = state.ready.store_ids().collect();
-        state.store_removed.extend(removed);
+        if !removed.is_empty() {
+            state.active().store_removed.extend(removed);
+        }
         state.ready.clear();
         state.ready_bytes = 0;
         state.resident_bytes = 0;
-        state.stats.paged_out = 0;
+        if let Some(activity) = state.activity.as_deref_mut() {
+            activity.stats.paged_out = 0;
+        }
         state.expiring = 0;
         self.finish(state);
         count
@@ -1167,7 +1206,9 @@ impl Queue {
             state.ready.clear();
             state.ready_bytes = 0;
             state.resident_bytes = 0;
-            state.stats.paged_out = 0;
+            if let Some(activity) = state.activity.as_deref_mut() {
+                activity.stats.paged_out = 0;
+            }
             state.expiring = 0;
             state.unsettled.clear();
             (count, std::mem::take(&mut state.consumers))
@@ -1271,6 +1312,17 @@ mod tests {
             priority,
             arguments: Table::new(),
         }
+    }
+
+    #[test]
+    fn an_idle_queue_allocates_no_activity_until_a_message_arrives() {
+        let q = queue(false);
+        q.purge();
+        assert!(q.state.lock().activity.is_none());
+        assert_eq!(q.stats(), QueueStats::default());
+        q.enqueue(message("first"));
+        assert!(q.state.lock().activity.is_some());
+        assert_eq!(q.stats().published, 1);
     }
 
     #[test]
