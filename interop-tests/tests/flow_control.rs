@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod amqp10_common;
 mod amqprs_common;
 
 use amqprs::channel::BasicConsumeArguments;
@@ -295,6 +296,69 @@ async fn a_stomp_sender_flooding_a_queue_is_paused_and_loses_nothing() {
         }
         let sender = flooding.await.expect("the sender finished");
         sender.disconnect().await;
+        assert!(!flood.flow().is_congested());
+        broker.shutdown().await;
+    })
+    .await
+    .expect("bounded in time");
+}
+
+// A current-thread runtime: fe2o3-amqp 0.14 can drop a fast disposition on a multi-thread
+// runtime (see durable_settlement.rs).
+#[tokio::test]
+async fn an_amqp10_sender_flooding_a_queue_gets_no_credit_until_it_drains_and_loses_nothing() {
+    use fe2o3_amqp::types::messaging::{Data, Message, Outcome};
+    use fe2o3_amqp::types::primitives::Binary;
+    use fe2o3_amqp::{Receiver, Sender};
+
+    tokio::time::timeout(LIMIT_TIME, async {
+        let broker = TestBroker::start_with(&[("queue_max_in_memory_bytes", LIMIT)]).await;
+        amqp10_common::declare_queue(&broker, "flood");
+        let flood = queue(&broker, "flood");
+        let (mut connection, mut session) = amqp10_common::connect(&broker).await;
+        let mut sender = Sender::attach(&mut session, "flooder", "/queues/flood")
+            .await
+            .expect("sender attaches");
+        let sent = Arc::new(AtomicUsize::new(0));
+        let flooding = {
+            let sent = Arc::clone(&sent);
+            tokio::spawn(async move {
+                for i in 0..TOTAL {
+                    let message = Message::builder().data(Binary::from(body(i))).build();
+                    let outcome = sender.send(message).await.expect("disposition");
+                    assert!(
+                        matches!(outcome, Outcome::Accepted(_)),
+                        "message {i} accepted"
+                    );
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+                sender
+            })
+        };
+        assert_publisher_paused(&flood, &sent).await;
+        assert!(!flooding.is_finished(), "the sender waits for credit");
+
+        let (mut drain_connection, mut drain_session) = amqp10_common::connect(&broker).await;
+        let mut receiver = Receiver::attach(&mut drain_session, "drain", "/queues/flood")
+            .await
+            .expect("receiver attaches");
+        for i in 0..TOTAL {
+            let delivery = receiver.recv::<Data>().await.expect("delivery");
+            assert_eq!(
+                delivery.body().0.as_ref(),
+                &body(i)[..],
+                "message {i} in order"
+            );
+            receiver.accept(&delivery).await.expect("accept");
+        }
+        let sender = flooding.await.expect("the sender finished");
+        assert_eq!(sent.load(Ordering::Relaxed), TOTAL);
+        sender.close().await.expect("sender closes");
+        receiver.close().await.expect("receiver closes");
+        session.end().await.expect("session ends");
+        drain_session.end().await.expect("session ends");
+        connection.close().await.expect("connection closes");
+        drain_connection.close().await.expect("connection closes");
         assert!(!flood.flow().is_congested());
         broker.shutdown().await;
     })
