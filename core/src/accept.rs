@@ -38,13 +38,34 @@ impl Drop for LiveGuard {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// A connection task with its [`LiveGuard`]. A struct, not an `async` block awaiting the
+    /// task: rustc lays out a captured future and the awaited one separately, which would
+    /// double every idle connection's task (measured: +2.4 KiB per idle MQTT connection).
+    struct Counted<F> {
+        #[pin]
+        task: F,
+        _guard: LiveGuard,
+    }
+}
+
+impl<F: Future<Output = ()>> Future for Counted<F> {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        self.project().task.poll(cx)
+    }
+}
+
 impl LiveConnections {
     fn spawn(self: &Arc<Self>, task: impl Future<Output = ()> + Send + 'static) {
         self.count.fetch_add(1, Ordering::AcqRel);
-        let guard = LiveGuard(Arc::clone(self));
-        tokio::spawn(async move {
-            let _guard = guard;
-            task.await;
+        tokio::spawn(Counted {
+            task,
+            _guard: LiveGuard(Arc::clone(self)),
         });
     }
 

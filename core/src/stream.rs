@@ -81,7 +81,7 @@ pub enum Writer {
     Plain(OwnedWriteHalf),
     /// TLS over TCP. rustls needs `&mut` to write, hence the lock (never contended: the
     /// outbox admits one writer at a time).
-    Tls(tokio::sync::Mutex<WriteHalf<TlsStream<TcpStream>>>),
+    Tls(Box<tokio::sync::Mutex<WriteHalf<TlsStream<TcpStream>>>>),
 }
 
 /// Splits a plain socket.
@@ -95,7 +95,7 @@ pub fn tls(stream: TlsStream<TcpStream>) -> (Reader, Writer) {
     let (reader, writer) = tokio::io::split(stream);
     (
         Reader::Tls(reader),
-        Writer::Tls(tokio::sync::Mutex::new(writer)),
+        Writer::Tls(Box::new(tokio::sync::Mutex::new(writer))),
     )
 }
 
@@ -167,10 +167,15 @@ impl Writer {
                 }
                 Ok(())
             }
+            // Boxed: the lock and TLS write futures would otherwise be part of every plain
+            // connection's task, idle or not.
             Writer::Tls(writer) => {
-                let mut writer = writer.lock().await;
-                writer.write_all(bytes).await?;
-                writer.flush().await
+                Box::pin(async move {
+                    let mut writer = writer.lock().await;
+                    writer.write_all(bytes).await?;
+                    writer.flush().await
+                })
+                .await
             }
         }
     }

@@ -265,7 +265,9 @@ pub struct Queue {
     memory_limits: Arc<QueueMemoryLimits>,
     /// Raised while the queue holds more in memory than `memory_limits` allow: publishers
     /// to it are not read until it drains (see [`crate::flow`]).
-    flow: Arc<QueueFlow>,
+    /// Allocated the first time the queue goes over its limits (or someone asks): most
+    /// queues never do.
+    flow: OnceLock<Arc<QueueFlow>>,
 }
 
 static NEXT_CONSUMER_ID: AtomicU64 = AtomicU64::new(1);
@@ -326,7 +328,7 @@ impl Queue {
             }),
             store: OnceLock::new(),
             memory_limits,
-            flow: Arc::default(),
+            flow: OnceLock::new(),
         })
     }
 
@@ -515,22 +517,27 @@ impl Queue {
     /// with a message that cannot be paged out: requeued deliveries going over the limits
     /// hold back no publisher.
     fn update_flow(&self, state: &QueueState) {
-        if !self.flow.is_congested() {
+        let Some(flow) = self.flow.get().filter(|flow| flow.is_congested()) else {
             return;
-        }
+        };
         let resident = state.ready.len() - state.paged_out() as usize;
         if state.deleted
             || self
                 .memory_limits
                 .is_drained(resident, state.resident_bytes)
         {
-            self.flow.clear();
+            flow.clear();
         }
     }
 
     /// The queue's flow signal (see [`crate::flow`]).
     pub fn flow(&self) -> &Arc<QueueFlow> {
-        &self.flow
+        self.flow.get_or_init(Arc::default)
+    }
+
+    /// Whether the queue's flow signal is raised (without allocating it).
+    fn is_congested(&self) -> bool {
+        self.flow.get().is_some_and(|flow| flow.is_congested())
     }
 
     /// Body bytes of the ready messages the queue holds in memory (paged-out ones excluded).
@@ -806,15 +813,15 @@ impl Queue {
         let stays_in_memory = !ready.paged;
         state.push_ready(ready);
         self.dispatch_locked(&mut state);
-        if stays_in_memory && !self.flow.is_congested() {
+        if stays_in_memory && !self.is_congested() {
             let resident = state.ready.len() - state.paged_out() as usize;
             if self.memory_limits.is_over(resident, state.resident_bytes) {
-                self.flow.raise();
+                self.flow().raise();
             }
         }
         self.finish(state);
-        if self.flow.is_congested() {
-            crate::flow::note_congested(&self.flow);
+        if self.is_congested() {
+            crate::flow::note_congested(self.flow());
         }
         EnqueueOutcome::Enqueued
     }
@@ -1214,7 +1221,9 @@ impl Queue {
             (count, std::mem::take(&mut state.consumers))
         };
         // Publishers waiting for this queue to drain go on.
-        self.flow.clear();
+        if let Some(flow) = self.flow.get() {
+            flow.clear();
+        }
         // Outside the queue lock: a sink may take its own locks to send a cancel.
         for consumer in consumers {
             consumer.sink.cancelled();

@@ -264,6 +264,8 @@ async fn drive(
         };
         // Boxed, and only while acknowledgements wait for the disk: a future inline here
         // would be part of every idle connection's task.
+        // Boxed too, and only while paused: publishers are rarely held back.
+        let flow_wait = flow_paused.then(|| Box::pin(flow.changed()));
         let durability = session
             .awaits_durability()
             .then(|| Box::pin(either_changed(&mut durable, &mut retained_durable)));
@@ -277,7 +279,7 @@ async fn drive(
             read = read_some(reader, &mut buffer, &mut busy), if !blocked => Woken::Read(read),
             // Bytes to write, or a signal (looked at at the top of the loop).
             _ = outbox.notify.notified() => Woken::Outbox,
-            _ = flow.changed(), if flow_paused => Woken::Flow,
+            _ = wait_if_some(flow_wait) => Woken::Flow,
             _ = tokio::time::sleep_until(deadline) => Woken::Deadline,
         };
         let read = match woken {
@@ -434,7 +436,8 @@ async fn read_some(
     let reader = match reader {
         Reader::Plain(reader) => reader,
         // rustls buffers what it decrypted: read through it into the buffer.
-        tls => return tls.read_some(buffer).await,
+        // Boxed: the TLS read future would otherwise be part of every plain connection's task.
+        tls => return Box::pin(tls.read_some(buffer)).await,
     };
     loop {
         if buffer.is_empty() && !*busy {

@@ -144,10 +144,14 @@ impl RateSampler {
             };
             vhosts.insert(name.clone(), StatCounters::from_totals(&vhost.totals()));
             for queue in vhost.queues() {
-                queues.insert(
-                    (name.clone(), queue.name().to_string()),
-                    StatCounters::from_queue(&queue.stats()),
-                );
+                let counters = StatCounters::from_queue(&queue.stats());
+                // A queue nothing passed through yet (most of an MQTT fleet's subscription
+                // queues) has no entry: it reads as zero counters and zero rates, and an
+                // idle queue costs nothing here.
+                if counters == StatCounters::default() {
+                    continue;
+                }
+                queues.insert((name.clone(), queue.name().to_string()), counters);
             }
         }
         let mut samples = self.lock();
@@ -155,9 +159,12 @@ impl RateSampler {
             .taken_at
             .map(|at| now.duration_since(at).as_secs_f64())
             .filter(|s| *s > 0.0);
-        let rate = |before: Option<&StatCounters>, after: &StatCounters| match (before, seconds) {
-            (Some(before), Some(seconds)) => StatRates::between(before, after, seconds),
-            _ => StatRates::default(),
+        // Without an earlier entry the object started from zero (new, or idle until now).
+        let rate = |before: Option<&StatCounters>, after: &StatCounters| match seconds {
+            Some(seconds) => {
+                StatRates::between(before.unwrap_or(&StatCounters::default()), after, seconds)
+            }
+            None => StatRates::default(),
         };
         samples.node = (node, rate(Some(&samples.node.0), &node));
         let vhosts = vhosts
