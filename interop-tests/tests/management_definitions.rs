@@ -33,6 +33,11 @@ fn names(document: &Value, section: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_import_round_trip_from_a_rabbitmq_fixture() {
     let source = TestBroker::start_with(&[("load_definitions", &fixture())]).await;
+    let cap = r#"{"pattern": "^orders", "definition": {"max-length": 1000}, "apply-to": "queues", "priority": 0}"#;
+    let set = source
+        .api_as_guest("PUT", "/api/operator-policies/%2F/cap", Some(cap))
+        .await;
+    assert!(set.status == 201 || set.status == 204, "{}", set.text());
     let exported = source.api_as_guest("GET", "/api/definitions", None).await;
     assert_eq!(exported.status, 200);
     let exported = exported.json();
@@ -42,6 +47,12 @@ async fn export_import_round_trip_from_a_rabbitmq_fixture() {
         .any(|n| n.starts_with("shop/")));
     assert_eq!(exported["policies"][0]["name"], "ttl");
     assert_eq!(exported["policies"][0]["definition"]["message-ttl"], 60000);
+    assert_eq!(exported["operator_policies"][0]["name"], "cap");
+    assert_eq!(exported["operator_policies"][0]["vhost"], "/");
+    assert_eq!(
+        exported["operator_policies"][0]["definition"]["max-length"],
+        1000
+    );
     let alice = exported["users"]
         .as_array()
         .unwrap()
@@ -75,6 +86,7 @@ async fn export_import_round_trip_from_a_rabbitmq_fixture() {
         "parameters",
         "global_parameters",
         "policies",
+        "operator_policies",
         "queues",
         "exchanges",
         "bindings",

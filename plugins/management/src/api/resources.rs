@@ -419,12 +419,14 @@ impl Management {
             .filter_map(|n| self.broker.vhost(n))
             .collect();
         let mut policies = Vec::new();
+        let mut operator_policies = Vec::new();
         let mut queues = Vec::new();
         let mut exchanges = Vec::new();
         let mut bindings = Vec::new();
         for vhost in &vhosts {
             let name = vhost.name();
             policies.extend(vhost.policies(false).iter().map(|p| policy_json(name, p)));
+            operator_policies.extend(vhost.policies(true).iter().map(|p| policy_json(name, p)));
             let mut vhost_queues = vhost.queues();
             vhost_queues.sort_by(|a, b| a.name().cmp(b.name()));
             for queue in vhost_queues {
@@ -537,6 +539,9 @@ impl Management {
             .collect();
         document.insert("parameters".into(), Json::Array(parameters));
         document.insert("policies".into(), Json::Array(policies));
+        // Not in RabbitMQ's schema: a Warren addition that `load_definitions` and
+        // `POST /api/definitions` read back (RabbitMQ ignores unknown sections).
+        document.insert("operator_policies".into(), Json::Array(operator_policies));
         document.insert("queues".into(), Json::Array(queues));
         document.insert("exchanges".into(), Json::Array(exchanges));
         document.insert("bindings".into(), Json::Array(bindings));
