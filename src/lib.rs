@@ -222,10 +222,7 @@ fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
         handshake_timeout: settings.handshake_timeout,
         ..Amqp10Config::default()
     });
-    let (alarm_tx, alarms) = tokio::sync::watch::channel(None);
-    broker.subscribe_alarms(Box::new(move |reason| {
-        let _ = alarm_tx.send(reason);
-    }));
+    let alarms = broker.alarm_watch();
     ProtocolHandoff(Arc::new(move |stream, peer, header, shutdown| {
         Box::pin(warren_amqp10::run_connection(
             stream,

@@ -102,6 +102,24 @@ pub struct AcceptConfig {
     pub handshake_timeout: Duration,
 }
 
+impl AcceptConfig {
+    /// A listener's accept settings, logged as `plain` or, with `tls`, as `secure` (e.g.
+    /// `mqtt` / `mqtts`).
+    pub fn new(
+        (plain, secure): (&'static str, &'static str),
+        tls: Option<Arc<ServerConfig>>,
+        connection_max: Option<usize>,
+        handshake_timeout: Duration,
+    ) -> AcceptConfig {
+        AcceptConfig {
+            protocol: if tls.is_some() { secure } else { plain },
+            connection_max,
+            tls,
+            handshake_timeout,
+        }
+    }
+}
+
 /// Accepts connections on `listener` until `shutdown` turns true, running `serve` on its own
 /// task for each (after the TLS handshake, when `config.tls` is set), then waits for every
 /// connection to end; connections see the same `shutdown` and close themselves.

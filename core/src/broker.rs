@@ -230,6 +230,16 @@ impl Broker {
         self.alarm_listeners.lock().push(listener);
     }
 
+    /// The resource-alarm state as a watch channel (`Some(reason)` while publishers must be
+    /// blocked), for listeners whose connections wait on it.
+    pub fn alarm_watch(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        let (sender, receiver) = tokio::sync::watch::channel(None);
+        self.subscribe_alarms(Box::new(move |reason| {
+            let _ = sender.send(reason);
+        }));
+        receiver
+    }
+
     /// Removes expired messages from every queue of every vhost; the server calls this about
     /// every 250 ms so an expired message anywhere in a queue is gone within a second.
     pub fn expire_messages(&self) -> usize {

@@ -126,16 +126,12 @@ pub async fn serve(
         alarmed.alarm.store(reason.is_some(), Ordering::Release);
         alarmed.signal_all(Signal::AlarmChanged);
     }));
-    let accept = AcceptConfig {
-        protocol: if config.tls.is_some() {
-            "mqtts"
-        } else {
-            "mqtt"
-        },
-        connection_max: config.connection_max,
-        tls: config.tls.clone(),
-        handshake_timeout: config.connect_timeout,
-    };
+    let accept = AcceptConfig::new(
+        ("mqtt", "mqtts"),
+        config.tls.clone(),
+        config.connection_max,
+        config.connect_timeout,
+    );
     // Connections hold no shutdown receiver of their own (bytes per idle connection): they
     // are told through their outboxes, once here and, for one accepted while shutting
     // down, when it registers.

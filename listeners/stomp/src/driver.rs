@@ -64,20 +64,13 @@ pub async fn serve(
     shutdown: watch::Receiver<bool>,
 ) {
     let config = Arc::new(config);
-    let (alarm_tx, alarm_rx) = watch::channel(None);
-    broker.subscribe_alarms(Box::new(move |reason| {
-        let _ = alarm_tx.send(reason);
-    }));
-    let accept = AcceptConfig {
-        protocol: if config.tls.is_some() {
-            "stomps"
-        } else {
-            "stomp"
-        },
-        connection_max: config.connection_max,
-        tls: config.tls.clone(),
-        handshake_timeout: config.login_timeout,
-    };
+    let alarm_rx = broker.alarm_watch();
+    let accept = AcceptConfig::new(
+        ("stomp", "stomps"),
+        config.tls.clone(),
+        config.connection_max,
+        config.login_timeout,
+    );
     let connection_shutdown = shutdown.clone();
     serve_connections(listener, accept, shutdown, move |stream, peer| {
         run_connection(
