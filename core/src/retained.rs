@@ -57,23 +57,38 @@ pub trait RetainedStore: Send + Sync {
     }
 
     // The other MQTT state that must survive a restart lives here too, so it shares the
-    // log and its durable sequence number: the QoS 2 packet identifiers a persistent session
-    // received (and routed) but that the client has not released yet. A store that keeps
-    // nothing on disk ignores them (the listener holds them in memory anyway).
+    // log and its durable sequence number: per persistent session (clean session 0), the QoS 2
+    // packet identifiers in the middle of their four-packet exchange, both ways. A store that
+    // keeps nothing on disk ignores them (the listener holds them in memory anyway).
 
-    /// Records that `client_id`'s persistent session routed QoS 2 `packet_id` and waits for
-    /// its PUBREL.
+    /// Inbound QoS 2: records that `client_id`'s persistent session routed QoS 2 `packet_id`
+    /// (PUBREC to send) and waits for its PUBREL.
     fn qos2_received(&self, _vhost: &str, _client_id: &str, _packet_id: u16) {}
 
-    /// Records that the client released QoS 2 `packet_id` (PUBREL).
+    /// Inbound QoS 2: records that the client released `packet_id` (PUBREL).
     fn qos2_released(&self, _vhost: &str, _client_id: &str, _packet_id: u16) {}
 
-    /// Forgets every QoS 2 packet identifier of `client_id` (its session was discarded).
+    /// Forgets every QoS 2 packet identifier of `client_id`, inbound and outbound (its
+    /// session was discarded).
     fn forget_session(&self, _vhost: &str, _client_id: &str) {}
 
-    /// The QoS 2 packet identifiers `client_id` has not released, as recovered at boot and
-    /// recorded since.
+    /// Inbound QoS 2: the packet identifiers `client_id` has not released, as recovered at
+    /// boot and recorded since.
     fn qos2_pending(&self, _vhost: &str, _client_id: &str) -> Vec<u16> {
+        Vec::new()
+    }
+
+    /// Outbound QoS 2: records that the client received delivery `packet_id` (its PUBREC
+    /// arrived), so the broker owes it a PUBREL until PUBCOMP, across a restart too
+    /// (MQTT-4.4.0-1).
+    fn outbound_qos2_released(&self, _vhost: &str, _client_id: &str, _packet_id: u16) {}
+
+    /// Outbound QoS 2: records that the client completed delivery `packet_id` (PUBCOMP).
+    fn outbound_qos2_completed(&self, _vhost: &str, _client_id: &str, _packet_id: u16) {}
+
+    /// Outbound QoS 2: the packet identifiers awaiting PUBCOMP from `client_id`, in PUBREC
+    /// order, as recovered at boot and recorded since.
+    fn outbound_qos2_pending(&self, _vhost: &str, _client_id: &str) -> Vec<u16> {
         Vec::new()
     }
 }
