@@ -121,6 +121,16 @@ pub struct Drained {
     pub to_ack: Vec<(Arc<Queue>, u64)>,
 }
 
+/// What a PUBREC did to a QoS 2 delivery.
+#[derive(Debug)]
+pub enum Received {
+    /// The first PUBREC of a delivery in flight: it is released now (PUBREL owed until
+    /// PUBCOMP); the message to settle with its queue, unless it came from no queue.
+    Released(Option<(Arc<Queue>, u64)>),
+    /// A repeated PUBREC, or one for an identifier not in flight: only PUBREL again.
+    Again,
+}
+
 /// What was left when the connection closed.
 pub struct Leftovers {
     /// Deliveries never (fully) acknowledged, to requeue.
@@ -234,30 +244,19 @@ impl Outbox {
         entry.queue.map(|queue| (queue, entry.id))
     }
 
-    /// PUBREC: the client has a QoS 2 delivery. Sends PUBREL and returns the queue and id to
-    /// settle the first time; a repeated PUBREC only gets PUBREL again (MQTT-4.3.3-1).
-    pub fn received(&self, packet_id: u16) -> Option<(Arc<Queue>, u64)> {
+    /// PUBREC: the client has a QoS 2 delivery. The caller sends PUBREL (MQTT-4.3.3-1);
+    /// the first PUBREC of a delivery in flight also hands back the message to settle.
+    pub fn received(&self, packet_id: u16) -> Received {
         let mut state = self.state.lock();
-        let known = state
-            .in_flight
-            .get(&packet_id)
-            .is_some_and(|entry| entry.qos == QoS::ExactlyOnce);
-        if !known {
-            // Unknown identifier: answer so the client can finish its side, as Mosquitto does.
-            drop(state);
-            self.send(&Packet::PubRel(PubRel { packet_id }));
-            return None;
-        }
-        let settle = match state.in_flight.get_mut(&packet_id) {
-            Some(entry) if !entry.released => {
+        match state.in_flight.get_mut(&packet_id) {
+            Some(entry) if entry.qos == QoS::ExactlyOnce && !entry.released => {
                 entry.released = true;
-                entry.queue.take().map(|queue| (queue, entry.id))
+                Received::Released(entry.queue.take().map(|queue| (queue, entry.id)))
             }
-            _ => None,
-        };
-        drop(state);
-        self.send(&Packet::PubRel(PubRel { packet_id }));
-        settle
+            // A repeated PUBREC, or an unknown identifier: PUBREL lets the client finish
+            // its side, as Mosquitto does.
+            _ => Received::Again,
+        }
     }
 
     /// PUBCOMP: ends a QoS 2 delivery. Returns whether it was known.

@@ -206,19 +206,30 @@ impl Session {
             for (_, queue) in &existing_queues {
                 connected.vhost.remove_queue(queue);
             }
-            if !retained
-                .qos2_pending(connected.vhost.name(), &connected.client_id)
-                .is_empty()
+            let (vhost, client_id) = (connected.vhost.name(), &connected.client_id);
+            if !retained.qos2_pending(vhost, client_id).is_empty()
+                || !retained.outbound_qos2_pending(vhost, client_id).is_empty()
             {
-                retained.forget_session(connected.vhost.name(), &connected.client_id);
+                retained.forget_session(vhost, client_id);
             }
         } else {
-            connected.session_present = stored.is_some() || !existing_queues.is_empty();
+            // PUBREL owed for QoS 2 deliveries the client received, in PUBREC order: after a
+            // restart only the retained store's log knows them.
+            resume_released =
+                retained.outbound_qos2_pending(connected.vhost.name(), &connected.client_id);
+            connected.session_present = stored.is_some()
+                || !existing_queues.is_empty()
+                || !resume_released.is_empty();
             match stored {
                 Some(stored) => {
                     connected.filters = stored.subscriptions;
                     connected.inbound_qos2 = stored.inbound_qos2;
-                    resume_released = stored.outbound_released;
+                    // The same set when the log keeps it; the only one when it does not.
+                    for packet_id in stored.outbound_released {
+                        if !resume_released.contains(&packet_id) {
+                            resume_released.push(packet_id);
+                        }
+                    }
                 }
                 // Queues without stored state (the broker restarted, and the disk store kept
                 // durable queues and bindings): the subscriptions are the bindings.
@@ -236,7 +247,7 @@ impl Session {
                 None => {
                     connected.inbound_qos2 =
                         retained.qos2_pending(connected.vhost.name(), &connected.client_id);
-                    connected.session_present = !connected.inbound_qos2.is_empty();
+                    connected.session_present |= !connected.inbound_qos2.is_empty();
                 }
             }
         }

@@ -17,9 +17,12 @@
 //!   in-flight window (`mqtt.prefetch`), the core's consumer credit.
 //!
 //! Files: `connect.rs` (CONNECT, takeover, session resume), `subscribe.rs` (SUBSCRIBE,
-//! UNSUBSCRIBE, retained messages on subscribe), `publish.rs` (PUBLISH in, QoS 2, wills).
+//! UNSUBSCRIBE, retained messages on subscribe), `publish.rs` (PUBLISH in, QoS 2, wills),
+//! `delivery.rs` (PUBREC and PUBCOMP: the end of QoS 2 deliveries, and what a persistent
+//! session records of them).
 
 mod connect;
+mod delivery;
 mod publish;
 pub mod registry;
 mod subscribe;
@@ -181,13 +184,16 @@ pub struct Session {
     certificate_user: Option<String>,
 }
 
-/// A PUBACK or PUBREC waiting for the disk (0: nothing to wait for in that store, held
-/// only to keep the order behind one that waits).
+/// A PUBACK, PUBREC, PUBCOMP or PUBREL waiting for the disk (0: nothing to wait for in
+/// that store, held only to keep the order behind one that waits).
 struct HeldAck {
     /// The message store's sequence number of the message.
     store_seq: u64,
-    /// The retained store's sequence number of a retained publish.
+    /// The retained store's sequence number of a retained publish or QoS 2 record.
     retained_seq: u64,
+    /// A delivery to acknowledge to its queue when the packet goes out (a PUBREL's
+    /// message, settled only once the PUBREL it owes is on disk).
+    settle: Option<(Arc<Queue>, u64)>,
     packet: Packet,
 }
 
@@ -271,6 +277,9 @@ impl Session {
                 break;
             }
             if let Some(held) = self.held_acks.pop_front() {
+                if let Some((queue, id)) = held.settle {
+                    queue.settle(&[id], Settlement::Ack);
+                }
                 self.outbox.send(&held.packet);
             }
         }
@@ -280,6 +289,18 @@ impl Session {
     /// and the retained store `retained_seq` on disk (or behind an earlier one that is
     /// held).
     fn acknowledge_publish(&mut self, durable_seq: Option<u64>, retained_seq: u64, packet: Packet) {
+        self.send_when_durable(durable_seq, retained_seq, None, packet);
+    }
+
+    /// Sends `packet` (after settling `settle` with its queue) now, or holds both until the
+    /// stores have the sequence numbers on disk, in order with every other held packet.
+    fn send_when_durable(
+        &mut self,
+        durable_seq: Option<u64>,
+        retained_seq: u64,
+        settle: Option<(Arc<Queue>, u64)>,
+        packet: Packet,
+    ) {
         let (durable, retained_durable) = self.durable_now();
         let store_seq = durable_seq.filter(|seq| *seq > durable).unwrap_or(0);
         let retained_seq = if retained_seq > retained_durable {
@@ -288,11 +309,15 @@ impl Session {
             0
         };
         if store_seq == 0 && retained_seq == 0 && self.held_acks.is_empty() {
+            if let Some((queue, id)) = settle {
+                queue.settle(&[id], Settlement::Ack);
+            }
             self.outbox.send(&packet);
         } else {
             self.held_acks.push_back(HeldAck {
                 store_seq,
                 retained_seq,
+                settle,
                 packet,
             });
         }
@@ -368,17 +393,8 @@ impl Session {
                 self.kick_starved();
                 Control::Continue
             }
-            Packet::PubRec(received) => {
-                if let Some((queue, id)) = self.outbox.received(received.packet_id) {
-                    queue.settle(&[id], Settlement::Ack);
-                }
-                Control::Continue
-            }
-            Packet::PubComp(complete) => {
-                self.outbox.complete(complete.packet_id);
-                self.kick_starved();
-                Control::Continue
-            }
+            Packet::PubRec(received) => self.delivery_received(received.packet_id),
+            Packet::PubComp(complete) => self.delivery_completed(complete.packet_id),
             Packet::PubRel(release) => self.release(release.packet_id),
             Packet::Subscribe(subscribe) => self.subscribe(subscribe),
             Packet::Unsubscribe(unsubscribe) => self.unsubscribe(unsubscribe),
@@ -484,6 +500,14 @@ impl Session {
                 .cancel(&subscription.queue, subscription.consumer_id);
         }
         settle_grouped(leftovers.to_ack, Settlement::Ack);
+        // QoS 2 deliveries the client has (PUBREC) whose PUBREL was waiting for the disk:
+        // the session owes their PUBREL (it is in `leftovers.released`), not the message.
+        let received: Vec<(Arc<Queue>, u64)> = self
+            .held_acks
+            .drain(..)
+            .filter_map(|held| held.settle)
+            .collect();
+        settle_grouped(received, Settlement::Ack);
         settle_grouped(leftovers.unacknowledged, Settlement::Requeue);
         settle_grouped(self.outbox.take_orphaned(), Settlement::Requeue);
         let key = (

@@ -8,12 +8,11 @@
 //!
 //! Subscription queues and their bindings live in the core (durable for persistent
 //! sessions, so they survive a restart); what is kept here between connections is the
-//! subscription list with granted QoS and the QoS 2 packet identifiers received but not yet
-//! released. After a restart the subscriptions are rebuilt from the bindings and the QoS 2
-//! identifiers come from the retained store's log (`RetainedStore::qos2_pending`), where the
-//! session records them before PUBREC. Outbound QoS 2 state (PUBREL sent, PUBCOMP awaited)
-//! is not kept across a restart: the message is settled in its queue once PUBREC arrives,
-//! so the client may miss the PUBREL and keep the identifier until its session is cleaned.
+//! subscription list with granted QoS and the QoS 2 packet identifiers in mid-exchange. After
+//! a restart the subscriptions are rebuilt from the bindings and the QoS 2 identifiers come
+//! from the retained store's log, where a persistent session records them: inbound ones
+//! (`RetainedStore::qos2_pending`) before its PUBREC, outbound ones awaiting PUBCOMP
+//! (`RetainedStore::outbound_qos2_pending`) before its PUBREL, so the PUBREL is sent again.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

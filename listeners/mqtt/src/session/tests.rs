@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
-use warren_core::retained::InMemoryRetained;
+use warren_core::retained::{InMemoryRetained, RetainedStore};
 use warren_core::Broker;
 
 use super::registry::ClientRegistry;
@@ -392,4 +392,188 @@ mod properties {
             }
         }
     }
+}
+
+/// A retained store whose "disk" the test moves: it keeps outbound QoS 2 identifiers as the
+/// log would, and reports a change durable only when the test says so.
+struct ManualDisk {
+    memory: Arc<InMemoryRetained>,
+    outbound: parking_lot::Mutex<Vec<u16>>,
+    sequence: std::sync::atomic::AtomicU64,
+    durable: tokio::sync::watch::Sender<u64>,
+}
+
+impl ManualDisk {
+    fn new() -> Arc<ManualDisk> {
+        Arc::new(ManualDisk {
+            memory: InMemoryRetained::new(),
+            outbound: parking_lot::Mutex::new(Vec::new()),
+            sequence: std::sync::atomic::AtomicU64::new(0),
+            durable: tokio::sync::watch::channel(0).0,
+        })
+    }
+
+    fn change(&self) {
+        self.sequence
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Everything logged so far reaches the disk.
+    fn sync(&self) {
+        self.durable.send_replace(self.last_change());
+    }
+}
+
+impl warren_core::retained::RetainedStore for ManualDisk {
+    fn retain(&self, vhost: &str, retained: warren_core::retained::RetainedMessage) {
+        self.memory.retain(vhost, retained);
+        self.change();
+    }
+
+    fn clear(&self, vhost: &str, topic: &str) {
+        self.memory.clear(vhost, topic);
+        self.change();
+    }
+
+    fn matching(
+        &self,
+        vhost: &str,
+        matches: &dyn Fn(&str) -> bool,
+        out: &mut Vec<warren_core::retained::RetainedMessage>,
+    ) {
+        self.memory.matching(vhost, matches, out);
+    }
+
+    fn get(&self, vhost: &str, topic: &str) -> Option<warren_core::retained::RetainedMessage> {
+        self.memory.get(vhost, topic)
+    }
+
+    fn count(&self, vhost: &str) -> usize {
+        self.memory.count(vhost)
+    }
+
+    fn last_change(&self) -> u64 {
+        self.sequence.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn durable(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.durable.subscribe())
+    }
+
+    fn forget_session(&self, _vhost: &str, _client_id: &str) {
+        self.outbound.lock().clear();
+        self.change();
+    }
+
+    fn outbound_qos2_released(&self, _vhost: &str, _client_id: &str, packet_id: u16) {
+        self.outbound.lock().push(packet_id);
+        self.change();
+    }
+
+    fn outbound_qos2_completed(&self, _vhost: &str, _client_id: &str, packet_id: u16) {
+        self.outbound.lock().retain(|id| *id != packet_id);
+        self.change();
+    }
+
+    fn outbound_qos2_pending(&self, _vhost: &str, _client_id: &str) -> Vec<u16> {
+        self.outbound.lock().clone()
+    }
+}
+
+#[test]
+fn a_persistent_session_settles_and_sends_pubrel_once_the_record_is_on_disk() {
+    use crate::codec::{PubComp, PubRel};
+    let disk = ManualDisk::new();
+    let mut context = context();
+    context.retained = Arc::clone(&disk) as Arc<dyn warren_core::retained::RetainedStore>;
+    let (mut first, outbox) = session(&context);
+    let _ = first.handle_packet(connect_packet("q2d", false, None));
+    let _ = first.handle_packet(subscribe("t", QoS::ExactlyOnce));
+    // Published by another client, so nothing of the subscriber's own waits for the disk.
+    let (mut publisher, _) = session(&context);
+    let _ = publisher.handle_packet(connect_packet("pub", true, None));
+    let _ = publisher.handle_packet(publish("t", QoS::ExactlyOnce, Some(1), b"x"));
+    let delivered = sent(&outbox)
+        .into_iter()
+        .find_map(|p| match p {
+            Packet::Publish(p) if p.qos == QoS::ExactlyOnce => p.packet_id,
+            _ => None,
+        })
+        .expect("a QoS 2 delivery");
+    let queue = context
+        .broker
+        .vhost("/")
+        .and_then(|vhost| vhost.queue(&super::queue_name("q2d", QoS::ExactlyOnce)))
+        .expect("the QoS 2 subscription queue");
+
+    let _ = first.handle_packet(Packet::PubRec(PubRec {
+        packet_id: delivered,
+    }));
+    assert_eq!(disk.outbound_qos2_pending("/", "q2d"), vec![delivered]);
+    assert!(sent(&outbox).is_empty(), "PUBREL before the record is on disk");
+    assert_eq!(queue.stats().unacknowledged, 1, "settled before the record");
+    assert!(first.awaits_durability());
+
+    disk.sync();
+    first.release_held_acks();
+    assert_eq!(
+        sent(&outbox),
+        vec![Packet::PubRel(PubRel {
+            packet_id: delivered
+        })]
+    );
+    assert_eq!(queue.stats().unacknowledged, 0);
+    first.terminate(End::Abnormal("gone before PUBCOMP".into()));
+
+    // A restart: a new registry (nothing in memory), the same log and queues.
+    context.registry = ClientRegistry::new();
+    let (mut second, outbox) = session(&context);
+    let _ = second.handle_packet(connect_packet("q2d", false, None));
+    assert_eq!(
+        sent(&outbox),
+        vec![
+            accepted(true),
+            Packet::PubRel(PubRel {
+                packet_id: delivered
+            })
+        ]
+    );
+    let _ = second.handle_packet(Packet::PubComp(PubComp {
+        packet_id: delivered,
+    }));
+    assert!(disk.outbound_qos2_pending("/", "q2d").is_empty());
+    assert_eq!(outbox.in_flight_count(), 0);
+}
+
+#[test]
+fn pubrec_held_for_the_disk_is_settled_when_the_connection_ends() {
+    let disk = ManualDisk::new();
+    let mut context = context();
+    context.retained = Arc::clone(&disk) as Arc<dyn warren_core::retained::RetainedStore>;
+    let (mut session_a, outbox) = session(&context);
+    let _ = session_a.handle_packet(connect_packet("q2e", false, None));
+    let _ = session_a.handle_packet(subscribe("t", QoS::ExactlyOnce));
+    let (mut publisher, _) = session(&context);
+    let _ = publisher.handle_packet(connect_packet("pub", true, None));
+    let _ = publisher.handle_packet(publish("t", QoS::ExactlyOnce, Some(1), b"x"));
+    let delivered = sent(&outbox)
+        .into_iter()
+        .find_map(|p| match p {
+            Packet::Publish(p) => p.packet_id,
+            _ => None,
+        })
+        .expect("a QoS 2 delivery");
+    let _ = session_a.handle_packet(Packet::PubRec(PubRec {
+        packet_id: delivered,
+    }));
+    session_a.terminate(End::Abnormal("gone".into()));
+    let queue = context
+        .broker
+        .vhost("/")
+        .and_then(|vhost| vhost.queue(&super::queue_name("q2e", QoS::ExactlyOnce)))
+        .expect("the QoS 2 subscription queue");
+    // The client has the message: it is not requeued, only its PUBREL is owed.
+    let stats = queue.stats();
+    assert_eq!((stats.ready, stats.unacknowledged), (0, 0));
+    assert_eq!(disk.outbound_qos2_pending("/", "q2e"), vec![delivered]);
 }
