@@ -719,10 +719,22 @@ mod tests {
         let mut log = Vec::new();
         frame(&mut log, &encode_retain("/", &retained("a/b", b"kept")));
         frame(&mut log, &encode_clear("/", "a/c"));
-        frame(&mut log, &encode_qos2(RECORD_QOS2_RECEIVED, "/", "meter", 4));
-        frame(&mut log, &encode_qos2(RECORD_QOS2_RECEIVED, "/", "meter", 6));
-        frame(&mut log, &encode_qos2(RECORD_QOS2_RELEASED, "/", "meter", 4));
-        frame(&mut log, &encode_qos2(RECORD_FORGET_SESSION, "/", "gone", 0));
+        frame(
+            &mut log,
+            &encode_qos2(RECORD_QOS2_RECEIVED, "/", "meter", 4),
+        );
+        frame(
+            &mut log,
+            &encode_qos2(RECORD_QOS2_RECEIVED, "/", "meter", 6),
+        );
+        frame(
+            &mut log,
+            &encode_qos2(RECORD_QOS2_RELEASED, "/", "meter", 4),
+        );
+        frame(
+            &mut log,
+            &encode_qos2(RECORD_FORGET_SESSION, "/", "gone", 0),
+        );
         fs::write(dir.path().join(RETAINED_LOG), &log).expect("write");
         let store = FileRetained::open(dir.path()).expect("open");
         assert_eq!(

@@ -217,9 +217,8 @@ impl Session {
             // restart only the retained store's log knows them.
             resume_released =
                 retained.outbound_qos2_pending(connected.vhost.name(), &connected.client_id);
-            connected.session_present = stored.is_some()
-                || !existing_queues.is_empty()
-                || !resume_released.is_empty();
+            connected.session_present =
+                stored.is_some() || !existing_queues.is_empty() || !resume_released.is_empty();
             match stored {
                 Some(stored) => {
                     connected.filters = stored.subscriptions;

@@ -510,7 +510,10 @@ fn a_persistent_session_settles_and_sends_pubrel_once_the_record_is_on_disk() {
         packet_id: delivered,
     }));
     assert_eq!(disk.outbound_qos2_pending("/", "q2d"), vec![delivered]);
-    assert!(sent(&outbox).is_empty(), "PUBREL before the record is on disk");
+    assert!(
+        sent(&outbox).is_empty(),
+        "PUBREL before the record is on disk"
+    );
     assert_eq!(queue.stats().unacknowledged, 1, "settled before the record");
     assert!(first.awaits_durability());
 
