@@ -187,6 +187,9 @@ struct QueueActivity {
     store_delivered: Vec<u64>,
     /// Deliveries to copy to the firehose once the lock is released (message, redelivered).
     traced: Vec<(Arc<Message>, bool)>,
+    /// Expired messages the last sweep removed, freed a few per enqueue by the publishing
+    /// thread (see [`Queue::expire`]).
+    expired_garbage: Vec<Arc<Message>>,
 }
 
 impl QueueState {
@@ -615,10 +618,21 @@ impl Queue {
         let mut state = self.state.lock();
         // A full pass at most every SWEEP_INTERVAL_MS keeps the cost of large backlogs with
         // mixed TTLs bounded, while every expired message still goes within a second.
-        if state.expiring == 0
-            || now <= state.next_expiry
-            || now.saturating_sub(state.last_sweep) < SWEEP_INTERVAL_MS
-        {
+        if now.saturating_sub(state.last_sweep) < SWEEP_INTERVAL_MS {
+            return 0;
+        }
+        // What publishers did not free since the last pass is freed here, outside the lock.
+        let leftover = state
+            .activity
+            .as_deref_mut()
+            .map(|activity| std::mem::take(&mut activity.expired_garbage))
+            .unwrap_or_default();
+        if state.expiring == 0 || now <= state.next_expiry {
+            if !leftover.is_empty() {
+                state.last_sweep = now;
+            }
+            drop(state);
+            drop(leftover);
             return 0;
         }
         state.last_sweep = now;
@@ -657,10 +671,16 @@ impl Queue {
         for ready in to_discard {
             self.discard_ready(&mut state, ready, DeathReason::Expired);
         }
+        // The expired messages are freed by the next enqueues, a few each, on the publishing
+        // thread: freeing hundreds of thousands of messages here, on another thread, made
+        // every free contend with the publisher's allocations in the same malloc arena and
+        // halved the publish rate of a large queue with mixed TTLs. The queue's own sweep
+        // frees what is still left at its next pass.
+        if !garbage.is_empty() {
+            state.active().expired_garbage = garbage;
+        }
         self.finish(state);
-        // The expired messages are freed here, after the lock is released, so publishers are
-        // not held up by the deallocations.
-        drop(garbage);
+        drop(leftover);
         expired
     }
 
@@ -812,6 +832,20 @@ impl Queue {
         // messages of a durable queue beyond the limits are paged out instead.
         let stays_in_memory = !ready.paged;
         state.push_ready(ready);
+        // Two expired messages freed per message allocated keeps the sweep's garbage
+        // draining faster than it builds up, with the frees on this thread (see `expire`).
+        let freed = state.activity.as_deref_mut().and_then(|activity| {
+            let garbage = &mut activity.expired_garbage;
+            if garbage.is_empty() {
+                return None;
+            }
+            let two = (garbage.pop(), garbage.pop());
+            if garbage.is_empty() {
+                // The list of a large sweep is not kept once drained.
+                *garbage = Vec::new();
+            }
+            Some(two)
+        });
         self.dispatch_locked(&mut state);
         if stays_in_memory && !self.is_congested() {
             let resident = state.ready.len() - state.paged_out() as usize;
@@ -820,6 +854,7 @@ impl Queue {
             }
         }
         self.finish(state);
+        drop(freed);
         if self.is_congested() {
             crate::flow::note_congested(self.flow());
         }
@@ -1695,6 +1730,41 @@ mod tests {
             .map(|(d, _)| d.message.body.clone())
             .collect();
         assert_eq!(order, vec!["keep-2", "keep-1", "keep-3"]);
+    }
+
+    #[test]
+    fn expired_messages_are_freed_by_later_enqueues_or_by_the_next_pass() {
+        let q = Queue::new(QueueConfig {
+            name: "q".into(),
+            vhost: "/".into(),
+            durable: false,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments: Table::new(),
+        });
+        let expired: Vec<_> = (0..4)
+            .map(|_| {
+                let message = expiring("gone", "10", 0);
+                let weak = Arc::downgrade(&message);
+                q.enqueue(message);
+                weak
+            })
+            .collect();
+        let alive = |weak: &[std::sync::Weak<Message>]| {
+            weak.iter().filter(|w| w.upgrade().is_some()).count()
+        };
+        let now = now_ms() + 1_000;
+        assert_eq!(q.expire(now), 4);
+        // Gone from the queue at once, freed later.
+        assert_eq!(q.stats().ready, 0);
+        assert_eq!(alive(&expired), 4);
+        // Each enqueue frees two.
+        q.enqueue(expiring("keep", "600000", 0));
+        assert_eq!(alive(&expired), 2);
+        // Without publishers, the next pass frees the rest.
+        assert_eq!(q.expire(now + SWEEP_INTERVAL_MS), 0);
+        assert_eq!(alive(&expired), 0);
+        assert_eq!(q.stats().ready, 1);
     }
 
     #[test]
