@@ -24,11 +24,13 @@ mod limits;
 mod ready;
 
 pub use limits::{DeathReason, Overflow, QueueLimits};
-use ready::{paged_placeholder, ReadyMessage, ReadyStore};
+use ready::{paged_placeholder, ReadyMessage, ReadyStore, SweepCursor};
 
 /// Least time between two full expiry passes over one queue; with the server's 250 ms tick,
 /// an expired message is removed within a second.
 const SWEEP_INTERVAL_MS: u64 = 700;
+/// Ready entries an expiry pass looks at per lock hold (about a millisecond's work).
+const SWEEP_STEP: usize = 16_384;
 
 /// Milliseconds on a monotonic clock, for message expiry.
 pub fn now_ms() -> u64 {
@@ -636,48 +638,66 @@ impl Queue {
             return 0;
         }
         state.last_sweep = now;
-        let mut next_expiry = u64::MAX;
-        let dead_lettering = state.limits.dead_letter_exchange.is_some();
-        // Messages that only need freeing (not stored, not dead-lettered) leave as bare
-        // references, freed once the lock is released; the others go through discard.
-        let mut garbage: Vec<Arc<Message>> = Vec::new();
-        let mut to_discard: Vec<ReadyMessage> = Vec::new();
-        let (mut bytes, mut paged) = (0u64, 0u64);
-        let expired = state.ready.remove_where(
-            |m| match m.expires_at {
-                Some(at) if at < now => true,
-                Some(at) => {
-                    next_expiry = next_expiry.min(at);
-                    false
+        // Messages that arrive or are requeued during the pass lower this again.
+        state.next_expiry = u64::MAX;
+        let mut cursor = Some(SweepCursor::default());
+        let mut expired = 0;
+        while let Some(at) = cursor {
+            let mut next_expiry = u64::MAX;
+            let dead_lettering = state.limits.dead_letter_exchange.is_some();
+            // Messages that only need freeing (not stored, not dead-lettered) leave as bare
+            // references; the others go through discard.
+            let mut garbage: Vec<Arc<Message>> = Vec::new();
+            let mut to_discard: Vec<ReadyMessage> = Vec::new();
+            let (mut bytes, mut paged) = (0u64, 0u64);
+            cursor = state.ready.sweep_step(
+                at,
+                SWEEP_STEP,
+                |m| match m.expires_at {
+                    Some(at) if at < now => true,
+                    Some(at) => {
+                        next_expiry = next_expiry.min(at);
+                        false
+                    }
+                    None => false,
+                },
+                |ready| {
+                    bytes += ready.body_len();
+                    paged += u64::from(ready.paged);
+                    if dead_lettering || ready.store_id != 0 {
+                        to_discard.push(ready);
+                    } else {
+                        garbage.push(ready.message);
+                    }
+                },
+            );
+            let removed = garbage.len() + to_discard.len();
+            expired += removed;
+            state.next_expiry = state.next_expiry.min(next_expiry);
+            // Every removed message carried an expiry.
+            state.expiring -= removed;
+            state.ready_bytes -= bytes;
+            let activity = state.active();
+            activity.stats.paged_out -= paged;
+            activity.stats.expired += garbage.len() as u64;
+            // The expired messages are freed by the next enqueues, a few each, on the
+            // publishing thread: freeing hundreds of thousands of messages here, on another
+            // thread, made every free contend with the publisher's allocations in the same
+            // malloc arena and halved the publish rate of a large queue with mixed TTLs. The
+            // next pass frees whatever is left.
+            activity.expired_garbage.append(&mut garbage);
+            for ready in to_discard {
+                self.discard_ready(&mut state, ready, DeathReason::Expired);
+            }
+            if cursor.is_some() {
+                // Publishers and consumers get the queue between steps: a pass over millions
+                // of messages holds the lock for a step at a time, not for the whole pass.
+                self.finish(state);
+                state = self.state.lock();
+                if state.deleted {
+                    break;
                 }
-                None => false,
-            },
-            |ready| {
-                bytes += ready.body_len();
-                paged += u64::from(ready.paged);
-                if dead_lettering || ready.store_id != 0 {
-                    to_discard.push(ready);
-                } else {
-                    garbage.push(ready.message);
-                }
-            },
-        );
-        state.next_expiry = next_expiry;
-        // Every removed message carried an expiry.
-        state.expiring -= expired;
-        state.ready_bytes -= bytes;
-        state.active().stats.paged_out -= paged;
-        state.active().stats.expired += garbage.len() as u64;
-        for ready in to_discard {
-            self.discard_ready(&mut state, ready, DeathReason::Expired);
-        }
-        // The expired messages are freed by the next enqueues, a few each, on the publishing
-        // thread: freeing hundreds of thousands of messages here, on another thread, made
-        // every free contend with the publisher's allocations in the same malloc arena and
-        // halved the publish rate of a large queue with mixed TTLs. The queue's own sweep
-        // frees what is still left at its next pass.
-        if !garbage.is_empty() {
-            state.active().expired_garbage = garbage;
+            }
         }
         self.finish(state);
         drop(leftover);
