@@ -24,11 +24,13 @@ mod limits;
 mod ready;
 
 pub use limits::{DeathReason, Overflow, QueueLimits};
-use ready::{paged_placeholder, ReadyMessage, ReadyStore};
+use ready::{paged_placeholder, ReadyMessage, ReadyStore, SweepCursor};
 
 /// Least time between two full expiry passes over one queue; with the server's 250 ms tick,
 /// an expired message is removed within a second.
 const SWEEP_INTERVAL_MS: u64 = 700;
+/// Ready entries an expiry pass looks at per lock hold (about a millisecond's work).
+const SWEEP_STEP: usize = 16_384;
 
 /// Milliseconds on a monotonic clock, for message expiry.
 pub fn now_ms() -> u64 {
@@ -187,6 +189,9 @@ struct QueueActivity {
     store_delivered: Vec<u64>,
     /// Deliveries to copy to the firehose once the lock is released (message, redelivered).
     traced: Vec<(Arc<Message>, bool)>,
+    /// Expired messages the last sweep removed, freed a few per enqueue by the publishing
+    /// thread (see [`Queue::expire`]).
+    expired_garbage: Vec<Arc<Message>>,
 }
 
 impl QueueState {
@@ -615,52 +620,87 @@ impl Queue {
         let mut state = self.state.lock();
         // A full pass at most every SWEEP_INTERVAL_MS keeps the cost of large backlogs with
         // mixed TTLs bounded, while every expired message still goes within a second.
-        if state.expiring == 0
-            || now <= state.next_expiry
-            || now.saturating_sub(state.last_sweep) < SWEEP_INTERVAL_MS
-        {
+        if now.saturating_sub(state.last_sweep) < SWEEP_INTERVAL_MS {
+            return 0;
+        }
+        // What publishers did not free since the last pass is freed here, outside the lock.
+        let leftover = state
+            .activity
+            .as_deref_mut()
+            .map(|activity| std::mem::take(&mut activity.expired_garbage))
+            .unwrap_or_default();
+        if state.expiring == 0 || now <= state.next_expiry {
+            if !leftover.is_empty() {
+                state.last_sweep = now;
+            }
+            drop(state);
+            drop(leftover);
             return 0;
         }
         state.last_sweep = now;
-        let mut next_expiry = u64::MAX;
-        let dead_lettering = state.limits.dead_letter_exchange.is_some();
-        // Messages that only need freeing (not stored, not dead-lettered) leave as bare
-        // references, freed once the lock is released; the others go through discard.
-        let mut garbage: Vec<Arc<Message>> = Vec::new();
-        let mut to_discard: Vec<ReadyMessage> = Vec::new();
-        let (mut bytes, mut paged) = (0u64, 0u64);
-        let expired = state.ready.remove_where(
-            |m| match m.expires_at {
-                Some(at) if at < now => true,
-                Some(at) => {
-                    next_expiry = next_expiry.min(at);
-                    false
+        // Messages that arrive or are requeued during the pass lower this again.
+        state.next_expiry = u64::MAX;
+        let mut cursor = Some(SweepCursor::default());
+        let mut expired = 0;
+        while let Some(at) = cursor {
+            let mut next_expiry = u64::MAX;
+            let dead_lettering = state.limits.dead_letter_exchange.is_some();
+            // Messages that only need freeing (not stored, not dead-lettered) leave as bare
+            // references; the others go through discard.
+            let mut garbage: Vec<Arc<Message>> = Vec::new();
+            let mut to_discard: Vec<ReadyMessage> = Vec::new();
+            let (mut bytes, mut paged) = (0u64, 0u64);
+            cursor = state.ready.sweep_step(
+                at,
+                SWEEP_STEP,
+                |m| match m.expires_at {
+                    Some(at) if at < now => true,
+                    Some(at) => {
+                        next_expiry = next_expiry.min(at);
+                        false
+                    }
+                    None => false,
+                },
+                |ready| {
+                    bytes += ready.body_len();
+                    paged += u64::from(ready.paged);
+                    if dead_lettering || ready.store_id != 0 {
+                        to_discard.push(ready);
+                    } else {
+                        garbage.push(ready.message);
+                    }
+                },
+            );
+            let removed = garbage.len() + to_discard.len();
+            expired += removed;
+            state.next_expiry = state.next_expiry.min(next_expiry);
+            // Every removed message carried an expiry.
+            state.expiring -= removed;
+            state.ready_bytes -= bytes;
+            let activity = state.active();
+            activity.stats.paged_out -= paged;
+            activity.stats.expired += garbage.len() as u64;
+            // The expired messages are freed by the next enqueues, a few each, on the
+            // publishing thread: freeing hundreds of thousands of messages here, on another
+            // thread, made every free contend with the publisher's allocations in the same
+            // malloc arena and halved the publish rate of a large queue with mixed TTLs. The
+            // next pass frees whatever is left.
+            activity.expired_garbage.append(&mut garbage);
+            for ready in to_discard {
+                self.discard_ready(&mut state, ready, DeathReason::Expired);
+            }
+            if cursor.is_some() {
+                // Publishers and consumers get the queue between steps: a pass over millions
+                // of messages holds the lock for a step at a time, not for the whole pass.
+                self.finish(state);
+                state = self.state.lock();
+                if state.deleted {
+                    break;
                 }
-                None => false,
-            },
-            |ready| {
-                bytes += ready.body_len();
-                paged += u64::from(ready.paged);
-                if dead_lettering || ready.store_id != 0 {
-                    to_discard.push(ready);
-                } else {
-                    garbage.push(ready.message);
-                }
-            },
-        );
-        state.next_expiry = next_expiry;
-        // Every removed message carried an expiry.
-        state.expiring -= expired;
-        state.ready_bytes -= bytes;
-        state.active().stats.paged_out -= paged;
-        state.active().stats.expired += garbage.len() as u64;
-        for ready in to_discard {
-            self.discard_ready(&mut state, ready, DeathReason::Expired);
+            }
         }
         self.finish(state);
-        // The expired messages are freed here, after the lock is released, so publishers are
-        // not held up by the deallocations.
-        drop(garbage);
+        drop(leftover);
         expired
     }
 
@@ -812,6 +852,20 @@ impl Queue {
         // messages of a durable queue beyond the limits are paged out instead.
         let stays_in_memory = !ready.paged;
         state.push_ready(ready);
+        // Two expired messages freed per message allocated keeps the sweep's garbage
+        // draining faster than it builds up, with the frees on this thread (see `expire`).
+        let freed = state.activity.as_deref_mut().and_then(|activity| {
+            let garbage = &mut activity.expired_garbage;
+            if garbage.is_empty() {
+                return None;
+            }
+            let two = (garbage.pop(), garbage.pop());
+            if garbage.is_empty() {
+                // The list of a large sweep is not kept once drained.
+                *garbage = Vec::new();
+            }
+            Some(two)
+        });
         self.dispatch_locked(&mut state);
         if stays_in_memory && !self.is_congested() {
             let resident = state.ready.len() - state.paged_out() as usize;
@@ -820,6 +874,7 @@ impl Queue {
             }
         }
         self.finish(state);
+        drop(freed);
         if self.is_congested() {
             crate::flow::note_congested(self.flow());
         }
@@ -1695,6 +1750,41 @@ mod tests {
             .map(|(d, _)| d.message.body.clone())
             .collect();
         assert_eq!(order, vec!["keep-2", "keep-1", "keep-3"]);
+    }
+
+    #[test]
+    fn expired_messages_are_freed_by_later_enqueues_or_by_the_next_pass() {
+        let q = Queue::new(QueueConfig {
+            name: "q".into(),
+            vhost: "/".into(),
+            durable: false,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments: Table::new(),
+        });
+        let expired: Vec<_> = (0..4)
+            .map(|_| {
+                let message = expiring("gone", "10", 0);
+                let weak = Arc::downgrade(&message);
+                q.enqueue(message);
+                weak
+            })
+            .collect();
+        let alive = |weak: &[std::sync::Weak<Message>]| {
+            weak.iter().filter(|w| w.upgrade().is_some()).count()
+        };
+        let now = now_ms() + 1_000;
+        assert_eq!(q.expire(now), 4);
+        // Gone from the queue at once, freed later.
+        assert_eq!(q.stats().ready, 0);
+        assert_eq!(alive(&expired), 4);
+        // Each enqueue frees two.
+        q.enqueue(expiring("keep", "600000", 0));
+        assert_eq!(alive(&expired), 2);
+        // Without publishers, the next pass frees the rest.
+        assert_eq!(q.expire(now + SWEEP_INTERVAL_MS), 0);
+        assert_eq!(alive(&expired), 0);
+        assert_eq!(q.stats().ready, 1);
     }
 
     #[test]
