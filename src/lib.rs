@@ -205,8 +205,8 @@ async fn start_mqtt(
     Ok((addrs, tls_addr))
 }
 
-/// AMQP 1.0 shares the AMQP ports: the 0-9-1 accept loop hands connections that start with
-/// an AMQP 1.0 header to the AMQP 1.0 driver.
+/// AMQP 1.0 shares the AMQP ports, plain and TLS: the 0-9-1 accept loop hands connections
+/// that start with an AMQP 1.0 header to the AMQP 1.0 driver.
 fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
     let config = Arc::new(Amqp10Config {
         max_frame_size: settings.frame_max,
@@ -220,6 +220,11 @@ fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
         default_vhost: settings.default_vhost.clone(),
         max_message_size: settings.max_message_size,
         handshake_timeout: settings.handshake_timeout,
+        external_login: settings
+            .auth_mechanisms()
+            .iter()
+            .any(|mechanism| mechanism == "EXTERNAL")
+            .then(|| login_from(settings.ssl_cert_login_from)),
         ..Amqp10Config::default()
     });
     let alarms = broker.alarm_watch();
