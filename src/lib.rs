@@ -127,6 +127,9 @@ fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
             unauthenticated_max_frame_size: stomp.max_frame_size_unauthenticated,
             default_nack_requeue: stomp.default_nack_requeue,
             max_message_size: settings.max_message_size,
+            ssl_cert_login: stomp
+                .ssl_cert_login
+                .then(|| login_from(settings.ssl_cert_login_from)),
             ..warren_stomp::SessionConfig::default()
         },
         login_timeout: stomp.login_timeout,
