@@ -272,7 +272,9 @@ async fn start_operator_endpoints(
                         .to_string(),
                 ));
             };
-            let config = tls::server_config(certfile, keyfile).map_err(StartError::Tls)?;
+            let config =
+                tls::server_config(certfile, keyfile, &settings.management_tls_verification)
+                    .map_err(StartError::Tls)?;
             Some((bind("https", addr).await?.0, config))
         }
         _ => None,
@@ -298,7 +300,9 @@ async fn start_operator_endpoints(
                         .to_string(),
                 ));
             };
-            let config = tls::prometheus_config(certfile, keyfile).map_err(StartError::Tls)?;
+            let config =
+                tls::prometheus_config(certfile, keyfile, &settings.prometheus_tls_verification)
+                    .map_err(StartError::Tls)?;
             Some((bind("https/prometheus", addr).await?.0, config))
         }
         _ => None,

@@ -78,7 +78,10 @@ async fn sasl_frame(stream: &mut TlsStream<TcpStream>) -> Vec<u8> {
 /// `contains`), sasl-init with `mechanism` and no response, and the outcome's code (0 ok,
 /// 1 auth).
 async fn sasl(stream: &mut TlsStream<TcpStream>, mechanism: &str) -> (String, u8) {
-    stream.write_all(b"AMQP\x03\x01\x00\x00").await.expect("write");
+    stream
+        .write_all(b"AMQP\x03\x01\x00\x00")
+        .await
+        .expect("write");
     let mut header = [0u8; 8];
     stream.read_exact(&mut header).await.expect("read");
     assert_eq!(&header, b"AMQP\x03\x01\x00\x00");

@@ -16,7 +16,7 @@ use amqp10_common::{bind, declare_queue, ready};
 use fe2o3_amqp::session::Error as SessionError;
 use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
 use fe2o3_amqp::types::messaging::{Message, Outcome, Properties};
-use fe2o3_amqp::{Connection, Sender, Sendable, Session};
+use fe2o3_amqp::{Connection, Sendable, Sender, Session};
 use warren_core::access::Permissions;
 use warren_core::topic_access::TopicPermission;
 use warren_interop_tests::TestBroker;
@@ -52,11 +52,15 @@ async fn connect_as_bob(broker: &TestBroker) -> fe2o3_amqp::connection::Connecti
 }
 
 fn refusal(key: &str) -> String {
-    format!("write access to topic '{key}' in exchange 'amq.topic' in vhost '/' refused for user 'bob'")
+    format!(
+        "write access to topic '{key}' in exchange 'amq.topic' in vhost '/' refused for user 'bob'"
+    )
 }
 
 /// Ends `session` and returns the error the broker ended it with.
-async fn ended_with(session: &mut fe2o3_amqp::session::SessionHandle<()>) -> (ErrorCondition, String) {
+async fn ended_with(
+    session: &mut fe2o3_amqp::session::SessionHandle<()>,
+) -> (ErrorCondition, String) {
     match tokio::time::timeout(END_TIMEOUT, session.end())
         .await
         .expect("the session ends in time")
@@ -94,13 +98,20 @@ async fn a_routing_key_in_the_target_address_is_checked_against_topic_write() {
             .message(Message::from("refused"))
             .settled(true)
             .build();
-        sender.send(settled).await.expect("a settled send completes");
+        sender
+            .send(settled)
+            .await
+            .expect("a settled send completes");
         let (condition, text) = ended_with(&mut session).await;
         assert_eq!(condition, AmqpError::UnauthorizedAccess.into());
         assert_eq!(text, refusal("alice.news"));
         drop(sender);
     }
-    assert_eq!(ready(&broker, "inbox"), 1, "refused messages are not routed");
+    assert_eq!(
+        ready(&broker, "inbox"),
+        1,
+        "refused messages are not routed"
+    );
 
     // The connection is still usable.
     let mut session = Session::begin(&mut connection).await.expect("session");
@@ -142,7 +153,10 @@ async fn a_routing_key_from_the_subject_is_checked_against_topic_write() {
         .message(with_subject("carol.a"))
         .settled(true)
         .build();
-    sender.send(refused).await.expect("a settled send completes");
+    sender
+        .send(refused)
+        .await
+        .expect("a settled send completes");
     let (condition, text) = ended_with(&mut session).await;
     assert_eq!(condition, AmqpError::UnauthorizedAccess.into());
     assert_eq!(text, refusal("carol.a"));
@@ -170,9 +184,12 @@ async fn other_exchange_types_and_users_without_topic_permissions_are_not_restri
     session.end().await.expect("session ends");
     connection.close().await.expect("close");
     // guest has no topic permission on amq.topic.
-    let mut guest = Connection::open("guest", format!("amqp://guest:guest@{}", broker.addr()).as_str())
-        .await
-        .expect("guest connects");
+    let mut guest = Connection::open(
+        "guest",
+        format!("amqp://guest:guest@{}", broker.addr()).as_str(),
+    )
+    .await
+    .expect("guest connects");
     let mut session = Session::begin(&mut guest).await.expect("session");
     let mut sender = Sender::attach(&mut session, "guest", "/exchanges/amq.topic/alice.news")
         .await

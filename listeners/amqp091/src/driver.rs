@@ -50,9 +50,8 @@ pub type HandoffFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// Starts serving a handed-off connection: the stream (plain, or TLS with the handshake
 /// done), the peer, the 8-byte protocol header already read from it, and the shutdown
 /// signal.
-pub type HandoffFn = dyn Fn(ClientStream, SocketAddr, [u8; 8], watch::Receiver<bool>) -> HandoffFuture
-    + Send
-    + Sync;
+pub type HandoffFn =
+    dyn Fn(ClientStream, SocketAddr, [u8; 8], watch::Receiver<bool>) -> HandoffFuture + Send + Sync;
 
 /// Serves connections of another protocol on this port (AMQP 1.0).
 #[derive(Clone)]

@@ -474,12 +474,10 @@ impl Session {
                             user.clone(),
                             self.config.default_pass.clone().unwrap_or_default(),
                         ),
-                        None => {
-                            return Err(StompError::new(
-                                "Bad CONNECT",
-                                "CONNECT has no 'login' header and no stomp.default_user is configured",
-                            ))
-                        }
+                        None => return Err(StompError::new(
+                            "Bad CONNECT",
+                            "CONNECT has no 'login' header and no stomp.default_user is configured",
+                        )),
                     },
                 };
                 let result = self
