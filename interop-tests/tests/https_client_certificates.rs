@@ -20,7 +20,11 @@ use warren_management::http::{encode_request, parse_response};
 /// certificate, asking for client certificates and requiring them when
 /// `fail_if_no_peer_cert`.
 fn https_settings(pki: &Pki, fail_if_no_peer_cert: bool) -> Vec<(String, String)> {
-    let fail = if fail_if_no_peer_cert { "true" } else { "false" };
+    let fail = if fail_if_no_peer_cert {
+        "true"
+    } else {
+        "false"
+    };
     let mut settings = Vec::new();
     for endpoint in ["management", "prometheus"] {
         for (key, value) in [
