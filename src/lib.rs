@@ -127,6 +127,9 @@ fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
             unauthenticated_max_frame_size: stomp.max_frame_size_unauthenticated,
             default_nack_requeue: stomp.default_nack_requeue,
             max_message_size: settings.max_message_size,
+            ssl_cert_login: stomp
+                .ssl_cert_login
+                .then(|| login_from(settings.ssl_cert_login_from)),
             ..warren_stomp::SessionConfig::default()
         },
         login_timeout: stomp.login_timeout,
@@ -205,8 +208,8 @@ async fn start_mqtt(
     Ok((addrs, tls_addr))
 }
 
-/// AMQP 1.0 shares the AMQP ports: the 0-9-1 accept loop hands connections that start with
-/// an AMQP 1.0 header to the AMQP 1.0 driver.
+/// AMQP 1.0 shares the AMQP ports, plain and TLS: the 0-9-1 accept loop hands connections
+/// that start with an AMQP 1.0 header to the AMQP 1.0 driver.
 fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
     let config = Arc::new(Amqp10Config {
         max_frame_size: settings.frame_max,
@@ -220,6 +223,11 @@ fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
         default_vhost: settings.default_vhost.clone(),
         max_message_size: settings.max_message_size,
         handshake_timeout: settings.handshake_timeout,
+        external_login: settings
+            .auth_mechanisms()
+            .iter()
+            .any(|mechanism| mechanism == "EXTERNAL")
+            .then(|| login_from(settings.ssl_cert_login_from)),
         ..Amqp10Config::default()
     });
     let alarms = broker.alarm_watch();
@@ -264,7 +272,9 @@ async fn start_operator_endpoints(
                         .to_string(),
                 ));
             };
-            let config = tls::server_config(certfile, keyfile).map_err(StartError::Tls)?;
+            let config =
+                tls::server_config(certfile, keyfile, &settings.management_tls_verification)
+                    .map_err(StartError::Tls)?;
             Some((bind("https", addr).await?.0, config))
         }
         _ => None,
@@ -290,7 +300,9 @@ async fn start_operator_endpoints(
                         .to_string(),
                 ));
             };
-            let config = tls::prometheus_config(certfile, keyfile).map_err(StartError::Tls)?;
+            let config =
+                tls::prometheus_config(certfile, keyfile, &settings.prometheus_tls_verification)
+                    .map_err(StartError::Tls)?;
             Some((bind("https/prometheus", addr).await?.0, config))
         }
         _ => None,

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
-use warren_config::SslOptions;
+use warren_config::{PeerVerification, SslOptions};
 
 /// Where a certificate and its key come from: the files and the keys that named them.
 struct Identity<'a> {
@@ -18,22 +19,33 @@ struct Identity<'a> {
 }
 
 /// A server configuration with the certificate chain in `certfile` and the key in `keyfile`
-/// (the management API's `management.ssl.*`).
-pub fn server_config(certfile: &Path, keyfile: &Path) -> Result<Arc<ServerConfig>, String> {
+/// (the management API's `management.ssl.*`), checking client certificates as
+/// `verification` says (`management.ssl.cacertfile`, `.verify`, `.fail_if_no_peer_cert`).
+pub fn server_config(
+    certfile: &Path,
+    keyfile: &Path,
+    verification: &PeerVerification,
+) -> Result<Arc<ServerConfig>, String> {
     let identity = Identity {
         certfile: ("management.ssl.certfile", certfile),
         keyfile: ("management.ssl.keyfile", keyfile),
     };
-    build(&identity, None)
+    let verifier = client_verifier("management.ssl", verification)?;
+    build(&identity, verifier)
 }
 
 /// The Prometheus endpoint's configuration over HTTPS (`prometheus.ssl.*`).
-pub fn prometheus_config(certfile: &Path, keyfile: &Path) -> Result<Arc<ServerConfig>, String> {
+pub fn prometheus_config(
+    certfile: &Path,
+    keyfile: &Path,
+    verification: &PeerVerification,
+) -> Result<Arc<ServerConfig>, String> {
     let identity = Identity {
         certfile: ("prometheus.ssl.certfile", certfile),
         keyfile: ("prometheus.ssl.keyfile", keyfile),
     };
-    build(&identity, None)
+    let verifier = client_verifier("prometheus.ssl", verification)?;
+    build(&identity, verifier)
 }
 
 /// The configuration of a listener that uses `ssl_options` (`listener_key` names it in
@@ -53,24 +65,43 @@ pub fn listener_config(
         certfile: ("ssl_options.certfile", certfile),
         keyfile: ("ssl_options.keyfile", keyfile),
     };
-    if !options.verify_peer {
-        return build(&identity, None);
-    }
-    let Some(cacertfile) = &options.cacertfile else {
-        return Err("ssl_options.verify = verify_peer needs ssl_options.cacertfile".to_string());
+    let verification = PeerVerification {
+        cacertfile: options.cacertfile.clone(),
+        verify_peer: options.verify_peer,
+        fail_if_no_peer_cert: options.fail_if_no_peer_cert,
     };
+    let verifier = client_verifier("ssl_options", &verification)?;
+    build(&identity, verifier)
+}
+
+/// The client-certificate verifier `verification` asks for (`None`: clients are not asked
+/// for a certificate); `prefix` names its keys in errors (`ssl_options`,
+/// `management.ssl`, ...).
+fn client_verifier(
+    prefix: &str,
+    verification: &PeerVerification,
+) -> Result<Option<Arc<dyn ClientCertVerifier>>, String> {
+    if !verification.verify_peer {
+        return Ok(None);
+    }
+    let Some(cacertfile) = &verification.cacertfile else {
+        return Err(format!(
+            "{prefix}.verify = verify_peer needs {prefix}.cacertfile"
+        ));
+    };
+    let cacertfile_key = format!("{prefix}.cacertfile");
     let mut roots = RootCertStore::empty();
-    for certificate in read_certificates("ssl_options.cacertfile", cacertfile)? {
+    for certificate in read_certificates(&cacertfile_key, cacertfile)? {
         roots.add(certificate).map_err(|e| {
             format!(
-                "ssl_options.cacertfile: bad CA certificate in {}: {e}",
+                "{cacertfile_key}: bad CA certificate in {}: {e}",
                 cacertfile.display()
             )
         })?;
     }
     let builder =
         WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::new(provider()));
-    let builder = if options.fail_if_no_peer_cert {
+    let builder = if verification.fail_if_no_peer_cert {
         builder
     } else {
         builder.allow_unauthenticated()
@@ -78,7 +109,7 @@ pub fn listener_config(
     let verifier = builder
         .build()
         .map_err(|e| format!("client verification with {}: {e}", cacertfile.display()))?;
-    build(&identity, Some(verifier))
+    Ok(Some(verifier))
 }
 
 fn provider() -> rustls::crypto::CryptoProvider {
@@ -103,7 +134,7 @@ fn read_certificates(key: &str, path: &Path) -> Result<Vec<CertificateDer<'stati
 
 fn build(
     identity: &Identity<'_>,
-    client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    client_verifier: Option<Arc<dyn ClientCertVerifier>>,
 ) -> Result<Arc<ServerConfig>, String> {
     let (certfile_key, certfile) = identity.certfile;
     let (keyfile_key, keyfile) = identity.keyfile;

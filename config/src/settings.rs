@@ -98,6 +98,18 @@ pub struct SslOptions {
     pub fail_if_no_peer_cert: bool,
 }
 
+/// Client-certificate checks of an HTTPS endpoint (`management.ssl.*`, `prometheus.ssl.*`),
+/// with the meaning of the `ssl_options.*` keys of the same names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerVerification {
+    /// `*.ssl.cacertfile`: PEM CA certificates for client certificates.
+    pub cacertfile: Option<PathBuf>,
+    /// `*.ssl.verify = verify_peer`: ask clients for a certificate and check it.
+    pub verify_peer: bool,
+    /// `*.ssl.fail_if_no_peer_cert = true`: refuse clients without a certificate.
+    pub fail_if_no_peer_cert: bool,
+}
+
 /// Which part of a client certificate names the user it logs in as
 /// (`ssl_cert_login_from`), for SASL EXTERNAL and `mqtt.ssl_cert_login`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -184,6 +196,9 @@ pub struct Settings {
     pub management_tls_certfile: Option<PathBuf>,
     /// `management.ssl.keyfile`: PEM private key for HTTPS.
     pub management_tls_keyfile: Option<PathBuf>,
+    /// `management.ssl.cacertfile`, `management.ssl.verify`,
+    /// `management.ssl.fail_if_no_peer_cert`: client certificates on the HTTPS API.
+    pub management_tls_verification: PeerVerification,
     /// `prometheus.tcp.ip` / `prometheus.tcp.port`: Prometheus metrics. Default
     /// `0.0.0.0:15692`.
     pub prometheus_listener: ListenAddr,
@@ -195,6 +210,9 @@ pub struct Settings {
     pub prometheus_tls_certfile: Option<PathBuf>,
     /// `prometheus.ssl.keyfile`: PEM private key for the metrics endpoint over HTTPS.
     pub prometheus_tls_keyfile: Option<PathBuf>,
+    /// `prometheus.ssl.cacertfile`, `prometheus.ssl.verify`,
+    /// `prometheus.ssl.fail_if_no_peer_cert`: client certificates on metrics over HTTPS.
+    pub prometheus_tls_verification: PeerVerification,
     /// `plugins.prometheus` (Warren-specific): serve Prometheus metrics. Default true.
     pub prometheus_enabled: bool,
     /// `consumer_timeout`: milliseconds a delivery may stay unacknowledged before its channel
@@ -287,10 +305,12 @@ impl Default for Settings {
             management_tls_listener: None,
             management_tls_certfile: None,
             management_tls_keyfile: None,
+            management_tls_verification: PeerVerification::default(),
             prometheus_listener: ListenAddr::new("0.0.0.0", 15692),
             prometheus_tls_listener: None,
             prometheus_tls_certfile: None,
             prometheus_tls_keyfile: None,
+            prometheus_tls_verification: PeerVerification::default(),
             prometheus_enabled: true,
             consumer_timeout: Some(Duration::from_millis(1_800_000)),
             collect_statistics_interval: Duration::from_millis(5000),
@@ -423,6 +443,18 @@ pub const KEYS: &[(&str, &str)] = &[
         "PEM private key for the HTTPS API",
     ),
     (
+        "management.ssl.cacertfile",
+        "PEM CA certificates for HTTPS API client certificates",
+    ),
+    (
+        "management.ssl.verify",
+        "verify_peer|verify_none: ask HTTPS API clients for a certificate (verify_none)",
+    ),
+    (
+        "management.ssl.fail_if_no_peer_cert",
+        "true|false: refuse HTTPS API clients without a certificate (false)",
+    ),
+    (
         "plugins.management",
         "true|false: serve the management HTTP API (true)",
     ),
@@ -446,6 +478,18 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "prometheus.ssl.keyfile",
         "PEM private key for Prometheus over HTTPS",
+    ),
+    (
+        "prometheus.ssl.cacertfile",
+        "PEM CA certificates for Prometheus HTTPS client certificates",
+    ),
+    (
+        "prometheus.ssl.verify",
+        "verify_peer|verify_none: ask Prometheus HTTPS clients for a certificate (verify_none)",
+    ),
+    (
+        "prometheus.ssl.fail_if_no_peer_cert",
+        "true|false: refuse Prometheus HTTPS clients without a certificate (false)",
     ),
     (
         "plugins.prometheus",
@@ -704,6 +748,41 @@ impl Settings {
                         .ok_or_else(|| invalid("a file path"))?
                         .into(),
                 )
+            }
+            "management.ssl.cacertfile"
+            | "management.ssl.verify"
+            | "management.ssl.fail_if_no_peer_cert"
+            | "prometheus.ssl.cacertfile"
+            | "prometheus.ssl.verify"
+            | "prometheus.ssl.fail_if_no_peer_cert" => {
+                let verification = if key.starts_with("management") {
+                    &mut self.management_tls_verification
+                } else {
+                    &mut self.prometheus_tls_verification
+                };
+                match key.rsplit('.').next() {
+                    Some("cacertfile") => {
+                        verification.cacertfile = Some(
+                            non_empty(value)
+                                .ok_or_else(|| invalid("a file path"))?
+                                .into(),
+                        )
+                    }
+                    Some("verify") => {
+                        verification.verify_peer = match value {
+                            "verify_peer" => true,
+                            "verify_none" => false,
+                            _ => return Err(invalid("verify_peer or verify_none")),
+                        }
+                    }
+                    _ => {
+                        verification.fail_if_no_peer_cert = match value {
+                            "true" => true,
+                            "false" => false,
+                            _ => return Err(invalid("true or false")),
+                        }
+                    }
+                }
             }
             "management.tcp.ip" | "prometheus.tcp.ip" => {
                 let host = ListenAddr::parse(&format!("[{}]:0", value.trim_matches(['[', ']'])))

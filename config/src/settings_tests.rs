@@ -596,3 +596,45 @@ fn prometheus_over_https_takes_rabbitmq_keys() {
     assert!(settings.set("prometheus.ssl.port", "x").is_err());
     assert!(settings.set("prometheus.ssl.certfile", "").is_err());
 }
+
+#[test]
+fn https_client_certificate_keys_are_set_per_endpoint() {
+    let mut settings = Settings::default();
+    assert_eq!(
+        settings.management_tls_verification,
+        PeerVerification::default()
+    );
+    settings
+        .set("management.ssl.cacertfile", "/etc/warren/ca.pem")
+        .unwrap();
+    settings
+        .set("management.ssl.verify", "verify_peer")
+        .unwrap();
+    settings
+        .set("management.ssl.fail_if_no_peer_cert", "true")
+        .unwrap();
+    settings
+        .set("prometheus.ssl.verify", "verify_peer")
+        .unwrap();
+    assert_eq!(
+        settings.management_tls_verification,
+        PeerVerification {
+            cacertfile: Some("/etc/warren/ca.pem".into()),
+            verify_peer: true,
+            fail_if_no_peer_cert: true,
+        }
+    );
+    assert_eq!(
+        settings.prometheus_tls_verification,
+        PeerVerification {
+            cacertfile: None,
+            verify_peer: true,
+            fail_if_no_peer_cert: false,
+        }
+    );
+    assert!(settings.set("management.ssl.verify", "yes").is_err());
+    assert!(settings
+        .set("prometheus.ssl.fail_if_no_peer_cert", "1")
+        .is_err());
+    assert!(settings.set("prometheus.ssl.cacertfile", "").is_err());
+}

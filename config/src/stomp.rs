@@ -39,6 +39,10 @@ pub struct StompSettings {
     pub default_nack_requeue: bool,
     /// `stomp.login_timeout`: milliseconds a client has to CONNECT. Default 10 s.
     pub login_timeout: Duration,
+    /// `stomp.ssl_cert_login`: a STOMP-over-TLS client that presented a verified certificate
+    /// and sends CONNECT without a `login` header logs in as the user its certificate names
+    /// (`ssl_cert_login_from`), without a passcode. Default false.
+    pub ssl_cert_login: bool,
 }
 
 impl Default for StompSettings {
@@ -56,6 +60,7 @@ impl Default for StompSettings {
             max_header_length: 100 * 1024,
             default_nack_requeue: true,
             login_timeout: Duration::from_millis(10_000),
+            ssl_cert_login: false,
         }
     }
 }
@@ -103,6 +108,10 @@ pub const STOMP_KEYS: &[(&str, &str)] = &[
     (
         "stomp.login_timeout",
         "milliseconds a STOMP client has to CONNECT (10000)",
+    ),
+    (
+        "stomp.ssl_cert_login",
+        "true|false: TLS clients with a certificate and no login header log in as its user (false)",
     ),
 ];
 
@@ -161,6 +170,7 @@ impl StompSettings {
             }
             "stomp.implicit_connect" => self.implicit_connect = boolean()?,
             "stomp.default_nack_requeue" => self.default_nack_requeue = boolean()?,
+            "stomp.ssl_cert_login" => self.ssl_cert_login = boolean()?,
             "stomp.max_frame_size" => self.max_frame_size = positive()?,
             "stomp.max_frame_size_unauthenticated" => {
                 self.max_frame_size_unauthenticated = positive()?
@@ -215,6 +225,10 @@ mod tests {
             Some(61614)
         );
         assert!(settings.set("stomp.listeners.ssl.default", "x").is_err());
+        assert!(!settings.stomp.ssl_cert_login);
+        settings.set("stomp.ssl_cert_login", "true").unwrap();
+        assert!(settings.stomp.ssl_cert_login);
+        assert!(settings.set("stomp.ssl_cert_login", "yes").is_err());
     }
 
     #[test]

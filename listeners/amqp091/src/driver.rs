@@ -47,10 +47,11 @@ pub struct ListenerConfig {
 /// The future serving one handed-off connection.
 pub type HandoffFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Starts serving a handed-off connection: the stream, the peer, the 8-byte protocol header
-/// already read from it, and the shutdown signal.
+/// Starts serving a handed-off connection: the stream (plain, or TLS with the handshake
+/// done), the peer, the 8-byte protocol header already read from it, and the shutdown
+/// signal.
 pub type HandoffFn =
-    dyn Fn(TcpStream, SocketAddr, [u8; 8], watch::Receiver<bool>) -> HandoffFuture + Send + Sync;
+    dyn Fn(ClientStream, SocketAddr, [u8; 8], watch::Receiver<bool>) -> HandoffFuture + Send + Sync;
 
 /// Serves connections of another protocol on this port (AMQP 1.0).
 #[derive(Clone)]
@@ -118,15 +119,22 @@ async fn run_client(
         ClientStream::Plain(stream) => {
             run_connection(stream, peer, broker, config, shutdown, alarms).await
         }
-        tls => {
-            let local = tls.local_addr();
-            let certificate = tls.peer_certificate();
-            let (mut reader, writer) = tls.split();
+        ClientStream::Tls(mut tls) => {
             let mut header = [0u8; 8];
-            match timeout(config.handshake_timeout, reader.read_exact(&mut header)).await {
+            match timeout(config.handshake_timeout, tls.read_exact(&mut header)).await {
                 Ok(Ok(_)) => {}
                 _ => return,
             }
+            let stream = ClientStream::Tls(tls);
+            // AMQPS serves AMQP 1.0 too, told apart by the header as on the plain port.
+            if let (ProtocolHeader::Amqp10 { protocol_id: 0 | 3 }, Some(handoff)) =
+                (parse_protocol_header(&header), &config.amqp10)
+            {
+                return (handoff.0)(stream, peer, header, shutdown).await;
+            }
+            let local = stream.local_addr();
+            let certificate = stream.peer_certificate();
+            let (reader, writer) = stream.split();
             let connection = Connection {
                 header,
                 peer,
@@ -158,7 +166,7 @@ pub async fn run_connection(
     if let (ProtocolHeader::Amqp10 { protocol_id: 0 | 3 }, Some(handoff)) =
         (parse_protocol_header(&header), &config.amqp10)
     {
-        return (handoff.0)(stream, peer, header, shutdown).await;
+        return (handoff.0)(ClientStream::Plain(stream), peer, header, shutdown).await;
     }
     let (reader, writer) = warren_core::stream::plain(stream);
     let connection = Connection {

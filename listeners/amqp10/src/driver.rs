@@ -3,30 +3,29 @@
 //! everything produced by one turn in a single write. The idle timeouts are its only clocks.
 //!
 //! Connections arrive from the AMQP 0-9-1 listener's accept loop, which reads the 8-byte
-//! protocol header and hands `AMQP 3 1 0 0` / `AMQP 0 1 0 0` here ([`run_connection`]).
+//! protocol header and hands `AMQP 3 1 0 0` / `AMQP 0 1 0 0` here ([`run_connection`]): plain
+//! TCP from the AMQP port, TLS from the AMQPS port (the client's verified certificate, if
+//! any, serves SASL EXTERNAL).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use warren_core::flow::{observe, PublisherFlow};
+use warren_core::stream::ClientStream;
 use warren_core::Broker;
 
 use crate::codec::encode_empty_frame;
 use crate::session::{Amqp10Config, Connection, Control};
 
-const READ_CHUNK: usize = 64 * 1024;
-
 /// Serves one AMQP 1.0 connection whose protocol header was already read. `alarms` carries
 /// the broker's resource-alarm state (`Broker::subscribe_alarms`): while one is raised,
 /// publishing links get no new credit.
 pub async fn run_connection(
-    mut stream: TcpStream,
+    stream: ClientStream,
     peer: SocketAddr,
     header: [u8; 8],
     broker: Arc<Broker>,
@@ -34,7 +33,6 @@ pub async fn run_connection(
     mut shutdown: watch::Receiver<bool>,
     mut alarms: watch::Receiver<Option<String>>,
 ) {
-    let _ = stream.set_nodelay(true);
     let broker_durable = broker
         .message_store()
         .map(|store| store.subscribe_durable());
@@ -42,15 +40,19 @@ pub async fn run_connection(
     // published to is congested (or the store is behind), publishing links get no new credit.
     let mut flow = PublisherFlow::new(broker.message_store());
     let mut connection = Connection::new(broker, Arc::clone(&config), peer.ip().is_loopback());
-    if let Ok(local) = stream.local_addr() {
+    if let Some(local) = stream.local_addr() {
         connection.set_addresses(peer, local);
     }
+    if stream.is_tls() {
+        connection.set_tls(stream.peer_certificate().as_deref());
+    }
+    let (mut reader, writer) = stream.split();
     let connection_id = connection.connection_id();
     tracing::debug!(connection = connection_id, %peer, "accepted AMQP 1.0 connection");
     let mailbox = Arc::clone(connection.mailbox());
     let mut durable = broker_durable;
     let mut control = connection.start(header);
-    let mut buffer = BytesMut::with_capacity(READ_CHUNK);
+    let mut buffer = BytesMut::new();
     let handshake_deadline = Instant::now() + config.handshake_timeout;
     let mut close_deadline: Option<Instant> = None;
     let mut last_read = Instant::now();
@@ -70,7 +72,7 @@ pub async fn run_connection(
             }
         }
         if !connection.out.is_empty() {
-            if stream.write_all(&connection.out).await.is_err() {
+            if writer.write_all(&connection.out).await.is_err() {
                 break;
             }
             connection.out.clear();
@@ -95,7 +97,7 @@ pub async fn run_connection(
             .map(|timeout| last_write + timeout / 2);
         let flow_paused = flow.is_paused();
         tokio::select! {
-            read = read_some(&mut stream, &mut buffer) => {
+            read = reader.read_some(&mut buffer) => {
                 match read {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {
@@ -143,10 +145,10 @@ pub async fn run_connection(
         tokio::task::yield_now().await;
     }
     if !connection.out.is_empty() {
-        let _ = stream.write_all(&connection.out).await;
+        let _ = writer.write_all(&connection.out).await;
     }
     connection.terminate();
-    let _ = stream.shutdown().await;
+    writer.shutdown().await;
     tracing::debug!(connection = connection_id, %peer, "AMQP 1.0 connection closed");
 }
 
@@ -166,19 +168,5 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-async fn read_some(stream: &mut TcpStream, buffer: &mut BytesMut) -> std::io::Result<usize> {
-    loop {
-        if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
-            buffer.reserve(READ_CHUNK);
-        }
-        stream.readable().await?;
-        match stream.try_read_buf(buffer) {
-            Ok(read) => return Ok(read),
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(error) => return Err(error),
-        }
     }
 }

@@ -96,6 +96,7 @@ pub async fn run_connection(
 ) {
     let stream_local = stream.local_addr();
     let tls = stream.is_tls();
+    let certificate = stream.peer_certificate();
     let (mut reader, writer) = stream.split();
     let outbox = Outbox::new();
     let broker_store_durable = broker
@@ -112,6 +113,9 @@ pub async fn run_connection(
         session.set_addresses(peer, local);
     }
     session.set_tls(tls);
+    if let Some(certificate) = &certificate {
+        session.set_certificate(certificate);
+    }
     let connection_id = session.connection_id();
     tracing::debug!(connection = connection_id, %peer, "accepted STOMP connection");
     let (heartbeat_tx, heartbeat_rx) = watch::channel(None);

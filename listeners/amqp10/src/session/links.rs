@@ -24,6 +24,7 @@ use fe2o3_amqp_types::primitives::Binary;
 use warren_core::access::Access;
 use warren_core::consumer::{ConsumerSpec, Delivery};
 use warren_core::queue::{Queue, Settlement};
+use warren_core::topic_access::TopicVariables;
 use warren_core::value::Table;
 use warren_core::vhost::{Actor, VHost};
 
@@ -898,7 +899,7 @@ impl Session {
             let frame = self.flow_frame(Some(handle), Some(count), Some(credit), false);
             encode_amqp_frame(out, channel, &frame, &[]);
         }
-        let (state, durable_seq) = self.publish(context, target.as_ref(), message.freeze());
+        let (state, durable_seq) = self.publish(context, target.as_ref(), message.freeze())?;
         if !settled {
             // A durable message in a durable queue is accepted once it is on disk.
             match durable_seq {
@@ -910,20 +911,22 @@ impl Session {
     }
 
     /// Routes one complete message and returns its outcome, with the store sequence number
-    /// to wait for when a durable message reached a durable queue.
+    /// to wait for when a durable message reached a durable queue. An error ends the
+    /// session: a routing key the user's topic permission does not allow writing to
+    /// (`amqp:unauthorized-access`, as RabbitMQ 4.x's rabbit_amqp_session).
     fn publish(
         &mut self,
         context: &Context<'_>,
         target: Option<&TargetAddress>,
         bytes: Bytes,
-    ) -> (DeliveryState, Option<u64>) {
+    ) -> Result<(DeliveryState, Option<u64>), Error> {
         let incoming = match decode_message(bytes) {
             Ok(incoming) => incoming,
             Err(error) => {
-                return (
+                return Ok((
                     rejected(errors::amqp(AmqpError::DecodeError, error.0)),
                     None,
-                )
+                ))
             }
         };
         let IncomingMessage {
@@ -942,7 +945,7 @@ impl Session {
                         context.user
                     ),
                 );
-                return (rejected(error), None);
+                return Ok((rejected(error), None));
             }
         }
         let resolved;
@@ -954,7 +957,7 @@ impl Session {
                         AmqpError::PreconditionFailed,
                         "anonymous terminus requires 'to' address to be set",
                     );
-                    return (rejected(error), None);
+                    return Ok((rejected(error), None));
                 };
                 match resolve_target(context, to) {
                     Ok(target) => {
@@ -963,15 +966,15 @@ impl Session {
                     }
                     // RabbitMQ 4.x: a `to` naming a missing queue is released (the message
                     // reached no queue); a bad address or a missing exchange is rejected.
-                    Err(error) if is_missing_queue(&error) => return (released(), None),
+                    Err(error) if is_missing_queue(&error) => return Ok((released(), None)),
                     Err(error) if error.condition == AmqpError::InvalidField.into() => {
                         let error = errors::amqp(
                             AmqpError::PreconditionFailed,
                             format!("bad 'to' address string: {to}"),
                         );
-                        return (rejected(error), None);
+                        return Ok((rejected(error), None));
                     }
-                    Err(error) => return (rejected(error), None),
+                    Err(error) => return Ok((rejected(error), None)),
                 }
             }
         };
@@ -986,13 +989,23 @@ impl Session {
             TargetAddress::Queue(queue) => ("", queue.clone()),
             TargetAddress::DefaultExchangeBySubject => ("", subject.unwrap_or_default()),
         };
+        context
+            .vhost
+            .check_topic(
+                context.user,
+                Access::Write,
+                exchange,
+                &routing_key,
+                &TopicVariables::NONE,
+            )
+            .map_err(|e| errors::from_core(&e))?;
         message.exchange = exchange.into();
         message.routing_key = routing_key.into();
         let mut routed = std::mem::take(&mut self.routed);
         routed.clear();
         if let Err(error) = context.vhost.route(exchange, &message, &mut routed) {
             self.routed = routed;
-            return (rejected(errors::from_core(&error)), None);
+            return Ok((rejected(errors::from_core(&error)), None));
         }
         let message = Arc::new(message.without_bcc().unwrap_or(message));
         let outcome = if routed.is_empty() {
@@ -1009,7 +1022,7 @@ impl Session {
         };
         routed.clear();
         self.routed = routed;
-        outcome
+        Ok(outcome)
     }
 
     /// Sends the dispositions of this batch, one frame per run of consecutive ids with the

@@ -19,6 +19,7 @@ use fe2o3_amqp_types::performatives::{
 };
 use fe2o3_amqp_types::primitives::{Array, OrderedMap, Symbol};
 use fe2o3_amqp_types::sasl::{SaslCode, SaslInit, SaslMechanisms, SaslOutcome};
+use warren_core::certificate::{login_name, LoginFrom};
 use warren_core::connections::{ConnectionHandle, ConnectionInfo};
 use warren_core::value::{Table, Value};
 use warren_core::vhost::VHost;
@@ -50,6 +51,10 @@ pub struct Amqp10Config {
     pub handshake_timeout: Duration,
     /// How long to wait for the client's close after the broker closed.
     pub close_timeout: Duration,
+    /// SASL EXTERNAL (`auth_mechanisms.N = EXTERNAL`): offered to TLS clients that presented
+    /// a verified certificate, which names the user this way (`ssl_cert_login_from`).
+    /// `None`: not offered.
+    pub external_login: Option<LoginFrom>,
 }
 
 impl Default for Amqp10Config {
@@ -63,6 +68,7 @@ impl Default for Amqp10Config {
             max_message_size: 16 * 1024 * 1024,
             handshake_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(3),
+            external_login: None,
         }
     }
 }
@@ -113,6 +119,11 @@ pub struct Connection {
     addresses: Option<(SocketAddr, SocketAddr)>,
     /// This connection in the broker's connection registry, once open.
     registration: Option<ConnectionHandle>,
+    /// Whether the connection runs over TLS (shown to operators).
+    tls: bool,
+    /// The user the client's verified TLS certificate names, when it presented one (the
+    /// inner `None`: the certificate names nobody), for SASL EXTERNAL.
+    certificate_user: Option<Option<String>>,
     /// Encoded frames waiting to be written.
     pub out: BytesMut,
 }
@@ -139,6 +150,8 @@ impl Connection {
             blocked: false,
             addresses: None,
             registration: None,
+            tls: false,
+            certificate_user: None,
             out: BytesMut::new(),
         }
     }
@@ -146,6 +159,15 @@ impl Connection {
     /// Records the client's and the broker's addresses (shown to operators).
     pub fn set_addresses(&mut self, peer: SocketAddr, local: SocketAddr) {
         self.addresses = Some((peer, local));
+    }
+
+    /// Marks the connection as TLS, with the client's verified DER certificate if it
+    /// presented one: SASL EXTERNAL is then offered when configured.
+    pub fn set_tls(&mut self, certificate: Option<&[u8]>) {
+        self.tls = true;
+        if let Some(from) = self.config.external_login {
+            self.certificate_user = certificate.map(|der| login_name(der, from));
+        }
     }
 
     /// The reason an operator gave when asking this connection to close, once asked (the
@@ -181,7 +203,7 @@ impl Connection {
                 local,
                 connection_name: ConnectionInfo::connection_name_from(&client_properties),
                 client_properties,
-                tls: false,
+                tls: self.tls,
                 frame_max: self.remote_max_frame_size.min(self.config.max_frame_size),
                 channel_max: self.channel_max,
                 heartbeat: self
@@ -258,6 +280,10 @@ impl Connection {
             if self.config.anonymous_login.is_some() {
                 mechanisms.push(Symbol::from("ANONYMOUS"));
             }
+            // As RabbitMQ's rabbit_auth_mechanism_ssl: only to a client with a certificate.
+            if self.certificate_user.is_some() {
+                mechanisms.push(Symbol::from("EXTERNAL"));
+            }
             encode_sasl_frame(
                 &mut self.out,
                 &SaslMechanisms {
@@ -280,6 +306,32 @@ impl Connection {
         // RabbitMQ answers an unsupported header with the one it wants, then closes.
         self.out.put_slice(&PROTOCOL_HEADER_SASL);
         Control::Close
+    }
+
+    /// SASL EXTERNAL: the certificate is the credential, the user's password is not checked.
+    fn login_external(&mut self) -> bool {
+        let Some(Some(user)) = self.certificate_user.clone() else {
+            tracing::warn!(
+                connection = self.connection_id,
+                "AMQP 1.0 EXTERNAL login refused: no client certificate, or no name found in it"
+            );
+            return false;
+        };
+        match self.broker.authenticate_trusted(&user, self.from_loopback) {
+            Ok(found) => {
+                self.user = Some(found.name.clone());
+                true
+            }
+            Err(reason) => {
+                tracing::warn!(
+                    connection = self.connection_id,
+                    user,
+                    %reason,
+                    "AMQP 1.0 EXTERNAL login refused"
+                );
+                false
+            }
+        }
     }
 
     fn login(&mut self, user: &str, password: &str) -> bool {
@@ -396,6 +448,7 @@ impl Connection {
                 Some((user, password)) => self.login(&user, &password),
                 None => false,
             },
+            "EXTERNAL" => self.login_external(),
             _ => false,
         };
         let code = if accepted {

@@ -418,3 +418,110 @@ fn garbage_after_open_closes_with_decode_error() {
         AmqpError::DecodeError.into()
     );
 }
+
+/// A transfer of one small message (a data section), settled or not.
+fn transfer(handle: u32, delivery_id: u32, settled: bool) -> Transfer {
+    Transfer {
+        handle: Handle(handle),
+        delivery_id: Some(delivery_id),
+        delivery_tag: Some(Binary::from(delivery_id.to_be_bytes().to_vec())),
+        message_format: Some(0),
+        settled: Some(settled),
+        more: false,
+        rcv_settle_mode: None,
+        state: None,
+        resume: false,
+        aborted: false,
+        batchable: false,
+    }
+}
+
+const DATA_SECTION: &[u8] = &[0x00, 0x53, 0x75, 0xa0, 0x01, b'x'];
+
+#[test]
+fn a_publish_the_topic_permission_refuses_ends_the_session_with_unauthorized_access() {
+    use warren_core::topic_access::TopicPermission;
+    let mut harness = Harness::new(Amqp10Config::default());
+    let vhost = harness.broker.vhost("/").unwrap();
+    vhost
+        .bind(
+            Actor {
+                user: "guest",
+                connection_id: BROKER_CONNECTION,
+            },
+            "amq.topic",
+            warren_core::exchange::DestinationName::Queue("q".into()),
+            "#",
+            Table::new(),
+        )
+        .unwrap();
+    vhost.set_topic_permission(
+        "guest",
+        TopicPermission::new("guest", "/", "amq.topic", "^allowed\\.", "").unwrap(),
+    );
+    harness.open();
+    harness.begin(0);
+    harness.attach(1, Role::Sender, "/exchanges/amq.topic/allowed.a");
+    harness.feed(
+        0,
+        Performative::Transfer(transfer(1, 0, true)),
+        DATA_SECTION,
+    );
+    assert!(harness.frames().is_empty(), "a settled, allowed publish");
+    assert_eq!(harness.ready(), 1);
+    harness.attach(2, Role::Sender, "/exchanges/amq.topic/denied.a");
+    harness.feed(
+        0,
+        Performative::Transfer(transfer(2, 1, false)),
+        DATA_SECTION,
+    );
+    match &harness.frames()[..] {
+        [(0, Performative::End(end))] => {
+            let error = end.error.as_ref().expect("an error");
+            assert_eq!(error.condition, AmqpError::UnauthorizedAccess.into());
+            assert_eq!(
+                error.description.as_deref(),
+                Some(
+                    "write access to topic 'denied.a' in exchange 'amq.topic' in vhost '/' \
+                     refused for user 'guest'"
+                )
+            );
+        }
+        other => panic!("expected the session to end, got {other:?}"),
+    }
+    assert_eq!(harness.ready(), 1, "the refused message is not routed");
+    assert!(harness.connection.is_open());
+}
+
+#[test]
+fn external_is_offered_only_to_tls_clients_with_a_certificate_when_configured() {
+    let offered = |out: &BytesMut| out.windows(8).any(|w| w == b"EXTERNAL");
+    let config = || Amqp10Config {
+        external_login: Some(warren_core::certificate::LoginFrom::CommonName),
+        ..Amqp10Config::default()
+    };
+    let mut no_certificate = Harness::new(config());
+    no_certificate.connection.set_tls(None);
+    no_certificate.connection.start(PROTOCOL_HEADER_SASL);
+    assert!(!offered(&no_certificate.connection.out));
+    let mut not_configured = Harness::new(Amqp10Config::default());
+    not_configured.connection.set_tls(Some(b"certificate"));
+    not_configured.connection.start(PROTOCOL_HEADER_SASL);
+    assert!(!offered(&not_configured.connection.out));
+    // A certificate that names nobody: offered (the client has a certificate), refused.
+    let mut nameless = Harness::new(config());
+    nameless.connection.set_tls(Some(b"not a certificate"));
+    nameless.connection.start(PROTOCOL_HEADER_SASL);
+    assert!(offered(&nameless.connection.out));
+    nameless.connection.out.clear();
+    let mut input = BytesMut::new();
+    encode_sasl_frame(
+        &mut input,
+        &SaslInit {
+            mechanism: "EXTERNAL".into(),
+            initial_response: None,
+            hostname: None,
+        },
+    );
+    assert_eq!(nameless.connection.handle_input(&mut input), Control::Close);
+}

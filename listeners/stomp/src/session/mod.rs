@@ -26,6 +26,7 @@ use rand::RngCore;
 use tokio::sync::Notify;
 use warren_core::access::User;
 use warren_core::broker::AuthFailure;
+use warren_core::certificate::{login_name, LoginFrom};
 use warren_core::connections::{ConnectionHandle, ConnectionInfo};
 use warren_core::queue::{Queue, Settlement};
 use warren_core::vhost::{Actor, VHost};
@@ -68,6 +69,10 @@ pub struct SessionConfig {
     pub max_message_size: usize,
     /// The shortest heart-beat interval the broker sends or expects, in milliseconds.
     pub heartbeat_min_ms: u32,
+    /// `stomp.ssl_cert_login`: a TLS client with a verified certificate and no `login`
+    /// header logs in as the user the certificate names, read this way
+    /// (`ssl_cert_login_from`). `None`: off.
+    pub ssl_cert_login: Option<LoginFrom>,
 }
 
 impl Default for SessionConfig {
@@ -85,6 +90,7 @@ impl Default for SessionConfig {
             default_nack_requeue: true,
             max_message_size: 16 * 1024 * 1024,
             heartbeat_min_ms: 1000,
+            ssl_cert_login: None,
         }
     }
 }
@@ -145,6 +151,8 @@ pub struct Session {
     addresses: Option<(SocketAddr, SocketAddr)>,
     /// Whether the connection runs over TLS (shown to operators).
     tls: bool,
+    /// The user the client's verified TLS certificate names, with `stomp.ssl_cert_login`.
+    certificate_user: Option<String>,
     /// This connection in the broker's connection registry, once logged in.
     registration: Option<ConnectionHandle>,
     /// Notified when an operator asks this connection to close.
@@ -197,6 +205,7 @@ impl Session {
             starting: Vec::new(),
             addresses: None,
             tls: false,
+            certificate_user: None,
             registration: None,
             operator_wake: Arc::new(Notify::new()),
             last_durable_seq: 0,
@@ -242,6 +251,15 @@ impl Session {
     /// Records that the connection runs over TLS (shown to operators).
     pub fn set_tls(&mut self, tls: bool) {
         self.tls = tls;
+    }
+
+    /// The client's verified DER certificate: with `stomp.ssl_cert_login`, a CONNECT
+    /// without a `login` header logs in as the user it names (RabbitMQ's STOMP plugin; a
+    /// certificate naming nobody leaves the default login in place).
+    pub fn set_certificate(&mut self, certificate: &[u8]) {
+        if let Some(from) = self.config.ssl_cert_login {
+            self.certificate_user = login_name(certificate, from);
+        }
     }
 
     /// Notified when an operator asks this connection to close; the driver then calls
@@ -435,30 +453,42 @@ impl Session {
             .header("host")
             .unwrap_or(&self.config.default_vhost)
             .to_string();
-        let (login, passcode) = match frame.header("login") {
-            Some(login) => (
-                login.to_string(),
-                frame.header("passcode").unwrap_or("").to_string(),
-            ),
-            None => match &self.config.default_user {
-                Some(user) => (
-                    user.clone(),
-                    self.config.default_pass.clone().unwrap_or_default(),
-                ),
-                None => {
-                    return Err(StompError::new(
-                        "Bad CONNECT",
-                        "CONNECT has no 'login' header and no stomp.default_user is configured",
-                    ))
-                }
-            },
+        let certificate_user = match frame.header("login") {
+            Some(_) => None,
+            None => self.certificate_user.clone(),
         };
-        let user = match self
-            .broker
-            .authenticate(&login, &passcode, self.from_loopback)
-        {
-            Ok(user) => user,
-            Err(failure) => {
+        let login = match certificate_user {
+            // The certificate is the credential: no passcode is checked.
+            Some(name) => {
+                let login = self.broker.authenticate_trusted(&name, self.from_loopback);
+                (name, login)
+            }
+            None => {
+                let (login, passcode) = match frame.header("login") {
+                    Some(login) => (
+                        login.to_string(),
+                        frame.header("passcode").unwrap_or("").to_string(),
+                    ),
+                    None => match &self.config.default_user {
+                        Some(user) => (
+                            user.clone(),
+                            self.config.default_pass.clone().unwrap_or_default(),
+                        ),
+                        None => return Err(StompError::new(
+                            "Bad CONNECT",
+                            "CONNECT has no 'login' header and no stomp.default_user is configured",
+                        )),
+                    },
+                };
+                let result = self
+                    .broker
+                    .authenticate(&login, &passcode, self.from_loopback);
+                (login, result)
+            }
+        };
+        let user = match login {
+            (_, Ok(user)) => user,
+            (login, Err(failure)) => {
                 tracing::warn!(user = %login, reason = %failure, "STOMP login refused");
                 return Err(match failure {
                     AuthFailure::LoopbackOnly => {

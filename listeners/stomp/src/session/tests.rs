@@ -143,6 +143,31 @@ fn implicit_connect_logs_in_with_the_defaults() {
 }
 
 #[test]
+fn a_certificate_that_names_nobody_leaves_the_default_login() {
+    // As RabbitMQ's ssl_login_name: no name in the certificate, no certificate login.
+    let broker = broker();
+    let config = SessionConfig {
+        ssl_cert_login: Some(LoginFrom::CommonName),
+        default_user: None,
+        ..SessionConfig::default()
+    };
+    let mut h = Harness::with_config(&broker, config);
+    h.session.set_tls(true);
+    h.session.set_certificate(b"not a certificate");
+    assert_eq!(
+        h.frame(Command::Connect, &[("accept-version", "1.2")], ""),
+        Control::Close
+    );
+    let replies = h.replies();
+    assert_eq!(replies[0].command, Command::Error);
+    assert_eq!(
+        replies[0].header("message"),
+        Some("Bad CONNECT"),
+        "{replies:?}"
+    );
+}
+
+#[test]
 fn send_then_subscribe_delivers_with_headers_and_client_ack_settles() {
     let broker = broker();
     let mut h = Harness::new(&broker);
