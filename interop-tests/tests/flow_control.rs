@@ -52,8 +52,20 @@ async fn assert_publisher_paused(queue: &Queue, sent: &AtomicUsize) {
         wait_for(Duration::from_secs(30), || queue.flow().is_congested()).await,
         "the flooded queue raises its flow signal"
     );
-    // Absence of progress can only be observed over a window.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Absence of progress can only be observed over a window. The connection may still be
+    // working through what it read before the signal (slowly, on a loaded machine), so wait
+    // for the count to settle, then check it stays put: a publisher that is not paused never
+    // settles and fails here.
+    let mut settled = false;
+    for _ in 0..40 {
+        let before = queue.stats().published;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if queue.stats().published == before {
+            settled = true;
+            break;
+        }
+    }
+    assert!(settled, "the paused publisher is not read (still publishing after 20 s)");
     let before = queue.stats().published;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = queue.stats().published;
