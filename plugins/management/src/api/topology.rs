@@ -165,6 +165,8 @@ impl Management {
                     .collect()
             }),
             ("GET", [vhost, name]) => self.show_in_vhost(caller, vhost, |v| {
+                // RabbitMQ names the default exchange `amq.default` in paths.
+                let name = if *name == "amq.default" { "" } else { name };
                 v.exchange(name)
                     .map(|e| self.exchange_json(vhost, &e, ranges))
             }),
