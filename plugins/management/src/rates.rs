@@ -181,7 +181,9 @@ struct History<const N: usize> {
     /// Change per second over the last interval.
     rates: [f64; N],
     /// Change points within the retention window, oldest first; `None` while the object
-    /// has been flat for the whole window.
+    /// has been flat for the whole window. Boxed: most entries hold `None`, and a box keeps
+    /// them at 8 bytes where an inline `VecDeque` takes 32.
+    #[allow(clippy::box_collection)]
     points: Option<Box<VecDeque<Point<N>>>>,
 }
 
