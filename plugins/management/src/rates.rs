@@ -757,6 +757,64 @@ mod tests {
         assert!(query(&[("data_rates_age", "0"), ("data_rates_incr", "5")]).is_err());
     }
 
+    #[test]
+    fn idle_objects_keep_no_history_and_busy_ones_do() {
+        use std::sync::Arc;
+        use warren_core::access::Permissions;
+        use warren_core::message::{Message, Properties};
+        use warren_core::vhost::{Actor, QueueDeclare};
+
+        let broker = Broker::new(Default::default());
+        let vhost = broker.add_vhost("/");
+        vhost.set_permissions("admin", Permissions::full());
+        let actor = Actor {
+            user: "admin",
+            connection_id: 1,
+        };
+        for index in 0..100 {
+            vhost
+                .declare_queue(
+                    actor,
+                    QueueDeclare {
+                        name: format!("idle-{index}"),
+                        passive: false,
+                        durable: false,
+                        exclusive: false,
+                        auto_delete: false,
+                        arguments: Default::default(),
+                    },
+                )
+                .unwrap();
+        }
+        let sampler = RateSampler::default();
+        sampler.sample_at(&broker, 5_000);
+        sampler.sample_at(&broker, 10_000);
+        assert_eq!(sampler.histories(), 0, "nothing moved: no history anywhere");
+        assert!(sampler.lock().queues.is_empty());
+
+        // One publish through the default exchange to one queue.
+        let message = Message {
+            exchange: "".into(),
+            routing_key: "idle-7".into(),
+            properties: Properties::default(),
+            encoded_properties: None,
+            body: bytes::Bytes::from_static(b"m"),
+        };
+        let mut routed = Vec::new();
+        vhost.route("", &message, &mut routed).unwrap();
+        for queue in &routed {
+            queue.enqueue(Arc::new(message.clone()));
+        }
+        sampler.sample_at(&broker, 15_000);
+        // The node, the vhost, the queue and the default exchange; 99 queues stay idle.
+        assert_eq!(sampler.histories(), 4);
+        assert_eq!(sampler.lock().queues.len(), 1);
+        let values = exchange_values(&vhost.exchange("").unwrap().stats());
+        assert_eq!(values, [1, 1]);
+        let json = sampler.exchange_json("/", "", &values, &Ranges::default());
+        assert_eq!(json["publish_in_details"]["rate"], 0.2);
+    }
+
     proptest::proptest! {
         #[test]
         fn range_parsing_never_panics(age in ".{0,12}", incr in ".{0,12}") {
