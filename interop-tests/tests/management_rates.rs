@@ -336,17 +336,24 @@ async fn exchange_rates_length_rates_and_history_follow_known_traffic() {
     .await;
     assert!(idle, "rates are zero once traffic stops");
 
-    // History: 6 samples a second apart, newest first, counters never decreasing over time,
-    // the newest no more than the live count and some of them showing the traffic.
-    let exchange = get(
-        &broker,
-        "/api/exchanges/%2F/fan?msg_rates_age=5&msg_rates_incr=1",
-    )
+    // History: 6 samples a second apart, newest first, counters never decreasing over time.
+    // Counter samples stop at the last whole second (RabbitMQ's floor), so the final count
+    // shows once that second has passed a sample taken after the traffic.
+    const FAN_HISTORY: &str = "/api/exchanges/%2F/fan?msg_rates_age=5&msg_rates_incr=1";
+    let settled = wait_for_async(LIMIT, || async {
+        let exchange = get(&broker, FAN_HISTORY).await;
+        samples(&exchange["message_stats"]["publish_in_details"])
+            .first()
+            .map(|s| s.1)
+            == Some(sent)
+    })
     .await;
+    assert!(settled, "the newest publish_in sample reaches {sent}");
+    let exchange = get(&broker, FAN_HISTORY).await;
     let history = assert_history(&exchange["message_stats"]["publish_in_details"], 1000, 6);
     assert!(history.windows(2).all(|w| w[0].1 >= w[1].1), "{history:?}");
-    assert!(history[0].1 <= sent && history[0].1 > 0, "{history:?}");
     let out = assert_history(&exchange["message_stats"]["publish_out_details"], 1000, 6);
+    assert!(out.windows(2).all(|w| w[0].1 >= w[1].1), "{out:?}");
     assert!(out[0].1 <= 2 * sent && out[0].1 > 0, "{out:?}");
     // Without the parameters there is no history.
     let plain = get(&broker, "/api/exchanges/%2F/fan").await;
