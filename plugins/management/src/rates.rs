@@ -292,7 +292,6 @@ fn sample_times(range: Range, now_ms: u64, ceil: bool) -> Vec<u64> {
 }
 
 /// `<name>_details` for value `index` of an object.
-#[allow(clippy::too_many_arguments)]
 fn details<const N: usize>(
     history: Option<&History<N>>,
     current: &[u64; N],
@@ -555,8 +554,7 @@ impl RateSampler {
     /// How many objects hold a history ring now (for tests and memory accounting).
     pub fn histories(&self) -> usize {
         let samples = self.lock();
-        let rings = |n: bool| usize::from(n);
-        rings(samples.node.as_ref().is_some_and(|h| h.points.is_some()))
+        usize::from(samples.node.as_ref().is_some_and(|h| h.points.is_some()))
             + samples
                 .vhosts
                 .values()
