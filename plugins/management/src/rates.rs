@@ -260,6 +260,50 @@ impl<const N: usize> History<N> {
         }
     }
 
+    /// Several objects' histories added up: values and rates summed, and a change point
+    /// wherever one of them changed.
+    fn sum(histories: &[&History<N>]) -> History<N> {
+        let mut values = [0; N];
+        let mut rates = [0.0; N];
+        for history in histories {
+            for index in 0..N {
+                values[index] += history.values[index];
+                rates[index] += history.rates[index];
+            }
+        }
+        let mut times: Vec<u64> = histories
+            .iter()
+            .flat_map(|h| {
+                h.points
+                    .iter()
+                    .flat_map(|p| p.iter().map(|point| point.at_ms))
+            })
+            .collect();
+        times.sort_unstable();
+        times.dedup();
+        let points = (!times.is_empty()).then(|| {
+            let list = times
+                .iter()
+                .map(|&at_ms| {
+                    let mut sum = [0; N];
+                    for history in histories {
+                        let at = history.at(at_ms, &history.values);
+                        for index in 0..N {
+                            sum[index] += at[index];
+                        }
+                    }
+                    Point { at_ms, values: sum }
+                })
+                .collect();
+            Box::new(list)
+        });
+        History {
+            values,
+            rates,
+            points,
+        }
+    }
+
     /// The values in force at `at_ms`: the last change point at or before it; before the
     /// first point, the first point's (the object was flat before its history starts);
     /// without history, `current`.
@@ -489,6 +533,18 @@ impl RateSampler {
     pub fn vhost_json(&self, vhost: &str, current: &NodeValues, ranges: &Ranges) -> NodeJson {
         let samples = self.lock();
         node_json(samples.vhosts.get(vhost), current, ranges)
+    }
+
+    /// The `message_stats` and length fields of several vhosts together (the overview of a
+    /// user who sees only some vhosts): rates, values and history summed over them.
+    pub fn vhosts_json(&self, vhosts: &[&str], current: &NodeValues, ranges: &Ranges) -> NodeJson {
+        let samples = self.lock();
+        let histories: Vec<&History<9>> = vhosts
+            .iter()
+            .filter_map(|name| samples.vhosts.get(*name))
+            .collect();
+        let combined = History::sum(&histories);
+        node_json(Some(&combined), current, ranges)
     }
 
     /// A queue's `message_stats` (publish, deliver_get, ack) and its length fields
@@ -722,6 +778,21 @@ mod tests {
         let json = details(history.as_ref(), &[60, 7], 1, Some(range), 27_500, true);
         assert_eq!(json["samples"][0]["timestamp"], 30_000);
         assert_eq!(json["samples"][0]["sample"], 7);
+    }
+
+    #[test]
+    fn summed_histories_add_values_rates_and_change_points() {
+        let a = History::advance(None, [1, 0], &QUEUE_ONLY, tick(1_000, None));
+        let a = History::advance(Some(a), [3, 0], &QUEUE_ONLY, tick(2_000, Some(1_000)));
+        let b = History::advance(None, [10, 5], &QUEUE_ONLY, tick(1_000, None));
+        let b = History::advance(Some(b), [10, 5], &QUEUE_ONLY, tick(2_000, Some(1_000)));
+        let b = History::advance(Some(b), [20, 5], &QUEUE_ONLY, tick(3_000, Some(2_000)));
+        let sum = History::sum(&[&a, &b]);
+        assert_eq!(sum.values, [23, 5]);
+        assert_eq!(sum.rates, [2.0 + 10.0, 0.0]);
+        assert_eq!(sum.at(1_500, &[0, 0]), [11, 5]);
+        assert_eq!(sum.at(2_500, &[0, 0]), [13, 5]);
+        assert_eq!(sum.at(3_000, &[0, 0]), [23, 5]);
     }
 
     #[test]

@@ -41,9 +41,10 @@ impl Management {
                 totals.add(&vhost.totals());
             }
             let values = crate::rates::node_values(&totals, ready, unacked);
-            let stats = match vhosts.as_slice() {
-                [only] => self.rates.vhost_json(only.name(), &values, ranges),
-                _ => self.rates.node_json(&values, ranges),
+            let names: Vec<&str> = vhosts.iter().map(|v| v.name()).collect();
+            let stats = match names.as_slice() {
+                [only] => self.rates.vhost_json(only, &values, ranges),
+                _ => self.rates.vhosts_json(&names, &values, ranges),
             };
             (stats, totals.queues.published)
         };
