@@ -358,7 +358,7 @@ async fn start_operator_endpoints(
             }
         }),
         started: std::time::Instant::now(),
-        rates: Default::default(),
+        rates: warren_management::rates::RateSampler::new(settings.management_sample_retention),
         statistics_interval: settings.collect_statistics_interval,
     });
     if management_listener.is_some() || management_tls.is_some() {

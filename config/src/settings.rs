@@ -222,6 +222,10 @@ pub struct Settings {
     /// of the message counters, over which message rates are computed (RabbitMQ's default:
     /// 5000).
     pub collect_statistics_interval: Duration,
+    /// `management.sample_retention_seconds` (Warren-specific): how long the management
+    /// plugin keeps each active object's rate and length history for `msg_rates_age` /
+    /// `lengths_age` queries (600 s, RabbitMQ's first `basic` retention tier); 0 keeps none.
+    pub management_sample_retention: Duration,
     /// `vm_memory_high_watermark.relative` / `.absolute`: the memory use above which the
     /// memory alarm blocks publishers. Default 0.6 of the memory available.
     pub memory_high_watermark: MemoryHighWatermark,
@@ -314,6 +318,7 @@ impl Default for Settings {
             prometheus_enabled: true,
             consumer_timeout: Some(Duration::from_millis(1_800_000)),
             collect_statistics_interval: Duration::from_millis(5000),
+            management_sample_retention: Duration::from_secs(600),
             memory_high_watermark: MemoryHighWatermark::Relative(0.6),
             total_memory_override: None,
             disk_free_limit: DiskFreeLimit::Absolute(50_000_000),
@@ -381,6 +386,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "collect_statistics_interval",
         "ms between samples of the message counters for management API rates, >= 100 (5000)",
+    ),
+    (
+        "management.sample_retention_seconds",
+        "seconds of rate and length history kept per active object for ?msg_rates_age= (600)",
     ),
     (
         "plugins.consistent_hash_exchange",
@@ -619,6 +628,14 @@ impl Settings {
             }
             "anonymous_login_pass" => {
                 self.anonymous_login_pass = value.to_owned();
+            }
+            "management.sample_retention_seconds" => {
+                let seconds: u64 = value
+                    .parse()
+                    .ok()
+                    .filter(|s| *s <= 86_400)
+                    .ok_or_else(|| invalid("an integer of seconds, at most 86400"))?;
+                self.management_sample_retention = Duration::from_secs(seconds);
             }
             "collect_statistics_interval" => {
                 let ms: u64 = value

@@ -6,6 +6,7 @@
 //! briefly, so publishers never wait on each other.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -269,10 +270,25 @@ struct Bindings {
     topic: TopicTrie<Target>,
 }
 
+/// An exchange's lifetime message counts, RabbitMQ's `publish_in` and `publish_out`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExchangeStats {
+    /// Messages published into the exchange by a client.
+    pub published_in: u64,
+    /// Queue deliveries of those messages: one per queue a message reached, through this
+    /// exchange's bindings, exchange-to-exchange bindings and alternate exchanges.
+    pub published_out: u64,
+}
+
 /// An exchange with its bindings.
 pub struct Exchange {
     config: ExchangeConfig,
     bindings: RwLock<Bindings>,
+    /// `publish_in`: bumped with a relaxed add by [`Exchange::record_publish`] on the publish
+    /// path, next to the bindings read lock the same publish has just taken.
+    published_in: AtomicU64,
+    /// `publish_out`.
+    published_out: AtomicU64,
     /// The alternate exchange a policy sets (the declared argument wins over it).
     policy_alternate: RwLock<Option<String>>,
 }
@@ -288,7 +304,28 @@ impl Exchange {
                 ..Bindings::default()
             }),
             policy_alternate: RwLock::new(None),
+            published_in: AtomicU64::new(0),
+            published_out: AtomicU64::new(0),
         })
+    }
+
+    /// Counts one message published into this exchange that reached `queues` queues. Called
+    /// once per publish by [`crate::vhost::VHost::route`]; dead letters and trace copies are
+    /// not counted, as in RabbitMQ.
+    pub fn record_publish(&self, queues: usize) {
+        self.published_in.fetch_add(1, Ordering::Relaxed);
+        if queues > 0 {
+            self.published_out
+                .fetch_add(queues as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// The exchange's message counts since it was declared.
+    pub fn stats(&self) -> ExchangeStats {
+        ExchangeStats {
+            published_in: self.published_in.load(Ordering::Relaxed),
+            published_out: self.published_out.load(Ordering::Relaxed),
+        }
     }
 
     /// The alternate exchange in effect: the declared argument, else the policy's.

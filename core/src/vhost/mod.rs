@@ -136,6 +136,9 @@ pub struct VHost {
     topic_permissions: crate::topic_access::TopicPermissionTable,
     /// Lifetime counters of deleted queues (see [`VHost::totals`]).
     retired: Mutex<crate::counters::QueueTotals>,
+    /// The default exchange (also in `exchanges`), held here so that counting a publish to
+    /// it needs no map lookup.
+    default_exchange: Arc<Exchange>,
 }
 
 /// The registry of plugin exchange types, by type name.
@@ -165,6 +168,15 @@ impl VHost {
         exchange_types: ExchangeTypes,
         durability: Arc<Durability>,
     ) -> Arc<VHost> {
+        let default_exchange = Exchange::new(ExchangeConfig {
+            name: String::new(),
+            kind: ExchangeKind::Direct,
+            durable: true,
+            auto_delete: false,
+            internal: false,
+            arguments: Table::new(),
+            plugin: None,
+        });
         let vhost = VHost {
             name: name.to_string(),
             exchanges: RwLock::new(HashMap::new()),
@@ -182,11 +194,12 @@ impl VHost {
             trace: Default::default(),
             topic_permissions: Default::default(),
             retired: Default::default(),
+            default_exchange: Arc::clone(&default_exchange),
         };
         {
             let mut exchanges = vhost.exchanges.write();
+            exchanges.insert(String::new(), default_exchange);
             let standard = [
-                ("", ExchangeKind::Direct, false),
                 ("amq.direct", ExchangeKind::Direct, false),
                 ("amq.fanout", ExchangeKind::Fanout, false),
                 ("amq.topic", ExchangeKind::Topic, false),

@@ -176,22 +176,27 @@ impl VHost {
         out: &mut Vec<Arc<Queue>>,
     ) -> CoreResult<()> {
         let before = out.len();
-        let result = self.route_uncounted(exchange_name, message, out);
-        if result.is_ok() {
-            self.counters.record_publish(out.len() > before);
-            if self.is_tracing() {
-                self.trace_publish(exchange_name, message, &out[before..]);
-            }
+        let exchange = self.route_uncounted(exchange_name, message, out)?;
+        let reached = out.len() - before;
+        self.counters.record_publish(reached > 0);
+        exchange
+            .as_deref()
+            .unwrap_or(&self.default_exchange)
+            .record_publish(reached);
+        if self.is_tracing() {
+            self.trace_publish(exchange_name, message, &out[before..]);
         }
-        result
+        Ok(())
     }
 
+    /// Routes as [`VHost::route`] without counting; returns the exchange routed through, or
+    /// `None` for the default exchange (which needs no lookup).
     fn route_uncounted(
         &self,
         exchange_name: &str,
         message: &Message,
         out: &mut Vec<Arc<Queue>>,
-    ) -> CoreResult<()> {
+    ) -> CoreResult<Option<Arc<Exchange>>> {
         if exchange_name.is_empty() {
             let queues = self.queues.read();
             for key in routing_keys(message) {
@@ -201,7 +206,7 @@ impl VHost {
                     }
                 }
             }
-            return Ok(());
+            return Ok(None);
         }
         let exchange = self.exchange_or_404(exchange_name)?;
         if exchange.config().internal {
@@ -217,7 +222,7 @@ impl VHost {
             targets.clear();
             self.route_through(&exchange, key, message, &mut targets, &mut visited, out);
         }
-        Ok(())
+        Ok(Some(exchange))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -384,3 +384,49 @@ fn totals_keep_the_counters_of_deleted_queues() {
         "deleting a queue loses none of its counts"
     );
 }
+
+#[test]
+fn exchange_stats_count_publishes_in_and_queue_deliveries_out() {
+    use crate::exchange::ExchangeStats;
+    let vhost = vhost();
+    for queue in ["q1", "q2", "q3"] {
+        declare_queue(&vhost, queue);
+    }
+    declare_exchange(&vhost, "fan", "fanout", Table::new());
+    declare_exchange(&vhost, "inner", "fanout", Table::new());
+    queue_binding(&vhost, "fan", "q1", "");
+    queue_binding(&vhost, "fan", "q2", "");
+    vhost
+        .bind(
+            ADMIN,
+            "fan",
+            DestinationName::Exchange("inner".into()),
+            "",
+            Table::new(),
+        )
+        .unwrap();
+    queue_binding(&vhost, "inner", "q3", "");
+    let stats = |name: &str| vhost.exchange(name).unwrap().stats();
+    // Through an exchange-to-exchange binding the publishing exchange counts every queue
+    // reached; the inner exchange counts nothing, as in RabbitMQ.
+    routed(&vhost, "fan", "");
+    routed(&vhost, "fan", "");
+    assert_eq!(
+        stats("fan"),
+        ExchangeStats {
+            published_in: 2,
+            published_out: 6
+        }
+    );
+    assert_eq!(stats("inner"), ExchangeStats::default());
+    // The default exchange counts like any other; an unroutable publish counts in only.
+    routed(&vhost, "", "q1");
+    routed(&vhost, "", "missing");
+    assert_eq!(
+        stats(""),
+        ExchangeStats {
+            published_in: 2,
+            published_out: 1
+        }
+    );
+}

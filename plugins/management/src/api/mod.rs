@@ -240,8 +240,18 @@ impl Management {
                 })
             })
         };
+        // History windows (`msg_rates_age`, `lengths_age`, ...) for the objects that have
+        // rates; a bad window is a 400 there, as in RabbitMQ.
+        let ranges = || {
+            crate::rates::Ranges::from_query(|name| request.query_param(name)).map_err(bad_request)
+        };
         match (method, path) {
-            ("GET", ["overview"]) => self.overview(caller),
+            ("GET", ["overview"] | ["vhosts", ..] | ["exchanges", ..] | ["queues", ..]) => {
+                match ranges() {
+                    Ok(ranges) => self.route_with_ranges(request, path, caller, &ranges),
+                    Err(response) => response,
+                }
+            }
             ("GET", ["whoami"]) => Response::json(
                 200,
                 &json!({"name": caller.user.name, "tags": caller.user.tags}),
@@ -258,7 +268,7 @@ impl Management {
             ("GET", ["health", "checks", "alarms"])
             | ("GET", ["health", "checks", "local-alarms"]) => self.alarms_check(path[2]),
             ("GET", ["aliveness-test", vhost]) => self.aliveness_test(caller, vhost),
-            (_, ["vhosts", ..]) => self.vhosts(request, &path[1..], caller),
+            (_, ["vhosts", ..]) => self.vhosts(request, &path[1..], caller, &Default::default()),
             (_, ["users", ..]) => {
                 need(Role::Administrator).unwrap_or_else(|| self.users(request, &path[1..]))
             }
@@ -276,8 +286,10 @@ impl Management {
             (_, ["definitions", ..]) => {
                 need(Role::Administrator).unwrap_or_else(|| self.definitions(request, &path[1..]))
             }
-            (_, ["exchanges", ..]) => self.exchanges(request, &path[1..], caller),
-            (_, ["queues", ..]) => self.queues(request, &path[1..], caller),
+            (_, ["exchanges", ..]) => {
+                self.exchanges(request, &path[1..], caller, &Default::default())
+            }
+            (_, ["queues", ..]) => self.queues(request, &path[1..], caller, &Default::default()),
             ("GET", ["bindings", ..]) => self.bindings(&path[1..], caller),
             ("POST", ["bindings", ..]) | ("DELETE", ["bindings", ..]) => {
                 self.change_binding(request, &path[1..], caller)
@@ -288,6 +300,22 @@ impl Management {
             ("GET", ["consumers"]) => self.consumers(caller, None),
             ("GET", ["consumers", vhost]) => self.consumers(caller, Some(vhost)),
             _ => not_found(),
+        }
+    }
+
+    /// GET on the objects that carry rates, with the request's history windows.
+    fn route_with_ranges(
+        &self,
+        request: &Request,
+        path: &[&str],
+        caller: &Caller,
+        ranges: &crate::rates::Ranges,
+    ) -> Response {
+        match path {
+            ["overview"] => self.overview(caller, ranges),
+            ["vhosts", ..] => self.vhosts(request, &path[1..], caller, ranges),
+            ["exchanges", ..] => self.exchanges(request, &path[1..], caller, ranges),
+            _ => self.queues(request, &path[1..], caller, ranges),
         }
     }
 

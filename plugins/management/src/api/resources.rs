@@ -34,7 +34,7 @@ fn tags_from_json(value: Option<&Json>) -> Vec<String> {
 }
 
 impl Management {
-    pub(crate) fn vhost_json(&self, vhost: &VHost) -> Json {
+    pub(crate) fn vhost_json(&self, vhost: &VHost, ranges: &crate::rates::Ranges) -> Json {
         let (mut ready, mut unacked) = (0, 0);
         for queue in vhost.queues() {
             let stats = queue.stats();
@@ -44,36 +44,44 @@ impl Management {
         let default_queue_type = vhost
             .default_queue_type()
             .unwrap_or_else(|| "classic".to_string());
-        json!({
+        let stats = self.rates.vhost_json(
+            vhost.name(),
+            &crate::rates::node_values(&vhost.totals(), ready, unacked),
+            ranges,
+        );
+        let mut json = json!({
             "name": vhost.name(),
             "description": "",
             "tags": [],
             "default_queue_type": default_queue_type,
             "metadata": {"description": "", "tags": [], "default_queue_type": default_queue_type},
             "tracing": vhost.is_tracing(),
-            "messages": ready + unacked,
-            "messages_ready": ready,
-            "messages_unacknowledged": unacked,
             "cluster_state": {self.node_name.clone(): "running"},
-            "message_stats": crate::rates::message_stats_json(
-                &crate::rates::vhost_counters(vhost),
-                &self.rates.vhost_rates(vhost.name()),
-                &crate::rates::NODE_KEYS,
-            ),
-        })
+            "message_stats": stats.message_stats,
+        });
+        if let Some(object) = json.as_object_mut() {
+            object.extend(stats.lengths);
+        }
+        json
     }
 
-    pub(crate) fn vhosts(&self, request: &Request, path: &[&str], caller: &Caller) -> Response {
+    pub(crate) fn vhosts(
+        &self,
+        request: &Request,
+        path: &[&str],
+        caller: &Caller,
+        ranges: &crate::rates::Ranges,
+    ) -> Response {
         match (request.method.as_str(), path) {
             ("GET", []) => match self.visible_vhosts(caller, None) {
                 Ok(vhosts) => Response::json(
                     200,
-                    &Json::Array(vhosts.iter().map(|v| self.vhost_json(v)).collect()),
+                    &Json::Array(vhosts.iter().map(|v| self.vhost_json(v, ranges)).collect()),
                 ),
                 Err(response) => response,
             },
             ("GET", [name]) => match self.visible_vhosts(caller, Some(name)) {
-                Ok(vhosts) => Response::json(200, &self.vhost_json(&vhosts[0])),
+                Ok(vhosts) => Response::json(200, &self.vhost_json(&vhosts[0], ranges)),
                 Err(response) => response,
             },
             ("GET", [name, "permissions"]) => {

@@ -13,7 +13,7 @@ use super::{core_error, not_authorized, not_found, Caller, Management, Role};
 use crate::http::{Request, Response};
 
 impl Management {
-    pub(crate) fn overview(&self, caller: &Caller) -> Response {
+    pub(crate) fn overview(&self, caller: &Caller, ranges: &crate::rates::Ranges) -> Response {
         let vhosts = self.visible_vhosts(caller, None).unwrap_or_default();
         let (mut ready, mut unacked, mut queues, mut exchanges, mut consumers) = (0, 0, 0, 0, 0);
         for vhost in &vhosts {
@@ -28,35 +28,27 @@ impl Management {
         }
         // Lifetime counters and rates: node-wide for monitoring users (deleted queues and
         // vhosts included, so they never go backwards), else the caller's vhosts.
-        let (counters, rates, queue_publish) = if caller.is(Role::Monitoring) {
+        let (stats, queue_publish) = if caller.is(Role::Monitoring) {
             let totals = self.broker.totals();
+            let values = crate::rates::node_values(&totals, ready, unacked);
             (
-                crate::rates::node_counters(&self.broker),
-                self.rates.node_rates(),
+                self.rates.node_json(&values, ranges),
                 totals.queues.published,
             )
         } else {
-            let mut counters = crate::rates::StatCounters::default();
-            let mut queue_publish = 0;
+            let mut totals = warren_core::counters::NodeTotals::default();
             for vhost in &vhosts {
-                let totals = vhost.totals();
-                let c = crate::rates::vhost_counters(vhost);
-                counters.publish += c.publish;
-                counters.confirm += c.confirm;
-                counters.return_unroutable += c.return_unroutable;
-                counters.drop_unroutable += c.drop_unroutable;
-                counters.deliver_get += c.deliver_get;
-                counters.ack += c.ack;
-                queue_publish += totals.queues.published;
+                totals.add(&vhost.totals());
             }
-            let rates = match vhosts.as_slice() {
-                [only] => self.rates.vhost_rates(only.name()),
-                _ => self.rates.node_rates(),
+            let values = crate::rates::node_values(&totals, ready, unacked);
+            let names: Vec<&str> = vhosts.iter().map(|v| v.name()).collect();
+            let stats = match names.as_slice() {
+                [only] => self.rates.vhost_json(only, &values, ranges),
+                _ => self.rates.vhosts_json(&names, &values, ranges),
             };
-            (counters, rates, queue_publish)
+            (stats, totals.queues.published)
         };
-        let mut message_stats =
-            crate::rates::message_stats_json(&counters, &rates, &crate::rates::NODE_KEYS);
+        let mut message_stats = stats.message_stats;
         if let Some(stats) = message_stats.as_object_mut() {
             stats.insert("queue_publish".into(), json!(queue_publish));
         }
@@ -91,11 +83,7 @@ impl Management {
                     "queues": queues,
                     "consumers": consumers,
                 },
-                "queue_totals": {
-                    "messages": ready + unacked,
-                    "messages_ready": ready,
-                    "messages_unacknowledged": unacked,
-                },
+                "queue_totals": Json::Object(stats.lengths),
                 "message_stats": message_stats,
                 "listeners": listeners,
                 "contexts": [],

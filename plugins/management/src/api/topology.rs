@@ -18,6 +18,7 @@ use super::{
     bad_request, body_json, core_error, created_or_updated, not_found, Caller, Management,
 };
 use crate::http::{percent_encode, Request, Response};
+use crate::rates::Ranges;
 
 fn actor(caller: &Caller) -> Actor<'_> {
     Actor {
@@ -72,8 +73,15 @@ impl Management {
         &self,
         vhost: &str,
         exchange: &warren_core::exchange::Exchange,
+        ranges: &Ranges,
     ) -> Json {
         let config = exchange.config();
+        let message_stats = self.rates.exchange_json(
+            vhost,
+            exchange.name(),
+            &crate::rates::exchange_values(&exchange.stats()),
+            ranges,
+        );
         json!({
             "name": config.name,
             "vhost": vhost,
@@ -84,10 +92,11 @@ impl Management {
             "arguments": table_to_json(&config.arguments),
             "user_who_performed_action": "rmq-internal",
             "policy": Json::Null,
+            "message_stats": message_stats,
         })
     }
 
-    pub(crate) fn queue_json(&self, vhost: &VHost, queue: &Queue) -> Json {
+    pub(crate) fn queue_json(&self, vhost: &VHost, queue: &Queue, ranges: &Ranges) -> Json {
         let config = queue.config();
         let stats = queue.stats();
         let policy = vhost
@@ -97,7 +106,13 @@ impl Management {
             .max_by_key(|p| p.priority)
             .map(|p| Json::String(p.name.clone()))
             .unwrap_or(Json::Null);
-        json!({
+        let (message_stats, lengths) = self.rates.queue_json(
+            vhost.name(),
+            &config.name,
+            &crate::rates::queue_values(&stats),
+            ranges,
+        );
+        let mut json = json!({
             "name": config.name,
             "vhost": vhost.name(),
             "durable": config.durable,
@@ -108,16 +123,13 @@ impl Management {
             "node": self.node_name,
             "state": "running",
             "policy": policy,
-            "messages": stats.ready + stats.unacknowledged,
-            "messages_ready": stats.ready,
-            "messages_unacknowledged": stats.unacknowledged,
             "consumers": stats.consumers,
-            "message_stats": crate::rates::message_stats_json(
-                &crate::rates::queue_counters(&stats),
-                &self.rates.queue_rates(vhost.name(), &config.name),
-                &crate::rates::QUEUE_KEYS,
-            ),
-        })
+            "message_stats": message_stats,
+        });
+        if let Some(object) = json.as_object_mut() {
+            object.extend(lengths);
+        }
+        json
     }
 
     pub(crate) fn binding_json(&self, vhost: &str, binding: &Binding) -> Json {
@@ -136,18 +148,27 @@ impl Management {
         })
     }
 
-    pub(crate) fn exchanges(&self, request: &Request, path: &[&str], caller: &Caller) -> Response {
+    pub(crate) fn exchanges(
+        &self,
+        request: &Request,
+        path: &[&str],
+        caller: &Caller,
+        ranges: &Ranges,
+    ) -> Response {
         match (request.method.as_str(), path) {
             ("GET", []) | ("GET", [_]) => self.list_per_vhost(caller, path.first().copied(), |v| {
                 let mut exchanges = v.exchanges();
                 exchanges.sort_by(|a, b| a.name().cmp(b.name()));
                 exchanges
                     .iter()
-                    .map(|e| self.exchange_json(v.name(), e))
+                    .map(|e| self.exchange_json(v.name(), e, ranges))
                     .collect()
             }),
             ("GET", [vhost, name]) => self.show_in_vhost(caller, vhost, |v| {
-                v.exchange(name).map(|e| self.exchange_json(vhost, &e))
+                // RabbitMQ names the default exchange `amq.default` in paths.
+                let name = if *name == "amq.default" { "" } else { name };
+                v.exchange(name)
+                    .map(|e| self.exchange_json(vhost, &e, ranges))
             }),
             ("GET", [vhost, name, "bindings", direction @ ("source" | "destination")]) => self
                 .show_in_vhost(caller, vhost, |v| {
@@ -204,15 +225,24 @@ impl Management {
         }
     }
 
-    pub(crate) fn queues(&self, request: &Request, path: &[&str], caller: &Caller) -> Response {
+    pub(crate) fn queues(
+        &self,
+        request: &Request,
+        path: &[&str],
+        caller: &Caller,
+        ranges: &Ranges,
+    ) -> Response {
         match (request.method.as_str(), path) {
             ("GET", []) | ("GET", [_]) => self.list_per_vhost(caller, path.first().copied(), |v| {
                 let mut queues = v.queues();
                 queues.sort_by(|a, b| a.name().cmp(b.name()));
-                queues.iter().map(|q| self.queue_json(v, q)).collect()
+                queues
+                    .iter()
+                    .map(|q| self.queue_json(v, q, ranges))
+                    .collect()
             }),
             ("GET", [vhost, name]) => self.show_in_vhost(caller, vhost, |v| {
-                v.queue(name).map(|q| self.queue_json(v, &q))
+                v.queue(name).map(|q| self.queue_json(v, &q, ranges))
             }),
             ("GET", [vhost, name, "bindings"]) => self.show_in_vhost(caller, vhost, |v| {
                 v.queue(name)?;
