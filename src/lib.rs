@@ -250,7 +250,7 @@ async fn start_operator_endpoints(
     broker: &Arc<Broker>,
     resource_monitor: &Arc<ResourceMonitor>,
     settings: &Settings,
-    amqp_addrs: &[SocketAddr],
+    protocol_listeners: Vec<ListenerInfo>,
     listeners: &mut JoinSet<()>,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<OperatorAddrs, StartError> {
@@ -313,13 +313,7 @@ async fn start_operator_endpoints(
     let address = |l: &Option<TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
     let (management_addr, prometheus_addr) =
         (address(&management_listener), address(&prometheus_listener));
-    let mut endpoints: Vec<ListenerInfo> = amqp_addrs
-        .iter()
-        .map(|addr| ListenerInfo {
-            protocol: "amqp".into(),
-            addr: *addr,
-        })
-        .collect();
+    let mut endpoints = protocol_listeners;
     endpoints.extend(management_addr.map(|addr| ListenerInfo {
         protocol: "http".into(),
         addr,
@@ -588,11 +582,28 @@ impl Server {
                 shutdown_rx.clone(),
             ));
         }
+        // The protocol listeners as /api/overview lists them, with RabbitMQ's names.
+        let protocol_listeners: Vec<ListenerInfo> = [
+            ("amqp", amqp_addrs.clone()),
+            ("amqp/ssl", amqps_addr.into_iter().collect()),
+            ("mqtt", mqtt_addrs.clone()),
+            ("mqtt/ssl", mqtts_addr.into_iter().collect()),
+            ("stomp", stomp_addr.into_iter().collect()),
+            ("stomp/ssl", stomps_addr.into_iter().collect()),
+        ]
+        .into_iter()
+        .flat_map(|(protocol, addrs)| {
+            addrs.into_iter().map(move |addr| ListenerInfo {
+                protocol: protocol.into(),
+                addr,
+            })
+        })
+        .collect();
         let operator_addrs = start_operator_endpoints(
             &broker,
             &resource_monitor,
             &settings,
-            &amqp_addrs,
+            protocol_listeners,
             &mut listeners,
             &shutdown_rx,
         )

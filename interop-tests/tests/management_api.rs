@@ -550,11 +550,19 @@ async fn overview_nodes_and_alarm_health_checks() {
     ] {
         assert!(overview["object_totals"][key].is_number(), "{key}");
     }
-    assert!(overview["listeners"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|l| l["protocol"] == "amqp" && l["port"] == broker.addr().port()));
+    let listeners = overview["listeners"].as_array().unwrap();
+    for (protocol, port) in [
+        ("amqp", broker.addr().port()),
+        ("mqtt", broker.mqtt_addr().port()),
+        ("stomp", broker.stomp_addr().port()),
+    ] {
+        assert!(
+            listeners
+                .iter()
+                .any(|l| l["protocol"] == protocol && l["port"] == port),
+            "{protocol} on {port} in {listeners:?}"
+        );
+    }
     let nodes = broker.api_as_guest("GET", "/api/nodes", None).await.json();
     assert_eq!(nodes[0]["running"], true);
     assert!(nodes[0]["mem_used"].as_u64().unwrap() > 0);

@@ -46,7 +46,8 @@ pub type ResourceReader = Arc<dyn Fn() -> NodeResources + Send + Sync>;
 /// A listener the node serves, as `/api/overview` lists it.
 #[derive(Debug, Clone)]
 pub struct ListenerInfo {
-    /// RabbitMQ's protocol name: `amqp`, `mqtt`, `stomp`, `http`, `prometheus`.
+    /// RabbitMQ's protocol name: `amqp`, `amqp/ssl`, `mqtt`, `mqtt/ssl`, `stomp`,
+    /// `stomp/ssl`, `http`, `https`, `http/prometheus`, `https/prometheus`.
     pub protocol: String,
     /// The bound address.
     pub addr: SocketAddr,
