@@ -65,7 +65,10 @@ async fn assert_publisher_paused(queue: &Queue, sent: &AtomicUsize) {
             break;
         }
     }
-    assert!(settled, "the paused publisher is not read (still publishing after 20 s)");
+    assert!(
+        settled,
+        "the paused publisher is not read (still publishing after 20 s)"
+    );
     let before = queue.stats().published;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = queue.stats().published;

@@ -784,6 +784,13 @@ impl Session {
         }
         tracing::info!(connection = self.connection_id, error = %error.reply_text(), "closing connection");
         let before_tune = self.phase == Phase::AwaitStartOk;
+        // A refused login names no method: RabbitMQ's close carries class 0, method 0 there
+        // (checked against RabbitMQ 3.10.8).
+        let (class_id, method_id) = if before_tune && error.reply == reply::ACCESS_REFUSED {
+            (0, 0)
+        } else {
+            (error.class_id, error.method_id)
+        };
         self.flush_confirms();
         self.release_all();
         self.outbox.send_method(
@@ -791,8 +798,8 @@ impl Session {
             &Method::ConnectionClose {
                 reply_code: error.reply.code,
                 reply_text: error.reply_text(),
-                class_id: error.class_id,
-                method_id: error.method_id,
+                class_id,
+                method_id,
             },
         );
         if before_tune {

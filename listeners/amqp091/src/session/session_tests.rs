@@ -156,7 +156,8 @@ fn wrong_password_is_refused_with_403_before_tune() {
             Method::ConnectionClose {
                 reply_code: 403,
                 reply_text,
-                ..
+                class_id: 0,
+                method_id: 0,
             },
         )] => {
             assert!(
