@@ -58,9 +58,9 @@ impl Session {
         // As RabbitMQ: credentials first, then the certificate (`mqtt.ssl_cert_login`), then
         // the anonymous user. `None` for the password: a trusted login, none is checked.
         let (vhost_name, user, password) = match (username, password) {
-            (None, None) if self.certificate_user.is_some() => (
+            (None, None) if self.certificate_user().is_some() => (
                 config.vhost.clone(),
-                self.certificate_user.clone().unwrap_or_default(),
+                self.certificate_user().unwrap_or_default().to_string(),
                 None,
             ),
             (None, None) if config.allow_anonymous => (
@@ -180,6 +180,7 @@ impl Session {
     /// discards the stored session, answers CONNACK and starts consuming.
     pub fn resume_connect(&mut self) -> Control {
         let connection_id = self.connection_id;
+        let addresses = self.take_addresses();
         let Some(connected) = self.connected.as_deref_mut() else {
             return Control::Close(End::Abnormal("CONNECT state lost".into()));
         };
@@ -245,7 +246,7 @@ impl Session {
             &self.context.broker,
             connection_id,
             connected,
-            (self.addresses, self.tls),
+            (addresses, self.tls),
             &self.outbox,
         ));
         // MQTT 3.1 has no session-present flag; its byte must be 0.
