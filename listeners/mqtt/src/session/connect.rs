@@ -148,7 +148,7 @@ impl Session {
         );
         self.connected = Some(Box::new(Connected {
             vhost,
-            user,
+            user: user.into_boxed_str(),
             client_id,
             clean_session,
             protocol,
@@ -161,7 +161,6 @@ impl Session {
             ended: Some(ended_tx),
             accepted: false,
             session_present: false,
-            routed: Vec::new(),
         }));
         match takeover {
             Some(takeover) => {
@@ -400,7 +399,7 @@ fn register_connection(
                 crate::codec::ProtocolLevel::V3_1_1 => "MQTT 3.1.1",
             }
             .to_string(),
-            user: connected.user.clone(),
+            user: connected.user.to_string(),
             vhost: connected.vhost.name().to_string(),
             peer,
             local,

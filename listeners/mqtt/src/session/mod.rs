@@ -135,7 +135,7 @@ struct Subscription {
 /// little.
 struct Connected {
     vhost: Arc<VHost>,
-    user: String,
+    user: Box<str>,
     client_id: String,
     clean_session: bool,
     protocol: ProtocolLevel,
@@ -155,7 +155,6 @@ struct Connected {
     /// Whether CONNACK was sent (the takeover wait is over).
     accepted: bool,
     session_present: bool,
-    routed: Vec<Arc<Queue>>,
 }
 
 /// One MQTT connection's protocol state. It lives in the connection's task for as long as the
