@@ -10,7 +10,7 @@
 //!
 //! An idle connection holds no buffer: the driver takes the allocation along with the bytes.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -87,6 +87,9 @@ pub struct Outbox {
     pub notify: Notify,
     /// Raised [`Signal`]s, as bits, until the driver takes them.
     signals: AtomicU8,
+    /// The session has ended: a connection taking over its client identifier may go on
+    /// (see `registry::EndSender`).
+    ended: AtomicBool,
 }
 
 /// Something other than bytes to write that the driver must act on.
@@ -155,7 +158,18 @@ impl Outbox {
             }),
             notify: Notify::new(),
             signals: AtomicU8::new(0),
+            ended: AtomicBool::new(false),
         })
+    }
+
+    /// Records that the session has ended (its client identifier may be taken over).
+    pub fn mark_ended(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    /// Whether the session has ended.
+    pub fn has_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
     }
 
     /// Raises `signal` and wakes the driver.

@@ -138,14 +138,12 @@ impl Session {
                 ),
             );
         }
-        let (ended_tx, ended_rx) = super::registry::end_signal();
+        let ended = super::registry::EndSender::new(Arc::clone(&self.outbox));
         let key = (vhost.name().to_string(), client_id.clone());
-        let takeover = self.context.registry.claim(
-            key,
-            self.connection_id,
-            Arc::clone(&self.outbox),
-            ended_rx,
-        );
+        let takeover =
+            self.context
+                .registry
+                .claim(key, self.connection_id, Arc::clone(&self.outbox));
         self.connected = Some(Box::new(Connected {
             vhost,
             user: user.into_boxed_str(),
@@ -158,7 +156,7 @@ impl Session {
             consumers: [None, None, None],
             may_publish: None,
             inbound_qos2: Vec::new(),
-            ended: Some(ended_tx),
+            ended: Some(ended),
             accepted: false,
             session_present: false,
         }));
