@@ -243,16 +243,22 @@ impl Connection {
     fn run(mut self) -> impl std::future::Future<Output = ()> + Send {
         async move {
             let end = self.drive().await;
-            // Whatever the session still has to say (a refusing CONNACK) goes out before the
-            // close.
-            let _ = flush(&mut self.stream, self.session.outbox()).await;
-            self.session.terminate(end);
-            self.stream.shutdown().await;
-            tracing::debug!(
-                connection = self.session.connection_id(),
-                "MQTT connection closed"
-            );
+            // In its own future: `end` held across an await here would take a slot (and
+            // its drop flag) in this one, beside the connection.
+            self.close(end).await;
         }
+    }
+
+    /// Ends the connection: what the session still has to say (a refusing CONNACK) goes
+    /// out first, then the session ends and the socket is shut down.
+    async fn close(&mut self, end: End) {
+        let _ = flush(&mut self.stream, self.session.outbox()).await;
+        self.session.terminate(end);
+        self.stream.shutdown().await;
+        tracing::debug!(
+            connection = self.session.connection_id(),
+            "MQTT connection closed"
+        );
     }
 
     /// Starts following the stores' durability and the publisher flow signals once the
@@ -331,49 +337,54 @@ impl Connection {
                 }
                 _ => None,
             };
-            // Biased: input before deliveries (every read ends with a flush anyway), so a
-            // subscriber flooded with deliveries still has its PUBACKs and PINGREQs read.
-            // The handlers only say what woke the task: the flush happens after the select,
-            // once its futures are gone, so the task never holds both at once.
-            let woken = tokio::select! {
-                biased;
-                woken = wait_if_some(publishing) => woken,
-                read = read_some(&mut self.stream, &mut self.buffer, &mut self.busy), if !blocked => {
-                    Woken::Read(read)
-                }
-                // Bytes to write, or a signal (looked at at the top of the loop).
-                _ = self.session.outbox().notify.notified() => Woken::Outbox,
-                _ = tokio::time::sleep_until(deadline) => Woken::Deadline,
-            };
-            let read = match woken {
-                Woken::Read(read) => read,
-                Woken::Flow => {
-                    // A client that was not read cannot be blamed for silence: restart the
-                    // clock.
-                    last_heard = Instant::now();
-                    continue;
-                }
-                Woken::Durable | Woken::Outbox => {
-                    self.session.release_held_acks();
-                    if let Err(error) = flush(&mut self.stream, self.session.outbox()).await {
-                        return End::Abnormal(format!("socket error: {error}"));
+            // In a block: what woke the task and what was read end here, so neither is kept
+            // across a later await (a value kept across two awaits takes a slot of its own
+            // in the task, beside the select's futures).
+            {
+                // Biased: input before deliveries (every read ends with a flush anyway), so a
+                // subscriber flooded with deliveries still has its PUBACKs and PINGREQs read.
+                // The handlers only say what woke the task: the flush happens after the
+                // select, once its futures are gone, so the task never holds both at once.
+                let woken = tokio::select! {
+                    biased;
+                    woken = wait_if_some(publishing) => woken,
+                    read = read_some(&mut self.stream, &mut self.buffer, &mut self.busy), if !blocked => {
+                        Woken::Read(read)
                     }
-                    continue;
+                    // Bytes to write, or a signal (looked at at the top of the loop).
+                    _ = self.session.outbox().notify.notified() => Woken::Outbox,
+                    _ = tokio::time::sleep_until(deadline) => Woken::Deadline,
+                };
+                let read = match woken {
+                    Woken::Read(read) => read,
+                    Woken::Flow => {
+                        // A client that was not read cannot be blamed for silence: restart the
+                        // clock.
+                        last_heard = Instant::now();
+                        continue;
+                    }
+                    Woken::Durable | Woken::Outbox => {
+                        self.session.release_held_acks();
+                        if let Err(error) = flush(&mut self.stream, self.session.outbox()).await {
+                            return End::Abnormal(format!("socket error: {error}"));
+                        }
+                        continue;
+                    }
+                    Woken::Deadline => {
+                        return End::Abnormal(if self.session.is_connected() {
+                            "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
+                        } else {
+                            "no CONNECT within the connect timeout".into()
+                        });
+                    }
+                };
+                match read {
+                    Ok(0) => {
+                        return End::Abnormal("client closed the socket without DISCONNECT".into())
+                    }
+                    Err(error) => return End::Abnormal(format!("socket error: {error}")),
+                    Ok(_) => last_heard = Instant::now(),
                 }
-                Woken::Deadline => {
-                    return End::Abnormal(if self.session.is_connected() {
-                        "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
-                    } else {
-                        "no CONNECT within the connect timeout".into()
-                    });
-                }
-            };
-            match read {
-                Ok(0) => {
-                    return End::Abnormal("client closed the socket without DISCONNECT".into())
-                }
-                Err(error) => return End::Abnormal(format!("socket error: {error}")),
-                Ok(_) => last_heard = Instant::now(),
             }
             loop {
                 // The decoded packet is handled in this statement, so nothing of it is held
@@ -509,32 +520,51 @@ fn next_output(outbox: &Outbox) -> Option<Bytes> {
     None
 }
 
-/// Waits until the socket is readable. A `poll_fn` over the stream's readiness is a few
-/// bytes in the task; `TcpStream::readable` is a future of 150 that every idle connection
-/// would carry.
-async fn readable(stream: &TcpStream) -> std::io::Result<()> {
-    std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await
-}
-
 /// Reads what is available into `buffer`. An idle connection holds no read buffer: when
 /// everything read was consumed and the last read did not fill the buffer, the buffer is
 /// released, and a small one is allocated only once the socket is readable again. While data
 /// flows (`busy`: the last read filled the buffer) reads go straight into 16 KiB chunks.
-async fn read_some(
-    stream: &mut ClientStream,
+///
+/// A `poll_fn` over the socket's readiness rather than an `async fn`: this future is part of
+/// every idle connection's task, and a closure over three references is a fraction of the
+/// size of the equivalent state machine.
+fn read_some<'a>(
+    stream: &'a mut ClientStream,
+    buffer: &'a mut BytesMut,
+    busy: &'a mut bool,
+) -> impl std::future::Future<Output = std::io::Result<usize>> + Send + 'a {
+    /// What a read goes through.
+    enum Read<'a> {
+        Plain(&'a TcpStream, &'a mut BytesMut, &'a mut bool),
+        /// rustls buffers what it decrypted: read through it into the buffer. Boxed: the
+        /// TLS read future would otherwise be part of every plain connection's task.
+        Tls(ReadFuture<'a>),
+    }
+    let mut read = match stream {
+        ClientStream::Plain(stream) => Read::Plain(&*stream, buffer, busy),
+        tls => Read::Tls(Box::pin(tls.read_some(buffer))),
+    };
+    std::future::poll_fn(move |cx| match &mut read {
+        Read::Plain(stream, buffer, busy) => poll_read_plain(cx, stream, buffer, busy),
+        Read::Tls(future) => future.as_mut().poll(cx),
+    })
+}
+
+/// A boxed TLS read.
+type ReadFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<usize>> + Send + 'a>>;
+
+/// One poll of [`read_some`] on a plain socket.
+fn poll_read_plain(
+    cx: &mut std::task::Context<'_>,
+    stream: &TcpStream,
     buffer: &mut BytesMut,
     busy: &mut bool,
-) -> std::io::Result<usize> {
-    let stream = match stream {
-        ClientStream::Plain(stream) => &*stream,
-        // rustls buffers what it decrypted: read through it into the buffer.
-        // Boxed: the TLS read future would otherwise be part of every plain connection's task.
-        tls => return Box::pin(tls.read_some(buffer)).await,
-    };
+) -> std::task::Poll<std::io::Result<usize>> {
     loop {
         if buffer.is_empty() && !*busy {
             *buffer = BytesMut::new();
-            readable(stream).await?;
+            std::task::ready!(stream.poll_read_ready(cx))?;
             buffer.reserve(FIRST_READ);
         } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
             buffer.reserve(READ_CHUNK);
@@ -543,17 +573,17 @@ async fn read_some(
         match stream.try_read_buf(buffer) {
             Ok(read) => {
                 *busy = read == room;
-                return Ok(read);
+                return std::task::Poll::Ready(Ok(read));
             }
             // Readiness was stale, or a busy connection caught up: wait for the socket
             // (releasing the buffer first if it holds nothing).
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
                 *busy = false;
                 if !buffer.is_empty() {
-                    readable(stream).await?;
+                    std::task::ready!(stream.poll_read_ready(cx))?;
                 }
             }
-            Err(error) => return Err(error),
+            Err(error) => return std::task::Poll::Ready(Err(error)),
         }
     }
 }
