@@ -240,6 +240,7 @@ impl Connection {
 
     /// Runs the connection to its end. An `async` block, not an `async fn`: the body of an
     /// `async fn` keeps a second copy of its by-value arguments.
+    #[allow(clippy::manual_async_fn)]
     fn run(mut self) -> impl std::future::Future<Output = ()> + Send {
         async move {
             let end = self.drive().await;
@@ -279,6 +280,7 @@ impl Connection {
         self.session.release_held_acks();
     }
 
+    /// Serves the connection until it ends; returns why it ended.
     async fn drive(&mut self) -> End {
         let connect_deadline = Instant::now() + self.config.connect_timeout;
         let mut last_heard = Instant::now();
