@@ -66,6 +66,58 @@ impl ClientStream {
     }
 }
 
+/// Reading and writing a connection whole, for a listener that serves it from one task which
+/// reads and writes in turn (MQTT): a plain socket needs only `&TcpStream` for both, so it is
+/// not split into two halves around an `Arc` (one allocation less per connection). TLS needs
+/// `&mut` for both, which one task can give in turn.
+impl ClientStream {
+    /// Reads what is available into `buffer`, growing it by [`READ_CHUNK`] when it is nearly
+    /// full; `Ok(0)` at the end of the stream.
+    pub async fn read_some(&mut self, buffer: &mut BytesMut) -> std::io::Result<usize> {
+        if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
+            buffer.reserve(READ_CHUNK);
+        }
+        match self {
+            ClientStream::Plain(stream) => stream.read_buf(buffer).await,
+            ClientStream::Tls(stream) => stream.read_buf(buffer).await,
+        }
+    }
+
+    /// Writes what the socket takes now without waiting. TLS connections always answer
+    /// `WouldBlock`: write them with [`ClientStream::write_all`].
+    pub fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self {
+            ClientStream::Plain(stream) => stream.try_write(bytes),
+            ClientStream::Tls(_) => Err(std::io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    /// Writes all of `bytes` (and flushes TLS), waiting for the socket as needed.
+    pub async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            ClientStream::Plain(stream) => stream.write_all(bytes).await,
+            ClientStream::Tls(stream) => {
+                stream.write_all(bytes).await?;
+                stream.flush().await
+            }
+        }
+    }
+
+    /// Shuts the write side down (FIN; close_notify on TLS).
+    pub async fn shutdown(&mut self) {
+        match self {
+            ClientStream::Plain(stream) => {
+                let _ = socket2::SockRef::from(&*stream).shutdown(std::net::Shutdown::Write);
+            }
+            // Boxed: the TLS shutdown future would otherwise be part of every plain
+            // connection's task.
+            ClientStream::Tls(stream) => {
+                let _ = Box::pin(stream.shutdown()).await;
+            }
+        }
+    }
+}
+
 /// The read half of a client connection.
 pub enum Reader {
     /// Plain TCP.

@@ -11,16 +11,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
 use warren_core::accept::{serve_connections, AcceptConfig};
 use warren_core::flow::PublisherFlow;
 use warren_core::idmap::IdMap;
-use warren_core::stream::{ClientStream, Reader, TlsServerConfig, Writer};
+use warren_core::stream::{ClientStream, TlsServerConfig};
 
 use crate::codec::decode;
 use crate::outbox::{Outbox, Signal};
@@ -120,6 +119,8 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let config = Arc::new(config);
+    // One shared context: a session holds one pointer to it, not a copy of its four.
+    let context = Arc::new(context);
     let connections = Arc::new(Connections::default());
     let alarmed = Arc::clone(&connections);
     context.broker.subscribe_alarms(Box::new(move |reason| {
@@ -143,14 +144,15 @@ pub async fn serve(
         if *accepting.borrow() {
             outbox.signal(Signal::Shutdown);
         }
-        run_connection(
+        Connection::new(
             stream,
             peer,
-            context.clone(),
+            Arc::clone(&context),
             Arc::clone(&config),
             outbox,
             registered,
         )
+        .run()
     });
     let tell_connections = async {
         while shutdown.changed().await.is_ok() && !*shutdown.borrow() {}
@@ -159,193 +161,285 @@ pub async fn serve(
     tokio::join!(accept_loop, tell_connections);
 }
 
-/// Runs one connection to its end. Set-up happens before the returned future exists, so
-/// the task (which lives as long as the connection) keeps only what the connection needs.
-fn run_connection(
+/// One connection: everything its task holds for as long as the connection lives. Its
+/// size is most of what an idle connection costs, so what only some connections need
+/// (publishing, TLS, a takeover, a socket that is not writable) is boxed and allocated when
+/// needed. The socket is kept whole, not split into halves around an `Arc`: the task reads
+/// and writes it in turn.
+struct Connection {
     stream: ClientStream,
-    peer: SocketAddr,
-    context: MqttContext,
+    /// The session, which also holds the connection's outbox.
+    session: Session,
     config: Arc<ListenerConfig>,
-    outbox: Arc<Outbox>,
     registered: Registered,
-) -> impl std::future::Future<Output = ()> + Send {
-    let mut flow = PublisherFlow::new(context.broker.message_store());
-    let mut session = Session::new(context, Arc::clone(&outbox), peer.ip().is_loopback());
-    if let Some(local) = stream.local_addr() {
-        session.set_addresses(peer, local);
-    }
-    if stream.is_tls() {
-        session.set_tls(stream.peer_certificate().as_deref());
-    }
-    tracing::debug!(connection = session.connection_id(), %peer, "accepted MQTT connection");
-    async move {
-        let (mut reader, writer) = stream.split();
-        let end = drive(
-            &mut reader,
-            &writer,
-            &mut session,
-            &outbox,
-            &config,
-            &registered.connections.alarm,
-            &mut flow,
-        )
-        .await;
-        // Whatever the session still has to say (a refusing CONNACK) goes out before the
-        // close.
-        let _ = flush(&writer, &outbox).await;
-        session.terminate(end);
-        writer.shutdown().await;
-        tracing::debug!(
-            connection = session.connection_id(),
-            "MQTT connection closed"
-        );
-        drop(registered);
+    /// Created when the client first publishes: most connections never do.
+    publishing: Option<Box<Publishing>>,
+    /// Bytes read and not yet decoded; no allocation while idle (see [`read_some`]).
+    buffer: BytesMut,
+    /// The last read filled the buffer: read on at once instead of waiting for readiness.
+    busy: bool,
+}
+
+/// What a connection that publishes waits on besides its socket.
+struct Publishing {
+    /// Congested queues it published to, and the message store's flow signal.
+    flow: PublisherFlow,
+    /// The store's durable sequence number: held PUBACKs/PUBRECs go out as it moves.
+    durable: Option<watch::Receiver<u64>>,
+    /// And the retained store's, for retained publishes.
+    retained_durable: Option<watch::Receiver<u64>>,
+}
+
+impl Publishing {
+    /// Resolves when something it waits for may have moved: a durable sequence number when
+    /// `durability` (acknowledgements wait for the disk), the flow signals when `flow` (the
+    /// connection is paused). At least one of the two must be asked for.
+    async fn changed(&mut self, flow: bool, durability: bool) -> Woken {
+        let Publishing {
+            flow: publisher_flow,
+            durable,
+            retained_durable,
+        } = self;
+        tokio::select! {
+            biased;
+            _ = either_changed(durable, retained_durable), if durability => Woken::Durable,
+            _ = publisher_flow.changed(), if flow => Woken::Flow,
+        }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn drive(
-    reader: &mut Reader,
-    writer: &Writer,
-    session: &mut Session,
-    outbox: &Outbox,
-    config: &ListenerConfig,
-    alarm: &AtomicBool,
-    flow: &mut PublisherFlow,
-) -> End {
-    let mut buffer = BytesMut::new();
-    let connect_deadline = Instant::now() + config.connect_timeout;
-    let mut last_heard = Instant::now();
-    let mut busy = false;
-    // The store's durable sequence number: held PUBACKs/PUBRECs go out as it moves.
-    let mut durable = session.subscribe_durable();
-    // And the retained store's, for retained publishes.
-    let mut retained_durable = session.subscribe_retained_durable();
-    loop {
-        // Signals are looked at on every turn, so a takeover, an operator close or shutdown
-        // is seen before more input is read even while input keeps coming.
-        let signals = outbox.take_signals();
-        if !signals.is_empty() {
-            if signals.contains(Signal::Shutdown) {
-                return End::Shutdown;
-            }
-            if signals.contains(Signal::Kick) {
-                return End::Abnormal("another connection took over the client identifier".into());
-            }
-            // MQTT 3.1.1 has no way to tell the client why; like RabbitMQ, the will is
-            // published, since the client did not send DISCONNECT.
-            if signals.contains(Signal::OperatorClose) {
-                let reason = session.close_requested().unwrap_or_default();
-                return End::Abnormal(format!("closed by an operator: {reason}"));
-            }
-            if signals.contains(Signal::AlarmChanged) {
-                // A client that was not read cannot be blamed for silence: restart the clock.
-                last_heard = Instant::now();
-            }
+impl Connection {
+    /// Set-up happens here, before the connection's future exists, so the task keeps only
+    /// what the connection needs.
+    fn new(
+        stream: ClientStream,
+        peer: SocketAddr,
+        context: Arc<MqttContext>,
+        config: Arc<ListenerConfig>,
+        outbox: Arc<Outbox>,
+        registered: Registered,
+    ) -> Connection {
+        let mut session = Session::new(context, outbox, peer.ip().is_loopback());
+        if let Some(local) = stream.local_addr() {
+            session.set_addresses(peer, local);
         }
-        // A resource alarm stops reading publishers (as RabbitMQ does: MQTT 3.1.1 has no
-        // way to tell them); deliveries to subscribers go on.
-        let alarmed = session.is_publisher() && alarm.load(Ordering::Acquire);
-        // A queue this connection published to holds too much in memory (a slow subscriber),
-        // or the message store is behind: not read until it drains.
-        let flow_paused = session.is_publisher() && flow.is_paused();
-        let blocked = alarmed || flow_paused;
-        let deadline = match session.keep_alive() {
-            // Silence is ours while blocked: the keep-alive restarts when reading resumes.
-            Some(_) if blocked => Instant::now() + Duration::from_secs(24 * 3600),
-            // MQTT-3.1.2-24: one and a half keep-alive periods without a packet.
-            Some(keep_alive) => last_heard + keep_alive.mul_f32(1.5),
-            None if !session.is_connected() => connect_deadline,
-            None => Instant::now() + Duration::from_secs(24 * 3600),
-        };
-        // Boxed, and only while acknowledgements wait for the disk: a future inline here
-        // would be part of every idle connection's task.
-        // Boxed too, and only while paused: publishers are rarely held back.
-        let flow_wait = flow_paused.then(|| Box::pin(flow.changed()));
-        let durability = session
-            .awaits_durability()
-            .then(|| Box::pin(either_changed(&mut durable, &mut retained_durable)));
-        // Biased: input before deliveries (every read ends with a flush anyway), so a
-        // subscriber flooded with deliveries still has its PUBACKs and PINGREQs read.
-        // The handlers only say what woke the task: the flush happens after the select, once
-        // its futures are gone, so the task never holds both at once.
-        let woken = tokio::select! {
-            biased;
-            _ = wait_if_some(durability) => Woken::Durable,
-            read = read_some(reader, &mut buffer, &mut busy), if !blocked => Woken::Read(read),
-            // Bytes to write, or a signal (looked at at the top of the loop).
-            _ = outbox.notify.notified() => Woken::Outbox,
-            _ = wait_if_some(flow_wait) => Woken::Flow,
-            _ = tokio::time::sleep_until(deadline) => Woken::Deadline,
-        };
-        let read = match woken {
-            Woken::Read(read) => read,
-            Woken::Flow => {
-                // A client that was not read cannot be blamed for silence: restart the clock.
-                last_heard = Instant::now();
-                continue;
-            }
-            Woken::Durable | Woken::Outbox => {
-                session.release_held_acks();
-                if let Err(error) = flush(writer, outbox).await {
-                    return End::Abnormal(format!("socket error: {error}"));
-                }
-                continue;
-            }
-            Woken::Deadline => {
-                return End::Abnormal(if session.is_connected() {
-                    "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
-                } else {
-                    "no CONNECT within the connect timeout".into()
-                });
-            }
-        };
-        match read {
-            Ok(0) => return End::Abnormal("client closed the socket without DISCONNECT".into()),
-            Err(error) => return End::Abnormal(format!("socket error: {error}")),
-            Ok(_) => last_heard = Instant::now(),
+        if stream.is_tls() {
+            session.set_tls(stream.peer_certificate().as_deref());
         }
+        tracing::debug!(connection = session.connection_id(), %peer, "accepted MQTT connection");
+        Connection {
+            stream,
+            session,
+            config,
+            registered,
+            publishing: None,
+            buffer: BytesMut::new(),
+            busy: false,
+        }
+    }
+
+    /// Runs the connection to its end. An `async` block, not an `async fn`: the body of an
+    /// `async fn` keeps a second copy of its by-value arguments.
+    #[allow(clippy::manual_async_fn)]
+    fn run(mut self) -> impl std::future::Future<Output = ()> + Send {
+        async move {
+            let end = self.drive().await;
+            // In its own future: `end` held across an await here would take a slot (and
+            // its drop flag) in this one, beside the connection.
+            self.close(end).await;
+        }
+    }
+
+    /// Ends the connection: what the session still has to say (a refusing CONNACK) goes
+    /// out first, then the session ends and the socket is shut down.
+    async fn close(&mut self, end: End) {
+        let _ = flush(&mut self.stream, self.session.outbox()).await;
+        self.session.terminate(end);
+        self.stream.shutdown().await;
+        tracing::debug!(
+            connection = self.session.connection_id(),
+            "MQTT connection closed"
+        );
+    }
+
+    /// Starts following the stores' durability and the publisher flow signals once the
+    /// client publishes (or has acknowledgements waiting for the disk).
+    fn note_publisher(&mut self) {
+        if self.publishing.is_some()
+            || !(self.session.is_publisher() || self.session.awaits_durability())
+        {
+            return;
+        }
+        self.publishing = Some(Box::new(Publishing {
+            flow: self.session.publisher_flow(),
+            durable: self.session.subscribe_durable(),
+            retained_durable: self.session.subscribe_retained_durable(),
+        }));
+        // An acknowledgement held before the receivers existed would wait for the next
+        // disk write: look at the durable sequence numbers once now that they follow.
+        self.session.release_held_acks();
+    }
+
+    /// Serves the connection until it ends; returns why it ended.
+    async fn drive(&mut self) -> End {
+        let connect_deadline = Instant::now() + self.config.connect_timeout;
+        let mut last_heard = Instant::now();
         loop {
-            match decode(&mut buffer, session.max_packet_size()) {
-                Ok(Some(packet)) => {
-                    let (control, congested) =
-                        warren_core::flow::observe(|| session.handle_packet(packet));
-                    flow.hold(congested);
-                    match control {
-                        Control::Continue => {}
-                        Control::Close(end) => return end,
-                        Control::AwaitTakeover(takeover) => {
-                            takeover.kick();
-                            if timeout(config.takeover_timeout, takeover.ended())
-                                .await
-                                .is_err()
-                            {
-                                tracing::warn!(
-                                    connection = session.connection_id(),
-                                    "the connection taken over did not finish in time"
-                                );
+            // Signals are looked at on every turn, so a takeover, an operator close or
+            // shutdown is seen before more input is read even while input keeps coming.
+            let signals = self.session.outbox().take_signals();
+            if !signals.is_empty() {
+                if signals.contains(Signal::Shutdown) {
+                    return End::Shutdown;
+                }
+                if signals.contains(Signal::Kick) {
+                    return End::Abnormal(
+                        "another connection took over the client identifier".into(),
+                    );
+                }
+                // MQTT 3.1.1 has no way to tell the client why; like RabbitMQ, the will is
+                // published, since the client did not send DISCONNECT.
+                if signals.contains(Signal::OperatorClose) {
+                    let reason = self.session.close_requested().unwrap_or_default();
+                    return End::Abnormal(format!("closed by an operator: {reason}"));
+                }
+                if signals.contains(Signal::AlarmChanged) {
+                    // A client that was not read cannot be blamed for silence: restart the
+                    // clock.
+                    last_heard = Instant::now();
+                }
+            }
+            self.note_publisher();
+            // A resource alarm stops reading publishers (as RabbitMQ does: MQTT 3.1.1 has no
+            // way to tell them); deliveries to subscribers go on.
+            let alarmed = self.session.is_publisher()
+                && self.registered.connections.alarm.load(Ordering::Acquire);
+            // A queue this connection published to holds too much in memory (a slow
+            // subscriber), or the message store is behind: not read until it drains.
+            let flow_paused = self.session.is_publisher()
+                && self
+                    .publishing
+                    .as_mut()
+                    .is_some_and(|publishing| publishing.flow.is_paused());
+            let blocked = alarmed || flow_paused;
+            let deadline = match self.session.keep_alive() {
+                // Silence is ours while blocked: the keep-alive restarts when reading resumes.
+                Some(_) if blocked => Instant::now() + Duration::from_secs(24 * 3600),
+                // MQTT-3.1.2-24: one and a half keep-alive periods without a packet.
+                Some(keep_alive) => last_heard + keep_alive.mul_f32(1.5),
+                None if !self.session.is_connected() => connect_deadline,
+                None => Instant::now() + Duration::from_secs(24 * 3600),
+            };
+            // Boxed, and only while acknowledgements wait for the disk or the connection is
+            // paused: a future inline here would be part of every idle connection's task.
+            let awaits_durability = self.session.awaits_durability();
+            let publishing = match self.publishing.as_deref_mut() {
+                Some(publishing) if flow_paused || awaits_durability => {
+                    Some(Box::pin(publishing.changed(flow_paused, awaits_durability)))
+                }
+                _ => None,
+            };
+            // In a block: what woke the task and what was read end here, so neither is kept
+            // across a later await (a value kept across two awaits takes a slot of its own
+            // in the task, beside the select's futures).
+            {
+                // Biased: input before deliveries (every read ends with a flush anyway), so a
+                // subscriber flooded with deliveries still has its PUBACKs and PINGREQs read.
+                // The handlers only say what woke the task: the flush happens after the
+                // select, once its futures are gone, so the task never holds both at once.
+                let woken = tokio::select! {
+                    biased;
+                    woken = wait_if_some(publishing) => woken,
+                    read = read_some(&mut self.stream, &mut self.buffer, &mut self.busy), if !blocked => {
+                        Woken::Read(read)
+                    }
+                    // Bytes to write, or a signal (looked at at the top of the loop).
+                    _ = self.session.outbox().notify.notified() => Woken::Outbox,
+                    _ = tokio::time::sleep_until(deadline) => Woken::Deadline,
+                };
+                let read = match woken {
+                    Woken::Read(read) => read,
+                    Woken::Flow => {
+                        // A client that was not read cannot be blamed for silence: restart the
+                        // clock.
+                        last_heard = Instant::now();
+                        continue;
+                    }
+                    Woken::Durable | Woken::Outbox => {
+                        self.session.release_held_acks();
+                        if let Err(error) = flush(&mut self.stream, self.session.outbox()).await {
+                            return End::Abnormal(format!("socket error: {error}"));
+                        }
+                        continue;
+                    }
+                    Woken::Deadline => {
+                        return End::Abnormal(if self.session.is_connected() {
+                            "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
+                        } else {
+                            "no CONNECT within the connect timeout".into()
+                        });
+                    }
+                };
+                match read {
+                    Ok(0) => {
+                        return End::Abnormal("client closed the socket without DISCONNECT".into())
+                    }
+                    Err(error) => return End::Abnormal(format!("socket error: {error}")),
+                    Ok(_) => last_heard = Instant::now(),
+                }
+            }
+            loop {
+                // The decoded packet is handled in this statement, so nothing of it is held
+                // across the takeover wait below.
+                let control = match decode(&mut self.buffer, self.session.max_packet_size()) {
+                    Ok(Some(packet)) => {
+                        let session = &mut self.session;
+                        let (control, congested) =
+                            warren_core::flow::observe(|| session.handle_packet(packet));
+                        if !congested.is_empty() {
+                            self.note_publisher();
+                            if let Some(publishing) = self.publishing.as_deref_mut() {
+                                publishing.flow.hold(congested);
                             }
-                            match session.resume_connect() {
-                                Control::Continue => {}
-                                Control::Close(end) => return end,
-                                Control::AwaitTakeover(_) => {
-                                    return End::Abnormal("takeover raced with another".into())
-                                }
+                        }
+                        control
+                    }
+                    Ok(None) => break,
+                    Err(error) => match self.session.handle_decode_error(&error) {
+                        Control::Close(end) => return end,
+                        _ => return End::Abnormal(error.to_string()),
+                    },
+                };
+                match control {
+                    Control::Continue => {}
+                    Control::Close(end) => return end,
+                    Control::AwaitTakeover(takeover) => {
+                        takeover.kick();
+                        // Boxed: a takeover is rare, and its timer would otherwise be part of
+                        // every connection's task.
+                        let waited =
+                            Box::pin(timeout(self.config.takeover_timeout, takeover.ended())).await;
+                        if waited.is_err() {
+                            tracing::warn!(
+                                connection = self.session.connection_id(),
+                                "the connection taken over did not finish in time"
+                            );
+                        }
+                        match self.session.resume_connect() {
+                            Control::Continue => {}
+                            Control::Close(end) => return end,
+                            Control::AwaitTakeover(_) => {
+                                return End::Abnormal("takeover raced with another".into())
                             }
                         }
                     }
                 }
-                Ok(None) => break,
-                Err(error) => match session.handle_decode_error(&error) {
-                    Control::Close(end) => return end,
-                    _ => return End::Abnormal(error.to_string()),
-                },
             }
-        }
-        // Acknowledgements whose messages reached the disk while the batch was handled.
-        session.release_held_acks();
-        if let Err(error) = flush(writer, outbox).await {
-            return End::Abnormal(format!("socket error: {error}"));
+            // Acknowledgements whose messages reached the disk while the batch was handled.
+            self.session.release_held_acks();
+            if let Err(error) = flush(&mut self.stream, self.session.outbox()).await {
+                return End::Abnormal(format!("socket error: {error}"));
+            }
         }
     }
 }
@@ -365,11 +459,9 @@ enum Woken {
 }
 
 /// Waits for `future` if there is one, forever if not.
-async fn wait_if_some<F: std::future::Future>(future: Option<std::pin::Pin<Box<F>>>) {
+async fn wait_if_some<F: std::future::Future>(future: Option<std::pin::Pin<Box<F>>>) -> F::Output {
     match future {
-        Some(future) => {
-            future.await;
-        }
+        Some(future) => future.await,
         None => std::future::pending().await,
     }
 }
@@ -397,67 +489,103 @@ async fn changed_or_pending(receiver: &mut Option<watch::Receiver<u64>>) {
     }
 }
 
-/// Writes everything the outbox holds, settling what it asks for and kicking queues that
-/// waited for room (which may refill it, hence the loop).
-async fn flush(writer: &Writer, outbox: &Outbox) -> std::io::Result<()> {
+/// Writes everything the outbox holds. What the socket takes at once (the usual case) is
+/// written without a future; a write that has to wait for the socket (and every TLS write)
+/// is boxed, so that wait is not part of every idle connection's task.
+async fn flush(stream: &mut ClientStream, outbox: &Outbox) -> std::io::Result<()> {
+    while let Some(bytes) = next_output(outbox) {
+        let written = match stream.try_write(&bytes) {
+            Ok(written) => written,
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => 0,
+            Err(error) => return Err(error),
+        };
+        if written < bytes.len() {
+            Box::pin(stream.write_all(&bytes[written..])).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Takes the outbox's encoded packets, settling what it asks for and kicking queues that
+/// waited for room (which may refill it, hence the loop); `None` once there is nothing to
+/// write.
+fn next_output(outbox: &Outbox) -> Option<Bytes> {
     while let Some(drained) = outbox.drain() {
         acknowledge_all(drained.to_ack);
         for queue in drained.starved {
             queue.dispatch();
         }
         if !drained.bytes.is_empty() {
-            writer.write_all(&drained.bytes).await?;
+            return Some(drained.bytes);
         }
     }
-    Ok(())
-}
-
-/// Waits until the socket is readable. A `poll_fn` over the stream's readiness is a few
-/// bytes in the task; `ReadHalf::readable` is a future of 150 that every idle connection
-/// would carry.
-async fn readable(reader: &OwnedReadHalf) -> std::io::Result<()> {
-    let stream: &TcpStream = reader.as_ref();
-    std::future::poll_fn(|cx| stream.poll_read_ready(cx)).await
+    None
 }
 
 /// Reads what is available into `buffer`. An idle connection holds no read buffer: when
 /// everything read was consumed and the last read did not fill the buffer, the buffer is
 /// released, and a small one is allocated only once the socket is readable again. While data
 /// flows (`busy`: the last read filled the buffer) reads go straight into 16 KiB chunks.
-async fn read_some(
-    reader: &mut Reader,
+///
+/// A `poll_fn` over the socket's readiness rather than an `async fn`: this future is part of
+/// every idle connection's task, and a closure over three references is a fraction of the
+/// size of the equivalent state machine.
+fn read_some<'a>(
+    stream: &'a mut ClientStream,
+    buffer: &'a mut BytesMut,
+    busy: &'a mut bool,
+) -> impl std::future::Future<Output = std::io::Result<usize>> + Send + 'a {
+    /// What a read goes through.
+    enum Read<'a> {
+        Plain(&'a TcpStream, &'a mut BytesMut, &'a mut bool),
+        /// rustls buffers what it decrypted: read through it into the buffer. Boxed: the
+        /// TLS read future would otherwise be part of every plain connection's task.
+        Tls(ReadFuture<'a>),
+    }
+    let mut read = match stream {
+        ClientStream::Plain(stream) => Read::Plain(&*stream, buffer, busy),
+        tls => Read::Tls(Box::pin(tls.read_some(buffer))),
+    };
+    std::future::poll_fn(move |cx| match &mut read {
+        Read::Plain(stream, buffer, busy) => poll_read_plain(cx, stream, buffer, busy),
+        Read::Tls(future) => future.as_mut().poll(cx),
+    })
+}
+
+/// A boxed TLS read.
+type ReadFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<usize>> + Send + 'a>>;
+
+/// One poll of [`read_some`] on a plain socket.
+fn poll_read_plain(
+    cx: &mut std::task::Context<'_>,
+    stream: &TcpStream,
     buffer: &mut BytesMut,
     busy: &mut bool,
-) -> std::io::Result<usize> {
-    let reader = match reader {
-        Reader::Plain(reader) => reader,
-        // rustls buffers what it decrypted: read through it into the buffer.
-        // Boxed: the TLS read future would otherwise be part of every plain connection's task.
-        tls => return Box::pin(tls.read_some(buffer)).await,
-    };
+) -> std::task::Poll<std::io::Result<usize>> {
     loop {
         if buffer.is_empty() && !*busy {
             *buffer = BytesMut::new();
-            readable(reader).await?;
+            std::task::ready!(stream.poll_read_ready(cx))?;
             buffer.reserve(FIRST_READ);
         } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
             buffer.reserve(READ_CHUNK);
         }
         let room = buffer.capacity() - buffer.len();
-        match reader.try_read_buf(buffer) {
+        match stream.try_read_buf(buffer) {
             Ok(read) => {
                 *busy = read == room;
-                return Ok(read);
+                return std::task::Poll::Ready(Ok(read));
             }
             // Readiness was stale, or a busy connection caught up: wait for the socket
             // (releasing the buffer first if it holds nothing).
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
                 *busy = false;
                 if !buffer.is_empty() {
-                    readable(reader).await?;
+                    std::task::ready!(stream.poll_read_ready(cx))?;
                 }
             }
-            Err(error) => return Err(error),
+            Err(error) => return std::task::Poll::Ready(Err(error)),
         }
     }
 }

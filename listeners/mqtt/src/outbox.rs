@@ -10,7 +10,7 @@
 //!
 //! An idle connection holds no buffer: the driver takes the allocation along with the bytes.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -58,6 +58,15 @@ struct OutboxState {
     /// Deliveries counted against `prefetch`: reserved, or in flight and counted.
     counted: u32,
     prefetch: u32,
+    /// Allocated the first time one of its lists is needed: an idle subscriber never does.
+    lists: Option<Box<Lists>>,
+    closed: bool,
+}
+
+/// The outbox's lists, which most connections never fill: boxed together, so an idle
+/// connection's outbox carries one pointer instead of four empty vectors.
+#[derive(Default)]
+struct Lists {
     /// Queues refused for lack of room or window, to kick when it frees up.
     starved: Vec<Arc<Queue>>,
     /// Deliveries to acknowledge to their queue at once (sent as QoS 0).
@@ -67,7 +76,6 @@ struct OutboxState {
     /// The subscriptions whose filter starts with `$`, with their QoS: the only ones a
     /// `$` topic may be delivered for (MQTT-4.7.2-1). Empty for most clients.
     dollar_filters: Vec<(String, QoS)>,
-    closed: bool,
 }
 
 /// The shared outgoing side of one MQTT connection.
@@ -79,6 +87,9 @@ pub struct Outbox {
     pub notify: Notify,
     /// Raised [`Signal`]s, as bits, until the driver takes them.
     signals: AtomicU8,
+    /// The session has ended: a connection taking over its client identifier may go on
+    /// (see `registry::EndSender`).
+    ended: AtomicBool,
 }
 
 /// Something other than bytes to write that the driver must act on.
@@ -152,15 +163,23 @@ impl Outbox {
                 next_packet_id: 1,
                 counted: 0,
                 prefetch: u32::from(prefetch.max(1)),
-                starved: Vec::new(),
-                to_ack: Vec::new(),
-                orphaned: Vec::new(),
-                dollar_filters: Vec::new(),
+                lists: None,
                 closed: false,
             }),
             notify: Notify::new(),
             signals: AtomicU8::new(0),
+            ended: AtomicBool::new(false),
         })
+    }
+
+    /// Records that the session has ended (its client identifier may be taken over).
+    pub fn mark_ended(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    /// Whether the session has ended.
+    pub fn has_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
     }
 
     /// Raises `signal` and wakes the driver.
@@ -297,7 +316,10 @@ impl Outbox {
 
     /// Records the session's filters that start with `$` (see [`SubscriptionSink`]).
     pub fn set_dollar_filters(&self, filters: Vec<(String, QoS)>) {
-        self.state.lock().dollar_filters = filters;
+        let mut state = self.state.lock();
+        if !filters.is_empty() || state.lists.is_some() {
+            state.lists().dollar_filters = filters;
+        }
     }
 
     /// Deliveries in flight (QoS 1 and 2 not yet completed).
@@ -307,19 +329,33 @@ impl Outbox {
 
     /// Takes the queues waiting for room, to kick (outside the lock).
     pub fn take_starved(&self) -> Vec<Arc<Queue>> {
-        std::mem::take(&mut self.state.lock().starved)
+        let mut state = self.state.lock();
+        state
+            .lists
+            .as_deref_mut()
+            .map(|lists| std::mem::take(&mut lists.starved))
+            .unwrap_or_default()
     }
 
     /// Takes everything buffered for the driver to write.
     pub fn drain(&self) -> Option<Drained> {
         let mut state = self.state.lock();
-        if state.buffer.is_empty() && state.to_ack.is_empty() {
+        let no_acks = state
+            .lists
+            .as_deref()
+            .is_none_or(|lists| lists.to_ack.is_empty());
+        if state.buffer.is_empty() && no_acks {
             return None;
         }
         // Take the allocation along: an idle connection keeps no write buffer.
         let bytes = std::mem::take(&mut state.buffer).freeze();
-        let starved = std::mem::take(&mut state.starved);
-        let to_ack = std::mem::take(&mut state.to_ack);
+        let (starved, to_ack) = match state.lists.as_deref_mut() {
+            Some(lists) => (
+                std::mem::take(&mut lists.starved),
+                std::mem::take(&mut lists.to_ack),
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
         Some(Drained {
             bytes,
             starved,
@@ -332,7 +368,16 @@ impl Outbox {
     pub fn close(&self) -> Leftovers {
         let mut state = self.state.lock();
         state.closed = true;
-        state.starved.clear();
+        let (orphaned, to_ack) = match state.lists.as_deref_mut() {
+            Some(lists) => {
+                lists.starved.clear();
+                (
+                    std::mem::take(&mut lists.orphaned),
+                    std::mem::take(&mut lists.to_ack),
+                )
+            }
+            None => (Vec::new(), Vec::new()),
+        };
         let mut released: Vec<u16> = state
             .in_flight
             .iter()
@@ -345,11 +390,10 @@ impl Outbox {
             .drain()
             .filter_map(|(_, entry)| entry.queue.map(|queue| (queue, entry.id)))
             .collect();
-        unacknowledged.append(&mut state.orphaned);
+        unacknowledged.extend(orphaned);
         // Requeue in delivery order so a resumed session sees its messages in order.
         unacknowledged.sort_by_key(|(_, id)| *id);
         state.counted = 0;
-        let to_ack = std::mem::take(&mut state.to_ack);
         drop(state);
         self.notify.notify_one();
         Leftovers {
@@ -361,7 +405,12 @@ impl Outbox {
 
     /// Takes deliveries that arrived after [`Outbox::close`], to requeue.
     pub fn take_orphaned(&self) -> Vec<(Arc<Queue>, u64)> {
-        std::mem::take(&mut self.state.lock().orphaned)
+        let mut state = self.state.lock();
+        state
+            .lists
+            .as_deref_mut()
+            .map(|lists| std::mem::take(&mut lists.orphaned))
+            .unwrap_or_default()
     }
 
     /// Bytes waiting to be written.
@@ -390,9 +439,15 @@ impl OutboxState {
     }
 
     fn mark_starved(&mut self, queue: &Arc<Queue>) {
-        if !self.starved.iter().any(|q| Arc::ptr_eq(q, queue)) {
-            self.starved.push(Arc::clone(queue));
+        let starved = &mut self.lists().starved;
+        if !starved.iter().any(|q| Arc::ptr_eq(q, queue)) {
+            starved.push(Arc::clone(queue));
         }
+    }
+
+    /// The lists, allocated on first use.
+    fn lists(&mut self) -> &mut Lists {
+        self.lists.get_or_insert_default()
     }
 }
 
@@ -452,7 +507,7 @@ impl DeliverySink for SubscriptionSink {
             // The connection closed between reserve and deliver; the queue's lock is held
             // here, so the session requeues it later instead of settling it now.
             if delivery.needs_settlement {
-                state.orphaned.push((delivery.queue, delivery.id));
+                state.lists().orphaned.push((delivery.queue, delivery.id));
             }
             return;
         }
@@ -465,16 +520,18 @@ impl DeliverySink for SubscriptionSink {
         // wildcard must not match a `$` topic (MQTT-4.7.2-1): deliver it only for a filter
         // of this QoS that starts with `$` and matches, else settle it unseen.
         if topic.starts_with('$')
-            && !state
-                .dollar_filters
-                .iter()
-                .any(|(filter, qos)| *qos == self.qos && filter_matches(filter, &topic))
+            && !state.lists.as_deref().is_some_and(|lists| {
+                lists
+                    .dollar_filters
+                    .iter()
+                    .any(|(filter, qos)| *qos == self.qos && filter_matches(filter, &topic))
+            })
         {
             if counted {
                 state.counted = state.counted.saturating_sub(1);
             }
             if delivery.needs_settlement {
-                state.to_ack.push((delivery.queue, delivery.id));
+                state.lists().to_ack.push((delivery.queue, delivery.id));
             }
             return;
         }
@@ -506,7 +563,7 @@ impl DeliverySink for SubscriptionSink {
                     state.counted = state.counted.saturating_sub(1);
                 }
                 if delivery.needs_settlement {
-                    state.to_ack.push((delivery.queue, delivery.id));
+                    state.lists().to_ack.push((delivery.queue, delivery.id));
                 }
             }
         }

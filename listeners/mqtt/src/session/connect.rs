@@ -58,9 +58,9 @@ impl Session {
         // As RabbitMQ: credentials first, then the certificate (`mqtt.ssl_cert_login`), then
         // the anonymous user. `None` for the password: a trusted login, none is checked.
         let (vhost_name, user, password) = match (username, password) {
-            (None, None) if self.certificate_user.is_some() => (
+            (None, None) if self.certificate_user().is_some() => (
                 config.vhost.clone(),
-                self.certificate_user.clone().unwrap_or_default(),
+                self.certificate_user().unwrap_or_default().to_string(),
                 None,
             ),
             (None, None) if config.allow_anonymous => (
@@ -138,17 +138,15 @@ impl Session {
                 ),
             );
         }
-        let (ended_tx, ended_rx) = super::registry::end_signal();
+        let ended = super::registry::EndSender::new(Arc::clone(&self.outbox));
         let key = (vhost.name().to_string(), client_id.clone());
-        let takeover = self.context.registry.claim(
-            key,
-            self.connection_id,
-            Arc::clone(&self.outbox),
-            ended_rx,
-        );
+        let takeover =
+            self.context
+                .registry
+                .claim(key, self.connection_id, Arc::clone(&self.outbox));
         self.connected = Some(Box::new(Connected {
             vhost,
-            user,
+            user: user.into_boxed_str(),
             client_id,
             clean_session,
             protocol,
@@ -158,10 +156,9 @@ impl Session {
             consumers: [None, None, None],
             may_publish: None,
             inbound_qos2: Vec::new(),
-            ended: Some(ended_tx),
+            ended: Some(ended),
             accepted: false,
             session_present: false,
-            routed: Vec::new(),
         }));
         match takeover {
             Some(takeover) => {
@@ -180,6 +177,7 @@ impl Session {
     /// discards the stored session, answers CONNACK and starts consuming.
     pub fn resume_connect(&mut self) -> Control {
         let connection_id = self.connection_id;
+        let addresses = self.take_addresses();
         let Some(connected) = self.connected.as_deref_mut() else {
             return Control::Close(End::Abnormal("CONNECT state lost".into()));
         };
@@ -255,7 +253,7 @@ impl Session {
             &self.context.broker,
             connection_id,
             connected,
-            (self.addresses, self.tls),
+            (addresses, self.tls),
             &self.outbox,
         ));
         // MQTT 3.1 has no session-present flag; its byte must be 0.
@@ -409,7 +407,7 @@ fn register_connection(
                 crate::codec::ProtocolLevel::V3_1_1 => "MQTT 3.1.1",
             }
             .to_string(),
-            user: connected.user.clone(),
+            user: connected.user.to_string(),
             vhost: connected.vhost.name().to_string(),
             peer,
             local,

@@ -138,7 +138,7 @@ struct Subscription {
 /// little.
 struct Connected {
     vhost: Arc<VHost>,
-    user: String,
+    user: Box<str>,
     client_id: String,
     clean_session: bool,
     protocol: ProtocolLevel,
@@ -158,12 +158,12 @@ struct Connected {
     /// Whether CONNACK was sent (the takeover wait is over).
     accepted: bool,
     session_present: bool,
-    routed: Vec<Arc<Queue>>,
 }
 
-/// One MQTT connection's protocol state.
+/// One MQTT connection's protocol state. It lives in the connection's task for as long as the
+/// connection does, so what only some connections need is boxed.
 pub struct Session {
-    context: MqttContext,
+    context: Arc<MqttContext>,
     outbox: Arc<Outbox>,
     connection_id: u64,
     from_loopback: bool,
@@ -171,15 +171,26 @@ pub struct Session {
     closed: bool,
     /// Whether the client has published: only publishers are blocked by resource alarms.
     published: bool,
-    /// The client's and the broker's addresses, for the connection registry.
-    addresses: (SocketAddr, SocketAddr),
+    /// What CONNECT needs from the socket, until CONNACK.
+    handshake: Option<Box<Handshake>>,
     /// The entry in the core's connection registry, from CONNACK to the end.
     registration: Option<ConnectionHandle>,
     /// PUBACKs and PUBRECs in PUBLISH order (MQTT-4.6.0-2), each with the sequence numbers
     /// that must be on disk before it goes out.
-    held_acks: VecDeque<HeldAck>,
+    /// Boxed when first needed: only publishers to durable queues ever hold one, and an
+    /// empty `VecDeque` inline would be 32 bytes in every connection's task.
+    #[allow(clippy::box_collection)]
+    held_acks: Option<Box<VecDeque<HeldAck>>>,
     /// Whether the connection runs over TLS (shown to operators).
     tls: bool,
+}
+
+/// What CONNECT needs from the socket: boxed, and dropped once the connection is registered,
+/// so an accepted connection does not carry it.
+#[derive(Default)]
+struct Handshake {
+    /// The client's and the broker's addresses, for the connection registry.
+    addresses: Option<(SocketAddr, SocketAddr)>,
     /// The user the client's verified certificate names, with `mqtt.ssl_cert_login` on.
     certificate_user: Option<String>,
 }
@@ -200,7 +211,12 @@ struct HeldAck {
 impl Session {
     /// A session for a new connection; `from_loopback` tells whether the peer address is a
     /// loopback address (for loopback-only users).
-    pub fn new(context: MqttContext, outbox: Arc<Outbox>, from_loopback: bool) -> Session {
+    pub fn new(
+        context: impl Into<Arc<MqttContext>>,
+        outbox: Arc<Outbox>,
+        from_loopback: bool,
+    ) -> Session {
+        let context = context.into();
         let connection_id = context.broker.next_connection_id();
         Session {
             context,
@@ -210,15 +226,41 @@ impl Session {
             connected: None,
             closed: false,
             published: false,
-            addresses: (
-                SocketAddr::from(([0, 0, 0, 0], 0)),
-                SocketAddr::from(([0, 0, 0, 0], 0)),
-            ),
+            handshake: None,
             registration: None,
-            held_acks: VecDeque::new(),
+            held_acks: None,
             tls: false,
-            certificate_user: None,
         }
+    }
+
+    /// The handshake details, created when first set.
+    fn handshake(&mut self) -> &mut Handshake {
+        self.handshake.get_or_insert_with(Box::default)
+    }
+
+    /// The user the client's verified certificate names (`mqtt.ssl_cert_login`), if any.
+    fn certificate_user(&self) -> Option<&str> {
+        self.handshake.as_deref()?.certificate_user.as_deref()
+    }
+
+    /// The client's and the broker's addresses, taking the handshake details (called once
+    /// the connection is registered; unspecified addresses when they were never set).
+    fn take_addresses(&mut self) -> (SocketAddr, SocketAddr) {
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        self.handshake
+            .take()
+            .and_then(|handshake| handshake.addresses)
+            .unwrap_or((unspecified, unspecified))
+    }
+
+    /// The connection's outbox.
+    pub fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
+    }
+
+    /// Flow state for the driver of a connection that publishes.
+    pub fn publisher_flow(&self) -> warren_core::flow::PublisherFlow {
+        warren_core::flow::PublisherFlow::new(self.context.broker.message_store())
     }
 
     /// Records that the connection runs over TLS and, with `mqtt.ssl_cert_login` on, the
@@ -226,7 +268,10 @@ impl Session {
     pub fn set_tls(&mut self, certificate: Option<&[u8]>) {
         self.tls = true;
         if let (Some(from), Some(der)) = (self.context.config.ssl_cert_login, certificate) {
-            self.certificate_user = login_name(der, from);
+            let user = login_name(der, from);
+            if user.is_some() {
+                self.handshake().certificate_user = user;
+            }
         }
     }
 
@@ -234,7 +279,9 @@ impl Session {
     /// also wakes when the store's durable sequence number moves and calls
     /// [`Session::release_held_acks`].
     pub fn awaits_durability(&self) -> bool {
-        !self.held_acks.is_empty()
+        self.held_acks
+            .as_deref()
+            .is_some_and(|held_acks| !held_acks.is_empty())
     }
 
     /// Follows the message store's durable sequence number (`None` without a store).
@@ -268,15 +315,18 @@ impl Session {
 
     /// Sends the held PUBACKs and PUBRECs whose messages are now on disk, in order.
     pub fn release_held_acks(&mut self) {
-        if self.held_acks.is_empty() {
+        if !self.awaits_durability() {
             return;
         }
         let (durable, retained_durable) = self.durable_now();
-        while let Some(held) = self.held_acks.front() {
+        let Some(held_acks) = self.held_acks.as_deref_mut() else {
+            return;
+        };
+        while let Some(held) = held_acks.front() {
             if held.store_seq > durable || held.retained_seq > retained_durable {
                 break;
             }
-            if let Some(held) = self.held_acks.pop_front() {
+            if let Some(held) = held_acks.pop_front() {
                 if let Some((queue, id)) = held.settle {
                     queue.settle(&[id], Settlement::Ack);
                 }
@@ -308,13 +358,13 @@ impl Session {
         } else {
             0
         };
-        if store_seq == 0 && retained_seq == 0 && self.held_acks.is_empty() {
+        if store_seq == 0 && retained_seq == 0 && !self.awaits_durability() {
             if let Some((queue, id)) = settle {
                 queue.settle(&[id], Settlement::Ack);
             }
             self.outbox.send(&packet);
         } else {
-            self.held_acks.push_back(HeldAck {
+            self.held_acks.get_or_insert_default().push_back(HeldAck {
                 store_seq,
                 retained_seq,
                 settle,
@@ -325,7 +375,7 @@ impl Session {
 
     /// Records the client's and the broker's address (shown to operators).
     pub fn set_addresses(&mut self, peer: SocketAddr, local: SocketAddr) {
-        self.addresses = (peer, local);
+        self.handshake().addresses = Some((peer, local));
     }
 
     /// The reason an operator gave when asking this connection to close, once asked.
@@ -504,7 +554,9 @@ impl Session {
         // the session owes their PUBREL (it is in `leftovers.released`), not the message.
         let received: Vec<(Arc<Queue>, u64)> = self
             .held_acks
-            .drain(..)
+            .take()
+            .into_iter()
+            .flat_map(|held_acks| held_acks.into_iter())
             .filter_map(|held| held.settle)
             .collect();
         settle_grouped(received, Settlement::Ack);

@@ -133,6 +133,11 @@ impl Session {
     }
 }
 
+thread_local! {
+    /// The queues a publish was routed to, reused from publish to publish on this thread.
+    static ROUTED: std::cell::RefCell<Vec<Arc<warren_core::queue::Queue>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Routes one MQTT message through the exchange, retaining it first if asked. Returns the
 /// store sequence number to wait for when a durable queue took the (persistent) message.
 /// Errors are the reason to close the connection (no permission, payload too large, no
@@ -215,13 +220,16 @@ fn route_publish(
             );
         }
     }
-    let mut routed = std::mem::take(&mut connected.routed);
+    // The routing scratch list is the thread's, not each connection's; taken out, so a
+    // nested use would only find it empty.
+    let mut routed = ROUTED.with(|routed| std::mem::take(&mut *routed.borrow_mut()));
     routed.clear();
     let result = connected
         .vhost
         .route(&config.exchange, &message, &mut routed);
     if let Err(error) = result {
-        connected.routed = routed;
+        routed.clear();
+        ROUTED.with(|scratch| *scratch.borrow_mut() = routed);
         return Err(error.message);
     }
     // Through the vhost, so a persistent (QoS 1/2) message reaching a durable queue is written
@@ -237,6 +245,6 @@ fn route_publish(
         }
     }
     routed.clear();
-    connected.routed = routed;
+    ROUTED.with(|scratch| *scratch.borrow_mut() = routed);
     Ok(durable_seq)
 }

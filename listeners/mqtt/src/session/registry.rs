@@ -15,7 +15,6 @@
 //! (`RetainedStore::outbound_qos2_pending`) before its PUBREL, so the PUBREL is sent again.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -40,59 +39,38 @@ pub struct StoredSession {
     pub outbound_released: Vec<u16>,
 }
 
-/// Tells a connection taking over a client identifier that the old session has ended.
-/// Much smaller than a `watch` channel, and every connected client holds one.
-#[derive(Default)]
-struct EndSignal {
-    ended: AtomicBool,
-    notify: Notify,
-}
+/// Wakes connections waiting for a session they take over to end. One for the process: a
+/// takeover is rare, and a waiter woken for another session's end looks at its own flag and
+/// waits again. Each session's end is a flag on its outbox, so no connection allocates a
+/// signal of its own.
+static SESSION_ENDED: Notify = Notify::const_new();
 
-/// Held by a session while it runs; dropping it signals the end.
-pub struct EndSender(Arc<EndSignal>);
+/// Held by a session while it holds a client identifier; dropping it tells a connection
+/// taking over that the session has ended.
+pub struct EndSender(Arc<Outbox>);
 
-/// Waits for the [`EndSender`] to be dropped.
-pub struct EndReceiver(Arc<EndSignal>);
-
-/// A new end signal.
-pub fn end_signal() -> (EndSender, EndReceiver) {
-    let signal = Arc::new(EndSignal::default());
-    (EndSender(Arc::clone(&signal)), EndReceiver(signal))
+impl EndSender {
+    /// The end signal of the session whose outbox this is.
+    pub fn new(outbox: Arc<Outbox>) -> EndSender {
+        EndSender(outbox)
+    }
 }
 
 impl Drop for EndSender {
     fn drop(&mut self) {
-        self.0.ended.store(true, Ordering::Release);
-        self.0.notify.notify_waiters();
-    }
-}
-
-impl EndReceiver {
-    /// Returns once the sender was dropped.
-    pub async fn ended(&self) {
-        loop {
-            let notified = self.0.notify.notified();
-            tokio::pin!(notified);
-            // Registered before the flag is read, so a drop in between is not missed.
-            notified.as_mut().enable();
-            if self.0.ended.load(Ordering::Acquire) {
-                return;
-            }
-            notified.await;
-        }
+        self.0.mark_ended();
+        SESSION_ENDED.notify_waiters();
     }
 }
 
 struct Holder {
     connection_id: u64,
     outbox: Arc<Outbox>,
-    ended: EndReceiver,
 }
 
 /// A connection to close before the new one resumes the session.
 pub struct Takeover {
     outbox: Arc<Outbox>,
-    ended: EndReceiver,
 }
 
 impl Takeover {
@@ -101,9 +79,18 @@ impl Takeover {
         self.outbox.signal(crate::outbox::Signal::Kick);
     }
 
-    /// Waits until the old connection has finished (its session's end signal dropped).
+    /// Waits until the old connection has finished (its session's [`EndSender`] dropped).
     pub async fn ended(self) {
-        self.ended.ended().await;
+        loop {
+            let notified = SESSION_ENDED.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read, so an end in between is not missed.
+            notified.as_mut().enable();
+            if self.outbox.has_ended() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -132,19 +119,16 @@ impl ClientRegistry {
         key: ClientKey,
         connection_id: u64,
         outbox: Arc<Outbox>,
-        ended: EndReceiver,
     ) -> Option<Takeover> {
         let previous = self.state.lock().holders.insert(
             key,
             Holder {
                 connection_id,
                 outbox,
-                ended,
             },
         );
         previous.map(|holder| Takeover {
             outbox: holder.outbox,
-            ended: holder.ended,
         })
     }
 
@@ -182,14 +166,29 @@ mod tests {
 
     #[tokio::test]
     async fn end_signal_wakes_a_waiter_and_a_late_one() {
-        let (sender, receiver) = end_signal();
-        let waiter = tokio::spawn(async move { receiver.ended().await });
+        let outbox = Outbox::new(10);
+        let sender = EndSender::new(Arc::clone(&outbox));
+        let takeover = Takeover { outbox };
+        let waiter = tokio::spawn(takeover.ended());
         tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
         drop(sender);
         waiter.await.expect("waiter ended");
 
-        let (sender, receiver) = end_signal();
-        drop(sender);
-        receiver.ended().await;
+        let outbox = Outbox::new(10);
+        drop(EndSender::new(Arc::clone(&outbox)));
+        Takeover { outbox }.ended().await;
+    }
+
+    #[tokio::test]
+    async fn another_session_ending_does_not_end_the_wait() {
+        let outbox = Outbox::new(10);
+        let _sender = EndSender::new(Arc::clone(&outbox));
+        let waiter = tokio::spawn(Takeover { outbox }.ended());
+        tokio::task::yield_now().await;
+        drop(EndSender::new(Outbox::new(10)));
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        waiter.abort();
     }
 }
