@@ -30,10 +30,12 @@
 
 use std::collections::HashMap;
 
+use super::target_set::TargetSet;
+
 /// Topic bindings: binding patterns mapped to values, matched against routing keys.
 ///
 /// `T` is the bound value, typically a destination id. It must be `Ord` because each node keeps
-/// its values sorted (binary-search insert and remove, no duplicates) and because
+/// its values sorted (a [`TargetSet`]: no duplicates, O(log n) insert and remove) and because
 /// [`matches`](Self::matches) deduplicates by sorting when several patterns match. `Ord` rather
 /// than `Hash` so that deduplicating never allocates.
 ///
@@ -49,7 +51,7 @@ pub struct TopicTrie<T> {
 #[derive(Debug, Clone)]
 struct Node<T> {
     /// Values bound by the pattern that ends at this node; sorted, no duplicates.
-    values: Vec<T>,
+    values: TargetSet<T>,
     /// Children for literal words, including the empty word.
     literals: HashMap<Box<str>, Node<T>>,
     /// The child for the `*` word.
@@ -61,7 +63,7 @@ struct Node<T> {
 impl<T> Default for Node<T> {
     fn default() -> Self {
         Node {
-            values: Vec::new(),
+            values: TargetSet::default(),
             literals: HashMap::new(),
             star: None,
             hash: None,
@@ -153,11 +155,7 @@ impl<T: Clone + Ord> TopicTrie<T> {
             };
             rest = next;
         }
-        if let Err(index) = node.values.binary_search(&value) {
-            // Most patterns have one binding (every MQTT subscription has its own queue):
-            // grow one at a time instead of reserving four.
-            node.values.reserve_exact(1);
-            node.values.insert(index, value);
+        if node.values.insert(value) {
             self.bindings += 1;
         }
     }
@@ -205,13 +203,7 @@ impl<T: Clone + Ord> TopicTrie<T> {
 /// Removes `value` from the node that `rest` leads to, pruning emptied children on the way back.
 fn remove_from<T: Ord>(node: &mut Node<T>, rest: Rest<'_>, value: &T) -> bool {
     let Some(text) = rest else {
-        return match node.values.binary_search(value) {
-            Ok(index) => {
-                node.values.remove(index);
-                true
-            }
-            Err(_) => false,
-        };
+        return node.values.remove(value);
     };
     let (word, next) = next_word(text);
     match word {
@@ -266,14 +258,14 @@ struct Walk<'o, T> {
     hash_entries: Option<HashMap<usize, usize>>,
 }
 
-impl<T: Clone> Walk<'_, T> {
+impl<T: Clone + Ord> Walk<'_, T> {
     /// Matches the remaining key words `rest` from `node`. `hashes` counts the `#` nodes on
     /// the path to `node`.
     fn visit(&mut self, node: &Node<T>, rest: Rest<'_>, hashes: u32) {
         match rest {
             None => {
                 if !node.values.is_empty() {
-                    self.out.extend_from_slice(&node.values);
+                    node.values.extend_into(self.out);
                     self.contributing_nodes += 1;
                 }
             }
