@@ -350,36 +350,82 @@ impl BindingTable {
             .chain(self.unusual.iter().map(|(b, t)| (&b.arguments, t)))
     }
 
-    /// Every binding, sorted as RabbitMQ lists them: by source, routing key, destination
-    /// kind (exchanges first) and destination name; a destination's bindings with the same
-    /// key in the order they were made.
+    /// Every binding, sorted as `rabbitmqctl list_bindings` lists them (see [`sort`]).
     pub(crate) fn list(&self, exchange: &str) -> Vec<Binding> {
         let mut list: Vec<Binding> = Vec::new();
         for found in &self.destinations {
-            for key in found.keys.iter() {
-                for arguments in key.arguments() {
-                    list.push(Binding {
-                        source: exchange.to_string(),
-                        destination: match &found.target {
-                            Target::Queue(queue) => {
-                                DestinationName::Queue(queue.name().to_string())
-                            }
-                            Target::Exchange(name) => DestinationName::Exchange(name.to_string()),
-                        },
-                        routing_key: key.routing_key.to_string(),
-                        arguments: arguments.clone(),
-                    });
-                }
-            }
+            found.list_into(exchange, &mut list);
         }
         list.extend(self.unusual.iter().map(|(b, _)| b.clone()));
-        list.sort_by(|a, b| {
-            (&a.source, &a.routing_key, destination_name(&a.destination)).cmp(&(
-                &b.source,
-                &b.routing_key,
-                destination_name(&b.destination),
-            ))
-        });
+        sort(&mut list);
         list
     }
+
+    /// The bindings to `destination`, sorted as [`list`](Self::list) sorts them.
+    pub(crate) fn list_to(&self, exchange: &str, destination: &DestinationName) -> Vec<Binding> {
+        let mut list: Vec<Binding> = Vec::new();
+        if let Some(found) = self.destination(destination_name(destination)) {
+            found.list_into(exchange, &mut list);
+        }
+        list.extend(
+            self.unusual
+                .iter()
+                .filter(|(b, _)| b.destination == *destination)
+                .map(|(b, _)| b.clone()),
+        );
+        sort(&mut list);
+        list
+    }
+
+    /// Whether any binding leads to `destination`.
+    pub(crate) fn has_destination(&self, destination: &DestinationName) -> bool {
+        self.destination(destination_name(destination)).is_some()
+            || self
+                .unusual
+                .iter()
+                .any(|(b, _)| b.destination == *destination)
+    }
+}
+
+impl Destination {
+    fn list_into(&self, exchange: &str, list: &mut Vec<Binding>) {
+        for key in self.keys.iter() {
+            for arguments in key.arguments() {
+                list.push(Binding {
+                    source: exchange.to_string(),
+                    destination: match &self.target {
+                        Target::Queue(queue) => DestinationName::Queue(queue.name().to_string()),
+                        Target::Exchange(name) => DestinationName::Exchange(name.to_string()),
+                    },
+                    routing_key: key.routing_key.to_string(),
+                    arguments: arguments.clone(),
+                });
+            }
+        }
+    }
+}
+
+/// Sorts bindings as `rabbitmqctl list_bindings` lists them: by source, routing key,
+/// destination kind (exchanges first), destination name, then arguments (none first, then
+/// entry by entry by name and value text).
+fn sort(list: &mut [Binding]) {
+    fn arguments_order(a: &Table, b: &Table) -> std::cmp::Ordering {
+        let entries = |t: &Table| -> Vec<(String, String)> {
+            t.0.iter()
+                .map(|(name, value)| (name.clone(), value.to_string()))
+                .collect()
+        };
+        entries(a).cmp(&entries(b))
+    }
+    list.sort_by(|a, b| {
+        (&a.source, &a.routing_key, destination_name(&a.destination))
+            .cmp(&(&b.source, &b.routing_key, destination_name(&b.destination)))
+            .then_with(|| {
+                if a.arguments.0.is_empty() && b.arguments.0.is_empty() {
+                    std::cmp::Ordering::Equal
+                } else {
+                    arguments_order(&a.arguments, &b.arguments)
+                }
+            })
+    });
 }

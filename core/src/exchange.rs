@@ -335,10 +335,27 @@ impl Exchange {
         !self.bindings.read().table.is_empty()
     }
 
-    /// The bindings with this exchange as source, sorted as RabbitMQ lists them: by routing
-    /// key, then destination (exchanges before queues, then by name).
+    /// The bindings with this exchange as source, sorted as `rabbitmqctl list_bindings`
+    /// lists them: by routing key, then destination (exchanges before queues, then by name),
+    /// then arguments.
     pub fn bindings(&self) -> Vec<Binding> {
         self.bindings.read().table.list(&self.config.name)
+    }
+
+    /// The bindings from this exchange to `destination`, in the order of [`bindings`]; costs
+    /// what `destination` has, not what the exchange has.
+    ///
+    /// [`bindings`]: Self::bindings
+    pub fn bindings_to(&self, destination: &DestinationName) -> Vec<Binding> {
+        self.bindings
+            .read()
+            .table
+            .list_to(&self.config.name, destination)
+    }
+
+    /// Whether any binding from this exchange leads to `destination`.
+    pub fn has_bindings_to(&self, destination: &DestinationName) -> bool {
+        self.bindings.read().table.has_destination(destination)
     }
 
     /// Appends the targets `message` routes to with `routing_key` (its own, or a CC/BCC
@@ -592,6 +609,13 @@ mod tests {
             };
             assert_eq!(routed(&x, "k49", None), expected);
             assert_eq!(x.bindings().len(), 2);
+            let q_name = DestinationName::Queue("q".into());
+            assert_eq!(
+                x.bindings_to(&q_name),
+                vec![queue_binding("x", "q", "k49", Table::new())]
+            );
+            assert!(x.has_bindings_to(&q_name));
+            assert!(!x.has_bindings_to(&DestinationName::Exchange("q".into())));
             x.bind(
                 queue_binding("x", "q", "k7", argument("a", "b")),
                 Target::Queue(Arc::clone(&q)),
@@ -606,7 +630,7 @@ mod tests {
     }
 
     #[test]
-    fn bindings_are_listed_by_key_then_exchanges_then_queues_by_name() {
+    fn bindings_are_listed_as_rabbitmqctl_lists_them() {
         let x = exchange("x", ExchangeKind::Direct);
         let (a, b) = (queue("a"), queue("b"));
         let made = [
@@ -643,8 +667,8 @@ mod tests {
         for (b, t) in &made {
             assert!(x.bind(b.clone(), t.clone()));
         }
-        // Same key and destination: in the order they were made.
-        let expected = [3, 2, 1, 4, 5, 0].map(|i| made[i].0.clone());
+        // As rabbitmqctl list_bindings (RabbitMQ 3.10) lists the same bindings.
+        let expected = [3, 2, 1, 5, 4, 0].map(|i| made[i].0.clone());
         assert_eq!(x.bindings(), expected.to_vec());
     }
 
