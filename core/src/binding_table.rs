@@ -15,12 +15,12 @@
 //! target's own name, cannot be found by the target's name; such bindings (the vhost never
 //! makes them) are kept as given in a list scanned only when it is not empty.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 
 use hashbrown::HashTable;
 
 use crate::exchange::{Binding, DestinationName, Target};
-use crate::value::Table;
+use crate::value::{Table, Value};
 
 /// No arguments, for bindings stored without any.
 static NO_ARGUMENTS: Table = Table(Vec::new());
@@ -57,8 +57,78 @@ enum Keys {
 struct KeyBindings {
     routing_key: Box<str>,
     /// `None`: one binding without arguments. Otherwise the arguments of each binding (one of
-    /// them may be empty), in bind order; never empty.
-    arguments: Option<Box<Vec<Table>>>,
+    /// them may be empty); never empty.
+    arguments: Option<Box<ArgumentVariants>>,
+}
+
+/// Largest number of argument tables kept in a list; more are hashed (a headers exchange
+/// may bind one queue with one key under thousands of header sets).
+const FEW_ARGUMENTS: usize = 8;
+
+/// The argument tables of the bindings of one (destination, key).
+enum ArgumentVariants {
+    Few(Vec<Table>),
+    Many(HashTable<Table>),
+}
+
+impl ArgumentVariants {
+    fn len(&self) -> usize {
+        match self {
+            ArgumentVariants::Few(few) => few.len(),
+            ArgumentVariants::Many(many) => many.len(),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Table> {
+        let (few, many) = match self {
+            ArgumentVariants::Few(few) => (Some(few.iter()), None),
+            ArgumentVariants::Many(many) => (None, Some(many.iter())),
+        };
+        few.into_iter().flatten().chain(many.into_iter().flatten())
+    }
+}
+
+/// Hashes a table consistently with its equality (entries in order; `0.0` and `-0.0` alike).
+fn hash_table(hasher: &RandomState, table: &Table) -> u64 {
+    let mut state = hasher.build_hasher();
+    write_table(table, &mut state);
+    state.finish()
+}
+
+fn write_table(table: &Table, state: &mut impl Hasher) {
+    state.write_usize(table.0.len());
+    for (name, value) in &table.0 {
+        name.hash(state);
+        write_value(value, state);
+    }
+}
+
+fn write_value(value: &Value, state: &mut impl Hasher) {
+    std::mem::discriminant(value).hash(state);
+    match value {
+        Value::Bool(v) => v.hash(state),
+        Value::I8(v) => v.hash(state),
+        Value::U8(v) => v.hash(state),
+        Value::I16(v) => v.hash(state),
+        Value::U16(v) => v.hash(state),
+        Value::I32(v) => v.hash(state),
+        Value::U32(v) => v.hash(state),
+        Value::I64(v) => v.hash(state),
+        // Equal floats hash alike: +0.0 == -0.0 (NaN equals nothing, so any hash will do).
+        Value::F32(v) => (if *v == 0.0 { 0.0f32 } else { *v }).to_bits().hash(state),
+        Value::F64(v) => (if *v == 0.0 { 0.0f64 } else { *v }).to_bits().hash(state),
+        Value::Decimal { scale, value } => (scale, value).hash(state),
+        Value::LongString(v) | Value::ByteArray(v) => v.hash(state),
+        Value::Array(items) => {
+            state.write_usize(items.len());
+            for item in items {
+                write_value(item, state);
+            }
+        }
+        Value::Timestamp(v) => v.hash(state),
+        Value::Table(table) => write_table(table, state),
+        Value::Void => {}
+    }
 }
 
 /// A destination's kind and name, as hashed.
@@ -80,44 +150,79 @@ impl KeyBindings {
     fn new(routing_key: String, arguments: Table) -> KeyBindings {
         KeyBindings {
             routing_key: routing_key.into_boxed_str(),
-            arguments: (!arguments.0.is_empty()).then(|| Box::new(vec![arguments])),
+            arguments: (!arguments.0.is_empty())
+                .then(|| Box::new(ArgumentVariants::Few(vec![arguments]))),
         }
     }
 
-    fn arguments(&self) -> &[Table] {
-        match &self.arguments {
-            None => std::slice::from_ref(&NO_ARGUMENTS),
-            Some(variants) => variants,
-        }
+    fn arguments(&self) -> impl Iterator<Item = &Table> {
+        let (none, some) = match &self.arguments {
+            None => (Some(&NO_ARGUMENTS), None),
+            Some(variants) => (None, Some(variants.iter())),
+        };
+        none.into_iter().chain(some.into_iter().flatten())
     }
 
-    fn contains(&self, arguments: &Table) -> bool {
-        self.arguments().iter().any(|a| a == arguments)
+    fn contains(&self, hasher: &RandomState, arguments: &Table) -> bool {
+        match self.arguments.as_deref() {
+            None => arguments.0.is_empty(),
+            Some(ArgumentVariants::Few(few)) => few.contains(arguments),
+            Some(ArgumentVariants::Many(many)) => many
+                .find(hash_table(hasher, arguments), |a| a == arguments)
+                .is_some(),
+        }
     }
 
     /// Adds a binding with `arguments`, known not to be here yet.
-    fn add(&mut self, arguments: Table) {
-        match &mut self.arguments {
-            Some(variants) => variants.push(arguments),
-            None => self.arguments = Some(Box::new(vec![Table::new(), arguments])),
+    fn add(&mut self, hasher: &RandomState, arguments: Table) {
+        let hash_of = |t: &Table| hash_table(hasher, t);
+        let variants = self
+            .arguments
+            .get_or_insert_with(|| Box::new(ArgumentVariants::Few(vec![Table::new()])));
+        match &mut **variants {
+            ArgumentVariants::Few(few) if few.len() < FEW_ARGUMENTS => few.push(arguments),
+            ArgumentVariants::Few(few) => {
+                let mut many = HashTable::with_capacity(few.len() + 1);
+                for table in std::mem::take(few).into_iter().chain([arguments]) {
+                    many.insert_unique(hash_of(&table), table, hash_of);
+                }
+                **variants = ArgumentVariants::Many(many);
+            }
+            ArgumentVariants::Many(many) => {
+                many.insert_unique(hash_of(&arguments), arguments, hash_of);
+            }
         }
     }
 
     /// Removes the binding with `arguments`: `None` when there was none, else whether this
     /// key has no bindings left.
-    fn remove(&mut self, arguments: &Table) -> Option<bool> {
+    fn remove(&mut self, hasher: &RandomState, arguments: &Table) -> Option<bool> {
         let Some(variants) = &mut self.arguments else {
             return arguments.0.is_empty().then_some(true);
         };
-        let index = variants.iter().position(|a| a == arguments)?;
-        variants.remove(index);
-        if variants.is_empty() {
-            return Some(true);
+        match &mut **variants {
+            ArgumentVariants::Few(few) => {
+                let index = few.iter().position(|a| a == arguments)?;
+                few.remove(index);
+            }
+            ArgumentVariants::Many(many) => {
+                let entry = many
+                    .find_entry(hash_table(hasher, arguments), |a| a == arguments)
+                    .ok()?;
+                entry.remove();
+                if many.len() <= FEW_ARGUMENTS / 2 {
+                    **variants = ArgumentVariants::Few(many.drain().collect());
+                }
+            }
         }
-        if variants.len() == 1 && variants[0].0.is_empty() {
-            self.arguments = None;
+        match variants.len() {
+            0 => Some(true),
+            1 if variants.iter().all(|a| a.0.is_empty()) => {
+                self.arguments = None;
+                Some(false)
+            }
+            _ => Some(false),
         }
-        Some(false)
     }
 }
 
@@ -210,7 +315,7 @@ impl BindingTable {
             && self
                 .destination(destination_name(&binding.destination))
                 .and_then(|d| d.keys.get(&self.hasher, &binding.routing_key))
-                .is_some_and(|k| k.contains(&binding.arguments));
+                .is_some_and(|k| k.contains(&self.hasher, &binding.arguments));
         stored || self.unusual.iter().any(|(b, _)| b == binding)
     }
 
@@ -243,7 +348,7 @@ impl BindingTable {
             // targets): kept apart so that each entry has one target.
             Some(found) if found.target != target => self.unusual.push((binding, target)),
             Some(found) => match found.keys.get_mut(hasher, &binding.routing_key) {
-                Some(key) => key.add(binding.arguments),
+                Some(key) => key.add(hasher, binding.arguments),
                 None => found.keys.insert(
                     hasher,
                     KeyBindings::new(binding.routing_key, binding.arguments),
@@ -274,7 +379,7 @@ impl BindingTable {
                 let key_emptied = found
                     .keys
                     .get_mut(hasher, &binding.routing_key)
-                    .and_then(|key| key.remove(&binding.arguments));
+                    .and_then(|key| key.remove(hasher, &binding.arguments));
                 if let Some(key_emptied) = key_emptied {
                     let target = found.target.clone();
                     if key_emptied && found.keys.remove(hasher, &binding.routing_key) {
@@ -344,7 +449,7 @@ impl BindingTable {
             .flat_map(|d| {
                 d.keys
                     .iter()
-                    .flat_map(|k| k.arguments().iter())
+                    .flat_map(|k| k.arguments())
                     .map(move |a| (a, &d.target))
             })
             .chain(self.unusual.iter().map(|(b, t)| (&b.arguments, t)))
@@ -407,12 +512,12 @@ impl Destination {
 
 /// Sorts bindings as `rabbitmqctl list_bindings` lists them: by source, routing key,
 /// destination kind (exchanges first), destination name, then arguments (none first, then
-/// entry by entry by name and value text).
+/// entry by entry by name, value type and value text).
 fn sort(list: &mut [Binding]) {
     fn arguments_order(a: &Table, b: &Table) -> std::cmp::Ordering {
-        let entries = |t: &Table| -> Vec<(String, String)> {
+        let entries = |t: &Table| -> Vec<(String, &'static str, String)> {
             t.0.iter()
-                .map(|(name, value)| (name.clone(), value.to_string()))
+                .map(|(name, value)| (name.clone(), value.type_name(), value.to_string()))
                 .collect()
         };
         entries(a).cmp(&entries(b))

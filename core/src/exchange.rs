@@ -673,6 +673,58 @@ mod tests {
     }
 
     #[test]
+    fn one_queue_bound_under_many_header_sets_finds_each_by_hash() {
+        let x = exchange("x", ExchangeKind::Headers);
+        let q = queue("q");
+        let target = Target::Queue(Arc::clone(&q));
+        let device = |i: u32| {
+            let mut table = argument("x-match", "all");
+            table.insert("device", Value::U32(i));
+            table
+        };
+        for i in 0..100 {
+            assert!(x.bind(queue_binding("x", "q", "", device(i)), target.clone()));
+            assert!(!x.bind(queue_binding("x", "q", "", device(i)), target.clone()));
+        }
+        let mut zero = Table::new();
+        zero.insert("weight", Value::F64(0.0));
+        let mut negative_zero = Table::new();
+        negative_zero.insert("weight", Value::F64(-0.0));
+        assert!(x.bind(queue_binding("x", "q", "", zero), target.clone()));
+        assert!(
+            !x.bind(
+                queue_binding("x", "q", "", negative_zero.clone()),
+                target.clone()
+            ),
+            "-0.0 == 0.0, so this is the same binding"
+        );
+        let headers = |i: u32| {
+            let mut table = Table::new();
+            table.insert("device", Value::U32(i));
+            Some(table)
+        };
+        assert_eq!(routed(&x, "", headers(42)), ["q"]);
+        for i in (0..100).filter(|i| i % 10 != 0) {
+            assert!(x.unbind(&queue_binding("x", "q", "", device(i))));
+            assert!(!x.unbind(&queue_binding("x", "q", "", device(i))));
+        }
+        assert!(routed(&x, "", headers(42)).is_empty());
+        assert_eq!(routed(&x, "", headers(40)), ["q"]);
+        assert!(x.unbind(&queue_binding("x", "q", "", negative_zero)));
+        let listed = x.bindings();
+        assert_eq!(listed.len(), 10);
+        let expected: Vec<Binding> = (0..100)
+            .step_by(10)
+            .map(|i| queue_binding("x", "q", "", device(i)))
+            .collect();
+        assert_eq!(listed, expected, "sorted by argument values");
+        for i in (0..100).step_by(10) {
+            assert!(x.unbind(&queue_binding("x", "q", "", device(i))));
+        }
+        assert!(!x.has_bindings());
+    }
+
+    #[test]
     fn fanout_of_many_queues_routes_to_those_still_bound() {
         let x = exchange("x", ExchangeKind::Fanout);
         let queues: Vec<_> = (0..200).map(|i| queue(&format!("q{i:03}"))).collect();
@@ -787,9 +839,9 @@ mod tests {
 
         fn operation() -> impl Strategy<Value = Operation> {
             prop_oneof![
-                4 => (0..4usize, 0..3usize, 0..3usize).prop_map(|(q, k, a)| Operation::Bind(q, k, a)),
-                3 => (0..4usize, 0..3usize, 0..3usize).prop_map(|(q, k, a)| Operation::Unbind(q, k, a)),
-                1 => (0..4usize).prop_map(Operation::DeleteQueue),
+                6 => (0..3usize, 0..3usize, 0..12usize).prop_map(|(q, k, a)| Operation::Bind(q, k, a)),
+                3 => (0..3usize, 0..3usize, 0..12usize).prop_map(|(q, k, a)| Operation::Unbind(q, k, a)),
+                1 => (0..3usize).prop_map(Operation::DeleteQueue),
             ]
         }
 
@@ -797,10 +849,14 @@ mod tests {
             /// Every kind behaves as the list it replaced: the same answers to bind and
             /// unbind, the same bindings listed, the same queues routed to.
             #[test]
-            fn exchanges_agree_with_a_plain_list(operations in prop::collection::vec(operation(), 0..60)) {
+            fn exchanges_agree_with_a_plain_list(operations in prop::collection::vec(operation(), 0..120)) {
                 let keys = ["a", "b", ""];
-                let variants = [Table::new(), argument("x-match", "any"), argument("k", "v")];
-                let queues: Vec<_> = (0..4).map(|i| queue(&format!("q{i}"))).collect();
+                // Enough argument variants of one (queue, key) to pass from a list to a hash table.
+                let variants: Vec<Table> = [Table::new(), argument("x-match", "any")]
+                    .into_iter()
+                    .chain((0..10).map(|i| argument("k", &if i == 0 { "v".into() } else { format!("v{i}") })))
+                    .collect();
+                let queues: Vec<_> = (0..3).map(|i| queue(&format!("q{i}"))).collect();
                 for kind in [ExchangeKind::Direct, ExchangeKind::Fanout, ExchangeKind::Topic, ExchangeKind::Headers] {
                     let x = exchange("x", kind);
                     let mut list: Vec<Binding> = Vec::new();
