@@ -457,29 +457,27 @@ impl BindingTable {
 
     /// Every binding, sorted as `rabbitmqctl list_bindings` lists them (see [`sort`]).
     pub(crate) fn list(&self, exchange: &str) -> Vec<Binding> {
-        let mut list: Vec<Binding> = Vec::new();
+        let mut rows = Vec::with_capacity(self.destinations.len());
         for found in &self.destinations {
-            found.list_into(exchange, &mut list);
+            found.rows_into(exchange, &mut rows);
         }
-        list.extend(self.unusual.iter().map(|(b, _)| b.clone()));
-        sort(&mut list);
-        list
+        rows.extend(self.unusual.iter().map(|(b, _)| Row::of(b)));
+        sorted_bindings(rows)
     }
 
     /// The bindings to `destination`, sorted as [`list`](Self::list) sorts them.
     pub(crate) fn list_to(&self, exchange: &str, destination: &DestinationName) -> Vec<Binding> {
-        let mut list: Vec<Binding> = Vec::new();
+        let mut rows = Vec::new();
         if let Some(found) = self.destination(destination_name(destination)) {
-            found.list_into(exchange, &mut list);
+            found.rows_into(exchange, &mut rows);
         }
-        list.extend(
+        rows.extend(
             self.unusual
                 .iter()
                 .filter(|(b, _)| b.destination == *destination)
-                .map(|(b, _)| b.clone()),
+                .map(|(b, _)| Row::of(b)),
         );
-        sort(&mut list);
-        list
+        sorted_bindings(rows)
     }
 
     /// Whether any binding leads to `destination`.
@@ -493,27 +491,43 @@ impl BindingTable {
 }
 
 impl Destination {
-    fn list_into(&self, exchange: &str, list: &mut Vec<Binding>) {
+    fn rows_into<'a>(&'a self, exchange: &'a str, rows: &mut Vec<Row<'a>>) {
         for key in self.keys.iter() {
             for arguments in key.arguments() {
-                list.push(Binding {
-                    source: exchange.to_string(),
-                    destination: match &self.target {
-                        Target::Queue(queue) => DestinationName::Queue(queue.name().to_string()),
-                        Target::Exchange(name) => DestinationName::Exchange(name.to_string()),
-                    },
-                    routing_key: key.routing_key.to_string(),
-                    arguments: arguments.clone(),
+                rows.push(Row {
+                    source: exchange,
+                    routing_key: &key.routing_key,
+                    destination: destination_of(&self.target),
+                    arguments,
                 });
             }
         }
     }
 }
 
+/// A binding as listed, borrowed from the table: sorted before anything is copied.
+struct Row<'a> {
+    source: &'a str,
+    routing_key: &'a str,
+    destination: (bool, &'a str),
+    arguments: &'a Table,
+}
+
+impl Row<'_> {
+    fn of(binding: &Binding) -> Row<'_> {
+        Row {
+            source: &binding.source,
+            routing_key: &binding.routing_key,
+            destination: destination_name(&binding.destination),
+            arguments: &binding.arguments,
+        }
+    }
+}
+
 /// Sorts bindings as `rabbitmqctl list_bindings` lists them: by source, routing key,
 /// destination kind (exchanges first), destination name, then arguments (none first, then
-/// entry by entry by name, value type and value text).
-fn sort(list: &mut [Binding]) {
+/// entry by entry by name, value type and value text); then copies them out.
+fn sorted_bindings(mut rows: Vec<Row<'_>>) -> Vec<Binding> {
     fn arguments_order(a: &Table, b: &Table) -> std::cmp::Ordering {
         let entries = |t: &Table| -> Vec<(String, &'static str, String)> {
             t.0.iter()
@@ -522,15 +536,26 @@ fn sort(list: &mut [Binding]) {
         };
         entries(a).cmp(&entries(b))
     }
-    list.sort_by(|a, b| {
-        (&a.source, &a.routing_key, destination_name(&a.destination))
-            .cmp(&(&b.source, &b.routing_key, destination_name(&b.destination)))
+    rows.sort_by(|a, b| {
+        (a.source, a.routing_key, a.destination)
+            .cmp(&(b.source, b.routing_key, b.destination))
             .then_with(|| {
                 if a.arguments.0.is_empty() && b.arguments.0.is_empty() {
                     std::cmp::Ordering::Equal
                 } else {
-                    arguments_order(&a.arguments, &b.arguments)
+                    arguments_order(a.arguments, b.arguments)
                 }
             })
     });
+    rows.into_iter()
+        .map(|row| Binding {
+            source: row.source.to_string(),
+            destination: match row.destination {
+                (true, name) => DestinationName::Queue(name.to_string()),
+                (false, name) => DestinationName::Exchange(name.to_string()),
+            },
+            routing_key: row.routing_key.to_string(),
+            arguments: row.arguments.clone(),
+        })
+        .collect()
 }
