@@ -455,7 +455,7 @@ impl BindingTable {
             .chain(self.unusual.iter().map(|(b, t)| (&b.arguments, t)))
     }
 
-    /// Every binding, sorted as `rabbitmqctl list_bindings` lists them (see [`sort`]).
+    /// Every binding, sorted as `rabbitmqctl list_bindings` lists them (see [`sorted_bindings`]).
     pub(crate) fn list(&self, exchange: &str) -> Vec<Binding> {
         let mut rows = Vec::with_capacity(self.destinations.len());
         for found in &self.destinations {
