@@ -1,8 +1,9 @@
 //! Exchanges and their bindings.
 //!
-//! Each exchange keeps the bindings where it is the source, as an authoritative list plus a
-//! routing index shaped for its type (a hash map for direct, a list for fanout, a trie for
-//! topic). Routing takes the exchange's read lock only; declares and binds take the write lock
+//! Each exchange keeps the bindings where it is the source in a hash table grouped by
+//! destination ([`crate::binding_table`]), which also serves fanout and headers routing, plus a
+//! routing index shaped for its type (a hash map for direct, a trie for topic). Binding,
+//! unbinding and the duplicate check cost O(1) expected whatever the exchange holds. Routing takes the exchange's read lock only; declares and binds take the write lock
 //! briefly, so publishers never wait on each other.
 
 use std::collections::HashMap;
@@ -11,9 +12,11 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use crate::binding_table::BindingTable;
 use crate::message::Message;
 use crate::queue::Queue;
 use crate::routing::headers::headers_match;
+use crate::routing::target_set::TargetSet;
 use crate::routing::topic::TopicTrie;
 use crate::value::Table;
 
@@ -184,89 +187,15 @@ impl PartialOrd for Target {
     }
 }
 
-/// A binding as an exchange keeps it in its list: what [`Binding`] says, without repeating
-/// what the exchange and the target already hold. Every idle MQTT subscription has one in
-/// `amq.topic`, so the common case (source is this exchange, destination is the target's own
-/// name, no arguments) stores only the routing key.
-struct StoredBinding {
-    /// The source, when it is not this exchange's name.
-    other_source: Option<Box<str>>,
-    /// The destination, when it is not the target's own name.
-    other_destination: Option<Box<DestinationName>>,
-    routing_key: Box<str>,
-    /// The arguments, when there are any.
-    arguments: Option<Box<Table>>,
-}
-
-/// No arguments, for bindings stored without any.
-static NO_ARGUMENTS: Table = Table(Vec::new());
-
-impl StoredBinding {
-    fn new(binding: Binding, target: &Target, exchange: &str) -> StoredBinding {
-        StoredBinding {
-            other_source: (binding.source != exchange).then(|| binding.source.into_boxed_str()),
-            other_destination: (!Self::names_target(&binding.destination, target))
-                .then(|| Box::new(binding.destination)),
-            routing_key: binding.routing_key.into_boxed_str(),
-            arguments: (!binding.arguments.0.is_empty()).then(|| Box::new(binding.arguments)),
-        }
-    }
-
-    /// Whether `destination` is `target`'s own name (true for every binding the vhost makes).
-    fn names_target(destination: &DestinationName, target: &Target) -> bool {
-        match (destination, target) {
-            (DestinationName::Queue(name), Target::Queue(queue)) => *name == queue.name(),
-            (DestinationName::Exchange(name), Target::Exchange(exchange)) => **name == **exchange,
-            _ => false,
-        }
-    }
-
-    fn arguments(&self) -> &Table {
-        self.arguments.as_deref().unwrap_or(&NO_ARGUMENTS)
-    }
-
-    fn source<'a>(&'a self, exchange: &'a str) -> &'a str {
-        self.other_source.as_deref().unwrap_or(exchange)
-    }
-
-    fn is_to(&self, destination: &DestinationName, target: &Target) -> bool {
-        match &self.other_destination {
-            Some(other) => **other == *destination,
-            None => Self::names_target(destination, target),
-        }
-    }
-
-    /// Whether this is `binding` (as [`Binding`]'s equality compares them).
-    fn is(&self, binding: &Binding, target: &Target, exchange: &str) -> bool {
-        *self.routing_key == *binding.routing_key
-            && self.source(exchange) == binding.source
-            && self.is_to(&binding.destination, target)
-            && *self.arguments() == binding.arguments
-    }
-
-    fn to_binding(&self, target: &Target, exchange: &str) -> Binding {
-        let destination = match (&self.other_destination, target) {
-            (Some(other), _) => (**other).clone(),
-            (None, Target::Queue(queue)) => DestinationName::Queue(queue.name().to_string()),
-            (None, Target::Exchange(name)) => DestinationName::Exchange(name.to_string()),
-        };
-        Binding {
-            source: self.source(exchange).to_string(),
-            destination,
-            routing_key: self.routing_key.to_string(),
-            arguments: self.arguments().clone(),
-        }
-    }
-}
-
 #[derive(Default)]
 struct Bindings {
     /// The index of a plugin exchange type.
     plugin: Option<Box<dyn ExchangeRouter>>,
-    /// Authoritative list, in bind order.
-    list: Vec<(StoredBinding, Target)>,
-    direct: HashMap<String, Vec<Target>>,
-    fanout: Vec<Target>,
+    /// Authoritative: every binding, found by hashing (also the fanout and headers index).
+    table: BindingTable,
+    /// Direct routing: one entry per (key, target), whatever the bindings' arguments.
+    direct: HashMap<Box<str>, TargetSet<Target>>,
+    /// Topic routing: one entry per (pattern, target).
     topic: TopicTrie<Target>,
 }
 
@@ -355,106 +284,80 @@ impl Exchange {
     pub fn bind(&self, binding: Binding, target: Target) -> bool {
         let mut bindings = self.bindings.write();
         let exchange = self.config.name.as_str();
-        if bindings
-            .list
-            .iter()
-            .any(|(b, t)| b.is(&binding, t, exchange))
-        {
+        if bindings.table.contains(exchange, &binding) {
             return false;
         }
         // Several bindings may share (key, target) with different arguments: the index keeps
         // one entry per (key, target), added by the first and removed with the last.
-        let shared = bindings
-            .list
-            .iter()
-            .any(|(b, t)| *b.routing_key == *binding.routing_key && *t == target);
-        if !shared {
+        if !bindings.table.shares(&binding.routing_key, &target) {
             match self.config.kind {
                 ExchangeKind::Direct => {
-                    bindings
-                        .direct
-                        .entry(binding.routing_key.clone())
-                        .or_default()
-                        .push(target.clone());
+                    let key = binding.routing_key.as_str();
+                    match bindings.direct.get_mut(key) {
+                        Some(targets) => {
+                            targets.insert(target.clone());
+                        }
+                        None => {
+                            let mut targets = TargetSet::default();
+                            targets.insert(target.clone());
+                            bindings.direct.insert(Box::from(key), targets);
+                        }
+                    }
                 }
-                ExchangeKind::Fanout => bindings.fanout.push(target.clone()),
                 ExchangeKind::Topic => bindings.topic.insert(&binding.routing_key, target.clone()),
-                ExchangeKind::Headers | ExchangeKind::Plugin => {}
+                // Fanout and headers route from the binding table itself.
+                ExchangeKind::Fanout | ExchangeKind::Headers | ExchangeKind::Plugin => {}
             }
         }
         if let Some(router) = bindings.plugin.as_mut() {
             router.bind(&binding.routing_key, &binding.arguments, &target);
         }
-        let stored = StoredBinding::new(binding, &target, exchange);
-        bindings.list.push((stored, target));
+        bindings.table.insert(exchange, binding, target);
         true
     }
 
     /// Removes the binding equal to `binding`; returns whether it existed.
     pub fn unbind(&self, binding: &Binding) -> bool {
         let mut bindings = self.bindings.write();
-        let exchange = self.config.name.as_str();
-        let Some(position) = bindings
-            .list
-            .iter()
-            .position(|(b, t)| b.is(binding, t, exchange))
-        else {
+        let Some(target) = bindings.table.remove(&self.config.name, binding) else {
             return false;
         };
-        let (removed, target) = bindings.list.remove(position);
         if let Some(router) = bindings.plugin.as_mut() {
-            router.unbind(&removed.routing_key, removed.arguments(), &target);
+            router.unbind(&binding.routing_key, &binding.arguments, &target);
         }
         Self::unindex(
             &mut bindings,
             self.config.kind,
-            &removed.routing_key,
+            &binding.routing_key,
             &target,
         );
         true
     }
 
     fn unindex(bindings: &mut Bindings, kind: ExchangeKind, key: &str, target: &Target) {
-        let still_shared = bindings
-            .list
-            .iter()
-            .any(|(b, t)| *b.routing_key == *key && t == target);
-        if still_shared {
+        if bindings.table.shares(key, target) {
             return;
         }
         match kind {
             ExchangeKind::Direct => {
                 if let Some(targets) = bindings.direct.get_mut(key) {
-                    targets.retain(|t| t != target);
+                    targets.remove(target);
                     if targets.is_empty() {
                         bindings.direct.remove(key);
                     }
                 }
             }
-            ExchangeKind::Fanout => {
-                if let Some(i) = bindings.fanout.iter().position(|t| t == target) {
-                    bindings.fanout.remove(i);
-                }
-            }
             ExchangeKind::Topic => {
                 bindings.topic.remove(key, target);
             }
-            ExchangeKind::Headers | ExchangeKind::Plugin => {}
+            ExchangeKind::Fanout | ExchangeKind::Headers | ExchangeKind::Plugin => {}
         }
     }
 
     /// Removes every binding to `destination`; returns how many there were.
     pub fn unbind_destination(&self, destination: &DestinationName) -> usize {
         let mut bindings = self.bindings.write();
-        let mut removed = Vec::new();
-        bindings.list.retain(|(b, t)| {
-            if b.is_to(destination, t) {
-                removed.push((b.routing_key.to_string(), b.arguments().clone(), t.clone()));
-                false
-            } else {
-                true
-            }
-        });
+        let removed = bindings.table.remove_destination(destination);
         for (key, arguments, target) in &removed {
             Self::unindex(&mut bindings, self.config.kind, key, target);
             if let Some(router) = bindings.plugin.as_mut() {
@@ -466,17 +369,30 @@ impl Exchange {
 
     /// Whether any binding has this exchange as its source.
     pub fn has_bindings(&self) -> bool {
-        !self.bindings.read().list.is_empty()
+        !self.bindings.read().table.is_empty()
     }
 
-    /// The bindings with this exchange as source.
+    /// The bindings with this exchange as source, sorted as `rabbitmqctl list_bindings`
+    /// lists them: by routing key, then destination (exchanges before queues, then by name),
+    /// then arguments.
     pub fn bindings(&self) -> Vec<Binding> {
+        self.bindings.read().table.list(&self.config.name)
+    }
+
+    /// The bindings from this exchange to `destination`, in the order of [`bindings`]; costs
+    /// what `destination` has, not what the exchange has.
+    ///
+    /// [`bindings`]: Self::bindings
+    pub fn bindings_to(&self, destination: &DestinationName) -> Vec<Binding> {
         self.bindings
             .read()
-            .list
-            .iter()
-            .map(|(b, t)| b.to_binding(t, &self.config.name))
-            .collect()
+            .table
+            .list_to(&self.config.name, destination)
+    }
+
+    /// Whether any binding from this exchange leads to `destination`.
+    pub fn has_bindings_to(&self, destination: &DestinationName) -> bool {
+        self.bindings.read().table.has_destination(destination)
     }
 
     /// Appends the targets `message` routes to with `routing_key` (its own, or a CC/BCC
@@ -489,12 +405,12 @@ impl Exchange {
                     out.extend(targets.iter().cloned());
                 }
             }
-            ExchangeKind::Fanout => out.extend(bindings.fanout.iter().cloned()),
+            ExchangeKind::Fanout => out.extend(bindings.table.targets().cloned()),
             ExchangeKind::Topic => bindings.topic.matches(routing_key, out),
             ExchangeKind::Headers => {
                 let headers = message.properties.headers.as_ref();
-                for (binding, target) in &bindings.list {
-                    if headers_match(binding.arguments(), headers) && !out.contains(target) {
+                for (arguments, target) in bindings.table.arguments() {
+                    if headers_match(arguments, headers) && !out.contains(target) {
                         out.push(target.clone());
                     }
                 }
@@ -597,7 +513,9 @@ mod tests {
             assert!(topic.bind(b.clone(), t.clone()));
             assert!(!topic.bind(b.clone(), t.clone()), "a duplicate is refused");
         }
-        assert_eq!(topic.bindings(), registered.to_vec());
+        // Listed by source, then key, then destination.
+        let listed = [1, 0, 3, 2].map(|i| registered[i].clone());
+        assert_eq!(topic.bindings(), listed.to_vec());
         assert_eq!(
             topic.unbind_destination(&DestinationName::Queue("renamed".into())),
             1
@@ -613,5 +531,421 @@ mod tests {
             1
         );
         assert_eq!(topic.bindings(), vec![registered[3].clone()]);
+    }
+
+    fn target_name(target: &Target) -> &str {
+        match target {
+            Target::Queue(queue) => queue.name(),
+            Target::Exchange(name) => name,
+        }
+    }
+
+    fn message_with(headers: Option<Table>) -> Message {
+        let mut message = Message {
+            exchange: Arc::from(""),
+            routing_key: Arc::from(""),
+            properties: Default::default(),
+            encoded_properties: None,
+            body: Default::default(),
+        };
+        message.properties.headers = headers;
+        message
+    }
+
+    /// The queue names `exchange` routes `key` (and `headers`) to, sorted, each once.
+    fn routed(exchange: &Exchange, key: &str, headers: Option<Table>) -> Vec<String> {
+        let mut out = Vec::new();
+        exchange.route(key, &message_with(headers), &mut out);
+        let mut names: Vec<String> = out.iter().map(|t| target_name(t).to_string()).collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    fn queue_binding(exchange: &str, queue: &str, key: &str, arguments: Table) -> Binding {
+        binding(
+            exchange,
+            DestinationName::Queue(queue.into()),
+            key,
+            arguments,
+        )
+    }
+
+    fn argument(name: &str, value: &str) -> Table {
+        let mut table = Table::new();
+        table.insert(name, Value::string(value));
+        table
+    }
+
+    #[test]
+    fn bindings_sharing_key_and_target_route_until_the_last_is_removed_for_every_kind() {
+        for kind in [
+            ExchangeKind::Direct,
+            ExchangeKind::Fanout,
+            ExchangeKind::Topic,
+            ExchangeKind::Headers,
+        ] {
+            let x = exchange("x", kind);
+            let q = queue("q");
+            let target = Target::Queue(Arc::clone(&q));
+            let mut any = argument("x-match", "any");
+            any.insert("colour", Value::string("red"));
+            let variants = [Table::new(), argument("colour", "red"), any];
+            for arguments in &variants {
+                let b = queue_binding("x", "q", "k", arguments.clone());
+                assert!(x.bind(b.clone(), target.clone()), "{kind:?}");
+                assert!(!x.bind(b, target.clone()), "{kind:?}: duplicate refused");
+            }
+            let red = Some(argument("colour", "red"));
+            assert_eq!(routed(&x, "k", red.clone()), ["q"], "{kind:?}");
+            // Remove the first, then the last made: the one left still routes.
+            for arguments in [&variants[0], &variants[2]] {
+                assert!(x.unbind(&queue_binding("x", "q", "k", arguments.clone())));
+                assert!(!x.unbind(&queue_binding("x", "q", "k", arguments.clone())));
+                assert_eq!(routed(&x, "k", red.clone()), ["q"], "{kind:?}");
+                assert!(x.has_bindings());
+            }
+            assert_eq!(
+                x.bindings(),
+                vec![queue_binding("x", "q", "k", variants[1].clone())]
+            );
+            assert!(x.unbind(&queue_binding("x", "q", "k", variants[1].clone())));
+            assert!(routed(&x, "k", red).is_empty(), "{kind:?}");
+            assert!(!x.has_bindings());
+            assert!(x.bindings().is_empty());
+        }
+    }
+
+    #[test]
+    fn a_destination_bound_with_many_keys_unbinds_each_and_all() {
+        for kind in [
+            ExchangeKind::Direct,
+            ExchangeKind::Topic,
+            ExchangeKind::Fanout,
+        ] {
+            let x = exchange("x", kind);
+            let q = queue("q");
+            let other = queue("other");
+            for i in 0..50 {
+                let key = format!("k{i}");
+                assert!(x.bind(
+                    queue_binding("x", "q", &key, Table::new()),
+                    Target::Queue(Arc::clone(&q))
+                ));
+            }
+            x.bind(
+                queue_binding("x", "other", "k7", Table::new()),
+                Target::Queue(Arc::clone(&other)),
+            );
+            for i in 0..49 {
+                assert!(x.unbind(&queue_binding("x", "q", &format!("k{i}"), Table::new())));
+            }
+            let expected: &[&str] = match kind {
+                ExchangeKind::Fanout => &["other", "q"],
+                _ => &["q"],
+            };
+            assert_eq!(routed(&x, "k49", None), expected);
+            assert_eq!(x.bindings().len(), 2);
+            let q_name = DestinationName::Queue("q".into());
+            assert_eq!(
+                x.bindings_to(&q_name),
+                vec![queue_binding("x", "q", "k49", Table::new())]
+            );
+            assert!(x.has_bindings_to(&q_name));
+            assert!(!x.has_bindings_to(&DestinationName::Exchange("q".into())));
+            x.bind(
+                queue_binding("x", "q", "k7", argument("a", "b")),
+                Target::Queue(Arc::clone(&q)),
+            );
+            assert_eq!(x.unbind_destination(&DestinationName::Queue("q".into())), 2);
+            assert_eq!(routed(&x, "k7", None), ["other"]);
+            assert_eq!(
+                x.bindings(),
+                vec![queue_binding("x", "other", "k7", Table::new())]
+            );
+        }
+    }
+
+    #[test]
+    fn bindings_are_listed_as_rabbitmqctl_lists_them() {
+        let x = exchange("x", ExchangeKind::Direct);
+        let (a, b) = (queue("a"), queue("b"));
+        let made = [
+            (
+                queue_binding("x", "b", "2", Table::new()),
+                Target::Queue(Arc::clone(&b)),
+            ),
+            (
+                queue_binding("x", "a", "2", Table::new()),
+                Target::Queue(Arc::clone(&a)),
+            ),
+            (
+                binding(
+                    "x",
+                    DestinationName::Exchange("z".into()),
+                    "2",
+                    Table::new(),
+                ),
+                Target::Exchange(Arc::from("z")),
+            ),
+            (
+                queue_binding("x", "b", "1", Table::new()),
+                Target::Queue(Arc::clone(&b)),
+            ),
+            (
+                queue_binding("x", "a", "2", argument("v", "2")),
+                Target::Queue(Arc::clone(&a)),
+            ),
+            (
+                queue_binding("x", "a", "2", argument("v", "1")),
+                Target::Queue(Arc::clone(&a)),
+            ),
+        ];
+        for (b, t) in &made {
+            assert!(x.bind(b.clone(), t.clone()));
+        }
+        // As rabbitmqctl list_bindings (RabbitMQ 3.10) lists the same bindings.
+        let expected = [3, 2, 1, 5, 4, 0].map(|i| made[i].0.clone());
+        assert_eq!(x.bindings(), expected.to_vec());
+    }
+
+    #[test]
+    fn one_queue_bound_under_many_header_sets_finds_each_by_hash() {
+        let x = exchange("x", ExchangeKind::Headers);
+        let q = queue("q");
+        let target = Target::Queue(Arc::clone(&q));
+        let device = |i: u32| {
+            let mut table = argument("x-match", "all");
+            table.insert("device", Value::U32(i));
+            table
+        };
+        for i in 0..100 {
+            assert!(x.bind(queue_binding("x", "q", "", device(i)), target.clone()));
+            assert!(!x.bind(queue_binding("x", "q", "", device(i)), target.clone()));
+        }
+        let mut zero = Table::new();
+        zero.insert("weight", Value::F64(0.0));
+        let mut negative_zero = Table::new();
+        negative_zero.insert("weight", Value::F64(-0.0));
+        assert!(x.bind(queue_binding("x", "q", "", zero), target.clone()));
+        assert!(
+            !x.bind(
+                queue_binding("x", "q", "", negative_zero.clone()),
+                target.clone()
+            ),
+            "-0.0 == 0.0, so this is the same binding"
+        );
+        let headers = |i: u32| {
+            let mut table = Table::new();
+            table.insert("device", Value::U32(i));
+            Some(table)
+        };
+        assert_eq!(routed(&x, "", headers(42)), ["q"]);
+        for i in (0..100).filter(|i| i % 10 != 0) {
+            assert!(x.unbind(&queue_binding("x", "q", "", device(i))));
+            assert!(!x.unbind(&queue_binding("x", "q", "", device(i))));
+        }
+        assert!(routed(&x, "", headers(42)).is_empty());
+        assert_eq!(routed(&x, "", headers(40)), ["q"]);
+        assert!(x.unbind(&queue_binding("x", "q", "", negative_zero)));
+        let listed = x.bindings();
+        assert_eq!(listed.len(), 10);
+        let expected: Vec<Binding> = (0..100)
+            .step_by(10)
+            .map(|i| queue_binding("x", "q", "", device(i)))
+            .collect();
+        assert_eq!(listed, expected, "sorted by argument values");
+        for i in (0..100).step_by(10) {
+            assert!(x.unbind(&queue_binding("x", "q", "", device(i))));
+        }
+        assert!(!x.has_bindings());
+    }
+
+    #[test]
+    fn fanout_of_many_queues_routes_to_those_still_bound() {
+        let x = exchange("x", ExchangeKind::Fanout);
+        let queues: Vec<_> = (0..200).map(|i| queue(&format!("q{i:03}"))).collect();
+        for q in &queues {
+            x.bind(
+                queue_binding("x", q.name(), "", Table::new()),
+                Target::Queue(Arc::clone(q)),
+            );
+        }
+        for q in queues.iter().skip(1).step_by(2) {
+            assert_eq!(
+                x.unbind_destination(&DestinationName::Queue(q.name().into())),
+                1
+            );
+        }
+        let expected: Vec<String> = (0..200).step_by(2).map(|i| format!("q{i:03}")).collect();
+        assert_eq!(routed(&x, "anything", None), expected);
+    }
+
+    /// Records the calls a plugin router gets.
+    struct RecordingRouter(Arc<parking_lot::Mutex<Vec<String>>>);
+
+    impl ExchangeRouter for RecordingRouter {
+        fn bind(&mut self, routing_key: &str, arguments: &Table, target: &Target) {
+            let call = format!(
+                "bind {routing_key} {} {}",
+                arguments.0.len(),
+                target_name(target)
+            );
+            self.0.lock().push(call);
+        }
+        fn unbind(&mut self, routing_key: &str, arguments: &Table, target: &Target) {
+            let call = format!(
+                "unbind {routing_key} {} {}",
+                arguments.0.len(),
+                target_name(target)
+            );
+            self.0.lock().push(call);
+        }
+        fn route(&self, _: &str, _: &Message, _: &mut Vec<Target>) {}
+    }
+
+    #[derive(Debug)]
+    struct RecordingType(Arc<parking_lot::Mutex<Vec<String>>>);
+
+    impl ExchangeType for RecordingType {
+        fn name(&self) -> &str {
+            "x-recording"
+        }
+        fn validate_binding(&self, _: &str, _: &Table) -> Result<(), String> {
+            Ok(())
+        }
+        fn router(&self, _: &Table) -> Box<dyn ExchangeRouter> {
+            Box::new(RecordingRouter(Arc::clone(&self.0)))
+        }
+    }
+
+    #[test]
+    fn a_plugin_router_sees_every_binding_once_even_when_key_and_target_are_shared() {
+        let calls = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let x = Exchange::new(ExchangeConfig {
+            name: "p".into(),
+            kind: ExchangeKind::Plugin,
+            durable: false,
+            auto_delete: false,
+            internal: false,
+            arguments: Table::new(),
+            plugin: Some(Arc::new(RecordingType(Arc::clone(&calls)))),
+        });
+        let q = queue("q");
+        let t = Target::Queue(Arc::clone(&q));
+        assert!(x.bind(queue_binding("p", "q", "1", Table::new()), t.clone()));
+        assert!(!x.bind(queue_binding("p", "q", "1", Table::new()), t.clone()));
+        assert!(x.bind(queue_binding("p", "q", "1", argument("a", "b")), t.clone()));
+        assert!(x.bind(queue_binding("p", "q", "2", Table::new()), t.clone()));
+        assert!(x.unbind(&queue_binding("p", "q", "1", Table::new())));
+        assert_eq!(x.unbind_destination(&DestinationName::Queue("q".into())), 2);
+        let mut calls = calls.lock().clone();
+        calls[4..].sort();
+        assert_eq!(
+            calls,
+            [
+                "bind 1 0 q",
+                "bind 1 1 q",
+                "bind 2 0 q",
+                "unbind 1 0 q",
+                "unbind 1 1 q",
+                "unbind 2 0 q"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stored_destination_with_its_key_takes_no_more_than_the_old_list_entry() {
+        // The list this replaced held (StoredBinding, Target): 48 + 16 bytes per binding,
+        // plus the Vec's spare capacity.
+        assert_eq!(std::mem::size_of::<Target>(), 16);
+        assert_eq!(crate::binding_table::SLOT_SIZE, 40);
+    }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// One operation on an exchange: bind/unbind (queue, key, arguments) or drop a queue.
+        #[derive(Debug, Clone)]
+        enum Operation {
+            Bind(usize, usize, usize),
+            Unbind(usize, usize, usize),
+            DeleteQueue(usize),
+        }
+
+        fn operation() -> impl Strategy<Value = Operation> {
+            prop_oneof![
+                6 => (0..3usize, 0..3usize, 0..12usize).prop_map(|(q, k, a)| Operation::Bind(q, k, a)),
+                3 => (0..3usize, 0..3usize, 0..12usize).prop_map(|(q, k, a)| Operation::Unbind(q, k, a)),
+                1 => (0..3usize).prop_map(Operation::DeleteQueue),
+            ]
+        }
+
+        proptest! {
+            /// Every kind behaves as the list it replaced: the same answers to bind and
+            /// unbind, the same bindings listed, the same queues routed to.
+            #[test]
+            fn exchanges_agree_with_a_plain_list(operations in prop::collection::vec(operation(), 0..120)) {
+                let keys = ["a", "b", ""];
+                // Enough argument variants of one (queue, key) to pass from a list to a hash table.
+                let variants: Vec<Table> = [Table::new(), argument("x-match", "any")]
+                    .into_iter()
+                    .chain((0..10).map(|i| argument("k", &if i == 0 { "v".into() } else { format!("v{i}") })))
+                    .collect();
+                let queues: Vec<_> = (0..3).map(|i| queue(&format!("q{i}"))).collect();
+                for kind in [ExchangeKind::Direct, ExchangeKind::Fanout, ExchangeKind::Topic, ExchangeKind::Headers] {
+                    let x = exchange("x", kind);
+                    let mut list: Vec<Binding> = Vec::new();
+                    for operation in &operations {
+                        match *operation {
+                            Operation::Bind(q, k, a) => {
+                                let b = queue_binding("x", queues[q].name(), keys[k], variants[a].clone());
+                                let new = !list.contains(&b);
+                                if new {
+                                    list.push(b.clone());
+                                }
+                                prop_assert_eq!(x.bind(b, Target::Queue(Arc::clone(&queues[q]))), new);
+                            }
+                            Operation::Unbind(q, k, a) => {
+                                let b = queue_binding("x", queues[q].name(), keys[k], variants[a].clone());
+                                let present = list.contains(&b);
+                                list.retain(|l| *l != b);
+                                prop_assert_eq!(x.unbind(&b), present);
+                            }
+                            Operation::DeleteQueue(q) => {
+                                let destination = DestinationName::Queue(queues[q].name().into());
+                                let before = list.len();
+                                list.retain(|l| l.destination != destination);
+                                prop_assert_eq!(x.unbind_destination(&destination), before - list.len());
+                            }
+                        }
+                        let mut listed = x.bindings();
+                        prop_assert_eq!(listed.len(), list.len());
+                        let mut expected = list.clone();
+                        let order = |b: &Binding| format!("{}|{}|{:?}", b.routing_key, b.destination.name(), b.arguments);
+                        listed.sort_by_key(order);
+                        expected.sort_by_key(order);
+                        prop_assert_eq!(listed, expected);
+                        prop_assert_eq!(x.has_bindings(), !list.is_empty());
+                        for key in keys {
+                            let headers = Some(argument("k", "v"));
+                            let mut want: Vec<String> = list
+                                .iter()
+                                .filter(|b| match kind {
+                                    ExchangeKind::Direct | ExchangeKind::Topic => b.routing_key == key,
+                                    ExchangeKind::Fanout => true,
+                                    _ => headers_match(&b.arguments, headers.as_ref()),
+                                })
+                                .map(|b| b.destination.name().to_string())
+                                .collect();
+                            want.sort();
+                            want.dedup();
+                            prop_assert_eq!(routed(&x, key, headers), want, "{:?} key {:?}", kind, key);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

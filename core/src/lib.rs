@@ -11,6 +11,7 @@
 
 pub mod accept;
 pub mod access;
+mod binding_table;
 pub mod broker;
 pub mod certificate;
 pub mod connections;

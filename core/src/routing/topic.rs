@@ -30,10 +30,12 @@
 
 use std::collections::HashMap;
 
+use super::target_set::TargetSet;
+
 /// Topic bindings: binding patterns mapped to values, matched against routing keys.
 ///
 /// `T` is the bound value, typically a destination id. It must be `Ord` because each node keeps
-/// its values sorted (binary-search insert and remove, no duplicates) and because
+/// its values sorted (a [`TargetSet`]: no duplicates, O(log n) insert and remove) and because
 /// [`matches`](Self::matches) deduplicates by sorting when several patterns match. `Ord` rather
 /// than `Hash` so that deduplicating never allocates.
 ///
@@ -49,9 +51,9 @@ pub struct TopicTrie<T> {
 #[derive(Debug, Clone)]
 struct Node<T> {
     /// Values bound by the pattern that ends at this node; sorted, no duplicates.
-    values: Vec<T>,
+    values: TargetSet<T>,
     /// Children for literal words, including the empty word.
-    literals: HashMap<Box<str>, Node<T>>,
+    literals: Literals<T>,
     /// The child for the `*` word.
     star: Option<Box<Node<T>>>,
     /// The child for the `#` word.
@@ -61,10 +63,92 @@ struct Node<T> {
 impl<T> Default for Node<T> {
     fn default() -> Self {
         Node {
-            values: Vec::new(),
-            literals: HashMap::new(),
+            values: TargetSet::default(),
+            literals: Literals::default(),
             star: None,
             hash: None,
+        }
+    }
+}
+
+/// Largest number of literal children kept in a list. Nearly every node has one child (an
+/// MQTT device's own topic, `devices/42/commands`, is a chain of single children below the
+/// shared `devices`), and a hash map costs at least four slots, ~440 bytes, for one child.
+const FEW_LITERALS: usize = 8;
+
+/// The literal children of a node: a list while there are few, a hash map beyond.
+#[derive(Debug, Clone)]
+enum Literals<T> {
+    Few(Vec<(Box<str>, Node<T>)>),
+    // Boxed so that the list, the common case, sets the enum's size (24 bytes, not 48).
+    #[allow(clippy::box_collection)]
+    Many(Box<HashMap<Box<str>, Node<T>>>),
+}
+
+impl<T> Default for Literals<T> {
+    fn default() -> Self {
+        Literals::Few(Vec::new())
+    }
+}
+
+impl<T> Literals<T> {
+    fn is_empty(&self) -> bool {
+        match self {
+            Literals::Few(few) => few.is_empty(),
+            Literals::Many(many) => many.is_empty(),
+        }
+    }
+
+    fn get(&self, word: &str) -> Option<&Node<T>> {
+        match self {
+            Literals::Few(few) => few.iter().find(|(w, _)| **w == *word).map(|(_, n)| n),
+            Literals::Many(many) => many.get(word),
+        }
+    }
+
+    fn get_mut(&mut self, word: &str) -> Option<&mut Node<T>> {
+        match self {
+            Literals::Few(few) => few.iter_mut().find(|(w, _)| **w == *word).map(|(_, n)| n),
+            Literals::Many(many) => many.get_mut(word),
+        }
+    }
+
+    fn get_or_insert(&mut self, word: &str) -> &mut Node<T> {
+        if let Literals::Few(few) = self {
+            if few.len() >= FEW_LITERALS && !few.iter().any(|(w, _)| **w == *word) {
+                let many: HashMap<Box<str>, Node<T>> = std::mem::take(few).into_iter().collect();
+                *self = Literals::Many(Box::new(many));
+            }
+        }
+        match self {
+            Literals::Few(few) => {
+                let index = match few.iter().position(|(w, _)| **w == *word) {
+                    Some(index) => index,
+                    None => {
+                        few.reserve_exact(1);
+                        few.push((Box::from(word), Node::default()));
+                        few.len() - 1
+                    }
+                };
+                &mut few[index].1
+            }
+            Literals::Many(many) => many.entry(Box::from(word)).or_default(),
+        }
+    }
+
+    fn remove(&mut self, word: &str) {
+        match self {
+            Literals::Few(few) => {
+                if let Some(index) = few.iter().position(|(w, _)| **w == *word) {
+                    few.swap_remove(index);
+                }
+            }
+            Literals::Many(many) => {
+                many.remove(word);
+                if many.len() <= FEW_LITERALS / 2 {
+                    *self = Literals::Few(std::mem::take(&mut **many).into_iter().collect());
+                }
+            }
         }
     }
 }
@@ -149,15 +233,11 @@ impl<T: Clone + Ord> TopicTrie<T> {
             node = match word {
                 "*" => node.star.get_or_insert_with(Box::default),
                 "#" => node.hash.get_or_insert_with(Box::default),
-                literal => node.literals.entry(Box::from(literal)).or_default(),
+                literal => node.literals.get_or_insert(literal),
             };
             rest = next;
         }
-        if let Err(index) = node.values.binary_search(&value) {
-            // Most patterns have one binding (every MQTT subscription has its own queue):
-            // grow one at a time instead of reserving four.
-            node.values.reserve_exact(1);
-            node.values.insert(index, value);
+        if node.values.insert(value) {
             self.bindings += 1;
         }
     }
@@ -205,13 +285,7 @@ impl<T: Clone + Ord> TopicTrie<T> {
 /// Removes `value` from the node that `rest` leads to, pruning emptied children on the way back.
 fn remove_from<T: Ord>(node: &mut Node<T>, rest: Rest<'_>, value: &T) -> bool {
     let Some(text) = rest else {
-        return match node.values.binary_search(value) {
-            Ok(index) => {
-                node.values.remove(index);
-                true
-            }
-            Err(_) => false,
-        };
+        return node.values.remove(value);
     };
     let (word, next) = next_word(text);
     match word {
@@ -266,14 +340,14 @@ struct Walk<'o, T> {
     hash_entries: Option<HashMap<usize, usize>>,
 }
 
-impl<T: Clone> Walk<'_, T> {
+impl<T: Clone + Ord> Walk<'_, T> {
     /// Matches the remaining key words `rest` from `node`. `hashes` counts the `#` nodes on
     /// the path to `node`.
     fn visit(&mut self, node: &Node<T>, rest: Rest<'_>, hashes: u32) {
         match rest {
             None => {
                 if !node.values.is_empty() {
-                    self.out.extend_from_slice(&node.values);
+                    node.values.extend_into(self.out);
                     self.contributing_nodes += 1;
                 }
             }
@@ -473,13 +547,38 @@ mod tests {
         assert_eq!(matched(&trie, "a.b.c"), vec![2]);
         assert_eq!(matched(&trie, "a.b"), vec![2, 3]);
 
-        let a = &trie.root.literals["a"];
-        assert!(a.literals["b"].literals.is_empty(), "c pruned");
+        let a = trie.root.literals.get("a").expect("a kept");
+        let b = a.literals.get("b").expect("b kept");
+        assert!(b.literals.is_empty(), "c pruned");
 
         assert!(trie.remove("a.b", &3));
         assert!(trie.remove("a.*.#", &2));
         assert!(trie.is_empty());
         assert!(trie.root.is_empty(), "every node pruned");
+    }
+
+    #[test]
+    fn a_node_with_many_literal_children_moves_them_to_a_map_and_back() {
+        let mut trie = TopicTrie::new();
+        for i in 0..100u32 {
+            trie.insert(&format!("devices.d{i}.commands"), i);
+        }
+        trie.insert("devices.*.commands", 1000);
+        assert_eq!(matched(&trie, "devices.d42.commands"), vec![42, 1000]);
+        let devices = trie.root.literals.get("devices").expect("kept");
+        assert!(matches!(devices.literals, Literals::Many(_)));
+        for i in 0..98u32 {
+            assert!(trie.remove(&format!("devices.d{i}.commands"), &i));
+        }
+        let devices = trie.root.literals.get("devices").expect("kept");
+        assert!(matches!(devices.literals, Literals::Few(_)));
+        assert_eq!(matched(&trie, "devices.d99.commands"), vec![99, 1000]);
+        assert_eq!(matched(&trie, "devices.d42.commands"), vec![1000]);
+        for i in 98..100u32 {
+            assert!(trie.remove(&format!("devices.d{i}.commands"), &i));
+        }
+        assert!(trie.remove("devices.*.commands", &1000));
+        assert!(trie.root.is_empty());
     }
 
     #[test]

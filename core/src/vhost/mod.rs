@@ -508,7 +508,7 @@ impl VHost {
         self.exchanges
             .read()
             .values()
-            .any(|x| x.bindings().iter().any(|b| b.destination == destination))
+            .any(|x| x.has_bindings_to(&destination))
     }
 
     /// Removes an exchange and every binding to or from it. Caller holds the topology lock.

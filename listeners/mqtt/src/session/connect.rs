@@ -365,20 +365,20 @@ fn subscriptions_from_bindings(
     let Some(exchange) = vhost.exchange(exchange) else {
         return Vec::new();
     };
-    let queues = [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
-        .map(|qos| (queue_name(client_id, qos), qos));
-    exchange
-        .bindings()
+    // Only this client's queues' bindings: a broker restarted under a million persistent
+    // sessions must not list every binding for each client that comes back.
+    [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
         .into_iter()
-        .filter_map(|binding| {
-            let DestinationName::Queue(queue) = &binding.destination else {
-                return None;
-            };
-            let (_, qos) = queues.iter().find(|(name, _)| name == queue)?;
-            Some((
-                binding_key_to_mqtt_filter(&binding.routing_key).into_owned(),
-                *qos,
-            ))
+        .flat_map(|qos| {
+            exchange
+                .bindings_to(&DestinationName::Queue(queue_name(client_id, qos)))
+                .into_iter()
+                .map(move |binding| {
+                    (
+                        binding_key_to_mqtt_filter(&binding.routing_key).into_owned(),
+                        qos,
+                    )
+                })
         })
         .collect()
 }
