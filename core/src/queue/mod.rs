@@ -367,14 +367,19 @@ impl Queue {
                 Some(message) => (message, false),
                 None => (paged_placeholder(recovered.priority), true),
             };
+            let length = if paged {
+                recovered.body_len
+            } else {
+                ReadyMessage::length_field(message.body.len())
+            };
             let ready = ReadyMessage {
                 id,
                 message,
                 redelivered: recovered.redelivered,
                 expires_at: ttl.map(|ttl| now.saturating_add(ttl)),
                 store_id: recovered.store_id,
+                length,
                 paged,
-                paged_len: if paged { recovered.body_len } else { 0 },
                 // The store does not keep the count: it starts again after a restart.
                 delivery_count: 0,
             };
@@ -404,7 +409,7 @@ impl Queue {
             .hold_until_written(ready.store_id, &ready.message);
         ReadyMessage {
             paged: true,
-            paged_len: ready.message.body.len() as u32,
+            length: ready.message.body.len() as u32,
             message: paged_placeholder(ready.message.properties.priority),
             ..ready
         }
@@ -844,7 +849,7 @@ impl Queue {
             expires_at: ttl.map(|ttl| now.saturating_add(ttl)),
             store_id,
             paged: false,
-            paged_len: 0,
+            length: ReadyMessage::length_field(size as usize),
             delivery_count: 0,
         };
         let ready = self.page_out_if_over(&state, ready);
@@ -1119,14 +1124,15 @@ impl Queue {
                             );
                             continue;
                         }
+                        let length = ReadyMessage::length_field(unsettled.message.body.len());
                         let ready = ReadyMessage {
                             id,
                             message: unsettled.message,
                             redelivered: true,
                             expires_at: unsettled.expires_at,
                             store_id: unsettled.store_id,
+                            length,
                             paged: false,
-                            paged_len: 0,
                             delivery_count,
                         };
                         state.ready_bytes += ready.body_len();
