@@ -15,10 +15,12 @@ pub(super) struct ReadyMessage {
     pub(super) expires_at: Option<u64>,
     /// The message store's id when the message is on disk for this queue; 0 when not.
     pub(super) store_id: u64,
-    /// The body is on disk only: `message` is a shared placeholder carrying the priority,
-    /// and `paged_len` the body's length.
+    /// The body is on disk only: `message` is a shared placeholder carrying the priority.
     pub(super) paged: bool,
-    pub(super) paged_len: u32,
+    /// The body's length (`u32::MAX`: that or more, look at the body), kept in the entry so
+    /// that counting bytes never reads the message: the expiry pass removes messages whose
+    /// memory has long left the cache.
+    pub(super) length: u32,
     /// Failed deliveries so far (see [`crate::consumer::Delivery::delivery_count`]); two
     /// bytes fit in the entry's padding, so counting costs no memory per message.
     pub(super) delivery_count: u16,
@@ -36,7 +38,7 @@ impl ReadyMessage {
             expires_at: None,
             store_id: 0,
             paged: true,
-            paged_len: 0,
+            length: 0,
             delivery_count: 0,
         }
     }
@@ -45,21 +47,26 @@ impl ReadyMessage {
         self.paged && self.store_id == 0
     }
 
+    /// The `length` field for a body of `len` bytes.
+    pub(super) fn length_field(len: usize) -> u32 {
+        u32::try_from(len).unwrap_or(u32::MAX)
+    }
+
     /// The body's length in memory: 0 when it is paged out.
     pub(super) fn resident_len(&self) -> u64 {
         if self.paged {
             0
         } else {
-            self.message.body.len() as u64
+            self.body_len()
         }
     }
 
     /// The body's length, whether it is in memory or paged out.
     pub(super) fn body_len(&self) -> u64 {
-        if self.paged {
-            u64::from(self.paged_len)
-        } else {
+        if self.length == u32::MAX && !self.paged {
             self.message.body.len() as u64
+        } else {
+            u64::from(self.length)
         }
     }
 }
@@ -273,7 +280,7 @@ mod tests {
             expires_at: Some(expires_at),
             store_id: 0,
             paged: false,
-            paged_len: 0,
+            length: ReadyMessage::length_field(id.to_string().len()),
             delivery_count: 0,
         }
     }
