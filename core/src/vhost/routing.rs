@@ -14,6 +14,10 @@ use crate::queue::{DeathReason, EnqueueOutcome, Queue};
 use crate::store::QueueName;
 use crate::value::Value;
 
+/// Up to this many queues reached, a message's queues are kept unique by scanning them;
+/// beyond, by one hashing pass at the end (see [`VHost::route_through`]).
+const DEDUP_BY_SCAN: usize = 32;
+
 /// What [`VHost::enqueue_routed`] did with a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Enqueued {
@@ -225,8 +229,28 @@ impl VHost {
         Ok(Some(exchange))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Appends to `out` the queues `exchange` routes `key` to, following exchange-to-exchange
+    /// bindings and alternate exchanges, each queue once.
     pub(super) fn route_through(
+        &self,
+        exchange: &Arc<Exchange>,
+        key: &str,
+        message: &Message,
+        targets: &mut Vec<Target>,
+        visited: &mut Vec<Arc<str>>,
+        out: &mut Vec<Arc<Queue>>,
+    ) {
+        self.route_through_exchange(exchange, key, message, targets, visited, out);
+        // Past DEDUP_BY_SCAN queues, duplicates were let in and go here, in one pass (the
+        // first of each stays): a scan per queue would make a fan-out to n queues, such as
+        // one MQTT topic with thousands of subscribers, cost n^2.
+        if out.len() > DEDUP_BY_SCAN {
+            let mut seen = std::collections::HashSet::with_capacity(out.len());
+            out.retain(|queue| seen.insert(Arc::as_ptr(queue)));
+        }
+    }
+
+    fn route_through_exchange(
         &self,
         exchange: &Arc<Exchange>,
         key: &str,
@@ -243,14 +267,14 @@ impl VHost {
         while index < targets.len() {
             match targets[index].clone() {
                 Target::Queue(queue) => {
-                    if !out.iter().any(|q| Arc::ptr_eq(q, &queue)) {
+                    if out.len() >= DEDUP_BY_SCAN || !out.iter().any(|q| Arc::ptr_eq(q, &queue)) {
                         out.push(queue);
                     }
                 }
                 Target::Exchange(name) => {
                     if !visited.contains(&name) {
                         if let Some(next) = self.exchange(&name) {
-                            self.route_through(&next, key, message, targets, visited, out);
+                            self.route_through_exchange(&next, key, message, targets, visited, out);
                         }
                     }
                 }
@@ -261,7 +285,7 @@ impl VHost {
             if let Some(alternate) = exchange.alternate_exchange() {
                 if !visited.iter().any(|v| **v == *alternate) {
                     if let Some(next) = self.exchange(&alternate) {
-                        self.route_through(&next, key, message, targets, visited, out);
+                        self.route_through_exchange(&next, key, message, targets, visited, out);
                     }
                 }
             }

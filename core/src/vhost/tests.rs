@@ -98,6 +98,31 @@ fn exchange_to_exchange_paths_deliver_once_and_cycles_terminate() {
 }
 
 #[test]
+fn a_fan_out_to_many_queues_through_several_paths_reaches_each_queue_once() {
+    // More queues than are kept unique by scanning, each reachable along three paths.
+    let vhost = vhost();
+    declare_exchange(&vhost, "wide", "fanout", Table::new());
+    declare_exchange(&vhost, "inner", "topic", Table::new());
+    vhost
+        .bind(
+            ADMIN,
+            "wide",
+            DestinationName::Exchange("inner".into()),
+            "",
+            Table::new(),
+        )
+        .unwrap();
+    let names: Vec<String> = (0..100).map(|i| format!("q{i:03}")).collect();
+    for name in &names {
+        declare_queue(&vhost, name);
+        queue_binding(&vhost, "wide", name, "");
+        queue_binding(&vhost, "inner", name, "#");
+        queue_binding(&vhost, "inner", name, "k.*");
+    }
+    assert_eq!(routed(&vhost, "wide", "k.x"), names);
+}
+
+#[test]
 fn alternate_exchange_takes_unroutable_messages() {
     let vhost = vhost();
     declare_exchange(&vhost, "ae", "fanout", Table::new());
