@@ -558,27 +558,7 @@ impl RateSampler {
     ) -> (Json, Map<String, Json>) {
         let samples = self.lock();
         let history = samples.queues.get(&(vhost.to_string(), queue.to_string()));
-        let now = now_ms();
-        let mut stats = Map::new();
-        render(
-            &mut stats,
-            &QUEUE_FIELDS,
-            |_, k| k == Kind::Counter,
-            current,
-            history,
-            ranges,
-            now,
-        );
-        let mut lengths = Map::new();
-        render(
-            &mut lengths,
-            &QUEUE_FIELDS,
-            |_, k| k == Kind::Length,
-            current,
-            history,
-            ranges,
-            now,
-        );
+        let (stats, lengths) = render_split(&QUEUE_FIELDS, current, history, ranges);
         (Json::Object(stats), lengths)
     }
 
@@ -630,31 +610,34 @@ impl RateSampler {
 }
 
 fn node_json(history: Option<&History<9>>, current: &NodeValues, ranges: &Ranges) -> NodeJson {
-    let now = now_ms();
-    let mut stats = Map::new();
-    render(
-        &mut stats,
-        &NODE_FIELDS,
-        |_, k| k == Kind::Counter,
-        current,
-        history,
-        ranges,
-        now,
-    );
-    let mut lengths = Map::new();
-    render(
-        &mut lengths,
-        &NODE_FIELDS,
-        |_, k| k == Kind::Length,
-        current,
-        history,
-        ranges,
-        now,
-    );
+    let (stats, lengths) = render_split(&NODE_FIELDS, current, history, ranges);
     NodeJson {
         message_stats: Json::Object(stats),
         lengths,
     }
+}
+
+/// The counters (for `message_stats`) and the lengths (fields beside it) of one object.
+fn render_split<const N: usize>(
+    fields: &[(&str, Kind); N],
+    current: &[u64; N],
+    history: Option<&History<N>>,
+    ranges: &Ranges,
+) -> (Map<String, Json>, Map<String, Json>) {
+    let now = now_ms();
+    let [mut counters, mut lengths] = [Map::new(), Map::new()];
+    for (out, wanted) in [(&mut counters, Kind::Counter), (&mut lengths, Kind::Length)] {
+        render(
+            out,
+            fields,
+            |_, k| k == wanted,
+            current,
+            history,
+            ranges,
+            now,
+        );
+    }
+    (counters, lengths)
 }
 
 /// Advances every object of one kind; objects gone from the broker are dropped. With
