@@ -480,15 +480,27 @@ impl warren_core::retained::RetainedStore for ManualDisk {
     }
 }
 
-#[test]
-fn a_persistent_session_settles_and_sends_pubrel_once_the_record_is_on_disk() {
-    use crate::codec::{PubComp, PubRel};
+/// A persistent QoS 2 subscriber `client_id` on a store whose writes reach the disk only on
+/// `ManualDisk::sync`, with one message on `t` delivered to it by another client; returns the
+/// store, the context, the subscriber's session and outbox, the delivery's packet id and the
+/// subscription queue.
+#[allow(clippy::type_complexity)]
+fn qos2_delivery_on_manual_disk(
+    client_id: &str,
+) -> (
+    Arc<ManualDisk>,
+    MqttContext,
+    Session,
+    Arc<Outbox>,
+    u16,
+    Arc<warren_core::queue::Queue>,
+) {
     let disk = ManualDisk::new();
     let mut context = context();
     context.retained = Arc::clone(&disk) as Arc<dyn warren_core::retained::RetainedStore>;
-    let (mut first, outbox) = session(&context);
-    let _ = first.handle_packet(connect_packet("q2d", false, None));
-    let _ = first.handle_packet(subscribe("t", QoS::ExactlyOnce));
+    let (mut subscriber, outbox) = session(&context);
+    let _ = subscriber.handle_packet(connect_packet(client_id, false, None));
+    let _ = subscriber.handle_packet(subscribe("t", QoS::ExactlyOnce));
     // Published by another client, so nothing of the subscriber's own waits for the disk.
     let (mut publisher, _) = session(&context);
     let _ = publisher.handle_packet(connect_packet("pub", true, None));
@@ -503,8 +515,16 @@ fn a_persistent_session_settles_and_sends_pubrel_once_the_record_is_on_disk() {
     let queue = context
         .broker
         .vhost("/")
-        .and_then(|vhost| vhost.queue(&super::queue_name("q2d", QoS::ExactlyOnce)))
+        .and_then(|vhost| vhost.queue(&super::queue_name(client_id, QoS::ExactlyOnce)))
         .expect("the QoS 2 subscription queue");
+    (disk, context, subscriber, outbox, delivered, queue)
+}
+
+#[test]
+fn a_persistent_session_settles_and_sends_pubrel_once_the_record_is_on_disk() {
+    use crate::codec::{PubComp, PubRel};
+    let (disk, mut context, mut first, outbox, delivered, queue) =
+        qos2_delivery_on_manual_disk("q2d");
 
     let _ = first.handle_packet(Packet::PubRec(PubRec {
         packet_id: delivered,
@@ -550,31 +570,12 @@ fn a_persistent_session_settles_and_sends_pubrel_once_the_record_is_on_disk() {
 
 #[test]
 fn pubrec_held_for_the_disk_is_settled_when_the_connection_ends() {
-    let disk = ManualDisk::new();
-    let mut context = context();
-    context.retained = Arc::clone(&disk) as Arc<dyn warren_core::retained::RetainedStore>;
-    let (mut session_a, outbox) = session(&context);
-    let _ = session_a.handle_packet(connect_packet("q2e", false, None));
-    let _ = session_a.handle_packet(subscribe("t", QoS::ExactlyOnce));
-    let (mut publisher, _) = session(&context);
-    let _ = publisher.handle_packet(connect_packet("pub", true, None));
-    let _ = publisher.handle_packet(publish("t", QoS::ExactlyOnce, Some(1), b"x"));
-    let delivered = sent(&outbox)
-        .into_iter()
-        .find_map(|p| match p {
-            Packet::Publish(p) => p.packet_id,
-            _ => None,
-        })
-        .expect("a QoS 2 delivery");
+    let (disk, _context, mut session_a, _outbox, delivered, queue) =
+        qos2_delivery_on_manual_disk("q2e");
     let _ = session_a.handle_packet(Packet::PubRec(PubRec {
         packet_id: delivered,
     }));
     session_a.terminate(End::Abnormal("gone".into()));
-    let queue = context
-        .broker
-        .vhost("/")
-        .and_then(|vhost| vhost.queue(&super::queue_name("q2e", QoS::ExactlyOnce)))
-        .expect("the QoS 2 subscription queue");
     // The client has the message: it is not requeued, only its PUBREL is owed.
     let stats = queue.stats();
     assert_eq!((stats.ready, stats.unacknowledged), (0, 0));
