@@ -1362,6 +1362,20 @@ mod tests {
         })
     }
 
+    /// A queue `q` with one argument.
+    fn queue_with(argument: &str, value: crate::value::Value) -> Arc<Queue> {
+        let mut arguments = Table::new();
+        arguments.insert(argument, value);
+        Queue::new(QueueConfig {
+            name: "q".into(),
+            vhost: "/".into(),
+            durable: false,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments,
+        })
+    }
+
     fn message(body: &'static str) -> Arc<Message> {
         Arc::new(Message {
             exchange: "".into(),
@@ -1565,16 +1579,7 @@ mod tests {
     }
 
     fn queue_with_delivery_limit(limit: i64) -> Arc<Queue> {
-        let mut arguments = Table::new();
-        arguments.insert("x-delivery-limit", crate::value::Value::I64(limit));
-        Queue::new(QueueConfig {
-            name: "q".into(),
-            vhost: "/".into(),
-            durable: false,
-            exclusive_owner: None,
-            auto_delete: false,
-            arguments,
-        })
+        queue_with("x-delivery-limit", crate::value::Value::I64(limit))
     }
 
     #[test]
@@ -1643,16 +1648,7 @@ mod tests {
     }
 
     fn single_active_queue() -> Arc<Queue> {
-        let mut arguments = Table::new();
-        arguments.insert("x-single-active-consumer", crate::value::Value::Bool(true));
-        Queue::new(QueueConfig {
-            name: "q".into(),
-            vhost: "/".into(),
-            durable: false,
-            exclusive_owner: None,
-            auto_delete: false,
-            arguments,
-        })
+        queue_with("x-single-active-consumer", crate::value::Value::Bool(true))
     }
 
     #[test]
@@ -1726,16 +1722,7 @@ mod tests {
 
     #[test]
     fn the_sweep_removes_expired_messages_anywhere_and_keeps_the_order_of_the_rest() {
-        let mut arguments = Table::new();
-        arguments.insert("x-max-priority", crate::value::Value::I64(2));
-        let q = Queue::new(QueueConfig {
-            name: "q".into(),
-            vhost: "/".into(),
-            durable: false,
-            exclusive_owner: None,
-            auto_delete: false,
-            arguments,
-        });
+        let q = queue_with("x-max-priority", crate::value::Value::I64(2));
         for (body, expiration, priority) in [
             ("keep-1", "600000", 0),
             ("expire-1", "10", 0),
@@ -1759,14 +1746,7 @@ mod tests {
 
     #[test]
     fn expired_messages_are_freed_by_later_enqueues_or_by_the_next_pass() {
-        let q = Queue::new(QueueConfig {
-            name: "q".into(),
-            vhost: "/".into(),
-            durable: false,
-            exclusive_owner: None,
-            auto_delete: false,
-            arguments: Table::new(),
-        });
+        let q = queue(false);
         let expired: Vec<_> = (0..4)
             .map(|_| {
                 let message = expiring("gone", "10", 0);
