@@ -194,6 +194,21 @@ impl TestBroker {
         self.server.broker()
     }
 
+    /// Adds user `user` (password `password`) with full permissions in `/` and a topic
+    /// permission on `amq.topic` with the `write` and `read` patterns (which may use
+    /// `{username}`, `{vhost}` and `{client_id}`).
+    pub fn add_topic_user(&self, user: &str, password: &str, write: &str, read: &str) {
+        let core = self.broker();
+        core.add_user(user, password, vec![]);
+        let root = core.vhost("/").expect("default vhost");
+        root.set_permissions(user, warren_core::access::Permissions::full());
+        root.set_topic_permission(
+            user,
+            warren_core::topic_access::TopicPermission::new(user, "/", "amq.topic", write, read)
+                .expect("valid patterns"),
+        );
+    }
+
     /// Shuts the broker down (connections get 320 CONNECTION_FORCED).
     pub async fn shutdown(self) {
         self.server.shutdown().await;

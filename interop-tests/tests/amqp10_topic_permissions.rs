@@ -17,8 +17,6 @@ use fe2o3_amqp::session::Error as SessionError;
 use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
 use fe2o3_amqp::types::messaging::{Message, Outcome, Properties};
 use fe2o3_amqp::{Connection, Sendable, Sender, Session};
-use warren_core::access::Permissions;
-use warren_core::topic_access::TopicPermission;
 use warren_interop_tests::TestBroker;
 
 /// How long to wait for the broker to end a session.
@@ -28,15 +26,7 @@ const END_TIMEOUT: Duration = Duration::from_secs(10);
 /// to `amq.topic` with keys starting `bob.`; queue `inbox` is bound to `amq.topic` with `#`.
 async fn broker_with_bob() -> TestBroker {
     let broker = TestBroker::start().await;
-    let core = broker.broker();
-    core.add_user("bob", "bobpw", vec![]);
-    let root = core.vhost("/").expect("default vhost");
-    root.set_permissions("bob", Permissions::full());
-    root.set_topic_permission(
-        "bob",
-        TopicPermission::new("bob", "/", "amq.topic", "^{username}\\.", "^$")
-            .expect("valid patterns"),
-    );
+    broker.add_topic_user("bob", "bobpw", "^{username}\\.", "^$");
     declare_queue(&broker, "inbox");
     bind(&broker, "amq.topic", "inbox", "#");
     broker

@@ -16,8 +16,6 @@ use lapin::{BasicProperties, Connection, ConnectionProperties};
 use lapin_common::amqp_error;
 use rumqttc::{QoS, SubscribeReasonCode};
 use serde_json::{json, Value};
-use warren_core::access::Permissions;
-use warren_core::topic_access::TopicPermission;
 use warren_interop_tests::stomp::StompClient;
 use warren_interop_tests::{TempDir, TestBroker};
 
@@ -25,21 +23,7 @@ use warren_interop_tests::{TempDir, TestBroker};
 /// to `amq.topic` with keys starting `bob.` and bind with keys starting `bob.` or `shared.`.
 async fn broker_with_bob() -> TestBroker {
     let broker = TestBroker::start().await;
-    let core = broker.broker();
-    core.add_user("bob", "bobpw", vec![]);
-    let root = core.vhost("/").expect("default vhost");
-    root.set_permissions("bob", Permissions::full());
-    root.set_topic_permission(
-        "bob",
-        TopicPermission::new(
-            "bob",
-            "/",
-            "amq.topic",
-            "^{username}\\.",
-            "^(bob|shared)\\.",
-        )
-        .expect("valid patterns"),
-    );
+    broker.add_topic_user("bob", "bobpw", "^{username}\\.", "^(bob|shared)\\.");
     broker
 }
 
@@ -159,21 +143,8 @@ async fn amqp_publish_and_bind_are_checked_against_the_topic_permission() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_subscribe_and_publish_are_checked_with_the_client_id() {
     let broker = TestBroker::start().await;
-    let core = broker.broker();
-    core.add_user("dev", "devpw", vec![]);
-    let root = core.vhost("/").expect("default vhost");
-    root.set_permissions("dev", Permissions::full());
-    root.set_topic_permission(
-        "dev",
-        TopicPermission::new(
-            "dev",
-            "/",
-            "amq.topic",
-            "^{client_id}\\.",
-            "^{client_id}\\.",
-        )
-        .expect("valid patterns"),
-    );
+    broker.add_topic_user("dev", "devpw", "^{client_id}\\.", "^{client_id}\\.");
+    let root = broker.broker().vhost("/").expect("default vhost");
     let mut options = mqtt_common::options(broker.mqtt_addr(), "sensor1");
     options.set_credentials("dev", "devpw");
     let mut client = mqtt_common::connect(options).await;
