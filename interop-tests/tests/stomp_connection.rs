@@ -168,6 +168,30 @@ async fn disconnect_with_receipt_is_acknowledged_then_closed() {
 }
 
 #[tokio::test]
+async fn frames_after_a_disconnect_are_dropped_and_the_receipt_still_arrives() {
+    // As with AMQP 0-9-1's connection.close: a client may still be writing when its
+    // DISCONNECT goes out. The RECEIPT arrives, then a clean end of stream; what followed the
+    // DISCONNECT is not acted on.
+    let broker = TestBroker::start().await;
+    let mut client = StompClient::connect(broker.stomp_addr(), "1.2").await;
+    let mut bytes = b"DISCONNECT\nreceipt:bye\n\n\0".to_vec();
+    for index in 0..200 {
+        bytes.extend_from_slice(
+            format!("SEND\ndestination:/queue/after-disconnect\n\nlate {index}\0").as_bytes(),
+        );
+    }
+    client.write_raw(&bytes).await;
+    client.expect_receipt("bye").await;
+    assert!(client.is_closed_by_server().await);
+    let vhost = broker.broker().vhost("/").expect("vhost");
+    assert!(
+        vhost.queue("after-disconnect").is_none(),
+        "SENDs after DISCONNECT are dropped"
+    );
+    broker.shutdown().await;
+}
+
+#[tokio::test]
 async fn broker_shutdown_ends_stomp_connections_with_an_error_frame() {
     let broker = TestBroker::start().await;
     let mut client = StompClient::connect(broker.stomp_addr(), "1.2").await;

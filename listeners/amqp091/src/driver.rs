@@ -20,7 +20,7 @@ use warren_core::Broker;
 
 use crate::codec::{decode_frame, parse_protocol_header, ProtocolHeader, PROTOCOL_HEADER_091};
 use crate::outbox::{Drained, Outbox, READ_PAUSE_BYTES};
-use crate::session::{Control, Session, SessionConfig, FRAME_MIN_SIZE};
+use crate::session::{Control, Session, SessionConfig, CLOSING_TIMEOUT, FRAME_MIN_SIZE};
 use tokio_rustls::rustls::pki_types::CertificateDer;
 use warren_core::accept::{serve_connections, AcceptConfig};
 use warren_core::queue::now_ms;
@@ -35,6 +35,10 @@ pub struct ListenerConfig {
     pub handshake_timeout: Duration,
     /// How long to wait for connection.close-ok after the broker closed a connection.
     pub close_timeout: Duration,
+    /// How long the socket stays open after close-ok was sent to a client that closed its
+    /// connection, waiting for the client to close it (shortened to the heartbeat interval,
+    /// see [`Session::closing_timeout`]).
+    pub closing_timeout: Duration,
     /// Most connections this listener serves at once (`connection_max`); more are refused.
     pub connection_max: Option<usize>,
     /// TLS (AMQPS): every connection completes a TLS handshake first.
@@ -69,6 +73,7 @@ impl Default for ListenerConfig {
             session: SessionConfig::default(),
             handshake_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(3),
+            closing_timeout: CLOSING_TIMEOUT,
             connection_max: None,
             amqp10: None,
             tls: None,
@@ -411,9 +416,18 @@ fn handle_batch(
                 if was_open != session.heartbeat() {
                     let _ = heartbeat_tx.send(session.heartbeat());
                 }
-                if control == Control::Close {
-                    session.end_of_batch();
-                    return BatchEnd::Close;
+                match control {
+                    Control::Close => {
+                        session.end_of_batch();
+                        return BatchEnd::Close;
+                    }
+                    // Frames after the client's close are read and dropped until it closes
+                    // the socket or the closing timeout passes.
+                    Control::AwaitSocketClose => {
+                        *close_deadline =
+                            Some(Instant::now() + session.closing_timeout(config.closing_timeout));
+                    }
+                    Control::Continue => {}
                 }
                 if session.is_closing() && close_deadline.is_none() {
                     *close_deadline = Some(Instant::now() + config.close_timeout);

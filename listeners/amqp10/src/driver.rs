@@ -81,6 +81,9 @@ pub async fn run_connection(
         if connection.is_closing() && close_deadline.is_none() {
             close_deadline = Some(Instant::now() + config.close_timeout);
         }
+        if connection.is_closed() && close_deadline.is_none() {
+            close_deadline = Some(Instant::now() + connection.closing_timeout());
+        }
         let read_deadline = if let Some(deadline) = close_deadline {
             deadline
         } else if !connection.is_open() {

@@ -89,7 +89,17 @@ pub enum Control {
     Continue,
     /// Flush what is buffered, then close the socket.
     Close,
+    /// The client closed the connection and close-ok is on its way: ignore whatever the
+    /// client still sends and keep the socket open until the client closes it or the
+    /// closing timeout passes ([`Session::closing_timeout`]), as rabbit_reader's `closed`
+    /// state. A client that queues frames per channel (amqplib) may send its
+    /// connection.close before publishes it wrote earlier, and fails on a closed socket.
+    AwaitSocketClose,
 }
+
+/// The longest the broker keeps a connection's socket open after it sent close-ok
+/// (rabbit_reader's `?CLOSING_TIMEOUT`).
+pub const CLOSING_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One AMQP 0-9-1 connection's protocol state.
 pub struct Session {
@@ -264,7 +274,8 @@ impl Session {
     /// The negotiated heartbeat interval, once tuned; `None` when heartbeats are off.
     pub fn heartbeat(&self) -> Option<Duration> {
         match self.phase {
-            Phase::AwaitStartOk | Phase::AwaitTuneOk => None,
+            // No heartbeats once close-ok was sent: the peer must hear nothing more.
+            Phase::AwaitStartOk | Phase::AwaitTuneOk | Phase::Closed => None,
             _ if self.heartbeat == 0 => None,
             _ => Some(Duration::from_secs(u64::from(self.heartbeat))),
         }
@@ -279,7 +290,8 @@ impl Session {
     /// Tells the client it is blocked (with the alarm's reason) or unblocked, when it
     /// advertised the `connection.blocked` capability.
     pub fn set_blocked(&mut self, reason: Option<&str>) {
-        if !self.blocked_capability {
+        // Nothing follows connection.close or close-ok.
+        if !self.blocked_capability || matches!(self.phase, Phase::Closing | Phase::Closed) {
             return;
         }
         match reason {
@@ -334,6 +346,15 @@ impl Session {
         self.phase == Phase::Closing
     }
 
+    /// How long the socket stays open after close-ok while the client has not closed it:
+    /// the negotiated heartbeat interval when shorter than `limit`, as rabbit_reader does.
+    pub fn closing_timeout(&self, limit: Duration) -> Duration {
+        match Duration::from_secs(u64::from(self.heartbeat)) {
+            heartbeat if !heartbeat.is_zero() && heartbeat < limit => heartbeat,
+            _ => limit,
+        }
+    }
+
     /// Whether the handshake finished (connection.open-ok sent).
     pub fn is_open(&self) -> bool {
         self.phase == Phase::Open
@@ -356,7 +377,9 @@ impl Session {
     /// Handles one incoming frame.
     pub fn handle_frame(&mut self, frame: Frame) -> Control {
         match self.phase {
-            Phase::Closed => return Control::Close,
+            // Only reached after the client's connection.close: its frames still in flight
+            // are dropped (rabbit_reader's `closed` state).
+            Phase::Closed => return Control::Continue,
             Phase::Closing => return self.handle_frame_while_closing(frame),
             _ => {}
         }
@@ -474,7 +497,9 @@ impl Session {
                 self.release_all();
                 self.outbox.send_method(0, &Method::ConnectionCloseOk);
                 self.phase = Phase::Closed;
-                Ok(Control::Close)
+                // Closed for operators too, though the socket may linger.
+                self.registration = None;
+                Ok(Control::AwaitSocketClose)
             }
             (
                 Phase::AwaitStartOk,

@@ -321,3 +321,48 @@ proptest! {
         session.terminate();
     }
 }
+
+#[test]
+fn frames_after_the_clients_close_are_dropped_and_the_socket_lingers() {
+    let (mut session, outbox) = open_session();
+    let close = Method::ConnectionClose {
+        reply_code: 200,
+        reply_text: "bye".into(),
+        class_id: 0,
+        method_id: 0,
+    };
+    assert_eq!(
+        session.handle_frame(method_frame(0, &close)),
+        Control::AwaitSocketClose
+    );
+    assert!(matches!(
+        &sent(&outbox)[..],
+        [(0, Method::ConnectionCloseOk)]
+    ));
+    assert_eq!(session.heartbeat(), None, "no heartbeats after close-ok");
+    // A publish and a second close the client wrote before it saw close-ok: dropped.
+    let publish = Method::BasicPublish {
+        exchange: "".into(),
+        routing_key: "late".into(),
+        mandatory: false,
+        immediate: false,
+    };
+    for (channel, method) in [(1, &publish), (0, &close), (0, &Method::ConnectionCloseOk)] {
+        assert_eq!(
+            session.handle_frame(method_frame(channel, method)),
+            Control::Continue
+        );
+    }
+    assert!(sent(&outbox).is_empty());
+}
+
+#[test]
+fn closing_timeout_is_the_heartbeat_when_shorter() {
+    let (mut session, _outbox) = open_session();
+    let limit = std::time::Duration::from_secs(30);
+    assert_eq!(session.closing_timeout(limit), limit, "heartbeats off");
+    session.heartbeat = 5;
+    assert_eq!(session.closing_timeout(limit).as_secs(), 5);
+    session.heartbeat = 60;
+    assert_eq!(session.closing_timeout(limit), limit);
+}

@@ -73,6 +73,10 @@ impl Default for Amqp10Config {
     }
 }
 
+/// The longest the socket stays open after the client's close was answered
+/// (rabbit_amqp_reader's `?CLOSING_TIMEOUT`).
+pub const CLOSING_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// What the driver should do after the connection handled input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {
@@ -94,6 +98,10 @@ enum Phase {
     Open,
     /// We sent close and wait for the client's.
     Closing,
+    /// The client closed and our close is sent: whatever the client still sends is dropped
+    /// until it closes the socket or the closing timeout passes (rabbit_amqp_reader's
+    /// `closed` state).
+    Closed,
 }
 
 /// One AMQP 1.0 connection.
@@ -272,6 +280,22 @@ impl Connection {
         self.phase == Phase::Closing
     }
 
+    /// Whether the client closed the connection and our close was sent: the driver keeps
+    /// the socket open (dropping input) until the client closes it or
+    /// [`Connection::closing_timeout`] passes.
+    pub fn is_closed(&self) -> bool {
+        self.phase == Phase::Closed
+    }
+
+    /// How long the socket stays open once closed: the broker's idle timeout when shorter
+    /// than [`CLOSING_TIMEOUT`], as rabbit_amqp_reader does.
+    pub fn closing_timeout(&self) -> Duration {
+        match self.config.idle_timeout {
+            Some(idle) if !idle.is_zero() && idle < CLOSING_TIMEOUT => idle,
+            _ => CLOSING_TIMEOUT,
+        }
+    }
+
     /// Handles the 8-byte protocol header the client started with.
     pub fn start(&mut self, header: [u8; 8]) -> Control {
         if header == PROTOCOL_HEADER_SASL {
@@ -396,6 +420,7 @@ impl Connection {
         match (self.phase, frame.body) {
             (Phase::Sasl, FrameBody::Sasl(SaslFrame::Init(init))) => self.handle_sasl_init(init),
             (Phase::Sasl, _) => Control::Close,
+            (Phase::Closed, _) => Control::Continue,
             (Phase::Closing, FrameBody::Amqp { performative, .. }) => {
                 if matches!(performative, Performative::Close(_)) {
                     Control::Close
@@ -554,7 +579,12 @@ impl Connection {
                     &Performative::Close(Close { error: None }),
                     &[],
                 );
-                Control::Close
+                // The socket stays open for frames the client sent before its close; the
+                // driver closes it when the client does or after the closing timeout.
+                self.phase = Phase::Closed;
+                // Closed for operators too, though the socket may linger.
+                self.registration = None;
+                Control::Continue
             }
             Performative::Begin(begin) => self.handle_begin(channel, begin),
             Performative::End(_) if self.ending.remove(&channel) => Control::Continue,
@@ -672,8 +702,11 @@ impl Connection {
 
     /// Closes the connection with `error`, waiting for the client's close.
     pub fn close_with(&mut self, error: Error) -> Control {
-        if self.phase == Phase::Closing {
-            return Control::Continue;
+        match self.phase {
+            Phase::Closing => return Control::Continue,
+            // Nothing may follow our close: a stream that no longer frames just ends.
+            Phase::Closed => return Control::Close,
+            _ => {}
         }
         tracing::debug!(
             connection = self.connection_id,

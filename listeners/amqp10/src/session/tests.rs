@@ -525,3 +525,30 @@ fn external_is_offered_only_to_tls_clients_with_a_certificate_when_configured() 
     );
     assert_eq!(nameless.connection.handle_input(&mut input), Control::Close);
 }
+
+#[test]
+fn frames_after_the_clients_close_are_dropped() {
+    let mut harness = Harness::new(Amqp10Config::default());
+    harness.open();
+    harness.begin(0);
+    let close = Performative::Close(fe2o3_amqp_types::performatives::Close { error: None });
+    assert_eq!(harness.feed(0, close.clone(), &[]), Control::Continue);
+    assert!(matches!(
+        harness.frames()[..],
+        [(
+            0,
+            Performative::Close(fe2o3_amqp_types::performatives::Close { error: None })
+        )]
+    ));
+    assert!(harness.connection.is_closed());
+    // A session end and a second close the client wrote before it saw ours: dropped.
+    let end = Performative::End(fe2o3_amqp_types::performatives::End { error: None });
+    assert_eq!(harness.feed(0, end, &[]), Control::Continue);
+    assert_eq!(harness.feed(0, close, &[]), Control::Continue);
+    assert!(harness.frames().is_empty());
+    // The default 60-second idle timeout is above the 30-second limit.
+    assert_eq!(
+        harness.connection.closing_timeout(),
+        std::time::Duration::from_secs(30)
+    );
+}
