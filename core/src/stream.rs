@@ -152,6 +152,18 @@ pub fn tls(stream: TlsStream<TcpStream>) -> (Reader, Writer) {
 }
 
 impl Reader {
+    /// Asks the kernel to acknowledge what was read at once rather than delay the ACK
+    /// (Linux `TCP_QUICKACK`, which does not stick: call it after each read). A client that
+    /// leaves Nagle's algorithm on (no TCP_NODELAY) holds each small write until its previous
+    /// one is acknowledged; when the broker has nothing to answer with, that waits for the
+    /// delayed-ACK timer (40 ms) every time. Plain TCP only; elsewhere a no-op.
+    pub fn acknowledge_now(&self) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Reader::Plain(reader) = self {
+            let _ = socket2::SockRef::from(reader.as_ref()).set_tcp_quickack(true);
+        }
+    }
+
     /// Fills `buffer` exactly.
     pub async fn read_exact(&mut self, buffer: &mut [u8]) -> std::io::Result<()> {
         match self {

@@ -104,6 +104,7 @@ pub async fn run_connection(
                 match read {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {
+                        reader.acknowledge_now();
                         last_read = Instant::now();
                         // The alarm state as of now applies to the frames just read.
                         connection.set_blocked(alarms.borrow().is_some() || flow.is_paused());
