@@ -49,7 +49,7 @@ async fn no_common_version_is_a_version_mismatch_error() {
         .await;
     let error = client.expect_error().await;
     assert_eq!(error.header("message"), Some("Version mismatch"));
-    assert_eq!(error.text(), "Supported versions are 1.0,1.1,1.2");
+    assert_eq!(error.text(), "Supported versions are 1.0,1.1,1.2\n");
 }
 
 #[tokio::test]

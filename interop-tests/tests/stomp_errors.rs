@@ -26,8 +26,8 @@ async fn malformed_frames_are_errors_that_close_only_their_connection() {
     let cases: [(&[u8], &str, &str); 5] = [
         (
             b"BOGUS\n\n\0",
-            "Malformed frame",
-            "unknown STOMP command 'BOGUS'",
+            "Bad command",
+            "Could not interpret command \"BOGUS\"\n",
         ),
         (
             b"SEND\ndestination /queue/x\n\n\0",
@@ -119,8 +119,8 @@ async fn bad_destinations_and_missing_headers_are_explained() {
         (
             "SEND",
             &[],
-            "Missing header",
-            "SEND must include a 'destination' header",
+            "Missing destination",
+            "'SEND' must include a 'destination' header\n",
         ),
         (
             "SEND",
@@ -132,7 +132,7 @@ async fn bad_destinations_and_missing_headers_are_explained() {
             "SEND",
             &[("destination", "/queue/a/b")],
             "Invalid destination",
-            "'/queue/a/b' is not a valid queue destination",
+            "'/a/b' is not a valid queue destination\n",
         ),
         (
             "SUBSCRIBE",
@@ -245,4 +245,122 @@ async fn server_commands_from_a_client_and_unknown_acks_are_errors() {
     assert!(
         warren_interop_tests::wait_for(Duration::from_secs(2), || queue.stats().ready == 1).await
     );
+}
+
+/// Reads raw bytes up to and including the next NUL (the end of a frame).
+async fn read_raw_frame(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut frame = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut byte))
+            .await
+            .expect("the broker answers in time")
+            .expect("read");
+        assert_eq!(
+            read,
+            1,
+            "stream ended after {:?}",
+            String::from_utf8_lossy(&frame)
+        );
+        frame.push(byte[0]);
+        if byte[0] == 0 {
+            return frame;
+        }
+    }
+}
+
+/// The ERROR frame Warren sends for `message` and `body`, byte for byte.
+fn error_frame(message: &str, body: &str) -> Vec<u8> {
+    format!(
+        "ERROR\nmessage:{message}\ncontent-type:text/plain\nversion:1.0,1.1,1.2\ncontent-length:{}\n\n{body}\0",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn error_frames_carry_rabbitmqs_texts_byte_for_byte() {
+    use tokio::io::AsyncWriteExt;
+    let broker = TestBroker::start().await;
+    // (what the client sends after logging in, the ERROR's message header, its body): the
+    // texts RabbitMQ's STOMP test suite checks (parsing.py, errors.py, connect_disconnect.py).
+    let cases: [(&[u8], &str, &str); 8] = [
+        (
+            b"WRONGCOMMAND\ndestination:a\nexchange:amq.fanout\n\n\0",
+            "Bad command",
+            "Could not interpret command \"WRONGCOMMAND\"\n",
+        ),
+        (
+            b"SEND\ndestination:/queue/bah/baz\n\nx\0",
+            "Invalid destination",
+            "'/bah/baz' is not a valid queue destination\n",
+        ),
+        (
+            b"SEND\ndestination:/topic\n\nx\0",
+            "Invalid destination",
+            "'' is not a valid topic destination\n",
+        ),
+        (
+            b"SEND\ndestination:/exchange//foo\n\nx\0",
+            "Invalid destination",
+            "'//foo' is not a valid exchange destination\n",
+        ),
+        (
+            b"SEND\ndestination:\n\nx\0",
+            "Invalid destination",
+            "Destination cannot be blank",
+        ),
+        (
+            b"SEND\n\nx\0",
+            "Missing destination",
+            "'SEND' must include a 'destination' header\n",
+        ),
+        (
+            b"SUBSCRIBE\nid:s\n\n\0",
+            "Missing destination",
+            "'SUBSCRIBE' must include a 'destination' header\n",
+        ),
+        (
+            b"SEND\ndestination:/something/interesting\n\nx\0",
+            "Unknown destination",
+            "'/something/interesting' is not a valid destination.\nValid destination types are: /temp-queue, /exchange, /topic, /queue, /amq/queue, /reply-queue/.\n",
+        ),
+    ];
+    for (request, message, body) in cases {
+        let mut stream = tokio::net::TcpStream::connect(broker.stomp_addr())
+            .await
+            .expect("connects");
+        stream
+            .write_all(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+            .await
+            .expect("CONNECT");
+        let connected = read_raw_frame(&mut stream).await;
+        assert!(connected.starts_with(b"CONNECTED\n"), "{connected:?}");
+        stream.write_all(request).await.expect("request");
+        let error = read_raw_frame(&mut stream).await;
+        assert_eq!(
+            String::from_utf8_lossy(&error),
+            String::from_utf8_lossy(&error_frame(message, body)),
+            "{}",
+            String::from_utf8_lossy(request)
+        );
+    }
+
+    // An unsupported version, before login.
+    let mut stream = tokio::net::TcpStream::connect(broker.stomp_addr())
+        .await
+        .expect("connects");
+    stream
+        .write_all(b"CONNECT\naccept-version:100.1\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+        .await
+        .expect("CONNECT");
+    assert_eq!(
+        String::from_utf8_lossy(&read_raw_frame(&mut stream).await),
+        String::from_utf8_lossy(&error_frame(
+            "Version mismatch",
+            "Supported versions are 1.0,1.1,1.2\n"
+        ))
+    );
+    broker.shutdown().await;
 }

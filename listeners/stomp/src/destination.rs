@@ -43,62 +43,37 @@ pub const PREFIXES: &str = "/temp-queue, /exchange, /topic, /queue, /amq/queue, 
 pub const TOPIC_EXCHANGE: &str = "amq.topic";
 
 impl Destination {
-    /// Parses a `destination` (or `reply-to`) header.
+    /// Parses a `destination` (or `reply-to`) header the way RabbitMQ's STOMP plugin does:
+    /// split on `/`, the first segments name the kind, the rest must be one non-empty name
+    /// (two for an exchange with a pattern). An invalid name is reported by the part after
+    /// the prefix (`/queue/bah/baz`: `'/bah/baz' is not a valid queue destination`).
     pub fn parse(text: &str) -> Result<Destination, StompError> {
-        let invalid = |kind: &str| {
-            StompError::new(
-                "Invalid destination",
-                format!("'{text}' is not a valid {kind} destination"),
-            )
-        };
-        if !text.contains('/') {
-            if text.is_empty() {
-                return Err(invalid("queue"));
-            }
-            return Ok(Destination::Queue(unescape(text)));
-        }
-        if let Some(rest) = text.strip_prefix("/reply-queue/") {
+        let parts: Vec<&str> = text.split('/').collect();
+        match parts.as_slice() {
+            [""] => Err(StompError::blank_destination()),
+            [name] => Ok(Destination::Queue(unescape(name))),
+            ["", "exchange", rest @ ..] => match rest {
+                [name] if !name.is_empty() => Ok(Destination::Exchange {
+                    name: unescape(name),
+                    pattern: None,
+                }),
+                [name, pattern] if !name.is_empty() => Ok(Destination::Exchange {
+                    name: unescape(name),
+                    pattern: Some(unescape(pattern)),
+                }),
+                _ => Err(StompError::invalid_destination("exchange", &to_url(rest))),
+            },
+            ["", "queue", rest @ ..] => single("queue", rest).map(Destination::Queue),
+            ["", "topic", rest @ ..] => single("topic", rest).map(Destination::Topic),
+            ["", "temp-queue", rest @ ..] => single("temp_queue", rest).map(Destination::TempQueue),
+            ["", "amq", "queue", rest @ ..] => single("amqqueue", rest).map(Destination::AmqQueue),
             // Reply queue names may contain slashes: everything after the prefix is the name.
-            if rest.is_empty() {
-                return Err(invalid("reply-queue"));
-            }
-            return Ok(Destination::ReplyQueue(rest.to_string()));
+            ["", "reply-queue", _, ..] => match &text["/reply-queue/".len()..] {
+                "" => Err(StompError::invalid_destination("reply_queue", "/")),
+                name => Ok(Destination::ReplyQueue(name.to_string())),
+            },
+            _ => Err(StompError::unknown_destination(text, PREFIXES)),
         }
-        let single = |rest: &str, kind: &str| match rest {
-            "" => Err(invalid(kind)),
-            name if name.contains('/') => Err(invalid(kind)),
-            name => Ok(unescape(name)),
-        };
-        if let Some(rest) = text.strip_prefix("/exchange/") {
-            let mut parts = rest.split('/');
-            let name = parts.next().unwrap_or_default();
-            let pattern = parts.next();
-            if name.is_empty() || parts.next().is_some() {
-                return Err(invalid("exchange"));
-            }
-            return Ok(Destination::Exchange {
-                name: unescape(name),
-                pattern: pattern.map(unescape),
-            });
-        }
-        if let Some(rest) = text.strip_prefix("/queue/") {
-            return single(rest, "queue").map(Destination::Queue);
-        }
-        if let Some(rest) = text.strip_prefix("/amq/queue/") {
-            return single(rest, "amqqueue").map(Destination::AmqQueue);
-        }
-        if let Some(rest) = text.strip_prefix("/topic/") {
-            return single(rest, "topic").map(Destination::Topic);
-        }
-        if let Some(rest) = text.strip_prefix("/temp-queue/") {
-            return single(rest, "temp_queue").map(Destination::TempQueue);
-        }
-        Err(StompError::new(
-            "Unknown destination",
-            format!(
-                "'{text}' is not a valid destination.\nValid destination types are: {PREFIXES}.\n"
-            ),
-        ))
     }
 
     /// The exchange and routing key a SEND to this destination publishes with, or a
@@ -112,6 +87,23 @@ impl Destination {
             | Destination::ReplyQueue(name)
             | Destination::TempQueue(name) => ("", name),
         }
+    }
+}
+
+/// The one name after a destination's prefix, or the error naming what was there instead.
+fn single(kind: &str, rest: &[&str]) -> Result<String, StompError> {
+    match rest {
+        [name] if !name.is_empty() => Ok(unescape(name)),
+        _ => Err(StompError::invalid_destination(kind, &to_url(rest))),
+    }
+}
+
+/// The segments after a prefix as RabbitMQ prints them in an error: `/a/b`, or nothing.
+fn to_url(rest: &[&str]) -> String {
+    if rest.is_empty() {
+        String::new()
+    } else {
+        format!("/{}", rest.join("/"))
     }
 }
 
@@ -243,6 +235,43 @@ mod tests {
             let error = Destination::parse(bad).unwrap_err();
             assert_eq!(error.message, "Invalid destination", "{bad}");
         }
+    }
+
+    #[test]
+    fn invalid_destinations_name_the_part_after_the_prefix_as_rabbitmq_does() {
+        // The cases of RabbitMQ's STOMP test suite (errors.py), and a few more.
+        for (destination, kind, after_prefix) in [
+            ("/queue/bah/baz", "queue", "/bah/baz"),
+            ("/queue", "queue", ""),
+            ("/queue/", "queue", "/"),
+            ("/topic/bah/baz", "topic", "/bah/baz"),
+            ("/topic", "topic", ""),
+            ("/exchange/bah/baz/boo", "exchange", "/bah/baz/boo"),
+            ("/exchange", "exchange", ""),
+            ("/exchange//foo", "exchange", "//foo"),
+            ("/amq/queue/a/b", "amqqueue", "/a/b"),
+            ("/temp-queue/", "temp_queue", "/"),
+            ("/reply-queue/", "reply_queue", "/"),
+        ] {
+            let error = Destination::parse(destination).unwrap_err();
+            assert_eq!(error.message, "Invalid destination", "{destination}");
+            assert_eq!(
+                error.detail,
+                format!("'{after_prefix}' is not a valid {kind} destination\n"),
+                "{destination}"
+            );
+        }
+        let blank = Destination::parse("").unwrap_err();
+        assert_eq!(
+            (blank.message.as_str(), blank.detail.as_str()),
+            ("Invalid destination", "Destination cannot be blank")
+        );
+        let unknown = Destination::parse("/something/interesting").unwrap_err();
+        assert_eq!(unknown.message, "Unknown destination");
+        assert_eq!(
+            unknown.detail,
+            "'/something/interesting' is not a valid destination.\nValid destination types are: /temp-queue, /exchange, /topic, /queue, /amq/queue, /reply-queue/.\n"
+        );
     }
 
     #[test]

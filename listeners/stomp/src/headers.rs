@@ -66,8 +66,7 @@ pub fn properties_from_send(
     let timestamp = integer::<u64>(frame, "timestamp", "a non-negative integer (seconds)")?;
     let expiration = text("expiration");
     if let Some(expiration) = &expiration {
-        parse_expiration(expiration)
-            .map_err(|problem| StompError::new("Invalid header", problem))?;
+        parse_expiration(expiration).map_err(StompError::invalid_header_value)?;
     }
     let mut headers = Table::new();
     for (name, value) in &frame.headers {

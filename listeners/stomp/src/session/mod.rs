@@ -316,10 +316,7 @@ impl Session {
     fn open(&self) -> Result<(Arc<VHost>, Arc<User>), StompError> {
         match (&self.vhost, &self.user) {
             (Some(vhost), Some(user)) => Ok((Arc::clone(vhost), Arc::clone(user))),
-            _ => Err(StompError::new(
-                "Illegal command",
-                "You must log in using CONNECT first",
-            )),
+            _ => Err(StompError::not_logged_in()),
         }
     }
 
@@ -349,10 +346,7 @@ impl Session {
                 _ if self.config.implicit_connect => self
                     .connect(Frame::new(Command::Connect), true)
                     .and_then(|_| self.handle_open(frame)),
-                _ => Err(StompError::new(
-                    "Illegal command",
-                    "You must log in using CONNECT first",
-                )),
+                _ => Err(StompError::not_logged_in()),
             },
             Phase::Open => self.handle_open(frame),
         };
@@ -393,7 +387,9 @@ impl Session {
     /// Handles bytes the codec could not frame: an ERROR, then close.
     pub fn handle_frame_error(&mut self, error: FrameError) -> Control {
         let error = match &error {
-            FrameError::TooLarge { .. } => StompError::new("Frame too large", error.to_string()),
+            FrameError::TooLarge { .. } => StompError::frame_too_large(error.to_string()),
+            // RabbitMQ's parser takes any command and refuses it afterwards.
+            FrameError::UnknownCommand(command) => StompError::bad_command(command),
             _ => StompError::malformed(&error),
         };
         self.fail(error, None)
@@ -405,13 +401,7 @@ impl Session {
         if self.phase == Phase::Closed {
             return Control::Close;
         }
-        self.fail(
-            StompError::new(
-                "connection_forced",
-                format!("broker forced connection closure with reason '{reason}'"),
-            ),
-            None,
-        )
+        self.fail(StompError::connection_forced(reason), None)
     }
 
     /// Sends an ERROR frame for `error` and ends the session.
@@ -440,7 +430,7 @@ impl Session {
 
     fn connect(&mut self, frame: Frame, implicit: bool) -> Result<Outcome, StompError> {
         let version = negotiate_version(frame.header("accept-version"), &Version::ALL)
-            .map_err(|text| StompError::new("Version mismatch", text))?;
+            .map_err(|text| StompError::version_mismatch(&text))?;
         let frame = if version == Version::V1_0 {
             trim_header_values(frame)
         } else {
@@ -448,7 +438,7 @@ impl Session {
         };
         let minimum = self.config.heartbeat_min_ms;
         let heartbeat = negotiate_heartbeat(frame.header("heart-beat"), minimum, minimum)
-            .map_err(|text| StompError::new("Bad CONNECT", text))?;
+            .map_err(StompError::bad_connect)?;
         let vhost_name = frame
             .header("host")
             .unwrap_or(&self.config.default_vhost)
@@ -474,8 +464,7 @@ impl Session {
                             user.clone(),
                             self.config.default_pass.clone().unwrap_or_default(),
                         ),
-                        None => return Err(StompError::new(
-                            "Bad CONNECT",
+                        None => return Err(StompError::bad_connect(
                             "CONNECT has no 'login' header and no stomp.default_user is configured",
                         )),
                     },
@@ -492,11 +481,9 @@ impl Session {
                 tracing::warn!(user = %login, reason = %failure, "STOMP login refused");
                 return Err(match failure {
                     AuthFailure::LoopbackOnly => {
-                        StompError::new("Bad CONNECT", "non-loopback access denied")
+                        StompError::bad_connect("non-loopback access denied")
                     }
-                    _ => {
-                        StompError::new("Bad CONNECT", format!("Access refused for user '{login}'"))
-                    }
+                    _ => StompError::bad_connect(format!("Access refused for user '{login}'")),
                 });
             }
         };
@@ -504,10 +491,7 @@ impl Session {
             .broker
             .open_vhost(&user.name, &vhost_name)
             .map_err(|_| {
-                StompError::new(
-                    "Bad CONNECT",
-                    format!("Virtual host '{vhost_name}' access denied"),
-                )
+                StompError::bad_connect(format!("Virtual host '{vhost_name}' access denied"))
             })?;
         let session_id = generated_name("session-");
         self.version = version;
@@ -570,8 +554,7 @@ impl Session {
 
     fn handle_open(&mut self, frame: Frame) -> Result<Outcome, StompError> {
         match frame.command {
-            Command::Connect | Command::Stomp => Err(StompError::new(
-                "Bad CONNECT",
+            Command::Connect | Command::Stomp => Err(StompError::bad_connect(
                 "this connection is already logged in",
             )),
             Command::Send | Command::Ack | Command::Nack => {
@@ -586,16 +569,10 @@ impl Session {
             Command::Begin => {
                 let transaction = transaction_header(&frame, "BEGIN")?;
                 if self.transactions.contains_key(transaction) {
-                    return Err(StompError::new(
-                        "Bad transaction",
-                        format!("Transaction '{transaction}' is already open"),
-                    ));
+                    return Err(StompError::transaction_already_open(transaction));
                 }
                 if self.transactions.len() >= MAX_TRANSACTIONS {
-                    return Err(StompError::new(
-                        "Transaction limit exceeded",
-                        format!("Too many concurrent transactions (limit {MAX_TRANSACTIONS})"),
-                    ));
+                    return Err(StompError::transaction_limit(MAX_TRANSACTIONS));
                 }
                 self.transactions
                     .insert(transaction.to_string(), Vec::new());
@@ -621,10 +598,7 @@ impl Session {
             }
             Command::Disconnect => Ok(Outcome::Disconnect),
             Command::Connected | Command::Message | Command::Receipt | Command::Error => {
-                Err(StompError::new(
-                    "Bad command",
-                    format!("Could not interpret command \"{}\"\n", frame.command),
-                ))
+                Err(StompError::bad_command(frame.command.as_str()))
             }
         }
     }
@@ -656,10 +630,7 @@ impl Session {
             .get_mut(transaction)
             .ok_or_else(|| unknown_transaction(transaction))?;
         if frames.len() >= MAX_TRANSACTION_ACTIONS {
-            return Err(StompError::new(
-                "Transaction too large",
-                format!("Too many actions in transaction (limit {MAX_TRANSACTION_ACTIONS})"),
-            ));
+            return Err(StompError::transaction_too_large(MAX_TRANSACTION_ACTIONS));
         }
         if frame.command == Command::Send {
             self.published = true;
@@ -708,19 +679,13 @@ impl Session {
 }
 
 fn transaction_header<'a>(frame: &'a Frame, command: &str) -> Result<&'a str, StompError> {
-    frame.header("transaction").ok_or_else(|| {
-        StompError::new(
-            "Missing transaction",
-            format!("{command} must include a 'transaction' header"),
-        )
-    })
+    frame
+        .header("transaction")
+        .ok_or_else(|| StompError::missing_transaction(command))
 }
 
 fn unknown_transaction(transaction: &str) -> StompError {
-    StompError::new(
-        "Bad transaction",
-        format!("Invalid transaction identifier: \"{transaction}\"\n"),
-    )
+    StompError::unknown_transaction(transaction)
 }
 
 /// STOMP 1.0 clients pad header values (`destination: /queue/a`); RabbitMQ strips the

@@ -29,20 +29,17 @@ impl Session {
         self.published = true;
         let destination_text = frame
             .header("destination")
-            .ok_or_else(|| StompError::missing_header("SEND", "destination"))?;
+            .ok_or_else(|| StompError::missing_destination("SEND"))?;
         if frame.header("message-id").is_some() {
-            return Err(StompError::new(
-                "Invalid header",
-                "'message-id' is not allowed on 'SEND'.\n",
-            ));
+            return Err(StompError::header_not_allowed("message-id", "SEND"));
         }
         let destination = Destination::parse(destination_text)?;
         match &destination {
             Destination::Queue(name) => self.ensure_queue(name, frame)?,
             Destination::TempQueue(_) => {
-                return Err(StompError::new(
-                    "Invalid destination",
-                    format!("'{destination_text}' is not a valid destination for 'SEND'\n"),
+                return Err(StompError::destination_not_allowed(
+                    destination_text,
+                    "SEND",
                 ))
             }
             _ => {}
@@ -57,24 +54,12 @@ impl Session {
         let properties = properties_from_send(frame, reply_to)?;
         if let Some(user_id) = &properties.user_id {
             if *user_id != user.name {
-                return Err(StompError::new(
-                    "access_refused",
-                    format!(
-                        "user_id property set to '{user_id}' but authenticated user was '{}'",
-                        user.name
-                    ),
-                ));
+                return Err(StompError::user_id_mismatch(user_id, &user.name));
             }
         }
         let max = self.config.max_message_size;
         if frame.body.len() > max {
-            return Err(StompError::new(
-                "Message too large",
-                format!(
-                    "message size {} is larger than configured max size {max}",
-                    frame.body.len()
-                ),
-            ));
+            return Err(StompError::message_too_large(frame.body.len(), max));
         }
         let (exchange, routing_key) = destination.routing();
         if !self.publish_allowed.iter().any(|x| x == exchange) {

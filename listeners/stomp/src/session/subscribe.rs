@@ -153,7 +153,7 @@ impl Session {
         let actor = self.actor(&user);
         let destination_text = frame
             .header("destination")
-            .ok_or_else(|| StompError::missing_header("SUBSCRIBE", "destination"))?;
+            .ok_or_else(|| StompError::missing_destination("SUBSCRIBE"))?;
         let destination = Destination::parse(destination_text)?;
         let ack = AckMode::parse(frame.header("ack")).ok_or_else(|| {
             StompError::invalid_header(
@@ -165,25 +165,14 @@ impl Session {
         let durable = has_durable_header(frame);
         let id: Arc<str> = match frame.header("id") {
             Some(id) if id.starts_with("/temp-queue/") => {
-                return Err(StompError::new(
-                    "Invalid id",
-                    "SUBSCRIBE 'id' may not start with /temp-queue/\n",
-                ))
+                return Err(StompError::reserved_subscription_id("SUBSCRIBE"))
             }
             Some(id) => Arc::from(id),
-            None if durable => {
-                return Err(StompError::new(
-                    "Missing Header",
-                    "Header 'id' is required for durable subscriptions",
-                ))
-            }
+            None if durable => return Err(StompError::missing_durable_subscription_id()),
             None => Arc::from(destination_text),
         };
         if self.subscriptions.contains_key(&id) {
-            return Err(StompError::new(
-                "Duplicated subscription identifier",
-                format!("A subscription identified by 'T_{id}' already exists."),
-            ));
+            return Err(StompError::duplicate_subscription(&id));
         }
         let prefetch = match frame.header("prefetch-count") {
             None => 0,
@@ -205,9 +194,9 @@ impl Session {
             }
             Destination::AmqQueue(name) | Destination::ReplyQueue(name) => name.clone(),
             Destination::TempQueue(_) => {
-                return Err(StompError::new(
-                    "Invalid destination",
-                    format!("'{destination_text}' is not a valid destination for 'SUBSCRIBE'\n"),
+                return Err(StompError::destination_not_allowed(
+                    destination_text,
+                    "SUBSCRIBE",
                 ))
             }
             Destination::Exchange { .. } | Destination::Topic(_) => {
@@ -283,26 +272,13 @@ impl Session {
         let (vhost, user) = self.open()?;
         let id = match (frame.header("id"), frame.header("destination")) {
             (Some(id), _) if id.starts_with("/temp-queue/") => {
-                return Err(StompError::new(
-                    "Invalid id",
-                    "UNSUBSCRIBE 'id' may not start with /temp-queue/\n",
-                ))
+                return Err(StompError::reserved_subscription_id("UNSUBSCRIBE"))
             }
             (Some(id), _) | (None, Some(id)) => id,
-            (None, None) => {
-                return Err(StompError::new(
-                    "Missing destination or id",
-                    "UNSUBSCRIBE must include a 'destination' or 'id' header",
-                ))
-            }
+            (None, None) => return Err(StompError::missing_subscription()),
         };
         let Some(active) = self.subscriptions.remove(id) else {
-            return Err(StompError::new(
-                "No subscription found",
-                format!(
-                    "UNSUBSCRIBE must refer to an existing subscription.\nSubscription to id='{id}' not found.\n"
-                ),
-            ));
+            return Err(StompError::no_subscription(id));
         };
         let queue = &active.subscription.queue;
         vhost.cancel(queue, active.consumer_id);
@@ -327,18 +303,10 @@ impl Session {
         } else {
             "message-id"
         };
-        let value = frame.header(header).ok_or_else(|| {
-            StompError::new(
-                "Missing header",
-                format!("{command} must include the '{header}' header\n"),
-            )
-        })?;
-        let invalid = || {
-            StompError::new(
-                "Invalid header",
-                format!("{command} must include a valid '{header}' header\n"),
-            )
-        };
+        let value = frame
+            .header(header)
+            .ok_or_else(|| StompError::missing_ack_header(command, header))?;
+        let invalid = || StompError::invalid_ack_header(command, header);
         // `T_<subscription>@@<session>@@<tag>`; the subscription id may itself hold "@@".
         let mut parts = value.rsplitn(3, "@@");
         let tag = parts.next().and_then(|t| t.parse::<u64>().ok());
@@ -347,9 +315,10 @@ impl Session {
         let (Some(tag), Some(subscription)) = (tag, subscription) else {
             return Err(invalid());
         };
-        let taken = self.outbox.take_unacked(subscription, tag).ok_or_else(|| {
-            StompError::new("Message not found", format!("unknown delivery tag {tag}\n"))
-        })?;
+        let taken = self
+            .outbox
+            .take_unacked(subscription, tag)
+            .ok_or_else(|| StompError::unknown_delivery_tag(tag))?;
         settle_grouped(taken, settlement.unwrap_or(Settlement::Ack));
         self.kick_starved();
         Ok(())
