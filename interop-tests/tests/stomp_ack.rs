@@ -154,26 +154,87 @@ async fn prefetch_count_limits_unacked_deliveries() {
     assert_eq!(client.expect_message().await.text(), "4");
 }
 
+/// A persistent SEND to a durable queue inside a transaction: its RECEIPT comes after
+/// COMMIT, once the message store has the message on disk.
+async fn persistent_transactional_receipts_wait_for_the_disk(broker: &TestBroker) {
+    let store = broker
+        .broker()
+        .message_store()
+        .expect("a message store")
+        .clone();
+    let mut client = StompClient::connect(broker.stomp_addr(), "1.2").await;
+    client.request("BEGIN", &[("transaction", "d1")]).await;
+    client
+        .write_frame(
+            "SEND",
+            &[
+                ("destination", "/queue/tx-durable"),
+                ("persistent", "true"),
+                ("transaction", "d1"),
+                ("receipt", "durable-send"),
+            ],
+            b"on disk",
+        )
+        .await;
+    assert!(
+        client.no_frame_within(QUIET).await,
+        "no RECEIPT before COMMIT"
+    );
+    let before_commit = store.durable_seq();
+    client
+        .write_frame("COMMIT", &[("transaction", "d1")], b"")
+        .await;
+    client.expect_receipt("durable-send").await;
+    assert!(
+        store.durable_seq() > before_commit,
+        "the RECEIPT came once the committed message was on disk"
+    );
+    assert_eq!(stats(broker, "tx-durable"), (1, 0));
+}
+
 #[tokio::test]
 async fn transactions_hold_sends_and_acks_until_commit() {
     let broker = TestBroker::start().await;
     let mut client = StompClient::connect(broker.stomp_addr(), "1.2").await;
     client.send("/queue/tx", "setup", &[]).await;
     client.request("BEGIN", &[("transaction", "t1")]).await;
-    client
-        .send("/queue/tx", "in tx 1", &[("transaction", "t1")])
-        .await;
-    client
-        .send("/queue/tx", "in tx 2", &[("transaction", "t1")])
-        .await;
+    for (body, receipt) in [("in tx 1", "s1"), ("in tx 2", "s2")] {
+        client
+            .write_frame(
+                "SEND",
+                &[
+                    ("destination", "/queue/tx"),
+                    ("transaction", "t1"),
+                    ("receipt", receipt),
+                ],
+                body.as_bytes(),
+            )
+            .await;
+    }
+    // A transactional SEND's RECEIPT waits for COMMIT.
+    assert!(client.no_frame_within(QUIET).await);
     assert_eq!(stats(&broker, "tx"), (1, 0), "nothing sent before COMMIT");
-    client.request("COMMIT", &[("transaction", "t1")]).await;
+    client
+        .write_frame("COMMIT", &[("transaction", "t1"), ("receipt", "c1")], b"")
+        .await;
+    for receipt in ["s1", "s2", "c1"] {
+        client.expect_receipt(receipt).await;
+    }
     assert_eq!(stats(&broker, "tx"), (3, 0));
 
     client.request("BEGIN", &[("transaction", "t2")]).await;
     client
-        .send("/queue/tx", "aborted", &[("transaction", "t2")])
+        .write_frame(
+            "SEND",
+            &[
+                ("destination", "/queue/tx"),
+                ("transaction", "t2"),
+                ("receipt", "aborted"),
+            ],
+            b"aborted",
+        )
         .await;
+    // An aborted SEND is never receipted: the next RECEIPT is ABORT's.
     client.request("ABORT", &[("transaction", "t2")]).await;
     assert_eq!(stats(&broker, "tx"), (3, 0));
 
@@ -188,6 +249,8 @@ async fn transactions_hold_sends_and_acks_until_commit() {
     let vhost = broker.broker().vhost("/").unwrap();
     let queue = vhost.queue("tx").unwrap();
     assert!(wait_for(Duration::from_secs(2), || queue.stats().acknowledged == 1).await);
+    drop(queue);
+    persistent_transactional_receipts_wait_for_the_disk(&broker).await;
 
     // A transaction that does not exist is an error.
     client

@@ -238,6 +238,19 @@ impl Session {
         }
     }
 
+    /// Sends a RECEIPT now, or once the store has every persistent message this connection
+    /// sent to a durable queue on disk (as RabbitMQ's STOMP plugin receipts through
+    /// publisher confirms); never before an earlier RECEIPT.
+    fn receipt_when_durable(&mut self, receipt: String) {
+        if self.last_durable_seq == 0 && self.pending_receipts.is_empty() {
+            self.send_receipt(receipt);
+        } else {
+            self.pending_receipts
+                .push_back((self.last_durable_seq, receipt));
+            self.flush_receipts();
+        }
+    }
+
     fn send_receipt(&self, receipt: String) {
         self.outbox
             .send_frame(&Frame::new(Command::Receipt).with_header("receipt-id", receipt));
@@ -339,6 +352,12 @@ impl Session {
         };
         let receipt = frame.header("receipt").map(str::to_string);
         let command = frame.command;
+        // A SEND inside a transaction is receipted once COMMIT sent it and the message is
+        // confirmed (RabbitMQ receipts a SEND on its publisher confirm); the held frame keeps
+        // its `receipt` header for that.
+        let held_send = self.phase == Phase::Open
+            && command == Command::Send
+            && frame.header("transaction").is_some();
         let result = match self.phase {
             Phase::Closed => return Control::Close,
             Phase::AwaitConnect => match frame.command {
@@ -353,16 +372,10 @@ impl Session {
         match result {
             Ok(outcome) => {
                 let connect = matches!(command, Command::Connect | Command::Stomp);
-                if let Some(receipt) = receipt.filter(|_| self.phase == Phase::Open && !connect) {
-                    // A persistent message in a durable queue is receipted once it is on
-                    // disk (as RabbitMQ's STOMP plugin does through publisher confirms).
-                    if self.last_durable_seq == 0 && self.pending_receipts.is_empty() {
-                        self.send_receipt(receipt);
-                    } else {
-                        self.pending_receipts
-                            .push_back((self.last_durable_seq, receipt));
-                        self.flush_receipts();
-                    }
+                if let Some(receipt) =
+                    receipt.filter(|_| self.phase == Phase::Open && !connect && !held_send)
+                {
+                    self.receipt_when_durable(receipt);
                 }
                 for subscription in self.starting.drain(..) {
                     subscription.start();
@@ -586,6 +599,11 @@ impl Session {
                     .ok_or_else(|| unknown_transaction(transaction))?;
                 for frame in &frames {
                     self.transactable(frame)?;
+                    if frame.command == Command::Send {
+                        if let Some(receipt) = frame.header("receipt") {
+                            self.receipt_when_durable(receipt.to_string());
+                        }
+                    }
                 }
                 Ok(Outcome::Continue)
             }
