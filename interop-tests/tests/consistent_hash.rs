@@ -129,13 +129,13 @@ async fn the_plugin_type_is_unknown_unless_enabled() {
         .expect_err("not enabled");
     match error.kind() {
         ErrorKind::ProtocolError(e) => {
-            assert_eq!(e.get_id(), 503);
+            assert_eq!(e.get_id(), 406);
             assert_eq!(
                 e.get_message().as_str(),
-                "COMMAND_INVALID - unknown exchange type 'x-consistent-hash'"
+                "PRECONDITION_FAILED - unknown exchange type 'x-consistent-hash'"
             );
         }
-        other => panic!("expected 503, got {other:?}"),
+        other => panic!("expected 406, got {other:?}"),
     }
     broker.shutdown().await;
 }

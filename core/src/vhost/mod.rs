@@ -392,9 +392,10 @@ impl VHost {
         let kind = match (ExchangeKind::from_name(&request.kind), &plugin) {
             (Some(kind), _) => kind,
             (None, Some(_)) => ExchangeKind::Plugin,
+            // RabbitMQ 4.x (rabbit_exchange:check_type): a channel error, 406.
             (None, None) => {
                 return Err(CoreError::new(
-                    ErrorKind::CommandInvalid,
+                    ErrorKind::PreconditionFailed,
                     format!("unknown exchange type '{}'", request.kind),
                 ))
             }

@@ -34,6 +34,30 @@ pub const HEADER_ABSOLUTE_EXPIRY: &str = "x-amqp-1.0-absolute-expiry-time";
 /// Header carrying the exact 1.0 `creation-time` (ms); `timestamp` holds it in seconds.
 pub const HEADER_CREATION_TIME: &str = "x-amqp-1.0-creation-time";
 
+/// A 1.0 `reply-to` as the core (and AMQP 0-9-1, STOMP) keeps it: the v2 queue address
+/// `/queues/Q` becomes the queue name `Q`, as RabbitMQ 4.x's mc_amqpl does; any other
+/// address (or one that does not decode) is kept as written.
+pub fn reply_to_from_address(reply_to: String) -> String {
+    match reply_to
+        .strip_prefix("/queues/")
+        .and_then(crate::address::percent_decode)
+    {
+        Some(queue) => queue,
+        None => reply_to,
+    }
+}
+
+/// The core's `reply_to` as a 1.0 `reply-to`: a queue name (what AMQP 0-9-1 clients set)
+/// becomes the v2 address `/queues/Q`, percent-encoded (mc_amqpl); a value that already is an
+/// address (starts with `/`) is passed on unchanged, so a 1.0 publisher's address survives.
+pub fn reply_to_address(reply_to: &str) -> String {
+    if reply_to.starts_with('/') {
+        reply_to.to_string()
+    } else {
+        format!("/queues/{}", crate::address::percent_encode(reply_to))
+    }
+}
+
 const SECTION_HEADER: u64 = 0x70;
 const SECTION_DELIVERY_ANNOTATIONS: u64 = 0x71;
 const SECTION_MESSAGE_ANNOTATIONS: u64 = 0x72;
@@ -133,7 +157,7 @@ pub fn decode_message(payload: Bytes) -> Result<IncomingMessage, MessageDecodeEr
         core.user_id = user_id
             .as_ref()
             .map(|id: &Vec<u8>| String::from_utf8_lossy(id).into_owned());
-        core.reply_to = properties.reply_to;
+        core.reply_to = properties.reply_to.map(reply_to_from_address);
         core.content_type = properties.content_type.map(|s| s.0);
         core.content_encoding = properties.content_encoding.map(|s| s.0);
         if let Some(time) = properties.creation_time {
@@ -366,7 +390,7 @@ pub fn encode_message(
             .map(|id| Binary::from(id.as_bytes().to_vec())),
         to: header_text(headers, HEADER_TO),
         subject: header_text(headers, HEADER_SUBJECT),
-        reply_to: core.reply_to.clone(),
+        reply_to: core.reply_to.as_deref().map(reply_to_address),
         correlation_id: core.correlation_id.clone().map(MessageId::String),
         content_type: core.content_type.clone().map(Symbol::from),
         content_encoding: core.content_encoding.clone().map(Symbol::from),
@@ -468,6 +492,11 @@ mod tests {
         assert_eq!(core.message_id.as_deref(), Some("id-1"));
         assert_eq!(core.correlation_id.as_deref(), Some("42"));
         assert_eq!(core.content_type.as_deref(), Some("text/plain"));
+        assert_eq!(
+            core.reply_to.as_deref(),
+            Some("replies"),
+            "mc_amqpl's mapping"
+        );
         assert_eq!(core.timestamp, Some(1_700_000_000));
         assert_eq!(incoming.subject.as_deref(), Some("key"));
         assert_eq!(incoming.to.as_deref(), Some("/exchanges/x"));
@@ -484,6 +513,7 @@ mod tests {
         let back = back.0;
         let properties = back.properties.unwrap();
         assert_eq!(properties.subject.as_deref(), Some("key"));
+        assert_eq!(properties.reply_to.as_deref(), Some("/queues/replies"));
         assert_eq!(properties.group_id.as_deref(), Some("g"));
         assert_eq!(
             properties.creation_time.map(|t| t.milliseconds()),
@@ -511,6 +541,26 @@ mod tests {
             AmqpMessage<ValueSection<String>>,
         > = serde_amqp::from_slice(&out).unwrap();
         assert_eq!(back.0.body.0, "text");
+    }
+
+    #[test]
+    fn reply_to_crosses_between_queue_names_and_v2_addresses() {
+        for (name, address) in [
+            ("replies", "/queues/replies"),
+            (
+                "amq.rabbitmq.reply-to.g1h2",
+                "/queues/amq.rabbitmq.reply-to.g1h2",
+            ),
+            ("with space/and slash", "/queues/with%20space%2Fand%20slash"),
+        ] {
+            assert_eq!(reply_to_address(name), address);
+            assert_eq!(reply_to_from_address(address.to_string()), name);
+        }
+        // Other addresses are left alone both ways.
+        for address in ["/exchanges/x/k", "/queues/bad%zz", "/queue/v1"] {
+            assert_eq!(reply_to_from_address(address.to_string()), address);
+            assert_eq!(reply_to_address(address), address);
+        }
     }
 
     #[test]
