@@ -98,6 +98,7 @@ fn apply_parsed(
     let parameters = parse_parameters(definitions).map_err(|e| format!("{path}: {e}"))?;
     let global_parameters =
         parse_global_parameters(definitions).map_err(|e| format!("{path}: {e}"))?;
+    check_queue_types(definitions).map_err(|e| format!("{path}: {e}"))?;
     let known_vhost = |name: &str| {
         vhost_names.contains(&name) || definitions.vhosts.iter().any(|v| v.name == name)
     };
@@ -176,19 +177,15 @@ fn apply_parsed(
     for queue in &definitions.queues {
         let vhost = declare_as_loader(&queue.vhost)?;
         let mut arguments = json_args_to_table(&queue.arguments);
-        let queue_type = arguments
-            .get("x-queue-type")
-            .and_then(|v| v.as_str().map(str::to_string))
-            .or_else(|| queue.queue_type.clone());
-        if let Some(queue_type) = queue_type.filter(|t| t != "classic") {
-            // Quorum queues and streams do not exist yet: serve the queue as a classic one
-            // so clients can use it, and say so.
-            arguments.remove("x-queue-type");
-            tracing::warn!(
-                "definitions: queue '{}' in vhost '{}' has type '{queue_type}', which is not supported yet; declared as a classic queue",
-                queue.name,
-                queue.vhost
-            );
+        // The type travels as `x-queue-type`, as the management API's queue PUT does it (a
+        // classic queue without the argument stays without it, so the export matches).
+        if let Some(queue_type) = declared_queue_type(queue) {
+            if arguments.get("x-queue-type").is_none() && queue_type != "classic" {
+                arguments.insert(
+                    "x-queue-type",
+                    warren_core::value::Value::string(queue_type),
+                );
+            }
         }
         vhost
             .declare_queue(
@@ -294,6 +291,40 @@ const APPLIED_GLOBAL_PARAMETERS: [&str; 1] = ["cluster_name"];
 
 /// `topic_permissions` entries: `{user, vhost, exchange, write, read}`, compiled (so a bad
 /// pattern is refused before anything is applied).
+/// The queue types an import can create. Quorum queues and streams do not exist yet: an
+/// import naming them is refused whole, naming the queue and the type, rather than serving a
+/// classic queue under the name (which would then export differently from what was
+/// imported). This list and [`check_queue_types`] are the one place that decides; once a
+/// type exists, list it here and the queue is declared with its `x-queue-type`.
+const IMPORTABLE_QUEUE_TYPES: &[&str] = &["classic"];
+
+/// The type a definitions entry gives its queue: the `x-queue-type` argument, else `type`.
+fn declared_queue_type(queue: &warren_config::QueueDefinition) -> Option<String> {
+    queue
+        .arguments
+        .get("x-queue-type")
+        .and_then(|value| value.as_str())
+        .map(str::to_string)
+        .or_else(|| queue.queue_type.clone())
+}
+
+/// Refuses definitions with a queue of a type Warren cannot create yet.
+fn check_queue_types(definitions: &Definitions) -> Result<(), String> {
+    for queue in &definitions.queues {
+        if let Some(queue_type) = declared_queue_type(queue) {
+            if !IMPORTABLE_QUEUE_TYPES.contains(&queue_type.as_str()) {
+                return Err(format!(
+                    "queue '{}' in vhost '{}' has type '{queue_type}', which Warren does not support yet (only {}); nothing was imported",
+                    queue.name,
+                    queue.vhost,
+                    IMPORTABLE_QUEUE_TYPES.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn parse_topic_permissions(
     definitions: &Definitions,
 ) -> Result<Vec<(String, String, TopicPermission)>, String> {

@@ -4,25 +4,22 @@
 //! its users log in with their RabbitMQ passwords and clients use the pre-declared topology.
 //! A bad file stops start-up naming the path and the problem.
 
-use std::path::PathBuf;
-
 use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties, ErrorKind};
 use warren::Server;
 use warren_config::Settings;
-use warren_interop_tests::{TestBroker, TEST_LISTENERS};
-
-fn fixture() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/rabbitmq-3.10-definitions.json")
-        .display()
-        .to_string()
-}
+use warren_interop_tests::{
+    classic_definitions_fixture, rabbitmq_definitions_fixture, TempDir, TestBroker, TEST_LISTENERS,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exported_users_log_in_and_use_the_predeclared_topology() {
-    let broker = TestBroker::start_with(&[("load_definitions", &fixture())]).await;
+    // The export without its quorum queue: an import naming one is refused until quorum
+    // queues exist (see the test below).
+    let dir = TempDir::new("classic-definitions");
+    let fixture = classic_definitions_fixture(&dir);
+    let broker = TestBroker::start_with(&[("load_definitions", &fixture)]).await;
     let url = broker.url_for("alice", "s3cret-Alice", "shop");
     let connection = Connection::connect(&url, ConnectionProperties::default())
         .await
@@ -38,9 +35,8 @@ async fn exported_users_log_in_and_use_the_predeclared_topology() {
         )
         .await
         .expect("publish");
-    // The topic binding `eu.#` and the quorum queue's `#` both match; the quorum queue is
-    // served as a classic queue until quorum queues exist.
-    for queue in ["orders.eu", "orders.quorum"] {
+    // The topic binding `eu.#` matches.
+    for queue in ["orders.eu"] {
         let message = channel
             .basic_get(queue.into(), BasicGetOptions { no_ack: true })
             .await
@@ -161,5 +157,28 @@ async fn bad_definitions_stop_start_up_naming_the_path_and_problem() {
     assert!(
         error.contains("missing"),
         "names the unknown vhost: {error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_and_stream_queues_refuse_start_up_naming_the_queue_and_the_type() {
+    // RabbitMQ's own export, with its quorum queue: refused whole, not served as classic.
+    let exported = std::fs::read_to_string(rabbitmq_definitions_fixture()).expect("fixture");
+    let (path, error) = start_error(&exported).await;
+    assert!(error.contains(&path), "names the path: {error}");
+    assert!(
+        error.contains(
+            "queue 'orders.quorum' in vhost 'shop' has type 'quorum', which Warren does not support yet"
+        ),
+        "{error}"
+    );
+    // A stream named only by its x-queue-type argument.
+    let (_, error) = start_error(
+        r#"{"queues": [{"name": "log", "vhost": "/", "durable": true, "auto_delete": false, "arguments": {"x-queue-type": "stream"}}]}"#,
+    )
+    .await;
+    assert!(
+        error.contains("queue 'log' in vhost '/' has type 'stream'"),
+        "{error}"
     );
 }

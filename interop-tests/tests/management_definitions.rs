@@ -3,17 +3,10 @@
 //! identically; an invalid document is refused with 400 and the reason, and nothing of it is
 //! applied.
 
-use std::path::PathBuf;
-
 use serde_json::Value;
-use warren_interop_tests::TestBroker;
-
-fn fixture() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/rabbitmq-3.10-definitions.json")
-        .display()
-        .to_string()
-}
+use warren_interop_tests::{
+    classic_definitions_fixture, rabbitmq_definitions_fixture, TempDir, TestBroker,
+};
 
 fn names(document: &Value, section: &str) -> Vec<String> {
     document[section]
@@ -32,7 +25,10 @@ fn names(document: &Value, section: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_import_round_trip_from_a_rabbitmq_fixture() {
-    let source = TestBroker::start_with(&[("load_definitions", &fixture())]).await;
+    // Without its quorum queue, which Warren refuses to import until quorum queues exist.
+    let dir = TempDir::new("classic-definitions");
+    let fixture = classic_definitions_fixture(&dir);
+    let source = TestBroker::start_with(&[("load_definitions", &fixture)]).await;
     let cap = r#"{"pattern": "^orders", "definition": {"max-length": 1000}, "apply-to": "queues", "priority": 0}"#;
     let set = source
         .api_as_guest("PUT", "/api/operator-policies/%2F/cap", Some(cap))
@@ -136,5 +132,55 @@ async fn an_invalid_import_is_refused_whole_with_the_reason() {
         .api("GET", "/api/definitions", Some(("ops", "pw")), None)
         .await;
     assert_eq!(forbidden.status, 401);
+    broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_naming_a_quorum_queue_is_refused_and_classic_types_round_trip() {
+    let broker = TestBroker::start().await;
+    let exported = std::fs::read_to_string(rabbitmq_definitions_fixture()).expect("fixture");
+    let refused = broker
+        .api_as_guest("POST", "/api/definitions", Some(&exported))
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    let reason = refused.json()["reason"].as_str().unwrap().to_string();
+    assert!(
+        reason.contains(
+            "queue 'orders.quorum' in vhost 'shop' has type 'quorum', which Warren does not support yet"
+        ),
+        "{reason}"
+    );
+    assert!(broker.broker().vhost("shop").is_none(), "nothing applied");
+
+    // `type` and `x-queue-type` of classic queues come back as they went in.
+    let document = r#"{
+        "queues": [
+            {"name": "typed", "vhost": "/", "durable": true, "auto_delete": false,
+             "type": "classic", "arguments": {"x-queue-type": "classic"}},
+            {"name": "plain", "vhost": "/", "durable": true, "auto_delete": false,
+             "type": "classic", "arguments": {}}
+        ]
+    }"#;
+    let imported = broker
+        .api_as_guest("POST", "/api/definitions", Some(document))
+        .await;
+    assert_eq!(imported.status, 204, "{}", imported.text());
+    let exported = broker
+        .api_as_guest("GET", "/api/definitions", None)
+        .await
+        .json();
+    let queue = |name: &str| {
+        exported["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["name"] == name)
+            .unwrap_or_else(|| panic!("{name} exported"))
+            .clone()
+    };
+    assert_eq!(queue("typed")["type"], "classic");
+    assert_eq!(queue("typed")["arguments"]["x-queue-type"], "classic");
+    assert_eq!(queue("plain")["type"], "classic");
+    assert_eq!(queue("plain")["arguments"], serde_json::json!({}));
     broker.shutdown().await;
 }
