@@ -499,6 +499,7 @@ impl Server {
                 consumer_timeout: settings.consumer_timeout,
                 auth_mechanisms: settings.auth_mechanisms(),
                 cert_login_from: login_from(settings.ssl_cert_login_from),
+                server_properties: settings.server_properties.clone(),
             },
             handshake_timeout: settings.handshake_timeout,
             connection_max: settings.connection_max,

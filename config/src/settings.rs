@@ -189,6 +189,10 @@ pub struct Settings {
     /// `(N, mechanism)`; `None` until the first such key is given, meaning RabbitMQ's
     /// default `PLAIN AMQPLAIN`. See [`Settings::auth_mechanisms`].
     pub auth_mechanism_keys: Option<Vec<(String, String)>>,
+    /// `server_properties.<name>`: AMQP 0-9-1 server properties (connection.start) added or
+    /// overriding Warren's, as RabbitMQ's `server_properties` setting, in the order first
+    /// given; values are strings. `capabilities` cannot be set: they are always RabbitMQ's.
+    pub server_properties: Vec<(String, String)>,
     /// `management.ssl.port` / `management.ssl.ip`: the management API over HTTPS, in addition
     /// to HTTP. Default none; needs `management.ssl.certfile` and `management.ssl.keyfile`.
     pub management_tls_listener: Option<ListenAddr>,
@@ -306,6 +310,7 @@ impl Default for Settings {
             ssl_options: SslOptions::default(),
             ssl_cert_login_from: CertLoginFrom::DistinguishedName,
             auth_mechanism_keys: None,
+            server_properties: Vec::new(),
             management_tls_listener: None,
             management_tls_certfile: None,
             management_tls_keyfile: None,
@@ -437,6 +442,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "auth_mechanisms.<N>",
         "an AMQP 0-9-1 SASL mechanism: PLAIN, AMQPLAIN or EXTERNAL (PLAIN, AMQPLAIN)",
+    ),
+    (
+        "server_properties.<name>",
+        "an AMQP 0-9-1 server property (text) to add or override, e.g. product (product = Warren)",
     ),
     (
         "management.ssl.port",
@@ -937,6 +946,27 @@ impl Settings {
             match keys.iter_mut().find(|(existing, _)| existing == index) {
                 Some(entry) => entry.1 = (*mechanism).to_owned(),
                 None => keys.push((index.to_owned(), (*mechanism).to_owned())),
+            }
+            return Ok(());
+        }
+        if let Some(name) = key
+            .strip_prefix("server_properties.")
+            .filter(|n| is_name(n))
+        {
+            if name == "capabilities" {
+                return Err(invalid(
+                    "a property other than capabilities, which are always RabbitMQ's",
+                ));
+            }
+            match self
+                .server_properties
+                .iter_mut()
+                .find(|(existing, _)| existing == name)
+            {
+                Some(entry) => entry.1 = value.to_owned(),
+                None => self
+                    .server_properties
+                    .push((name.to_owned(), value.to_owned())),
             }
             return Ok(());
         }

@@ -638,3 +638,26 @@ fn https_client_certificate_keys_are_set_per_endpoint() {
         .is_err());
     assert!(settings.set("prometheus.ssl.cacertfile", "").is_err());
 }
+
+#[test]
+fn server_properties_are_set_by_name_and_capabilities_are_refused() {
+    let mut settings = Settings::default();
+    settings
+        .set("server_properties.product", "RabbitMQ")
+        .unwrap();
+    settings.set("server_properties.version", "3.13.7").unwrap();
+    settings
+        .set("server_properties.product", "RabbitMQ Server")
+        .unwrap();
+    assert_eq!(
+        settings.server_properties,
+        vec![
+            ("product".to_string(), "RabbitMQ Server".to_string()),
+            ("version".to_string(), "3.13.7".to_string()),
+        ]
+    );
+    let error = settings
+        .set("server_properties.capabilities", "none")
+        .unwrap_err();
+    assert!(error.to_string().contains("capabilities"), "{error}");
+}

@@ -54,6 +54,9 @@ pub struct SessionConfig {
     pub auth_mechanisms: Vec<String>,
     /// Which part of a client certificate names the user of an EXTERNAL login.
     pub cert_login_from: LoginFrom,
+    /// Server properties (text) added to or overriding connection.start's
+    /// (`server_properties.<name>`); `capabilities` is never taken from here.
+    pub server_properties: Vec<(String, String)>,
 }
 
 impl Default for SessionConfig {
@@ -67,6 +70,7 @@ impl Default for SessionConfig {
             consumer_timeout: Some(Duration::from_secs(1800)),
             auth_mechanisms: vec!["PLAIN".to_string(), "AMQPLAIN".to_string()],
             cert_login_from: LoginFrom::DistinguishedName,
+            server_properties: Vec::new(),
         }
     }
 }
@@ -233,6 +237,14 @@ impl Session {
         properties.insert("platform", Value::string("Rust"));
         properties.insert("product", Value::string(self.config.product.clone()));
         properties.insert("version", Value::string(env!("CARGO_PKG_VERSION")));
+        // As rabbit_reader: configured properties win over the built-in ones, except
+        // capabilities, and the table goes out sorted by key.
+        for (key, value) in &self.config.server_properties {
+            if key != "capabilities" {
+                properties.insert(key.clone(), Value::string(value.clone()));
+            }
+        }
+        properties.0.sort_by(|(a, _), (b, _)| a.cmp(b));
         Method::ConnectionStart {
             version_major: 0,
             version_minor: 9,
