@@ -66,7 +66,9 @@ impl Amqp10Conn {
         let stream = TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connect {}:{}: {e}", config.uri.host, config.uri.port))?;
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        if config.nodelay {
+            stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        }
         let (rd, wr) = stream.into_split();
         let mut conn = Amqp10Conn {
             rd,
@@ -166,7 +168,7 @@ impl Amqp10Conn {
 
     /// Attaches link handle 0 and waits for the broker's attach; a refused link (no
     /// terminus in the reply, then a detach) is an error carrying the broker's reason.
-    async fn attach(&mut self, role: Role, address: &str) -> Result<(), String> {
+    async fn attach(&mut self, role: Role, address: &str, settled: bool) -> Result<(), String> {
         let is_sender = role == Role::Sender;
         let name = if is_sender {
             "warren-perf-sender"
@@ -177,7 +179,11 @@ impl Amqp10Conn {
             name: name.into(),
             handle: Handle(0),
             role,
-            snd_settle_mode: SenderSettleMode::Unsettled,
+            snd_settle_mode: if settled {
+                SenderSettleMode::Settled
+            } else {
+                SenderSettleMode::Unsettled
+            },
             rcv_settle_mode: ReceiverSettleMode::First,
             source: Some(Box::new(Source {
                 address: (!is_sender).then(|| address.to_string()),
@@ -317,9 +323,9 @@ fn describe(performative: &Performative, expected: &str) -> String {
     }
 }
 
-/// Appends a transfer of one whole unsettled message (a single data section holding `body`)
-/// on channel 0, link handle 0, with `delivery_id` as id and tag.
-pub fn encode_transfer(out: &mut BytesMut, delivery_id: u32, body: &[u8]) {
+/// Appends a transfer of one whole message (a single data section holding `body`) on
+/// channel 0, link handle 0, with `delivery_id` as id and tag, pre-settled when `settled`.
+pub fn encode_transfer(out: &mut BytesMut, delivery_id: u32, body: &[u8], settled: bool) {
     let start = out.len();
     out.put_slice(&[0, 0, 0, 0, 2, 0, 0, 0]);
     // transfer: described list8 of handle, delivery-id, delivery-tag, message-format, settled.
@@ -331,7 +337,7 @@ pub fn encode_transfer(out: &mut BytesMut, delivery_id: u32, body: &[u8]) {
     out.put_slice(&[0xa0, 4]);
     out.put_u32(delivery_id);
     out.put_u8(0x43); // message-format 0
-    out.put_u8(0x42); // settled false
+    out.put_u8(if settled { 0x41 } else { 0x42 }); // settled true / false
     out.put_slice(&[0x00, 0x53, 0x75]);
     if body.len() < 256 {
         out.put_slice(&[0xa0, body.len() as u8]);
@@ -447,9 +453,10 @@ pub async fn queue(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), Strin
     let window = config.confirm.unwrap_or(1000).max(1) as u64;
     let counters = Arc::new(Counters::default());
     let mut receiver = Amqp10Conn::open(&config, "warren-perf-receiver").await?;
-    receiver.attach(Role::Receiver, &address).await?;
+    let settled = config.amqp10_settled;
+    receiver.attach(Role::Receiver, &address, settled).await?;
     let mut sender = Amqp10Conn::open(&config, "warren-perf-sender").await?;
-    sender.attach(Role::Sender, &address).await?;
+    sender.attach(Role::Sender, &address, settled).await?;
     let max_body = sender.remote_max_frame as usize - 64;
     if config.size > max_body {
         return Err(format!(
@@ -461,15 +468,21 @@ pub async fn queue(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), Strin
     let mut tasks = tokio::task::JoinSet::new();
     {
         let (counters, shared) = (counters.clone(), shared.clone());
-        tasks.spawn(async move { receive(receiver, credit, &counters, &shared).await });
+        tasks.spawn(async move { receive(receiver, credit, settled, &counters, &shared).await });
     }
     {
         let (counters, shared, config) = (counters.clone(), shared.clone(), config.clone());
         tasks.spawn(async move { send(sender, window, &config, &counters, &shared).await });
     }
     let v = if config.amqp10_address_v1 { "v1" } else { "v2" };
+    let settlement = if settled { "pre-settled" } else { "unsettled" };
+    let nodelay = if config.nodelay {
+        ""
+    } else {
+        ", no TCP_NODELAY"
+    };
     let scenario = format!(
-        "AMQP 1.0 queue ({v} address {address}), unsettled, credit {credit}, window {window}"
+        "AMQP 1.0 queue ({v} address {address}), {settlement}, credit {credit}, window {window}{nodelay}"
     );
     let result = report(&config, &shared, &counters, &scenario, tasks).await;
     if !config.keep {
@@ -486,6 +499,7 @@ pub async fn queue(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), Strin
 async fn receive(
     mut conn: Amqp10Conn,
     credit: u32,
+    settled: bool,
     counters: &Counters,
     shared: &Shared,
 ) -> Result<(), String> {
@@ -543,7 +557,9 @@ async fn receive(
                 },
             }
         }
-        if let Some(first) = first {
+        if settled {
+            counters.delivered.fetch_add(batch, Ordering::Relaxed);
+        } else if let Some(first) = first {
             encode_amqp_frame(
                 &mut out,
                 0,
@@ -633,9 +649,11 @@ async fn send(
             && credit_limit.wrapping_sub(sent) as i32 > 0
             && (session_unlimited || session_limit.wrapping_sub(sent) as i32 > 0)
         {
-            encode_transfer(&mut out, sent, &body);
+            encode_transfer(&mut out, sent, &body, config.amqp10_settled);
             sent = sent.wrapping_add(1);
-            unsettled += 1;
+            if !config.amqp10_settled {
+                unsettled += 1;
+            }
             written += 1;
         }
         if written > 0 {
@@ -666,9 +684,9 @@ mod tests {
     #[test]
     fn hand_encoded_transfers_decode_as_transfers() {
         let mut out = BytesMut::new();
-        encode_transfer(&mut out, 70_000, b"0123456789abcdef");
-        encode_transfer(&mut out, 1, &[7u8; 300]);
-        for (id, len) in [(70_000, 16), (1, 300)] {
+        encode_transfer(&mut out, 70_000, b"0123456789abcdef", false);
+        encode_transfer(&mut out, 1, &[7u8; 300], true);
+        for (id, len, settled) in [(70_000, 16, false), (1, 300, true)] {
             let frame = decode_frame(&mut out, 4096).unwrap().unwrap();
             let FrameBody::Amqp {
                 performative: Performative::Transfer(transfer),
@@ -679,7 +697,7 @@ mod tests {
             };
             assert_eq!(transfer.delivery_id, Some(id));
             assert_eq!(transfer.handle, Handle(0));
-            assert_eq!(transfer.settled, Some(false));
+            assert_eq!(transfer.settled, Some(settled));
             assert_eq!(
                 transfer.delivery_tag.as_ref().map(|t| t.to_vec()),
                 Some(id.to_be_bytes().to_vec())

@@ -72,6 +72,10 @@ AMQP 1.0 mode (with an amqp10:// --uri; the queue is declared over AMQP 0-9-1 fi
                             receiver link from it with credit -q (default 200) topped up as
                             deliveries are accepted
       --amqp10-address-v1   use the RabbitMQ 3.x plugin's v1 address /amq/queue/NAME
+      --amqp10-settled      both links pre-settled (snd-settle-mode settled): no dispositions,
+                            -c does not apply
+      --no-nodelay          leave Nagle's algorithm on (no TCP_NODELAY), as fe2o3-amqp's
+                            Connection::open does; with --batch 1 one transfer per write
 Other:
       --broker-pid PID      report the broker's CPU time (from /proc/PID/stat) per message
       --threads N           tokio worker threads (default: number of CPUs)
@@ -173,6 +177,10 @@ pub struct Config {
     pub source_addrs: u8,
     /// `--amqp10-address-v1`: link to `/amq/queue/NAME` instead of `/queues/NAME`.
     pub amqp10_address_v1: bool,
+    /// `--amqp10-settled`: both AMQP 1.0 links pre-settled.
+    pub amqp10_settled: bool,
+    /// `false` with `--no-nodelay`: AMQP 1.0 sockets keep Nagle's algorithm on.
+    pub nodelay: bool,
 }
 
 impl Default for Config {
@@ -209,6 +217,8 @@ impl Default for Config {
             handshake_batch: 100,
             source_addrs: 1,
             amqp10_address_v1: false,
+            amqp10_settled: false,
+            nodelay: true,
         }
     }
 }
@@ -357,6 +367,8 @@ where
             "--stomp-queue" => stomp = true,
             "--amqp10-queue" => amqp10 = true,
             "--amqp10-address-v1" => config.amqp10_address_v1 = true,
+            "--amqp10-settled" => config.amqp10_settled = true,
+            "--no-nodelay" => config.nodelay = false,
             "--source-addrs" => {
                 config.source_addrs = number::<u8>(&flag, &value(&flag)?)?.max(1);
             }
@@ -387,6 +399,11 @@ where
     }
     if config.amqp10_address_v1 && !amqp10 {
         return Err(invalid("--amqp10-address-v1 goes with --amqp10-queue"));
+    }
+    if (config.amqp10_settled || !config.nodelay) && !amqp10 {
+        return Err(invalid(
+            "--amqp10-settled and --no-nodelay go with --amqp10-queue",
+        ));
     }
     config.mode = match (rpc, churn, idle) {
         _ if stomp => Mode::StompQueue,
@@ -749,6 +766,17 @@ mod tests {
         ])
         .unwrap();
         assert!(v1.amqp10_address_v1);
+        let settled = parse(&[
+            "--uri",
+            "amqp10://h",
+            "--amqp10-queue",
+            "--amqp10-settled",
+            "--no-nodelay",
+        ])
+        .unwrap();
+        assert!(settled.amqp10_settled && !settled.nodelay);
+        assert!(Config::default().nodelay);
+        assert!(parse(&["--amqp10-settled"]).is_err());
         assert_eq!(v1.uri.port, 5673);
         assert!(parse(&["--amqp10-queue"]).is_err(), "amqp:// URI");
         assert!(parse(&["--uri", "amqp10://h"]).is_err(), "no mode");
