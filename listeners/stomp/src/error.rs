@@ -124,14 +124,6 @@ impl StompError {
 
     // Headers.
 
-    /// A required header is missing.
-    pub fn missing_header(command: &str, header: &str) -> StompError {
-        StompError::new(
-            "Missing header",
-            format!("{command} must include a '{header}' header"),
-        )
-    }
-
     /// A header has a value the broker cannot use.
     pub fn invalid_header(header: &str, expected: &str, value: &str) -> StompError {
         StompError::new(
