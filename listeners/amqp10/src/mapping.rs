@@ -157,7 +157,7 @@ pub fn decode_message(payload: Bytes) -> Result<IncomingMessage, MessageDecodeEr
         core.user_id = user_id
             .as_ref()
             .map(|id: &Vec<u8>| String::from_utf8_lossy(id).into_owned());
-        core.reply_to = properties.reply_to.map(reply_to_from_address);
+        core.reply_to = properties.reply_to;
         core.content_type = properties.content_type.map(|s| s.0);
         core.content_encoding = properties.content_encoding.map(|s| s.0);
         if let Some(time) = properties.creation_time {
@@ -190,6 +190,7 @@ pub fn decode_message(payload: Bytes) -> Result<IncomingMessage, MessageDecodeEr
     if !headers.is_empty() {
         core.headers = Some(headers);
     }
+    core.reply_to = core.reply_to.take().map(reply_to_from_address);
     Ok(IncomingMessage {
         message: Message {
             exchange: "".into(),

@@ -4,8 +4,9 @@
 //! RabbitMQ's STOMP plugin has the same error, the header and body are its words (for
 //! example `message:not_found` with `no queue 'q' in vhost '/'`), so clients and operators
 //! that match on them keep working. Every error closes the connection after the ERROR frame,
-//! as the STOMP spec requires. The constructors below are the whole list: no other module
-//! writes an ERROR's words.
+//! as the STOMP spec requires. The constructors below are the list; only the SEND path's own
+//! refusals (`Message too large`, and the user-id check moving into the core's publish) are
+//! still written where they are checked.
 //!
 //! Texts are RabbitMQ 4.x's (rabbit_stomp_processor.erl), trailing newlines included, except
 //! where 4.x prints an Erlang term (`<<"tx">>` for a transaction name): there the 3.x
@@ -249,24 +250,6 @@ impl StompError {
         StompError::new(
             "Transaction too large",
             format!("Too many actions in transaction (limit {limit})"),
-        )
-    }
-
-    // Publishing.
-
-    /// A `user-id` header that is not the logged-in user.
-    pub fn user_id_mismatch(user_id: &str, user: &str) -> StompError {
-        StompError::new(
-            "access_refused",
-            format!("user_id property set to '{user_id}' but authenticated user was '{user}'"),
-        )
-    }
-
-    /// A body over `max_message_size`.
-    pub fn message_too_large(size: usize, max: usize) -> StompError {
-        StompError::new(
-            "Message too large",
-            format!("message size {size} is larger than configured max size {max}"),
         )
     }
 }

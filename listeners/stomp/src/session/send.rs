@@ -54,12 +54,24 @@ impl Session {
         let properties = properties_from_send(frame, reply_to)?;
         if let Some(user_id) = &properties.user_id {
             if *user_id != user.name {
-                return Err(StompError::user_id_mismatch(user_id, &user.name));
+                return Err(StompError::new(
+                    "access_refused",
+                    format!(
+                        "user_id property set to '{user_id}' but authenticated user was '{}'",
+                        user.name
+                    ),
+                ));
             }
         }
         let max = self.config.max_message_size;
         if frame.body.len() > max {
-            return Err(StompError::message_too_large(frame.body.len(), max));
+            return Err(StompError::new(
+                "Message too large",
+                format!(
+                    "message size {} is larger than configured max size {max}",
+                    frame.body.len()
+                ),
+            ));
         }
         let (exchange, routing_key) = destination.routing();
         if !self.publish_allowed.iter().any(|x| x == exchange) {
