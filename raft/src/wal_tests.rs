@@ -240,3 +240,73 @@ fn a_wal_file_whose_split_was_interrupted_replays_to_the_same_log() {
     assert_eq!(wal.group(5).lock().entries[&4].log_id, log_id(2, 4));
     wal.close();
 }
+
+/// The child process of [`a_wal_killed_with_sigkill_recovers_every_flushed_entry`]: appends
+/// until it is killed, printing how far the log is durable after each flush.
+#[test]
+#[ignore = "run as a child process by a_wal_killed_with_sigkill_recovers_every_flushed_entry"]
+fn sigkill_child_writer() {
+    let Some(dir) = std::env::var_os("WARREN_RAFT_WAL_CHILD") else {
+        return;
+    };
+    let options = WalOptions {
+        max_wal_bytes: 64 * 1024,
+    };
+    let (wal, _) = Wal::open(PathBuf::from(dir), options).unwrap();
+    let store = GroupLogStore::new(&wal, 1);
+    let mut index = 0;
+    loop {
+        append(
+            &store,
+            ((index + 1)..=(index + 50)).map(|i| entry(1, i)).collect(),
+        );
+        index += 50;
+        println!("durable {index}");
+    }
+}
+
+#[test]
+fn a_wal_killed_with_sigkill_recovers_every_flushed_entry() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command as Process, Stdio};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Process::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "wal::tests::sigkill_child_writer",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("WARREN_RAFT_WAL_CHILD", dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut durable = 0u64;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let Ok(line) = line else { break };
+        if let Some(count) = line.strip_prefix("durable ") {
+            durable = count.parse().unwrap();
+            if durable >= 5_000 {
+                break;
+            }
+        }
+    }
+    // std's kill is SIGKILL on Unix: no destructor, no flush, possibly in mid-write.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(durable >= 5_000, "the child stopped early at {durable}");
+
+    let (wal, _) = Wal::open(dir.path(), WalOptions::default()).unwrap();
+    let live = indexes(&wal, 1);
+    assert_eq!(live.first(), Some(&1));
+    assert!(live.windows(2).all(|w| w[1] == w[0] + 1), "no gaps");
+    assert!(
+        live.len() as u64 >= durable,
+        "{} entries recovered, {durable} were reported durable",
+        live.len()
+    );
+    wal.close();
+}
