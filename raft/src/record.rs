@@ -10,6 +10,7 @@
 //! - `3` truncate: `from index u64` (entries from there on are removed)
 //! - `4` purge: `index u64 | term u64 | leader u64` (entries up to there are removed)
 //! - `5` committed: `present u8 | index u64 | term u64 | leader u64`
+//! - `6` remove: empty (the group was deleted: forget everything before)
 //!
 //! Replaying any prefix of the records in order gives a valid log state, and replaying a
 //! sequence twice gives the same state as once (every record sets keys to constants), which
@@ -34,6 +35,7 @@ pub(crate) enum Op {
     Truncate(u64),
     Purge(LogId<u64>),
     Committed(Option<LogId<u64>>),
+    Remove,
 }
 
 /// Appends one framed record.
@@ -77,6 +79,7 @@ pub(crate) fn encode(out: &mut Vec<u8>, group: GroupId, op: &Op) {
             out.push(5);
             put_opt_log_id(out, log_id.as_ref());
         }
+        Op::Remove => out.push(6),
     }
     let payload = &out[start + HEADER_LEN..];
     let length = payload.len() as u32;
@@ -152,6 +155,7 @@ fn decode_payload(payload: &[u8]) -> Option<(GroupId, Op)> {
         3 => Op::Truncate(r.u64()?),
         4 => Op::Purge(r.log_id()?),
         5 => Op::Committed(r.opt_log_id()?),
+        6 => Op::Remove,
         _ => return None,
     };
     r.0.is_empty().then_some((group, op))

@@ -62,12 +62,21 @@ pub struct GroupState {
     pub(crate) vote: Option<Vote<u64>>,
     pub(crate) committed: Option<LogId<u64>>,
     pub(crate) purged: Option<LogId<u64>>,
+    /// The last record was a removal: the group is gone.
+    pub(crate) removed: bool,
 }
 
 impl GroupState {
     /// Applies one record, as written or as replayed.
     pub(crate) fn apply(&mut self, op: Op) {
+        self.removed = false;
         match op {
+            Op::Remove => {
+                *self = GroupState {
+                    removed: true,
+                    ..GroupState::default()
+                };
+            }
             Op::Entry(entry) => {
                 if self
                     .purged
@@ -139,6 +148,8 @@ struct Pending {
     callbacks: Vec<Flushed>,
     /// Purge points in `buffer`, per group.
     purged: BTreeMap<GroupId, u64>,
+    /// Groups removed in `buffer`.
+    removed: Vec<GroupId>,
     closing: bool,
 }
 
@@ -275,6 +286,20 @@ impl Wal {
         for (_, file) in &closed {
             replay_file(file, &mut groups, &mut report)?;
         }
+        // Groups whose last record is their removal: finish deleting them.
+        let removed: Vec<GroupId> = groups
+            .iter()
+            .filter(|(_, state)| state.removed)
+            .map(|(group, _)| *group)
+            .collect();
+        for group in removed {
+            groups.remove(&group);
+            segments.remove(&group);
+            match fs::remove_dir_all(group_dir(&dir, group)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
         let next_seq = closed
             .last()
             .map(|(seq, _)| seq + 1)
@@ -330,6 +355,14 @@ impl Wal {
         Arc::clone(self.shared.groups.lock().entry(group).or_default())
     }
 
+    /// Deletes a group (its queue was deleted): its log is forgotten at once, and its segment
+    /// files and snapshot are deleted once the removal is on disk (`flushed` is fired then).
+    /// Stop the group's Raft member first: a snapshot written afterwards would come back.
+    pub fn remove_group(&self, group: GroupId, flushed: Option<Flushed>) {
+        self.shared.groups.lock().remove(&group);
+        self.submit(group, &[Op::Remove], flushed);
+    }
+
     /// The groups that have a log on this node.
     pub fn groups(&self) -> Vec<GroupId> {
         self.shared.groups.lock().keys().copied().collect()
@@ -346,9 +379,13 @@ impl Wal {
         let mut pending = self.shared.pending.lock();
         for op in ops {
             record::encode(&mut pending.buffer, group, op);
-            if let Op::Purge(log_id) = op {
-                let point = pending.purged.entry(group).or_default();
-                *point = (*point).max(log_id.index);
+            match op {
+                Op::Purge(log_id) => {
+                    let point = pending.purged.entry(group).or_default();
+                    *point = (*point).max(log_id.index);
+                }
+                Op::Remove => pending.removed.push(group),
+                _ => {}
             }
         }
         if let Some(flushed) = flushed {
@@ -423,7 +460,7 @@ impl Writer {
 
     fn run(mut self) {
         loop {
-            let (buffer, callbacks, purged, closing) = {
+            let (buffer, callbacks, purged, removed, closing) = {
                 let mut pending = self.shared.pending.lock();
                 while pending.buffer.is_empty() && !pending.closing {
                     self.shared.wake.wait(&mut pending);
@@ -432,6 +469,7 @@ impl Writer {
                     std::mem::take(&mut pending.buffer),
                     std::mem::take(&mut pending.callbacks),
                     std::mem::take(&mut pending.purged),
+                    std::mem::take(&mut pending.removed),
                     pending.closing,
                 )
             };
@@ -439,6 +477,12 @@ impl Writer {
             if !buffer.is_empty() {
                 let result = self.write(&buffer);
                 written = result.is_ok();
+                // A removal's callback means its files are gone too.
+                for &group in removed.iter().filter(|_| written) {
+                    if let Err(e) = self.forget(group) {
+                        tracing::warn!(group, error = %e, "deleting a removed raft group's files failed");
+                    }
+                }
                 for callback in callbacks {
                     callback(match &result {
                         Ok(()) => Ok(()),
@@ -561,6 +605,21 @@ impl Writer {
         }
         fs::remove_file(path)?;
         sync_dir(&wal_dir(&self.shared.dir))
+    }
+
+    /// Deletes the files of a group whose removal is on disk (unless it was created again
+    /// meanwhile).
+    fn forget(&mut self, group: GroupId) -> io::Result<()> {
+        if self.shared.groups.lock().contains_key(&group) {
+            return Ok(());
+        }
+        self.segments.remove(&group);
+        self.durable_purged.remove(&group);
+        let dir = group_dir(&self.shared.dir, group);
+        match fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => sync_dir(&self.shared.dir.join("groups")),
+        }
     }
 
     /// Deletes a group's oldest segments while every entry in them is purged (never its

@@ -310,3 +310,38 @@ fn a_wal_killed_with_sigkill_recovers_every_flushed_entry() {
     );
     wal.close();
 }
+
+#[test]
+fn a_removed_group_leaves_no_files_and_does_not_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = WalOptions {
+        max_wal_bytes: 16 * 1024,
+    };
+    let (wal, _) = Wal::open(dir.path(), options.clone()).unwrap();
+    let doomed = GroupLogStore::new(&wal, 5);
+    let kept = GroupLogStore::new(&wal, 6);
+    // Enough to roll the WAL over: group 5 gets segment files.
+    append(&doomed, (1..=300).map(|i| entry(1, i)).collect());
+    append(&kept, vec![entry(1, 1)]);
+    assert!(wal.group_dir(5).exists());
+    let (sender, receiver) = mpsc::channel();
+    wal.remove_group(
+        5,
+        Some(Box::new(move |result| {
+            let _ = sender.send(result);
+        })),
+    );
+    receiver.recv().unwrap().unwrap();
+    assert!(!wal.group_dir(5).exists());
+    // The removal is still in the current WAL file: a reopen must not bring the group back.
+    append(&kept, vec![entry(1, 2)]);
+    wal.close();
+    let (wal, _) = Wal::open(dir.path(), options.clone()).unwrap();
+    assert_eq!(wal.groups(), vec![6]);
+    assert_eq!(indexes(&wal, 6), vec![1, 2]);
+    wal.close();
+    let (wal, _) = Wal::open(dir.path(), options).unwrap();
+    assert_eq!(wal.groups(), vec![6]);
+    assert!(!wal.group_dir(5).exists());
+    wal.close();
+}

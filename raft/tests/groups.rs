@@ -16,9 +16,11 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use parking_lot::Mutex;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use warren_core::message::{Message, Properties};
 use warren_core::quorum::codec::encode_snapshot;
-use warren_core::quorum::{Command, CreditMode, PublishId, QuorumConfig, Reply};
+use warren_core::quorum::{Command, CreditMode, Effect, PublishId, QuorumConfig, Reply};
+use warren_raft::state_machine::Effects;
 use warren_raft::{
     unix_ms, GroupId, GroupLogStore, NodeId, QueueRaft, QueueStateMachine, Stamped, TypeConfig,
     Wal, WalOptions,
@@ -136,18 +138,23 @@ struct TestNode {
     dir: PathBuf,
     wal: Wal,
     members: BTreeMap<GroupId, (QueueRaft, QueueStateMachine)>,
+    /// What each group's state machine asked this node to do (a driver acts only as leader).
+    effects: BTreeMap<GroupId, UnboundedReceiver<Effects>>,
 }
 
 impl TestNode {
     async fn start(router: &Arc<Router>, id: NodeId, dir: &Path, groups: &[GroupId]) -> TestNode {
         let (wal, _) = Wal::open(dir, WalOptions::default()).expect("WAL opens");
         let mut members = BTreeMap::new();
+        let mut effects = BTreeMap::new();
         for &group in groups {
             let log = GroupLogStore::new(&wal, group);
+            let (sender, receiver) = unbounded_channel();
+            effects.insert(group, receiver);
             let machine = QueueStateMachine::open(
                 wal.group_dir(group),
                 QuorumConfig::new(format!("q{group}")),
-                None,
+                Some(sender),
             )
             .expect("state machine opens");
             let raft = QueueRaft::new(
@@ -170,6 +177,7 @@ impl TestNode {
             dir: dir.to_path_buf(),
             wal,
             members,
+            effects,
         }
     }
 
@@ -298,7 +306,28 @@ async fn a_single_member_group_commits_applies_and_recovers_from_its_wal() {
         .await
         .unwrap()
         .data;
-    assert!(matches!(attached, Reply::Attached { .. }));
+    let Reply::Attached { consumer, .. } = attached else {
+        panic!("attach: {attached:?}");
+    };
+    // The attach was applied with its effects: ten deliveries to the new consumer.
+    let mut node = node;
+    let mut delivered = Vec::new();
+    while let Ok((_, effects)) = node.effects.get_mut(&1).unwrap().try_recv() {
+        for effect in effects {
+            if let Effect::Deliver {
+                consumer: to,
+                delivered: d,
+            } = effect
+            {
+                assert_eq!(to, consumer);
+                delivered.push(String::from_utf8(d.message.body.to_vec()).unwrap());
+            }
+        }
+    }
+    assert_eq!(
+        delivered,
+        (1..=10).map(|s| format!("9-{s}")).collect::<Vec<_>>()
+    );
     let before = node.members[&1].1.with_queue(|q| q.stats());
     assert_eq!((before.ready, before.unacknowledged), (20, 10));
     let expected = node.queue_bytes(1);
