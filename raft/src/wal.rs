@@ -12,7 +12,8 @@
 //! record to [`Wal::submit`]; one writer thread takes everything pending from every group,
 //! writes it with one `write`, calls `fdatasync` once, then fires the callbacks (openraft's
 //! `LogFlushed`) of every group in the batch. A WAL file that reached
-//! [`WalOptions::max_wal_bytes`] is closed, split into one segment file per group (each
+//! [`WalOptions::max_wal_bytes`] is closed and, on a second thread so that no batch waits
+//! for it, split into one segment file per group (each
 //! starting with that group's vote, commit and purge point, so older files are never needed
 //! for them), and deleted. A group's segments are deleted oldest first once every entry in
 //! them is purged (openraft purges after each snapshot), so disk use follows the live log.
@@ -27,7 +28,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use openraft::{Entry, LogId, Vote};
@@ -148,8 +149,8 @@ struct Pending {
     callbacks: Vec<Flushed>,
     /// Purge points in `buffer`, per group.
     purged: BTreeMap<GroupId, u64>,
-    /// Groups removed in `buffer`.
-    removed: Vec<GroupId>,
+    /// Groups removed in `buffer`, with the callback fired once their files are deleted.
+    removed: Vec<(GroupId, Option<Flushed>)>,
     closing: bool,
 }
 
@@ -159,7 +160,10 @@ struct Shared {
     pending: Mutex<Pending>,
     wake: Condvar,
     groups: Mutex<BTreeMap<GroupId, Arc<Mutex<GroupState>>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    /// The writer thread, then the segment thread.
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Work for the segment thread; `None` once closed.
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
     syncs: AtomicU64,
 }
 
@@ -322,14 +326,12 @@ impl Wal {
                     .map(|(group, state)| (group, Arc::new(Mutex::new(state))))
                     .collect(),
             ),
-            writer: Mutex::new(None),
+            threads: Mutex::new(Vec::new()),
+            jobs: Mutex::new(None),
             syncs: AtomicU64::new(0),
         });
-        let mut writer = Writer {
+        let mut segmenter = Segmenter {
             shared: Arc::clone(&shared),
-            file: None,
-            seq: next_seq,
-            size: 0,
             segments,
             durable_purged: shared
                 .groups
@@ -340,13 +342,25 @@ impl Wal {
         };
         // Earlier WAL files become segments before anything new is written.
         for (seq, path) in closed {
-            writer.split(seq, &path)?;
+            segmenter.split(seq, &path)?;
         }
+        let (jobs, receiver) = mpsc::channel();
+        let mut writer = Writer {
+            shared: Arc::clone(&shared),
+            file: None,
+            seq: next_seq,
+            size: 0,
+            jobs: jobs.clone(),
+        };
         writer.open_current()?;
-        let thread = std::thread::Builder::new()
+        *shared.jobs.lock() = Some(jobs);
+        let writer = std::thread::Builder::new()
             .name("warren-raft-wal".into())
             .spawn(move || writer.run())?;
-        *shared.writer.lock() = Some(thread);
+        let segments = std::thread::Builder::new()
+            .name("warren-raft-segments".into())
+            .spawn(move || segmenter.run(receiver))?;
+        shared.threads.lock().extend([writer, segments]);
         Ok((Wal { shared }, report))
     }
 
@@ -360,7 +374,25 @@ impl Wal {
     /// Stop the group's Raft member first: a snapshot written afterwards would come back.
     pub fn remove_group(&self, group: GroupId, flushed: Option<Flushed>) {
         self.shared.groups.lock().remove(&group);
-        self.submit(group, &[Op::Remove], flushed);
+        let mut pending = self.shared.pending.lock();
+        record::encode(&mut pending.buffer, group, &Op::Remove);
+        pending.removed.push((group, flushed));
+        drop(pending);
+        self.shared.wake.notify_one();
+    }
+
+    /// Waits until the segment thread has done everything asked of it so far (splits of full
+    /// WAL files, deletions): for tests and disk-use checks that must not race it.
+    pub fn wait_for_segments(&self) {
+        let (sender, receiver) = mpsc::channel();
+        let queued = self.shared.jobs.lock().as_ref().map(|jobs| {
+            jobs.send(Job::Barrier(Box::new(move |_| {
+                let _ = sender.send(());
+            })))
+        });
+        if let Some(Ok(())) = queued {
+            let _ = receiver.recv();
+        }
     }
 
     /// The groups that have a log on this node.
@@ -379,13 +411,9 @@ impl Wal {
         let mut pending = self.shared.pending.lock();
         for op in ops {
             record::encode(&mut pending.buffer, group, op);
-            match op {
-                Op::Purge(log_id) => {
-                    let point = pending.purged.entry(group).or_default();
-                    *point = (*point).max(log_id.index);
-                }
-                Op::Remove => pending.removed.push(group),
-                _ => {}
+            if let Op::Purge(log_id) = op {
+                let point = pending.purged.entry(group).or_default();
+                *point = (*point).max(log_id.index);
             }
         }
         if let Some(flushed) = flushed {
@@ -421,19 +449,41 @@ impl Wal {
     pub fn close(&self) {
         self.shared.pending.lock().closing = true;
         self.shared.wake.notify_one();
-        if let Some(thread) = self.shared.writer.lock().take() {
+        // The segment thread ends once the writer and this handle dropped their senders.
+        self.shared.jobs.lock().take();
+        let threads: Vec<JoinHandle<()>> = self.shared.threads.lock().drain(..).collect();
+        for thread in threads {
             let _ = thread.join();
         }
     }
 }
 
-/// The writer thread's own state.
+/// Work the writer hands to the segment thread, in the order it must be done.
+enum Job {
+    /// WAL file `seq` is closed: split it into segments and delete it.
+    Split(u64, PathBuf),
+    /// A purge up to this index is on disk: delete the segments it empties.
+    Purged(GroupId, u64),
+    /// A group's removal is on disk: delete its files, then fire the callback.
+    Forget(GroupId, Option<Flushed>),
+    /// Fire the callback (everything queued before is done).
+    Barrier(Flushed),
+}
+
+/// The writer thread's own state: only the current WAL file. Splitting full files and
+/// deleting segments happen on the segment thread, so a batch never waits for them.
 struct Writer {
     shared: Arc<Shared>,
     file: Option<File>,
     /// The current WAL file's sequence number.
     seq: u64,
     size: u64,
+    jobs: mpsc::Sender<Job>,
+}
+
+/// The segment thread's state: every group's segment files.
+struct Segmenter {
+    shared: Arc<Shared>,
     segments: Segments,
     /// Per group, the purge point known to be on disk: only segments at or below it may go
     /// (the in-memory one may be ahead of the disk).
@@ -441,11 +491,6 @@ struct Writer {
 }
 
 impl Writer {
-    fn purged_on_disk(&mut self, group: GroupId, point: u64) {
-        let known = self.durable_purged.entry(group).or_default();
-        *known = (*known).max(point);
-    }
-
     fn open_current(&mut self) -> io::Result<()> {
         let dir = wal_dir(&self.shared.dir);
         let file = OpenOptions::new()
@@ -477,10 +522,15 @@ impl Writer {
             if !buffer.is_empty() {
                 let result = self.write(&buffer);
                 written = result.is_ok();
-                // A removal's callback means its files are gone too.
-                for &group in removed.iter().filter(|_| written) {
-                    if let Err(e) = self.forget(group) {
-                        tracing::warn!(group, error = %e, "deleting a removed raft group's files failed");
+                for (group, flushed) in removed {
+                    match (&result, flushed) {
+                        (Ok(()), flushed) => {
+                            let _ = self.jobs.send(Job::Forget(group, flushed));
+                        }
+                        (Err(e), Some(flushed)) => {
+                            flushed(Err(io::Error::new(e.kind(), e.to_string())))
+                        }
+                        (Err(_), None) => {}
                     }
                 }
                 for callback in callbacks {
@@ -498,10 +548,7 @@ impl Writer {
                 }
             }
             for (group, point) in purged.into_iter().filter(|_| written) {
-                self.purged_on_disk(group, point);
-                if let Err(e) = self.compact(group) {
-                    tracing::warn!(group, error = %e, "deleting purged raft segments failed");
-                }
+                let _ = self.jobs.send(Job::Purged(group, point));
             }
             if self.size >= self.shared.options.max_wal_bytes {
                 if let Err(e) = self.roll() {
@@ -530,16 +577,50 @@ impl Writer {
         Ok(())
     }
 
-    /// Closes the current WAL file, splits it into segments, and starts the next one.
+    /// Closes the current WAL file, starts the next one, and has the closed one split.
     fn roll(&mut self) -> io::Result<()> {
         self.file = None;
         let closed = self.seq;
         self.seq += 1;
         self.open_current()?;
-        self.split(
-            closed,
-            &wal_dir(&self.shared.dir).join(file_name(closed, "wal")),
-        )
+        let path = wal_dir(&self.shared.dir).join(file_name(closed, "wal"));
+        let _ = self.jobs.send(Job::Split(closed, path));
+        Ok(())
+    }
+}
+
+impl Segmenter {
+    fn run(mut self, jobs: mpsc::Receiver<Job>) {
+        while let Ok(job) = jobs.recv() {
+            match job {
+                Job::Split(seq, path) => {
+                    if let Err(e) = self.split(seq, &path) {
+                        tracing::error!(error = %e, path = %path.display(), "splitting a raft WAL file into segments failed");
+                    }
+                }
+                Job::Purged(group, point) => {
+                    self.purged_on_disk(group, point);
+                    if let Err(e) = self.compact(group) {
+                        tracing::warn!(group, error = %e, "deleting purged raft segments failed");
+                    }
+                }
+                Job::Forget(group, flushed) => {
+                    let result = self.forget(group);
+                    if let Err(e) = &result {
+                        tracing::warn!(group, error = %e, "deleting a removed raft group's files failed");
+                    }
+                    if let Some(flushed) = flushed {
+                        flushed(result);
+                    }
+                }
+                Job::Barrier(flushed) => flushed(Ok(())),
+            }
+        }
+    }
+
+    fn purged_on_disk(&mut self, group: GroupId, point: u64) {
+        let known = self.durable_purged.entry(group).or_default();
+        *known = (*known).max(point);
     }
 
     /// Writes each group's records of WAL file `seq` to a segment of that group (entries

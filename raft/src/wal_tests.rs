@@ -134,6 +134,7 @@ fn a_hundred_thousand_entries_appended_and_compacted_leave_only_a_few_segment_fi
         index = end;
     }
     append(&groups[0], vec![entry(1, per_group + 1)]);
+    wal.wait_for_segments();
     let usage = wal.disk_use().unwrap();
     eprintln!(
         "disk after {total} entries: {usage:?}, {} fdatasyncs",
