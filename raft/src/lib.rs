@@ -12,11 +12,14 @@
 //! - [`log_store::GroupLogStore`]: openraft's `RaftLogStorage` for one group over the WAL.
 //! - [`state_machine::QueueStateMachine`]: openraft's `RaftStateMachine` adapting the pure
 //!   quorum queue state machine of `warren_core::quorum`, with snapshots on disk.
+//! - [`propose()`]: a command proposed with a bound on the wait, answered or timed out, never
+//!   left hanging when no majority is reachable.
 //!
 //! Transport between nodes is not here: a [`openraft::RaftNetworkFactory`] is supplied by the
 //! cluster layer (tests use an in-memory one). See docs/quorum-queues.md.
 
 pub mod log_store;
+pub mod propose;
 mod record;
 pub mod state_machine;
 pub mod wal;
@@ -27,6 +30,7 @@ use openraft::BasicNode;
 use warren_core::quorum::{Command, Reply};
 
 pub use log_store::GroupLogStore;
+pub use propose::{propose, ProposeError};
 pub use state_machine::QueueStateMachine;
 pub use wal::{Wal, WalOptions};
 

@@ -22,8 +22,8 @@ use warren_core::quorum::codec::encode_snapshot;
 use warren_core::quorum::{Command, CreditMode, Effect, PublishId, QuorumConfig, Reply};
 use warren_raft::state_machine::Effects;
 use warren_raft::{
-    unix_ms, GroupId, GroupLogStore, NodeId, QueueRaft, QueueStateMachine, Stamped, TypeConfig,
-    Wal, WalOptions,
+    propose, unix_ms, GroupId, GroupLogStore, NodeId, QueueRaft, QueueStateMachine, Stamped,
+    TypeConfig, Wal, WalOptions,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -488,6 +488,128 @@ async fn three_groups_of_three_members_agree_and_survive_a_removal_and_a_restart
         .with_queue(|q| q.stats());
     assert_eq!(stats.ready, 40);
     assert_eq!(stats.duplicates, 1);
+    drop(all);
+    for n in nodes {
+        n.stop(&router).await;
+    }
+}
+
+/// Seed 003's experiment C in one process: confirms with 3, 2 and 1 members up are all, all and
+/// none, and every attempt is answered or timed out within the bound, never left hanging.
+/// Publishes that timed out and are retried after the members return are applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirms_with_three_two_and_one_members_up_are_all_all_and_none_within_a_bound() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let router = Arc::new(Router::default());
+    let group = 20;
+    let mut nodes = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        nodes.push(TestNode::start(&router, i as u64 + 1, dir.path(), &[group]).await);
+    }
+    nodes[0]
+        .raft(group)
+        .initialize(members(&[1, 2, 3]))
+        .await
+        .unwrap();
+    let bound = Duration::from_millis(250);
+    let publish_through = |raft: QueueRaft, sequence: u64| async move {
+        let started = std::time::Instant::now();
+        let result = propose(
+            &raft,
+            Command::Enqueue {
+                publish: Some(PublishId {
+                    publisher: 1,
+                    sequence,
+                }),
+                message: message(&sequence.to_string()),
+            },
+            bound,
+        )
+        .await;
+        assert!(
+            started.elapsed() < bound + Duration::from_millis(750),
+            "attempt {sequence} took {:?}",
+            started.elapsed()
+        );
+        matches!(result, Ok(Reply::Enqueued { .. }))
+    };
+    let mut confirmed = Vec::new();
+    let mut sequence = 0;
+    for up in [3usize, 2, 1] {
+        let alive: Vec<&TestNode> = nodes.iter().collect();
+        let target = if up > 1 {
+            node(&alive, leader_of(&alive, group).await)
+                .raft(group)
+                .clone()
+        } else {
+            alive[0].raft(group).clone()
+        };
+        let attempts = if up > 1 { 20 } else { 8 };
+        let mut succeeded = 0;
+        for _ in 0..attempts {
+            sequence += 1;
+            if publish_through(target.clone(), sequence).await {
+                succeeded += 1;
+            }
+        }
+        confirmed.push((up, succeeded, attempts));
+        drop(alive);
+        if up > 1 {
+            // Stop a member that is not the leader: with 2 of 3 the leader goes on at once;
+            // with 1 of 3 the lone leader can append but never commit.
+            let alive: Vec<&TestNode> = nodes.iter().collect();
+            let leader = leader_of(&alive, group).await;
+            drop(alive);
+            let index = nodes.iter().position(|n| n.id != leader).unwrap();
+            let stopped = nodes.remove(index);
+            stopped.stop(&router).await;
+            // Keep the leader first, so the last stage targets it.
+            let leader_at = nodes.iter().position(|n| n.id == leader).unwrap();
+            nodes.swap(0, leader_at);
+        }
+    }
+    assert_eq!(confirmed, vec![(3, 20, 20), (2, 20, 20), (1, 0, 8)]);
+
+    // The two members come back; the publisher retries the 8 unconfirmed publishes.
+    let lone = nodes.remove(0);
+    let lone_id = lone.id;
+    let lone_dir = lone.stop(&router).await;
+    let mut nodes = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let id = i as u64 + 1;
+        let path = if id == lone_id {
+            lone_dir.clone()
+        } else {
+            dir.path().to_path_buf()
+        };
+        nodes.push(TestNode::start(&router, id, &path, &[group]).await);
+    }
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let leader = node(&all, leader_of(&all, group).await).raft(group).clone();
+    for retry in 41..=48 {
+        let reply = propose(
+            &leader,
+            Command::Enqueue {
+                publish: Some(PublishId {
+                    publisher: 1,
+                    sequence: retry,
+                }),
+                message: message(&retry.to_string()),
+            },
+            TIMEOUT,
+        )
+        .await;
+        assert!(
+            matches!(reply, Ok(Reply::Enqueued { .. }) | Ok(Reply::Duplicate)),
+            "{reply:?}"
+        );
+    }
+    let last = leader.metrics().borrow().last_log_index.unwrap();
+    wait_applied(&all, group, last).await;
+    for n in &all {
+        let stats = n.members[&group].1.with_queue(|q| q.stats());
+        assert_eq!(stats.ready, 48, "node {}: every publish once", n.id);
+    }
     drop(all);
     for n in nodes {
         n.stop(&router).await;
