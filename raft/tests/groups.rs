@@ -615,3 +615,116 @@ async fn confirms_with_three_two_and_one_members_up_are_all_all_and_none_within_
         n.stop(&router).await;
     }
 }
+
+/// Seed 003's experiment B in one process: confirmed publishes one at a time, the leader's
+/// node stopped, the queue drained from a survivor: none lost, none duplicated, and what was
+/// delivered unsettled on the lost leader comes again with the redelivered flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirmed_publishes_survive_the_leaders_node_and_unsettled_ones_come_back_redelivered() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let router = Arc::new(Router::default());
+    let group = 30;
+    let mut nodes = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        nodes.push(TestNode::start(&router, i as u64 + 1, dir.path(), &[group]).await);
+    }
+    nodes[0]
+        .raft(group)
+        .initialize(members(&[1, 2, 3]))
+        .await
+        .unwrap();
+    let all: Vec<&TestNode> = nodes.iter().collect();
+    let leader = node(&all, leader_of(&all, group).await).raft(group).clone();
+    let count = 500u64;
+    for sequence in 1..=count {
+        let reply = propose(
+            &leader,
+            Command::Enqueue {
+                publish: Some(PublishId {
+                    publisher: 1,
+                    sequence,
+                }),
+                message: message(&sequence.to_string()),
+            },
+            TIMEOUT,
+        )
+        .await;
+        assert!(matches!(reply, Ok(Reply::Enqueued { .. })), "{reply:?}");
+    }
+    // A consumer on the leader's node takes 10 and settles none.
+    let attached = propose(
+        &leader,
+        Command::Attach {
+            owner: 77,
+            tag: "doomed".into(),
+            mode: CreditMode::Prefetch(10),
+            priority: 0,
+            auto_ack: false,
+        },
+        TIMEOUT,
+    )
+    .await;
+    assert!(
+        matches!(attached, Ok(Reply::Attached { .. })),
+        "{attached:?}"
+    );
+    let old_leader = leader_of(&all, group).await;
+    drop(all);
+    let index = nodes.iter().position(|n| n.id == old_leader).unwrap();
+    nodes.remove(index).stop(&router).await;
+
+    let mut survivors = nodes;
+    let alive: Vec<&TestNode> = survivors.iter().collect();
+    let new_leader = leader_of(&alive, group).await;
+    assert_ne!(new_leader, old_leader);
+    let raft = node(&alive, new_leader).raft(group).clone();
+    drop(alive);
+    let receiver = survivors
+        .iter_mut()
+        .find(|n| n.id == new_leader)
+        .unwrap()
+        .effects
+        .get_mut(&group)
+        .unwrap();
+    while receiver.try_recv().is_ok() {}
+    // The consumer's node is gone: its deliveries return. Then drain everything.
+    propose(&raft, Command::Down { owner: 77 }, TIMEOUT)
+        .await
+        .unwrap();
+    let drained = propose(
+        &raft,
+        Command::Attach {
+            owner: 5,
+            tag: "drain".into(),
+            mode: CreditMode::Prefetch(0),
+            priority: 0,
+            auto_ack: true,
+        },
+        TIMEOUT,
+    )
+    .await;
+    assert!(matches!(drained, Ok(Reply::Attached { .. })), "{drained:?}");
+    let mut bodies = Vec::new();
+    let mut redelivered = Vec::new();
+    while let Ok((_, effects)) = receiver.try_recv() {
+        for effect in effects {
+            if let Effect::Deliver { delivered, .. } = effect {
+                let body: u64 = String::from_utf8(delivered.message.body.to_vec())
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                if delivered.redelivered {
+                    redelivered.push(body);
+                }
+                bodies.push(body);
+            }
+        }
+    }
+    let unique: BTreeSet<u64> = bodies.iter().copied().collect();
+    assert_eq!(bodies.len() as u64, count, "none duplicated");
+    assert_eq!(unique, (1..=count).collect::<BTreeSet<_>>(), "none lost");
+    assert_eq!(redelivered, (1..=10).collect::<Vec<_>>());
+    for n in survivors {
+        n.stop(&router).await;
+    }
+}
