@@ -258,3 +258,7 @@ impl<'a> Reader<'a> {
         Some(Membership::new(joint, map))
     }
 }
+
+#[cfg(test)]
+#[path = "record_tests.rs"]
+mod tests;

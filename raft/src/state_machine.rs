@@ -228,7 +228,7 @@ fn read_snapshot(path: &Path) -> io::Result<Option<StoredSnapshot>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let damaged = || {
+    parse_snapshot(&bytes).map(Some).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
@@ -236,13 +236,17 @@ fn read_snapshot(path: &Path) -> io::Result<Option<StoredSnapshot>> {
                 path.display()
             ),
         )
-    };
+    })
+}
+
+/// Parses a snapshot file's bytes; `None` when they are damaged.
+pub(crate) fn parse_snapshot(bytes: &[u8]) -> Option<StoredSnapshot> {
     if bytes.len() < 8 || &bytes[..4] != SNAPSHOT_MAGIC {
-        return Err(damaged());
+        return None;
     }
     let (body, crc) = bytes.split_at(bytes.len() - 4);
     if crc32fast::hash(body).to_le_bytes() != crc {
-        return Err(damaged());
+        return None;
     }
     let mut r = Reader(&body[4..]);
     let parsed = (|| {
@@ -262,5 +266,5 @@ fn read_snapshot(path: &Path) -> io::Result<Option<StoredSnapshot>> {
             data,
         ))
     })();
-    parsed.map(Some).ok_or_else(damaged)
+    parsed
 }
