@@ -126,6 +126,32 @@ pub(crate) fn read(bytes: &[u8]) -> Read {
     }
 }
 
+/// A record's group, and its index when it is an entry, read without decoding the entry:
+/// what splitting a WAL file into segments needs. `None` at the end or at a bad record.
+pub(crate) fn peek(bytes: &[u8]) -> Option<(GroupId, Option<u64>, usize)> {
+    if bytes.len() < HEADER_LEN {
+        return None;
+    }
+    let word =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let length = word(4);
+    if word(0) != MAGIC || length == 0 || length > MAX_PAYLOAD {
+        return None;
+    }
+    let end = HEADER_LEN + length as usize;
+    let payload = bytes.get(HEADER_LEN..end)?;
+    if crc32fast::hash(payload) != word(8) {
+        return None;
+    }
+    let mut r = Reader(payload);
+    let group = r.u64()?;
+    let index = match r.u8()? {
+        1 => Some(r.u64()?),
+        _ => None,
+    };
+    Some((group, index, end))
+}
+
 fn decode_payload(payload: &[u8]) -> Option<(GroupId, Op)> {
     let mut r = Reader(payload);
     let group = r.u64()?;

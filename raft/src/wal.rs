@@ -629,27 +629,27 @@ impl Segmenter {
     fn split(&mut self, seq: u64, path: &Path) -> io::Result<()> {
         let bytes = fs::read(path)?;
         let mut per_group: BTreeMap<GroupId, (Vec<u8>, Option<u64>)> = BTreeMap::new();
+        // Purge points only move forward: reading them once keeps at most a few more entries.
+        let purged: BTreeMap<GroupId, Option<u64>> = self
+            .shared
+            .groups
+            .lock()
+            .iter()
+            .map(|(group, state)| (*group, state.lock().purged.map(|p| p.index)))
+            .collect();
         let mut offset = 0;
-        while let Read::Record(group, op, used) = record::read(&bytes[offset..]) {
-            let state = self.shared.groups.lock().get(&group).cloned();
-            let Some(state) = state else {
-                offset += used;
-                continue;
-            };
-            let (out, highest) = per_group.entry(group).or_default();
-            let live = match &op {
-                Op::Entry(entry) => {
-                    let purged = state.lock().purged;
-                    let live = purged.is_none_or(|p| entry.log_id.index > p.index);
-                    if live {
-                        *highest = (*highest).max(Some(entry.log_id.index));
-                    }
-                    live
+        while let Some((group, index, used)) = record::peek(&bytes[offset..]) {
+            // Records of a group that no longer exists are left out.
+            if let Some(purged) = purged.get(&group) {
+                let (out, highest) = per_group.entry(group).or_default();
+                let live = match index {
+                    Some(index) => purged.is_none_or(|p| index > p),
+                    None => true,
+                };
+                if live {
+                    *highest = (*highest).max(index);
+                    out.extend_from_slice(&bytes[offset..offset + used]);
                 }
-                _ => true,
-            };
-            if live {
-                out.extend_from_slice(&bytes[offset..offset + used]);
             }
             offset += used;
         }
