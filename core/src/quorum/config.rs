@@ -37,7 +37,8 @@ pub struct QuorumConfig {
     pub max_length: Option<u64>,
     /// `x-max-length-bytes`: most body bytes, counted like `max_length`.
     pub max_length_bytes: Option<u64>,
-    /// `x-overflow`: drop-head or reject-publish (quorum queues refuse reject-publish-dlx).
+    /// `x-overflow`: drop-head or reject-publish (reject-publish-dlx is taken as drop-head,
+    /// as RabbitMQ does for quorum queues).
     pub overflow: Overflow,
     /// `x-dead-letter-exchange`.
     pub dead_letter_exchange: Option<String>,
@@ -117,9 +118,17 @@ impl QuorumConfig {
         let overflow = match string("x-overflow")?.as_deref() {
             None | Some("drop-head") => Overflow::DropHead,
             Some("reject-publish") => Overflow::RejectPublish,
+            Some("reject-publish-dlx") => {
+                // RabbitMQ accepts it on a quorum queue, warns, and uses drop-head.
+                tracing::warn!(
+                    queue = name,
+                    "x-overflow reject-publish-dlx is not supported by quorum queues; using drop-head"
+                );
+                Overflow::DropHead
+            }
             Some(other) => {
                 return Err(format!(
-                    "invalid arg 'x-overflow': quorum queues take drop-head or reject-publish, got '{other}'"
+                    "invalid arg 'x-overflow': expected drop-head, reject-publish or reject-publish-dlx, got '{other}'"
                 ))
             }
         };

@@ -937,8 +937,12 @@ fn purge_removes_ready_and_delayed_messages_but_not_unsettled_ones() {
 fn arguments_are_read_with_rabbitmq_defaults_and_errors() {
     let config = QuorumConfig::from_arguments("q", &Table::new()).unwrap();
     assert_eq!(config.delivery_limit, Some(DEFAULT_DELIVERY_LIMIT));
+    // RabbitMQ's quorum queues take reject-publish-dlx as drop-head (with a warning).
     let mut arguments = Table::new();
     arguments.insert("x-overflow", Value::string("reject-publish-dlx"));
+    let config = QuorumConfig::from_arguments("q", &arguments).unwrap();
+    assert_eq!(config.overflow, Overflow::DropHead);
+    arguments.insert("x-overflow", Value::string("drop-tail"));
     let error = QuorumConfig::from_arguments("q", &arguments).unwrap_err();
     assert!(error.contains("x-overflow"), "{error}");
     let mut arguments = Table::new();
