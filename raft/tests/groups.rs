@@ -301,6 +301,7 @@ async fn a_single_member_group_commits_applies_and_recovers_from_its_wal() {
                 mode: CreditMode::Prefetch(10),
                 priority: 0,
                 auto_ack: false,
+                timeout: None,
             },
         })
         .await
@@ -660,6 +661,7 @@ async fn confirmed_publishes_survive_the_leaders_node_and_unsettled_ones_come_ba
             mode: CreditMode::Prefetch(10),
             priority: 0,
             auto_ack: false,
+            timeout: None,
         },
         TIMEOUT,
     )
@@ -699,6 +701,7 @@ async fn confirmed_publishes_survive_the_leaders_node_and_unsettled_ones_come_ba
             mode: CreditMode::Prefetch(0),
             priority: 0,
             auto_ack: true,
+            timeout: None,
         },
         TIMEOUT,
     )

@@ -65,6 +65,7 @@ pub fn encode_command(out: &mut Vec<u8>, command: &Command) {
             mode,
             priority,
             auto_ack,
+            timeout,
         } => {
             w.u8(3);
             w.u64(*owner);
@@ -72,6 +73,7 @@ pub fn encode_command(out: &mut Vec<u8>, command: &Command) {
             w.mode(*mode);
             w.u32(*priority as u32);
             w.bool(*auto_ack);
+            w.opt(*timeout);
         }
         Command::Credit {
             consumer,
@@ -156,6 +158,7 @@ pub fn decode_command(bytes: &[u8]) -> Result<Command, CodecError> {
             mode: r.mode()?,
             priority: r.u32()? as i32,
             auto_ack: r.bool()?,
+            timeout: r.opt()?,
         },
         4 => Command::Credit {
             consumer: ConsumerKey(r.u64()?),
@@ -261,7 +264,10 @@ pub fn encode_snapshot(queue: &QuorumQueue) -> Vec<u8> {
         w.bool(consumer.cancelled);
         w.bool(consumer.get_only);
         w.u64(consumer.last_served);
+        w.opt(consumer.timeout);
         let ids: Vec<u64> = consumer.checked_out.iter().copied().collect();
+        w.ids(&ids);
+        let ids: Vec<u64> = consumer.timed_out.iter().copied().collect();
         w.ids(&ids);
     }
     w.u32(queue.messages.len() as u32);
@@ -286,7 +292,7 @@ pub fn encode_snapshot(queue: &QuorumQueue) -> Vec<u8> {
                 w.u8(reason_code(reason));
             }
         }
-        w.u64(entry.checked_out_at);
+        w.u64(entry.deadline);
         w.message(&entry.message);
     }
     out
@@ -361,7 +367,9 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<QuorumQueue, CodecError> {
             cancelled: r.bool()?,
             get_only: r.bool()?,
             last_served: r.u64()?,
+            timeout: r.opt()?,
             checked_out: r.ids()?.into_iter().collect::<BTreeSet<u64>>(),
+            timed_out: r.ids()?.into_iter().collect::<BTreeSet<u64>>(),
         };
         queue.consumers.insert(key, consumer);
     }
@@ -386,7 +394,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<QuorumQueue, CodecError> {
             3 => Place::DeadLettering(reason_from(r.u8()?)?),
             other => return Err(CodecError(format!("unknown place {other}"))),
         };
-        let checked_out_at = r.u64()?;
+        let deadline = r.u64()?;
         let message = Arc::new(r.message()?);
         entries.insert(
             id,
@@ -401,7 +409,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<QuorumQueue, CodecError> {
                 ttl,
                 deliver_at,
                 place,
-                checked_out_at,
+                deadline,
             },
         );
     }
@@ -435,7 +443,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<QuorumQueue, CodecError> {
                         key.0
                     )));
                 }
-                queue.checkouts.insert((entry.checked_out_at, id));
+                queue.checkouts.insert((entry.deadline, id));
             }
             Place::DeadLettering(_) => {
                 queue.dead_lettering += 1;

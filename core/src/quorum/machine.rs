@@ -47,8 +47,8 @@ pub(super) struct Entry {
     /// When a delayed message becomes available (Unix ms).
     pub(super) deliver_at: Option<u64>,
     pub(super) place: Place,
-    /// When it was checked out (for the consumer timeout).
-    pub(super) checked_out_at: u64,
+    /// When its checkout times out (Unix ms; `u64::MAX`: never).
+    pub(super) deadline: u64,
 }
 
 /// A consumer as the replicated state records it.
@@ -67,6 +67,11 @@ pub(super) struct Consumer {
     pub(super) cancelled: bool,
     /// The implicit consumer basic.get deliveries of one owner are settled through.
     pub(super) get_only: bool,
+    /// Its own consumer timeout (else the queue's).
+    pub(super) timeout: Option<u64>,
+    /// Deliveries that timed out and were returned: the consumer is suspended until it has
+    /// settled them all (late settlements change nothing else).
+    pub(super) timed_out: BTreeSet<u64>,
     /// When it last received (the queue's delivery counter), for round-robin.
     pub(super) last_served: u64,
 }
@@ -82,7 +87,7 @@ impl Consumer {
     }
 
     fn receives(&self) -> bool {
-        !self.cancelled && !self.get_only
+        !self.cancelled && !self.get_only && self.timed_out.is_empty()
     }
 }
 
@@ -158,7 +163,7 @@ pub struct QuorumQueue {
     pub(super) expiring: BTreeSet<(u64, u64)>,
     /// The timer index of delayed messages: (deliver_at, id).
     pub(super) delayed: BTreeSet<(u64, u64)>,
-    /// Checked-out messages: (checked_out_at, id), for the consumer timeout.
+    /// Checked-out messages: (deadline, id), for the consumer timeout.
     pub(super) checkouts: BTreeSet<(u64, u64)>,
     pub(super) consumers: BTreeMap<ConsumerKey, Consumer>,
     /// Highest sequence number applied per publisher.
@@ -222,7 +227,31 @@ impl QuorumQueue {
                 mode,
                 priority,
                 auto_ack,
-            } => self.attach(owner, tag, mode, priority, auto_ack, &mut effects),
+                timeout,
+            } => {
+                let credit = match mode {
+                    CreditMode::Prefetch(window) => cap_credit(window),
+                    CreditMode::Credited => 0,
+                };
+                let consumer = Consumer {
+                    owner,
+                    tag,
+                    mode: match mode {
+                        CreditMode::Prefetch(window) => CreditMode::Prefetch(cap_credit(window)),
+                        other => other,
+                    },
+                    priority,
+                    auto_ack,
+                    credit,
+                    checked_out: BTreeSet::new(),
+                    cancelled: false,
+                    get_only: false,
+                    timeout,
+                    timed_out: BTreeSet::new(),
+                    last_served: 0,
+                };
+                self.attach(consumer, &mut effects)
+            }
             Command::Credit {
                 consumer,
                 credit,
@@ -290,9 +319,10 @@ impl QuorumQueue {
         let delayed = self.delayed.first().map(|&(at, _)| at);
         let expiry = self.expiring.first().map(|&(at, _)| at);
         let timeout = self
-            .config
-            .consumer_timeout
-            .and_then(|t| self.checkouts.first().map(|&(at, _)| at.saturating_add(t)));
+            .checkouts
+            .first()
+            .map(|&(deadline, _)| deadline)
+            .filter(|&deadline| deadline != u64::MAX);
         [delayed, expiry, timeout].into_iter().flatten().min()
     }
 
@@ -387,24 +417,15 @@ impl QuorumQueue {
             self.make_ready(id);
         }
         self.expire(now, effects);
-        if let Some(timeout) = self.config.consumer_timeout {
-            while let Some(&(at, id)) = self.checkouts.first() {
-                if at.saturating_add(timeout) > now {
-                    break;
-                }
-                let Some(Place::CheckedOut(key)) = self.messages.get(&id).map(|e| e.place) else {
-                    self.checkouts.remove(&(at, id));
-                    continue;
-                };
-                if let Some(consumer) = self.consumers.get(&key) {
-                    effects.push(Effect::ConsumerTimedOut {
-                        consumer: key,
-                        owner: consumer.owner,
-                        tag: consumer.tag.clone(),
-                    });
-                }
-                self.remove_consumer(key, effects);
+        while let Some(&(deadline, id)) = self.checkouts.first() {
+            if deadline > now {
+                break;
             }
+            let Some(Place::CheckedOut(key)) = self.messages.get(&id).map(|e| e.place) else {
+                self.checkouts.remove(&(deadline, id));
+                continue;
+            };
+            self.time_out(key, now, effects);
         }
     }
 
@@ -465,7 +486,7 @@ impl QuorumQueue {
             ttl,
             deliver_at,
             place: Place::Ready,
-            checked_out_at: 0,
+            deadline: u64::MAX,
         };
         self.messages.insert(id, entry);
         match deliver_at {
@@ -482,39 +503,10 @@ impl QuorumQueue {
         Reply::Enqueued { id }
     }
 
-    fn attach(
-        &mut self,
-        owner: u64,
-        tag: String,
-        mode: CreditMode,
-        priority: i32,
-        auto_ack: bool,
-        effects: &mut Vec<Effect>,
-    ) -> Reply {
+    fn attach(&mut self, consumer: Consumer, effects: &mut Vec<Effect>) -> Reply {
         let key = ConsumerKey(self.next_consumer);
         self.next_consumer += 1;
-        let credit = match mode {
-            CreditMode::Prefetch(window) => cap_credit(window),
-            CreditMode::Credited => 0,
-        };
-        self.consumers.insert(
-            key,
-            Consumer {
-                owner,
-                tag,
-                mode: match mode {
-                    CreditMode::Prefetch(window) => CreditMode::Prefetch(cap_credit(window)),
-                    other => other,
-                },
-                priority,
-                auto_ack,
-                credit,
-                checked_out: BTreeSet::new(),
-                cancelled: false,
-                get_only: false,
-                last_served: 0,
-            },
-        );
+        self.consumers.insert(key, consumer);
         self.settle_active_consumer(effects);
         Reply::Attached {
             consumer: key,
@@ -569,6 +561,10 @@ impl QuorumQueue {
         let Some(consumer) = self.consumers.get_mut(&key) else {
             return Reply::UnknownConsumer;
         };
+        // Settling what timed out resumes the consumer; the messages went back already.
+        for id in ids {
+            consumer.timed_out.remove(id);
+        }
         let owned: Vec<u64> = ids
             .iter()
             .copied()
@@ -645,6 +641,8 @@ impl QuorumQueue {
                         checked_out: BTreeSet::new(),
                         cancelled: false,
                         get_only: true,
+                        timeout: None,
+                        timed_out: BTreeSet::new(),
                         last_served: 0,
                     },
                 );
@@ -796,8 +794,13 @@ impl QuorumQueue {
         entry.acquired = entry.acquired.saturating_add(1);
         self.counters.delivered += 1;
         self.serve_counter += 1;
+        let default_timeout = self.config.consumer_timeout;
+        let mut deadline = u64::MAX;
         let settled = match consumer.and_then(|key| self.consumers.get_mut(&key)) {
             Some(c) => {
+                if let Some(timeout) = c.timeout.or(default_timeout) {
+                    deadline = now.saturating_add(timeout);
+                }
                 c.last_served = self.serve_counter;
                 if c.auto_ack || !matches!(c.mode, CreditMode::Prefetch(_)) {
                     c.credit = c.credit.saturating_sub(1);
@@ -813,8 +816,8 @@ impl QuorumQueue {
             self.messages.remove(&id);
         } else if let (Some(key), Some(entry)) = (consumer, self.messages.get_mut(&id)) {
             entry.place = Place::CheckedOut(key);
-            entry.checked_out_at = now;
-            self.checkouts.insert((now, id));
+            entry.deadline = deadline;
+            self.checkouts.insert((deadline, id));
         }
         Some(Delivered {
             settled,
@@ -870,7 +873,7 @@ impl QuorumQueue {
     /// the caller's).
     fn check_in(&mut self, id: u64) {
         if let Some(entry) = self.messages.get(&id) {
-            self.checkouts.remove(&(entry.checked_out_at, id));
+            self.checkouts.remove(&(entry.deadline, id));
         }
     }
 
@@ -934,6 +937,44 @@ impl QuorumQueue {
             routing_key: self.config.dead_letter_routing_key.clone(),
             at_least_once,
         });
+    }
+
+    /// A consumer's deliveries past their deadline go back to the queue, redelivered and not
+    /// counted as failed, and the consumer is suspended until it settles them (RabbitMQ 4.3).
+    fn time_out(&mut self, key: ConsumerKey, now: u64, effects: &mut Vec<Effect>) {
+        let Some(consumer) = self.consumers.get(&key) else {
+            return;
+        };
+        let ids: Vec<u64> = consumer
+            .checked_out
+            .iter()
+            .copied()
+            .filter(|id| self.messages.get(id).is_some_and(|e| e.deadline <= now))
+            .collect();
+        let (owner, tag) = (consumer.owner, consumer.tag.clone());
+        if let Some(consumer) = self.consumers.get_mut(&key) {
+            for id in &ids {
+                consumer.checked_out.remove(id);
+            }
+            consumer.timed_out.extend(ids.iter().copied());
+        }
+        for &id in &ids {
+            self.check_in(id);
+            self.give_back(id, false, effects);
+        }
+        effects.push(Effect::ConsumerTimedOut {
+            consumer: key,
+            owner,
+            tag,
+            ids,
+        });
+        if self
+            .consumers
+            .get(&key)
+            .is_some_and(|c| c.cancelled && c.checked_out.is_empty())
+        {
+            self.consumers.remove(&key);
+        }
     }
 
     /// Removes a consumer; its unsettled messages return, redelivered and counted as failed

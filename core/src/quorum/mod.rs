@@ -80,10 +80,11 @@ pub enum CreditMode {
 pub enum Outcome {
     /// Processed: the message leaves the queue.
     Ack,
-    /// Back to the queue at its position, counted as a failed delivery (basic.nack/reject
-    /// with requeue).
+    /// Back to the queue at its position, counted as a failed delivery (0-9-1 basic.reject
+    /// with requeue, as RabbitMQ 4.3 counts it).
     Requeue,
-    /// Back to the queue without counting (AMQP 1.0 `released`).
+    /// Back to the queue without counting (AMQP 1.0 `released`; 0-9-1 basic.nack with
+    /// requeue, which RabbitMQ 4.3 does not count).
     Release,
     /// Refused: dead-lettered with reason `rejected`, or dropped.
     Reject,
@@ -128,6 +129,9 @@ pub enum Command {
         priority: i32,
         /// Deliveries are settled on delivery (basic.consume no-ack, pre-settled links).
         auto_ack: bool,
+        /// Milliseconds a delivery may stay unsettled: the consumer's `x-consumer-timeout`,
+        /// else the broker's `consumer_timeout`; `None` for the queue's `x-consumer-timeout`.
+        timeout: Option<u64>,
     },
     /// Sets a consumer's credit (absolute, as AMQP 1.0 flow does); with `drain`, credit left
     /// after delivering what is ready is given up ([`Effect::CreditDrained`]).
@@ -274,8 +278,10 @@ pub enum Effect {
         /// Credit given up.
         credit: u32,
     },
-    /// A delivery stayed unsettled past `x-consumer-timeout`: the consumer was removed and its
-    /// messages returned. AMQP 0-9-1 closes the channel with 406 PRECONDITION_FAILED.
+    /// Deliveries stayed unsettled past the consumer timeout: they were returned (redelivered,
+    /// not counted as failed) and the consumer receives nothing more until it settles them
+    /// (RabbitMQ 4.3). AMQP 0-9-1 sends basic.cancel to a client that takes it, else closes
+    /// the channel with 406 PRECONDITION_FAILED.
     ConsumerTimedOut {
         /// The consumer.
         consumer: ConsumerKey,
@@ -283,6 +289,8 @@ pub enum Effect {
         owner: u64,
         /// Its tag.
         tag: String,
+        /// The deliveries that timed out.
+        ids: Vec<u64>,
     },
 }
 

@@ -67,13 +67,14 @@ fn arbitrary_command() -> impl Strategy<Value = Command> {
             }
         }),
         1 => (0u64..3).prop_map(|publisher| Command::PublisherDown { publisher }),
-        2 => (0u64..4, 0u32..4, -1i32..3, any::<bool>(), any::<bool>()).prop_map(
-            |(owner, window, priority, credited, auto_ack)| Command::Attach {
+        2 => (0u64..4, 0u32..4, -1i32..3, any::<bool>(), any::<bool>(), prop::option::of(1u64..3_000)).prop_map(
+            |(owner, window, priority, credited, auto_ack, timeout)| Command::Attach {
                 owner,
                 tag: format!("t{owner}"),
                 mode: if credited { CreditMode::Credited } else { CreditMode::Prefetch(window) },
                 priority,
                 auto_ack,
+                timeout,
             }
         ),
         2 => (key.clone(), 0u32..5, any::<bool>()).prop_map(|(consumer, credit, drain)| {

@@ -89,6 +89,7 @@ impl Harness {
             mode: CreditMode::Prefetch(prefetch),
             priority,
             auto_ack: false,
+            timeout: None,
         }) {
             Reply::Attached { consumer, .. } => consumer,
             other => panic!("attach: {other:?}"),
@@ -306,6 +307,7 @@ fn link_credit_is_granted_and_drained() {
         mode: CreditMode::Credited,
         priority: 0,
         auto_ack: false,
+        timeout: None,
     }) {
         Reply::Attached { consumer, .. } => consumer,
         other => panic!("{other:?}"),
@@ -346,6 +348,7 @@ fn an_auto_ack_consumer_settles_on_delivery() {
         mode: CreditMode::Prefetch(10),
         priority: 0,
         auto_ack: true,
+        timeout: None,
     });
     let delivered = h.deliveries();
     assert!(delivered[0].1.settled);
@@ -573,33 +576,66 @@ fn a_cancelled_consumer_receives_nothing_more_but_may_still_settle() {
 }
 
 #[test]
-fn a_delivery_unsettled_past_the_consumer_timeout_times_the_consumer_out() {
+fn a_delivery_unsettled_past_the_consumer_timeout_is_returned_and_its_consumer_suspended() {
     let mut h = Harness::new(config(|c| c.consumer_timeout = Some(30_000)));
     h.publish_text("a");
-    let c = h.attach(1, 10, 0);
-    h.deliveries();
+    let slow = h.attach(1, 10, 0);
+    let first = h.deliveries();
     let start = h.now;
     assert_eq!(h.queue.next_timer(), Some(start + 30_000));
     h.tick(start + 29_999);
-    assert!(h.queue.consumers.contains_key(&c));
+    assert_eq!(h.queue.stats().unacknowledged, 1);
     h.tick(start + 30_000);
-    let timed_out: Vec<ConsumerKey> = h
+    let timed_out: Vec<(ConsumerKey, Vec<u64>)> = h
         .effects
         .iter()
         .filter_map(|e| match e {
-            Effect::ConsumerTimedOut { consumer, .. } => Some(*consumer),
+            Effect::ConsumerTimedOut { consumer, ids, .. } => Some((*consumer, ids.clone())),
             _ => None,
         })
         .collect();
-    assert_eq!(timed_out, vec![c]);
-    assert!(!h.queue.consumers.contains_key(&c));
+    assert_eq!(timed_out, vec![(slow, vec![first[0].1.id])]);
+    // Returned, redelivered, not counted as a failed delivery (RabbitMQ 4.3).
     assert_eq!(h.queue.stats().ready, 1);
-    let unknown = h.apply(Command::Settle {
-        consumer: c,
-        ids: vec![1],
-        outcome: Outcome::Ack,
+    let other = h.attach(2, 10, 0);
+    let again = h.deliveries();
+    assert_eq!(again[0].0, other, "the suspended consumer gets nothing");
+    assert!(again[0].1.redelivered);
+    assert_eq!(again[0].1.delivery_count, 0);
+    // The late ack changes nothing for the message, and resumes the consumer.
+    h.settle(slow, &[first[0].1.id], Outcome::Ack);
+    assert_eq!(h.queue.stats().acknowledged, 0);
+    assert_eq!(h.queue.stats().unacknowledged, 1);
+    h.apply(Command::Cancel { consumer: other });
+    h.publish_text("b");
+    assert_eq!(h.deliveries()[0].0, slow);
+}
+
+#[test]
+fn a_consumers_own_timeout_overrides_the_queues_and_none_means_never() {
+    let mut h = Harness::plain();
+    h.apply(Command::Attach {
+        owner: 1,
+        tag: "quick".into(),
+        mode: CreditMode::Prefetch(1),
+        priority: 0,
+        auto_ack: false,
+        timeout: Some(100),
     });
-    assert!(matches!(unknown, Reply::UnknownConsumer));
+    h.publish_text("a");
+    h.deliveries();
+    let start = h.now;
+    assert_eq!(h.queue.next_timer(), Some(start + 100));
+    h.tick(start + 100);
+    assert_eq!(h.queue.stats().ready, 1);
+
+    let mut h = Harness::plain();
+    h.attach(1, 1, 0);
+    h.publish_text("a");
+    h.deliveries();
+    assert_eq!(h.queue.next_timer(), None, "no timeout anywhere");
+    h.tick(h.now + 86_400_000);
+    assert_eq!(h.queue.stats().unacknowledged, 1);
 }
 
 // ----- consumer priorities and single active consumer -----
