@@ -262,7 +262,7 @@ impl QuorumQueue {
                 consumer,
                 ids,
                 outcome,
-            } => self.settle(consumer, &ids, outcome, &mut effects),
+            } => self.settle(now, consumer, &ids, outcome, &mut effects),
             Command::Down { owner } => {
                 let gone: Vec<ConsumerKey> = self
                     .consumers
@@ -412,7 +412,10 @@ impl QuorumQueue {
                 self.queued_bytes -= entry.length;
                 entry.order = order;
                 entry.deliver_at = None;
-                entry.expires_at = entry.ttl.map(|ttl| at.saturating_add(ttl));
+                // A fresh delayed message's TTL starts now; a returned one keeps its expiry.
+                entry.expires_at = entry
+                    .expires_at
+                    .or_else(|| entry.ttl.map(|ttl| at.saturating_add(ttl)));
             }
             self.make_ready(id);
         }
@@ -553,6 +556,7 @@ impl QuorumQueue {
 
     fn settle(
         &mut self,
+        now: u64,
         key: ConsumerKey,
         ids: &[u64],
         outcome: Outcome,
@@ -590,10 +594,15 @@ impl QuorumQueue {
                             entry.message = annotated(&entry.message, annotations);
                         }
                     }
+                    let delay = annotations
+                        .get(DELIVERY_TIME_HEADER)
+                        .and_then(|v| v.as_i64())
+                        .and_then(|at| u64::try_from(at).ok())
+                        .filter(|&at| at > now);
                     if *undeliverable_here {
                         self.dead_letter(id, DeathReason::Rejected, effects);
                     } else {
-                        self.give_back(id, *delivery_failed, effects);
+                        self.give_back_at(id, *delivery_failed, delay, effects);
                     }
                 }
             }
@@ -889,6 +898,18 @@ impl QuorumQueue {
     /// A checked-out message comes back: counted as a failed delivery when `failed`, and
     /// dead-lettered with reason `delivery_limit` once it failed more often than the limit.
     fn give_back(&mut self, id: u64, failed: bool, effects: &mut Vec<Effect>) {
+        self.give_back_at(id, failed, None, effects);
+    }
+
+    /// [`QuorumQueue::give_back`], held in the timer index until `delay` when there is one
+    /// (AMQP 1.0 `modified` with an `x-opt-delivery-time` annotation, as RabbitMQ 4.3 does).
+    fn give_back_at(
+        &mut self,
+        id: u64,
+        failed: bool,
+        delay: Option<u64>,
+        effects: &mut Vec<Effect>,
+    ) {
         let limit = self.config.delivery_limit;
         let Some(entry) = self.messages.get_mut(&id) else {
             return;
@@ -900,6 +921,11 @@ impl QuorumQueue {
         if limit.is_some_and(|limit| entry.delivery_count > limit) {
             self.counters.delivery_limit_reached += 1;
             self.dead_letter(id, DeathReason::DeliveryLimit, effects);
+        } else if let Some(at) = delay {
+            entry.place = Place::Delayed;
+            entry.deliver_at = Some(at);
+            self.queued_bytes += entry.length;
+            self.delayed.insert((at, id));
         } else {
             self.make_ready(id);
         }

@@ -49,9 +49,12 @@ fn arbitrary_outcome() -> impl Strategy<Value = Outcome> {
         2 => Just(Outcome::Requeue),
         1 => Just(Outcome::Release),
         1 => Just(Outcome::Reject),
-        1 => (any::<bool>(), any::<bool>()).prop_map(|(delivery_failed, undeliverable_here)| {
+        1 => (any::<bool>(), any::<bool>(), prop::option::of(0u64..4_000)).prop_map(|(delivery_failed, undeliverable_here, delay)| {
             let mut annotations = Table::new();
             annotations.insert("x-opt-note", Value::string("n"));
+            if let Some(delay) = delay {
+                annotations.insert(DELIVERY_TIME_HEADER, Value::I64(1_000_000 + delay as i64 * 5));
+            }
             Outcome::Modify { delivery_failed, undeliverable_here, annotations }
         }),
     ]

@@ -905,6 +905,35 @@ fn delayed_messages_become_available_in_time_order_not_publish_order() {
 }
 
 #[test]
+fn modify_with_a_delivery_time_annotation_holds_the_returned_message_until_then() {
+    let mut h = Harness::plain();
+    h.publish_text("retry me");
+    h.publish_text("next");
+    let c = h.attach(1, 1, 0);
+    let d = h.deliveries();
+    let later = h.now + 5_000;
+    let mut annotations = Table::new();
+    annotations.insert(DELIVERY_TIME_HEADER, Value::I64(later as i64));
+    h.settle(
+        c,
+        &[d[0].1.id],
+        Outcome::Modify {
+            delivery_failed: true,
+            undeliverable_here: false,
+            annotations,
+        },
+    );
+    assert_eq!(h.queue.stats().delayed, 1);
+    assert_eq!(h.bodies(), vec!["next"], "the returned one waits");
+    let next = h.queue.checked_out(c);
+    h.settle(c, &next, Outcome::Ack);
+    h.tick(later);
+    let again = h.deliveries();
+    assert_eq!(body(&again[0].1), "retry me");
+    assert_eq!(again[0].1.delivery_count, 1);
+}
+
+#[test]
 fn a_delivery_time_in_the_past_is_available_at_once() {
     let mut h = Harness::plain();
     h.publish(delayed("past", h.now - 1));
