@@ -232,6 +232,7 @@ pub fn encode_snapshot(queue: &QuorumQueue) -> Vec<u8> {
     w.u64(queue.next_consumer);
     w.u64(queue.serve_counter);
     w.opt(queue.active.map(|k| k.0));
+    w.bool(queue.rejecting);
     let n = &queue.counters;
     for value in [
         n.enqueued,
@@ -337,6 +338,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<QuorumQueue, CodecError> {
     queue.next_consumer = r.u64()?;
     queue.serve_counter = r.u64()?;
     queue.active = r.opt()?.map(ConsumerKey);
+    queue.rejecting = r.bool()?;
     queue.counters = Counters {
         enqueued: r.u64()?,
         duplicates: r.u64()?,

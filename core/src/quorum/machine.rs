@@ -179,6 +179,8 @@ pub struct QuorumQueue {
     pub(super) queued_bytes: u64,
     /// At-least-once dead letters waiting.
     pub(super) dead_lettering: u64,
+    /// reject-publish is refusing publishes (see [`QuorumQueue::update_reject_publish`]).
+    pub(super) rejecting: bool,
     pub(super) counters: Counters,
 }
 
@@ -200,6 +202,7 @@ impl QuorumQueue {
             serve_counter: 0,
             queued_bytes: 0,
             dead_lettering: 0,
+            rejecting: false,
             counters: Counters::default(),
         }
     }
@@ -215,6 +218,7 @@ impl QuorumQueue {
     pub fn apply(&mut self, now: u64, command: Command) -> Applied {
         let mut effects = Vec::new();
         self.fall_due(now, &mut effects);
+        self.update_reject_publish();
         let reply = match command {
             Command::Enqueue { publish, message } => self.enqueue(now, publish, message),
             Command::PublisherDown { publisher } => {
@@ -307,6 +311,7 @@ impl QuorumQueue {
         self.settle_active_consumer(&mut effects);
         self.dispatch(now, &mut effects);
         self.enforce_drop_head(&mut effects);
+        self.update_reject_publish();
         // A message whose TTL is already over (TTL 0, or returned after it passed) goes now
         // unless the dispatch above could hand it out at once.
         self.expire(now, &mut effects);
@@ -457,7 +462,7 @@ impl QuorumQueue {
                 return Reply::Duplicate;
             }
         }
-        if self.config.overflow == Overflow::RejectPublish && self.at_limit() {
+        if self.rejecting {
             self.counters.rejected_publishes += 1;
             return Reply::Rejected;
         }
@@ -1021,15 +1026,26 @@ impl QuorumQueue {
         (self.ready.len() + self.delayed.len()) as u64 + self.dead_lettering
     }
 
-    /// The queue holds as many messages or bytes as its limits allow.
-    fn at_limit(&self) -> bool {
-        self.config
-            .max_length
-            .is_some_and(|max| self.queued_count() >= max)
-            || self
-                .config
-                .max_length_bytes
-                .is_some_and(|max| self.queued_bytes >= max)
+    /// At or below 80% of every limit: where reject-publish starts accepting again.
+    fn below_soft_limit(&self) -> bool {
+        let below = |limit: Option<u64>, value: u64| {
+            limit.is_none_or(|max| value <= max.saturating_mul(4) / 5)
+        };
+        below(self.config.max_length, self.queued_count())
+            && below(self.config.max_length_bytes, self.queued_bytes)
+    }
+
+    /// reject-publish as RabbitMQ 4.3 does it: once the queue is over a limit it refuses
+    /// publishes until it is back at or below 80% of it (so it can overshoot by the publish
+    /// that crossed the limit).
+    fn update_reject_publish(&mut self) {
+        if self.config.overflow != Overflow::RejectPublish {
+            self.rejecting = false;
+        } else if self.over_limit() {
+            self.rejecting = true;
+        } else if self.rejecting && self.below_soft_limit() {
+            self.rejecting = false;
+        }
     }
 
     fn over_limit(&self) -> bool {

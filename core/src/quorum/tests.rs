@@ -770,19 +770,30 @@ fn drop_head_dead_letters_the_oldest_with_reason_maxlen() {
 }
 
 #[test]
-fn reject_publish_refuses_when_full_and_accepts_again_when_room_frees() {
+fn reject_publish_refuses_once_over_the_limit_until_back_at_eighty_percent() {
     let mut h = Harness::new(config(|c| {
-        c.max_length = Some(1);
+        c.max_length = Some(5);
         c.overflow = Overflow::RejectPublish;
     }));
-    h.publish_text("a");
-    assert!(matches!(h.publish(message("b")), Reply::Rejected));
+    for i in 0..6 {
+        // The sixth crosses the limit and is still taken: RabbitMQ overshoots by one.
+        assert!(matches!(
+            h.publish(message(&i.to_string())),
+            Reply::Enqueued { .. }
+        ));
+    }
+    assert!(matches!(h.publish(message("refused")), Reply::Rejected));
     assert_eq!(h.queue.stats().rejected_publishes, 1);
     let c = h.attach(1, 1, 0);
+    // Unsettled messages do not count: 5 ready is not over 5, but not yet at 80% (4) either.
+    assert!(matches!(h.publish(message("still")), Reply::Rejected));
     let d = h.deliveries();
-    // Unsettled messages do not count against the limit.
-    assert!(matches!(h.publish(message("c")), Reply::Enqueued { .. }));
     h.settle(c, &[d[0].1.id], Outcome::Ack);
+    assert_eq!(h.queue.stats().ready, 4);
+    assert!(matches!(
+        h.publish(message("again")),
+        Reply::Enqueued { .. }
+    ));
 }
 
 #[test]
@@ -802,6 +813,7 @@ fn a_rejected_publish_does_not_consume_its_sequence_number() {
         c.max_length = Some(0);
         c.overflow = Overflow::RejectPublish;
     }));
+    h.publish_text("over");
     let publish = Some(PublishId {
         publisher: 1,
         sequence: 1,
@@ -813,7 +825,8 @@ fn a_rejected_publish_does_not_consume_its_sequence_number() {
         }),
         Reply::Rejected
     ));
-    h.queue.config.max_length = Some(1);
+    // A policy raises the limit: the retry of the same sequence number is taken.
+    h.queue.config.max_length = Some(10);
     assert!(matches!(
         h.apply(Command::Enqueue {
             publish,
@@ -841,14 +854,20 @@ fn at_least_once_keeps_a_dead_letter_until_the_target_confirms_it() {
     assert!(dead[0].2, "at least once");
     assert_eq!(h.queue.stats().dead_letter_pending, 1);
     assert_eq!(h.queue.pending_dead_letters().len(), 1);
-    // Waiting dead letters count against the length limit.
-    assert!(matches!(h.publish(message("b")), Reply::Rejected));
+    // Waiting dead letters count against the length limit: one pending plus one ready is
+    // over 1, so the next publish is refused.
+    h.apply(Command::Cancel { consumer: c });
+    h.publish_text("b");
+    assert!(matches!(h.publish(message("c")), Reply::Rejected));
     h.apply(Command::DeadLetterSettled {
         ids: vec![dead[0].3],
     });
     assert_eq!(h.queue.stats().dead_letter_pending, 0);
-    assert!(h.queue.is_empty());
-    assert!(matches!(h.publish(message("b")), Reply::Enqueued { .. }));
+    assert_eq!(h.queue.len(), 1);
+    // Still at 1, above 80% of 1: refused until the queue drains.
+    assert!(matches!(h.publish(message("c")), Reply::Rejected));
+    h.apply(Command::Purge);
+    assert!(matches!(h.publish(message("c")), Reply::Enqueued { .. }));
 }
 
 #[test]
