@@ -14,10 +14,14 @@
 //!   quorum queue state machine of `warren_core::quorum`, with snapshots on disk.
 //! - [`propose()`]: a command proposed with a bound on the wait, answered or timed out, never
 //!   left hanging when no majority is reachable.
+//! - [`group::QueueGroup`]: a member with its leader-side driver: effects go to an
+//!   [`group::EffectSink`] on the leader only, and a timer proposes `Tick` when something
+//!   falls due (TTLs, delayed deliveries, consumer timeouts).
 //!
 //! Transport between nodes is not here: a [`openraft::RaftNetworkFactory`] is supplied by the
 //! cluster layer (tests use an in-memory one). See docs/quorum-queues.md.
 
+pub mod group;
 pub mod log_store;
 pub mod propose;
 mod record;
@@ -29,6 +33,7 @@ use std::io::Cursor;
 use openraft::BasicNode;
 use warren_core::quorum::{Command, Reply};
 
+pub use group::{EffectSink, QueueGroup};
 pub use log_store::GroupLogStore;
 pub use propose::{propose, ProposeError};
 pub use state_machine::QueueStateMachine;

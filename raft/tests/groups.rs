@@ -22,8 +22,8 @@ use warren_core::quorum::codec::encode_snapshot;
 use warren_core::quorum::{Command, CreditMode, Effect, PublishId, QuorumConfig, Reply};
 use warren_raft::state_machine::Effects;
 use warren_raft::{
-    propose, unix_ms, GroupId, GroupLogStore, NodeId, QueueRaft, QueueStateMachine, Stamped,
-    TypeConfig, Wal, WalOptions,
+    propose, unix_ms, EffectSink, GroupId, GroupLogStore, NodeId, QueueGroup, QueueRaft,
+    QueueStateMachine, Stamped, TypeConfig, Wal, WalOptions,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -730,4 +730,190 @@ async fn confirmed_publishes_survive_the_leaders_node_and_unsettled_ones_come_ba
     for n in survivors {
         n.stop(&router).await;
     }
+}
+
+/// Collects what the leader's driver delivers, with the time it arrived.
+#[derive(Default)]
+struct Collect {
+    delivered: Mutex<Vec<(String, u64, bool)>>,
+}
+
+impl EffectSink for Collect {
+    fn apply(&self, _index: u64, effect: Effect) {
+        if let Effect::Deliver { delivered, .. } = effect {
+            self.delivered.lock().push((
+                String::from_utf8(delivered.message.body.to_vec()).unwrap(),
+                unix_ms(),
+                delivered.redelivered,
+            ));
+        }
+    }
+}
+
+fn delayed_message(text: &str, at: u64) -> Arc<Message> {
+    let mut headers = warren_core::value::Table::new();
+    headers.insert(
+        warren_core::quorum::DELIVERY_TIME_HEADER,
+        warren_core::value::Value::I64(at as i64),
+    );
+    Arc::new(Message {
+        exchange: Arc::from(""),
+        routing_key: Arc::from("q"),
+        properties: Properties {
+            delivery_mode: Some(2),
+            headers: Some(headers),
+            ..Default::default()
+        },
+        encoded_properties: None,
+        body: Bytes::copy_from_slice(text.as_bytes()),
+    })
+}
+
+/// Native delayed delivery through a real group and its driver: messages become available at
+/// their time, not before, in time order; one still delayed when the node restarts is
+/// delivered at its time by the restarted member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_messages_are_delivered_at_their_time_in_time_order_and_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = Arc::new(Router::default());
+    let group = 40;
+    let start = |sink: Arc<Collect>| {
+        let router = Arc::clone(&router);
+        let path = dir.path().to_path_buf();
+        async move {
+            let (wal, _) = Wal::open(&path, WalOptions::default()).unwrap();
+            let member = QueueGroup::start(
+                1,
+                group,
+                config(),
+                &wal,
+                Network {
+                    router: Arc::clone(&router),
+                    group,
+                },
+                QuorumConfig::new("delayed"),
+                sink,
+            )
+            .await
+            .unwrap();
+            router
+                .members
+                .lock()
+                .insert((group, 1), member.raft.clone());
+            (wal, member)
+        }
+    };
+    let sink = Arc::new(Collect::default());
+    let (wal, member) = start(Arc::clone(&sink)).await;
+    member.raft.initialize(members(&[1])).await.unwrap();
+    member
+        .raft
+        .wait(Some(TIMEOUT))
+        .current_leader(1, "leader")
+        .await
+        .unwrap();
+    let consume = Command::Attach {
+        owner: 1,
+        tag: "c".into(),
+        mode: CreditMode::Prefetch(0),
+        priority: 0,
+        auto_ack: true,
+        timeout: None,
+    };
+    member.propose(consume.clone(), TIMEOUT).await.unwrap();
+    let base = unix_ms();
+    let times = [
+        ("third", base + 900),
+        ("first", base + 300),
+        ("second", base + 600),
+    ];
+    for (text, at) in times {
+        let reply = member
+            .propose(
+                Command::Enqueue {
+                    publish: None,
+                    message: delayed_message(text, at),
+                },
+                TIMEOUT,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(reply, Reply::Enqueued { .. }));
+    }
+    assert_eq!(member.machine.with_queue(|q| q.stats().delayed), 3);
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while sink.delivered.lock().len() < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let got = sink.delivered.lock().clone();
+    let order: Vec<&str> = got.iter().map(|(t, _, _)| t.as_str()).collect();
+    assert_eq!(order, vec!["first", "second", "third"]);
+    for ((text, received, _), (_, due)) in got.iter().zip([
+        ("first", base + 300),
+        ("second", base + 600),
+        ("third", base + 900),
+    ]) {
+        assert!(
+            *received >= due,
+            "{text} arrived {} ms early",
+            due - received
+        );
+        assert!(
+            *received < due + 1_000,
+            "{text} arrived {} ms late",
+            received - due
+        );
+    }
+
+    // One more, due after a restart of the (only) member.
+    let due = unix_ms() + 1_200;
+    member
+        .propose(
+            Command::Enqueue {
+                publish: None,
+                message: delayed_message("after restart", due),
+            },
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    router.members.lock().remove(&(group, 1));
+    member.stop().await;
+    wal.close();
+    let sink = Arc::new(Collect::default());
+    let (wal, member) = start(Arc::clone(&sink)).await;
+    member
+        .raft
+        .wait(Some(TIMEOUT))
+        .current_leader(1, "leader again")
+        .await
+        .unwrap();
+    // The consumer's connection did not survive the restart: a new one attaches.
+    member
+        .propose(Command::Down { owner: 1 }, TIMEOUT)
+        .await
+        .unwrap();
+    member.propose(consume, TIMEOUT).await.unwrap();
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !sink
+        .delivered
+        .lock()
+        .iter()
+        .any(|(t, _, _)| t == "after restart")
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let got: Vec<(String, u64, bool)> = sink
+        .delivered
+        .lock()
+        .iter()
+        .filter(|(t, _, _)| t == "after restart")
+        .cloned()
+        .collect();
+    assert_eq!(got.len(), 1, "delivered once after the restart");
+    assert!(got[0].1 >= due, "arrived {} ms early", due - got[0].1);
+    router.members.lock().remove(&(group, 1));
+    member.stop().await;
+    wal.close();
 }
