@@ -512,8 +512,16 @@ async fn confirms_with_three_two_and_one_members_up_are_all_all_and_none_within_
         .initialize(members(&[1, 2, 3]))
         .await
         .unwrap();
-    let bound = Duration::from_millis(250);
-    let publish_through = |raft: QueueRaft, sequence: u64| async move {
+    // Generous while a majority is up (a loaded machine must not turn a commit into a
+    // timeout); short when none can be.
+    let bound_for = |up: usize| {
+        if up > 1 {
+            Duration::from_secs(3)
+        } else {
+            Duration::from_millis(250)
+        }
+    };
+    let publish_through = |raft: QueueRaft, sequence: u64, bound: Duration| async move {
         let started = std::time::Instant::now();
         let result = propose(
             &raft,
@@ -549,7 +557,7 @@ async fn confirms_with_three_two_and_one_members_up_are_all_all_and_none_within_
         let mut succeeded = 0;
         for _ in 0..attempts {
             sequence += 1;
-            if publish_through(target.clone(), sequence).await {
+            if publish_through(target.clone(), sequence, bound_for(up)).await {
                 succeeded += 1;
             }
         }
@@ -859,7 +867,7 @@ async fn delayed_messages_are_delivered_at_their_time_in_time_order_and_across_a
             due - received
         );
         assert!(
-            *received < due + 1_000,
+            *received < due + 3_000,
             "{text} arrived {} ms late",
             received - due
         );
