@@ -129,6 +129,10 @@ pub fn encode_command(out: &mut Vec<u8>, command: &Command) {
         }
         Command::Purge => w.u8(10),
         Command::Tick => w.u8(11),
+        Command::Configure(config) => {
+            w.u8(12);
+            w.config(config);
+        }
     }
 }
 
@@ -197,6 +201,7 @@ pub fn decode_command(bytes: &[u8]) -> Result<Command, CodecError> {
         9 => Command::DeadLetterSettled { ids: r.ids()? },
         10 => Command::Purge,
         11 => Command::Tick,
+        12 => Command::Configure(r.config()?),
         other => return Err(CodecError(format!("unknown command {other}"))),
     };
     r.end()?;
@@ -209,25 +214,7 @@ pub fn encode_snapshot(queue: &QuorumQueue) -> Vec<u8> {
     let mut w = Writer(&mut out);
     w.0.extend_from_slice(SNAPSHOT_MAGIC);
     w.u8(SNAPSHOT_VERSION);
-    let c = &queue.config;
-    w.str(&c.name);
-    w.opt(c.delivery_limit.map(u64::from));
-    w.opt(c.message_ttl);
-    w.opt(c.max_length);
-    w.opt(c.max_length_bytes);
-    w.u8(match c.overflow {
-        Overflow::DropHead => 0,
-        Overflow::RejectPublish => 1,
-        Overflow::RejectPublishDlx => 2,
-    });
-    w.opt_str(c.dead_letter_exchange.as_deref());
-    w.opt_str(c.dead_letter_routing_key.as_deref());
-    w.u8(match c.dead_letter_strategy {
-        DeadLetterStrategy::AtMostOnce => 0,
-        DeadLetterStrategy::AtLeastOnce => 1,
-    });
-    w.bool(c.single_active_consumer);
-    w.opt(c.consumer_timeout);
+    w.config(&queue.config);
     w.u64(queue.next_id);
     w.u64(queue.next_consumer);
     w.u64(queue.serve_counter);
@@ -309,30 +296,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<QuorumQueue, CodecError> {
     if version != SNAPSHOT_VERSION {
         return Err(CodecError(format!("snapshot version {version} is unknown")));
     }
-    let name = r.str()?;
-    let mut config = QuorumConfig::new(name);
-    config.delivery_limit = r
-        .opt()?
-        .map(|v| u32::try_from(v).map_err(|_| CodecError("delivery limit".into())))
-        .transpose()?;
-    config.message_ttl = r.opt()?;
-    config.max_length = r.opt()?;
-    config.max_length_bytes = r.opt()?;
-    config.overflow = match r.u8()? {
-        0 => Overflow::DropHead,
-        1 => Overflow::RejectPublish,
-        2 => Overflow::RejectPublishDlx,
-        other => return Err(CodecError(format!("unknown overflow {other}"))),
-    };
-    config.dead_letter_exchange = r.opt_str()?;
-    config.dead_letter_routing_key = r.opt_str()?;
-    config.dead_letter_strategy = match r.u8()? {
-        0 => DeadLetterStrategy::AtMostOnce,
-        1 => DeadLetterStrategy::AtLeastOnce,
-        other => return Err(CodecError(format!("unknown strategy {other}"))),
-    };
-    config.single_active_consumer = r.bool()?;
-    config.consumer_timeout = r.opt()?;
+    let config = r.config()?;
     let mut queue = QuorumQueue::new(config);
     queue.next_id = r.u64()?;
     queue.next_consumer = r.u64()?;
@@ -534,6 +498,26 @@ impl Writer<'_> {
             self.u64(*id);
         }
     }
+    fn config(&mut self, c: &QuorumConfig) {
+        self.str(&c.name);
+        self.opt(c.delivery_limit.map(u64::from));
+        self.opt(c.message_ttl);
+        self.opt(c.max_length);
+        self.opt(c.max_length_bytes);
+        self.u8(match c.overflow {
+            Overflow::DropHead => 0,
+            Overflow::RejectPublish => 1,
+            Overflow::RejectPublishDlx => 2,
+        });
+        self.opt_str(c.dead_letter_exchange.as_deref());
+        self.opt_str(c.dead_letter_routing_key.as_deref());
+        self.u8(match c.dead_letter_strategy {
+            DeadLetterStrategy::AtMostOnce => 0,
+            DeadLetterStrategy::AtLeastOnce => 1,
+        });
+        self.bool(c.single_active_consumer);
+        self.opt(c.consumer_timeout);
+    }
     fn mode(&mut self, mode: CreditMode) {
         match mode {
             CreditMode::Prefetch(window) => {
@@ -640,6 +624,32 @@ impl<'a> Reader<'a> {
     fn ids(&mut self) -> Result<Vec<u64>, CodecError> {
         let count = self.count(8)?;
         (0..count).map(|_| self.u64()).collect()
+    }
+    fn config(&mut self) -> Result<QuorumConfig, CodecError> {
+        let mut config = QuorumConfig::new(self.str()?);
+        config.delivery_limit = self
+            .opt()?
+            .map(|v| u32::try_from(v).map_err(|_| CodecError("delivery limit".into())))
+            .transpose()?;
+        config.message_ttl = self.opt()?;
+        config.max_length = self.opt()?;
+        config.max_length_bytes = self.opt()?;
+        config.overflow = match self.u8()? {
+            0 => Overflow::DropHead,
+            1 => Overflow::RejectPublish,
+            2 => Overflow::RejectPublishDlx,
+            other => return Err(CodecError(format!("unknown overflow {other}"))),
+        };
+        config.dead_letter_exchange = self.opt_str()?;
+        config.dead_letter_routing_key = self.opt_str()?;
+        config.dead_letter_strategy = match self.u8()? {
+            0 => DeadLetterStrategy::AtMostOnce,
+            1 => DeadLetterStrategy::AtLeastOnce,
+            other => return Err(CodecError(format!("unknown strategy {other}"))),
+        };
+        config.single_active_consumer = self.bool()?;
+        config.consumer_timeout = self.opt()?;
+        Ok(config)
     }
     fn mode(&mut self) -> Result<CreditMode, CodecError> {
         match self.u8()? {

@@ -180,6 +180,85 @@ impl QuorumConfig {
         Ok(config)
     }
 
+    /// These settings combined with the policy and operator policy that apply to the queue
+    /// (their definitions), by RabbitMQ's rules for quorum queues: limits and TTL take the
+    /// strictest of argument, policy and operator policy; `overflow` from a policy wins over
+    /// the argument; dead-letter settings from the arguments win over a policy; a delivery
+    /// limit takes the lower of argument and policy unless one of them is negative (no limit),
+    /// then the higher. `arguments` are the declaration's, to tell what it set.
+    pub fn with_policies(
+        &self,
+        arguments: &Table,
+        policy: Option<&Table>,
+        operator: Option<&Table>,
+    ) -> QuorumConfig {
+        let number = |table: Option<&Table>, key: &str| {
+            table.and_then(|t| t.get(key)).and_then(Value::as_i64)
+        };
+        let text = |table: Option<&Table>, key: &str| {
+            table
+                .and_then(|t| t.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let strictest = |own: Option<u64>, key: &str| {
+            [number(policy, key), number(operator, key)]
+                .into_iter()
+                .flatten()
+                .filter_map(|n| u64::try_from(n).ok())
+                .chain(own)
+                .min()
+        };
+        let policy_limit = [
+            number(policy, "delivery-limit"),
+            number(operator, "delivery-limit"),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let declared_limit = arguments.get("x-delivery-limit").and_then(Value::as_i64);
+        let limit = match (declared_limit, policy_limit) {
+            (Some(a), Some(p)) if a < 0 || p < 0 => Some(a.max(p)),
+            (Some(a), Some(p)) => Some(a.min(p)),
+            (a, p) => a.or(p),
+        };
+        let delivery_limit = match limit {
+            None => Some(DEFAULT_DELIVERY_LIMIT),
+            Some(n) if n < 0 => None,
+            Some(n) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+        };
+        let overflow = match text(policy, "overflow").as_deref() {
+            Some("reject-publish") => Overflow::RejectPublish,
+            Some(_) => Overflow::DropHead,
+            None => self.overflow,
+        };
+        let strategy = match text(policy, "dead-letter-strategy").as_deref() {
+            _ if arguments.get("x-dead-letter-strategy").is_some() => self.dead_letter_strategy,
+            Some("at-least-once") => DeadLetterStrategy::AtLeastOnce,
+            Some(_) => DeadLetterStrategy::AtMostOnce,
+            None => self.dead_letter_strategy,
+        };
+        QuorumConfig {
+            name: self.name.clone(),
+            delivery_limit,
+            message_ttl: strictest(self.message_ttl, "message-ttl"),
+            max_length: strictest(self.max_length, "max-length"),
+            max_length_bytes: strictest(self.max_length_bytes, "max-length-bytes"),
+            overflow,
+            dead_letter_exchange: self
+                .dead_letter_exchange
+                .clone()
+                .or_else(|| text(policy, "dead-letter-exchange")),
+            dead_letter_routing_key: self
+                .dead_letter_routing_key
+                .clone()
+                .or_else(|| text(policy, "dead-letter-routing-key")),
+            dead_letter_strategy: strategy,
+            single_active_consumer: self.single_active_consumer,
+            consumer_timeout: self.consumer_timeout,
+        }
+    }
+
     /// The strategy in force: at-least-once needs a dead-letter exchange and
     /// `x-overflow: reject-publish` (RabbitMQ falls back to at-most-once otherwise, since
     /// drop-head would have to drop messages that are waiting for their dead-letter confirm).

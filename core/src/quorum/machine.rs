@@ -307,6 +307,18 @@ impl QuorumQueue {
                 }
             }
             Command::Tick => Reply::Ok,
+            Command::Configure(config) => {
+                let (name, single_active_consumer) = (
+                    std::mem::take(&mut self.config.name),
+                    self.config.single_active_consumer,
+                );
+                self.config = QuorumConfig {
+                    name,
+                    single_active_consumer,
+                    ..config
+                };
+                Reply::Ok
+            }
         };
         self.settle_active_consumer(&mut effects);
         self.dispatch(now, &mut effects);

@@ -179,6 +179,10 @@ pub enum Command {
     Purge,
     /// Time passed: TTLs, delayed deliveries and consumer timeouts fall due.
     Tick,
+    /// New settings (a policy changed; see [`QuorumConfig::with_policies`]). Lower limits
+    /// apply at once (drop-head drops, reject-publish starts refusing); a new TTL applies to
+    /// messages enqueued from now on. The name and single-active-consumer stay as declared.
+    Configure(QuorumConfig),
 }
 
 /// One message handed out.

@@ -1046,6 +1046,75 @@ fn arguments_are_read_with_rabbitmq_defaults_and_errors() {
     assert_eq!(config.consumer_timeout, Some(5_000));
 }
 
+#[test]
+fn policies_combine_with_arguments_by_rabbitmqs_rules_for_quorum_queues() {
+    let mut arguments = Table::new();
+    arguments.insert("x-max-length", Value::I64(100));
+    arguments.insert("x-overflow", Value::string("drop-head"));
+    arguments.insert("x-dead-letter-exchange", Value::string("mine"));
+    arguments.insert("x-delivery-limit", Value::I64(-1));
+    let own = QuorumConfig::from_arguments("q", &arguments).unwrap();
+    let mut policy = Table::new();
+    policy.insert("max-length", Value::I64(500));
+    policy.insert("max-length-bytes", Value::I64(4096));
+    policy.insert("overflow", Value::string("reject-publish"));
+    policy.insert("dead-letter-exchange", Value::string("theirs"));
+    policy.insert("delivery-limit", Value::I64(5));
+    let mut operator = Table::new();
+    operator.insert("max-length-bytes", Value::I64(1024));
+    let effective = own.with_policies(&arguments, Some(&policy), Some(&operator));
+    assert_eq!(effective.max_length, Some(100), "the strictest limit");
+    assert_eq!(
+        effective.max_length_bytes,
+        Some(1024),
+        "the operator's is stricter"
+    );
+    assert_eq!(
+        effective.overflow,
+        Overflow::RejectPublish,
+        "a policy's overflow wins"
+    );
+    assert_eq!(
+        effective.dead_letter_exchange.as_deref(),
+        Some("mine"),
+        "the argument wins"
+    );
+    assert_eq!(
+        effective.delivery_limit,
+        Some(5),
+        "no-limit (-1) loses to a limit"
+    );
+    // Without a declared or policy limit the default stays.
+    let plain = QuorumConfig::new("q").with_policies(&Table::new(), None, None);
+    assert_eq!(plain.delivery_limit, Some(DEFAULT_DELIVERY_LIMIT));
+}
+
+#[test]
+fn a_lower_limit_from_a_policy_applies_at_once() {
+    let mut h = Harness::new(with_dlx(|_| {}));
+    for text in ["a", "b", "c"] {
+        h.publish_text(text);
+    }
+    let mut policy = Table::new();
+    policy.insert("max-length", Value::I64(1));
+    let config = h
+        .queue
+        .config()
+        .with_policies(&Table::new(), Some(&policy), None);
+    h.apply(Command::Configure(config));
+    let dead: Vec<(String, DeathReason)> =
+        h.dead_letters().into_iter().map(|d| (d.0, d.1)).collect();
+    assert_eq!(
+        dead,
+        vec![
+            ("a".to_string(), DeathReason::MaxLen),
+            ("b".to_string(), DeathReason::MaxLen)
+        ]
+    );
+    assert_eq!(h.queue.config().name, "q");
+    h.assert_snapshot_round_trips();
+}
+
 // ----- snapshots -----
 
 #[test]
