@@ -1,15 +1,15 @@
-//! The quorum queue's state and how each command changes it.
+//! The quorum queue's state and how each command changes it (dispatch in `dispatch.rs`,
+//! moves between indexes and limits in `transitions.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::message::Message;
-use crate::queue::{DeathReason, Overflow};
+use crate::queue::DeathReason;
 
 use super::{
-    Applied, Command, ConsumerKey, CreditMode, DeadLetterStrategy, Delivered, Effect, Outcome,
-    PublishId, QuorumConfig, Reply, DEFAULT_PRIORITY, DELIVERY_TIME_HEADER, MAX_PREFETCH,
-    PRIORITY_LEVELS,
+    Applied, Command, ConsumerKey, CreditMode, Effect, Outcome, PublishId, QuorumConfig, Reply,
+    DEFAULT_PRIORITY, DELIVERY_TIME_HEADER, MAX_PREFETCH, PRIORITY_LEVELS,
 };
 
 /// Where a message is.
@@ -77,7 +77,7 @@ pub(super) struct Consumer {
 }
 
 impl Consumer {
-    fn available_credit(&self) -> u32 {
+    pub(super) fn available_credit(&self) -> u32 {
         match self.mode {
             CreditMode::Prefetch(window) if !self.auto_ack => {
                 cap_credit(window).saturating_sub(self.checked_out.len() as u32)
@@ -86,13 +86,13 @@ impl Consumer {
         }
     }
 
-    fn receives(&self) -> bool {
+    pub(super) fn receives(&self) -> bool {
         !self.cancelled && !self.get_only && self.timed_out.is_empty()
     }
 }
 
 /// A prefetch or credit capped at [`MAX_PREFETCH`]; 0 (unlimited prefetch) is the cap.
-fn cap_credit(window: u32) -> u32 {
+pub(super) fn cap_credit(window: u32) -> u32 {
     if window == 0 {
         MAX_PREFETCH
     } else {
@@ -418,7 +418,7 @@ impl QuorumQueue {
 
     /// Delayed messages whose time came become ready (in time order), TTLs that passed
     /// expire, deliveries unsettled past the consumer timeout time their consumer out.
-    fn fall_due(&mut self, now: u64, effects: &mut Vec<Effect>) {
+    pub(super) fn fall_due(&mut self, now: u64, effects: &mut Vec<Effect>) {
         while let Some(&(at, id)) = self.delayed.first() {
             if at > now {
                 break;
@@ -450,7 +450,7 @@ impl QuorumQueue {
     }
 
     /// Ready messages whose TTL passed leave the queue (dead-lettered with reason `expired`).
-    fn expire(&mut self, now: u64, effects: &mut Vec<Effect>) {
+    pub(super) fn expire(&mut self, now: u64, effects: &mut Vec<Effect>) {
         while let Some(&(at, id)) = self.expiring.first() {
             if at > now {
                 break;
@@ -463,7 +463,12 @@ impl QuorumQueue {
 
     // ----- commands -----
 
-    fn enqueue(&mut self, now: u64, publish: Option<PublishId>, message: Arc<Message>) -> Reply {
+    pub(super) fn enqueue(
+        &mut self,
+        now: u64,
+        publish: Option<PublishId>,
+        message: Arc<Message>,
+    ) -> Reply {
         if let Some(publish) = publish {
             if self
                 .publishers
@@ -523,7 +528,7 @@ impl QuorumQueue {
         Reply::Enqueued { id }
     }
 
-    fn attach(&mut self, consumer: Consumer, effects: &mut Vec<Effect>) -> Reply {
+    pub(super) fn attach(&mut self, consumer: Consumer, effects: &mut Vec<Effect>) -> Reply {
         let key = ConsumerKey(self.next_consumer);
         self.next_consumer += 1;
         self.consumers.insert(key, consumer);
@@ -534,7 +539,7 @@ impl QuorumQueue {
         }
     }
 
-    fn credit(
+    pub(super) fn credit(
         &mut self,
         now: u64,
         key: ConsumerKey,
@@ -560,7 +565,7 @@ impl QuorumQueue {
         Reply::Ok
     }
 
-    fn cancel(&mut self, key: ConsumerKey) -> Reply {
+    pub(super) fn cancel(&mut self, key: ConsumerKey) -> Reply {
         let Some(consumer) = self.consumers.get_mut(&key) else {
             return Reply::UnknownConsumer;
         };
@@ -571,7 +576,7 @@ impl QuorumQueue {
         Reply::Ok
     }
 
-    fn settle(
+    pub(super) fn settle(
         &mut self,
         now: u64,
         key: ConsumerKey,
@@ -634,7 +639,7 @@ impl QuorumQueue {
         Reply::Ok
     }
 
-    fn dequeue(
+    pub(super) fn dequeue(
         &mut self,
         now: u64,
         owner: u64,
@@ -684,411 +689,6 @@ impl QuorumQueue {
             remaining: self.ready.len() as u64,
         }
     }
-
-    // ----- dispatch -----
-
-    /// Hands ready messages to consumers with credit: highest consumer priority first,
-    /// round-robin among equals; with single active consumer, only to the active one.
-    fn dispatch(&mut self, now: u64, effects: &mut Vec<Effect>) {
-        while !self.ready.is_empty() {
-            let Some(key) = self.next_consumer_with_credit() else {
-                break;
-            };
-            let Some(id) = self.take_next(now, effects) else {
-                break;
-            };
-            if let Some(delivered) = self.hand_out(id, Some(key), now) {
-                effects.push(Effect::Deliver {
-                    consumer: key,
-                    delivered,
-                });
-            }
-        }
-    }
-
-    fn next_consumer_with_credit(&self) -> Option<ConsumerKey> {
-        if self.config.single_active_consumer {
-            let key = self.active?;
-            let consumer = self.consumers.get(&key)?;
-            let fading = self
-                .best_standby()
-                .and_then(|best| self.consumers.get(&best))
-                .is_some_and(|best| best.priority > consumer.priority);
-            return (consumer.receives() && !fading && consumer.available_credit() > 0)
-                .then_some(key);
-        }
-        self.consumers
-            .iter()
-            .filter(|(_, c)| c.receives() && c.available_credit() > 0)
-            .max_by(|(ka, a), (kb, b)| {
-                a.priority
-                    .cmp(&b.priority)
-                    .then(b.last_served.cmp(&a.last_served))
-                    .then(kb.cmp(ka))
-            })
-            .map(|(key, _)| *key)
-    }
-
-    /// The consumer that should be the single active one: highest priority, then earliest
-    /// attached.
-    fn best_standby(&self) -> Option<ConsumerKey> {
-        self.consumers
-            .iter()
-            .filter(|(_, c)| c.receives())
-            .max_by(|(ka, a), (kb, b)| a.priority.cmp(&b.priority).then(kb.cmp(ka)))
-            .map(|(key, _)| *key)
-    }
-
-    /// Keeps the single active consumer right: a new one when the active one left, and a
-    /// higher-priority one once the active one has nothing unsettled (RabbitMQ 4.x lets the
-    /// active consumer finish its deliveries before switching).
-    fn settle_active_consumer(&mut self, effects: &mut Vec<Effect>) {
-        if !self.config.single_active_consumer {
-            return;
-        }
-        if let Some(active) = self.active {
-            if !self.consumers.get(&active).is_some_and(Consumer::receives) {
-                self.active = None;
-            }
-        }
-        let Some(best) = self.best_standby() else {
-            return;
-        };
-        match self.active {
-            None => {
-                self.active = Some(best);
-                effects.push(Effect::ActiveChanged {
-                    consumer: best,
-                    active: true,
-                });
-            }
-            Some(active) if active != best => {
-                let switch = self.consumers.get(&active).is_some_and(|a| {
-                    a.checked_out.is_empty()
-                        && self
-                            .consumers
-                            .get(&best)
-                            .is_some_and(|b| b.priority > a.priority)
-                });
-                if switch {
-                    effects.push(Effect::ActiveChanged {
-                        consumer: active,
-                        active: false,
-                    });
-                    self.active = Some(best);
-                    effects.push(Effect::ActiveChanged {
-                        consumer: best,
-                        active: true,
-                    });
-                }
-            }
-            Some(_) => {}
-        }
-    }
-
-    /// The next ready message in delivery order, taken out of the ready index; expired ones
-    /// met on the way are expired. A message expiring right now may still go (TTL 0 means
-    /// "deliver only if a consumer takes it at once").
-    fn take_next(&mut self, now: u64, effects: &mut Vec<Effect>) -> Option<u64> {
-        loop {
-            let &(_, _, id) = self.ready.first()?;
-            self.unqueue(id);
-            let expired = self
-                .messages
-                .get(&id)
-                .is_some_and(|e| e.expires_at.is_some_and(|at| at < now));
-            if expired {
-                self.counters.expired += 1;
-                self.dead_letter(id, DeathReason::Expired, effects);
-                continue;
-            }
-            return Some(id);
-        }
-    }
-
-    /// Delivers a message taken with [`QuorumQueue::take_next`], checking it out to
-    /// `consumer` unless that consumer (or a basic.get without one) settles on delivery.
-    fn hand_out(&mut self, id: u64, consumer: Option<ConsumerKey>, now: u64) -> Option<Delivered> {
-        let entry = self.messages.get_mut(&id)?;
-        let delivered = Delivered {
-            id,
-            message: Arc::clone(&entry.message),
-            redelivered: entry.acquired > 0,
-            delivery_count: entry.delivery_count,
-            settled: true,
-        };
-        entry.acquired = entry.acquired.saturating_add(1);
-        self.counters.delivered += 1;
-        self.serve_counter += 1;
-        let default_timeout = self.config.consumer_timeout;
-        let mut deadline = u64::MAX;
-        let settled = match consumer.and_then(|key| self.consumers.get_mut(&key)) {
-            Some(c) => {
-                if let Some(timeout) = c.timeout.or(default_timeout) {
-                    deadline = now.saturating_add(timeout);
-                }
-                c.last_served = self.serve_counter;
-                if c.auto_ack || !matches!(c.mode, CreditMode::Prefetch(_)) {
-                    c.credit = c.credit.saturating_sub(1);
-                }
-                if !c.auto_ack {
-                    c.checked_out.insert(id);
-                }
-                c.auto_ack
-            }
-            None => true,
-        };
-        if settled {
-            self.messages.remove(&id);
-        } else if let (Some(key), Some(entry)) = (consumer, self.messages.get_mut(&id)) {
-            entry.place = Place::CheckedOut(key);
-            entry.deadline = deadline;
-            self.checkouts.insert((deadline, id));
-        }
-        Some(Delivered {
-            settled,
-            ..delivered
-        })
-    }
-
-    // ----- message transitions -----
-
-    fn draw_id(&mut self) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        id
-    }
-
-    /// Puts a message (in no index) into the ready index.
-    fn make_ready(&mut self, id: u64) {
-        if let Some(entry) = self.messages.get_mut(&id) {
-            entry.place = Place::Ready;
-            self.ready
-                .insert((PRIORITY_LEVELS - 1 - entry.priority, entry.order, id));
-            if let Some(at) = entry.expires_at {
-                self.expiring.insert((at, id));
-            }
-            self.queued_bytes += entry.length;
-        }
-    }
-
-    /// Takes a ready or delayed message out of its index (it stays in `messages`).
-    fn unqueue(&mut self, id: u64) {
-        let Some(entry) = self.messages.get(&id) else {
-            return;
-        };
-        match entry.place {
-            Place::Ready => {
-                self.ready
-                    .remove(&(PRIORITY_LEVELS - 1 - entry.priority, entry.order, id));
-                if let Some(at) = entry.expires_at {
-                    self.expiring.remove(&(at, id));
-                }
-            }
-            Place::Delayed => {
-                if let Some(at) = entry.deliver_at {
-                    self.delayed.remove(&(at, id));
-                }
-            }
-            _ => return,
-        }
-        self.queued_bytes -= entry.length;
-    }
-
-    /// Takes a checked-out message off the consumer-timeout index (the consumer's own set is
-    /// the caller's).
-    fn check_in(&mut self, id: u64) {
-        if let Some(entry) = self.messages.get(&id) {
-            self.checkouts.remove(&(entry.deadline, id));
-        }
-    }
-
-    /// Removes a message for good.
-    fn forget(&mut self, id: u64) {
-        if let Some(entry) = self.messages.remove(&id) {
-            if matches!(entry.place, Place::DeadLettering(_)) {
-                self.queued_bytes -= entry.length;
-            }
-        }
-    }
-
-    /// A checked-out message comes back: counted as a failed delivery when `failed`, and
-    /// dead-lettered with reason `delivery_limit` once it failed more often than the limit.
-    fn give_back(&mut self, id: u64, failed: bool, effects: &mut Vec<Effect>) {
-        self.give_back_at(id, failed, None, effects);
-    }
-
-    /// [`QuorumQueue::give_back`], held in the timer index until `delay` when there is one
-    /// (AMQP 1.0 `modified` with an `x-opt-delivery-time` annotation, as RabbitMQ 4.3 does).
-    fn give_back_at(
-        &mut self,
-        id: u64,
-        failed: bool,
-        delay: Option<u64>,
-        effects: &mut Vec<Effect>,
-    ) {
-        let limit = self.config.delivery_limit;
-        let Some(entry) = self.messages.get_mut(&id) else {
-            return;
-        };
-        self.counters.returned += 1;
-        if failed {
-            entry.delivery_count = entry.delivery_count.saturating_add(1);
-        }
-        if limit.is_some_and(|limit| entry.delivery_count > limit) {
-            self.counters.delivery_limit_reached += 1;
-            self.dead_letter(id, DeathReason::DeliveryLimit, effects);
-        } else if let Some(at) = delay {
-            entry.place = Place::Delayed;
-            entry.deliver_at = Some(at);
-            self.queued_bytes += entry.length;
-            self.delayed.insert((at, id));
-        } else {
-            self.make_ready(id);
-        }
-    }
-
-    /// A message (in no index) leaves through the dead-letter exchange, or is dropped when
-    /// the queue has none.
-    fn dead_letter(&mut self, id: u64, reason: DeathReason, effects: &mut Vec<Effect>) {
-        let Some(exchange) = self.config.dead_letter_exchange.clone() else {
-            self.counters.dropped += 1;
-            self.messages.remove(&id);
-            return;
-        };
-        let at_least_once = self.config.effective_strategy() == DeadLetterStrategy::AtLeastOnce;
-        let message = if at_least_once {
-            let Some(entry) = self.messages.get_mut(&id) else {
-                return;
-            };
-            entry.place = Place::DeadLettering(reason);
-            self.queued_bytes += entry.length;
-            self.dead_lettering += 1;
-            Arc::clone(&entry.message)
-        } else {
-            let Some(entry) = self.messages.remove(&id) else {
-                return;
-            };
-            entry.message
-        };
-        self.counters.dead_lettered += 1;
-        effects.push(Effect::DeadLetter {
-            id,
-            message,
-            reason,
-            exchange,
-            routing_key: self.config.dead_letter_routing_key.clone(),
-            at_least_once,
-        });
-    }
-
-    /// A consumer's deliveries past their deadline go back to the queue, redelivered and not
-    /// counted as failed, and the consumer is suspended until it settles them (RabbitMQ 4.3).
-    fn time_out(&mut self, key: ConsumerKey, now: u64, effects: &mut Vec<Effect>) {
-        let Some(consumer) = self.consumers.get(&key) else {
-            return;
-        };
-        let ids: Vec<u64> = consumer
-            .checked_out
-            .iter()
-            .copied()
-            .filter(|id| self.messages.get(id).is_some_and(|e| e.deadline <= now))
-            .collect();
-        let (owner, tag) = (consumer.owner, consumer.tag.clone());
-        if let Some(consumer) = self.consumers.get_mut(&key) {
-            for id in &ids {
-                consumer.checked_out.remove(id);
-            }
-            consumer.timed_out.extend(ids.iter().copied());
-        }
-        for &id in &ids {
-            self.check_in(id);
-            self.give_back(id, false, effects);
-        }
-        effects.push(Effect::ConsumerTimedOut {
-            consumer: key,
-            owner,
-            tag,
-            ids,
-        });
-        if self
-            .consumers
-            .get(&key)
-            .is_some_and(|c| c.cancelled && c.checked_out.is_empty())
-        {
-            self.consumers.remove(&key);
-        }
-    }
-
-    /// Removes a consumer; its unsettled messages return, redelivered and counted as failed
-    /// (the consumer may have died of them).
-    fn remove_consumer(&mut self, key: ConsumerKey, effects: &mut Vec<Effect>) {
-        let Some(consumer) = self.consumers.remove(&key) else {
-            return;
-        };
-        for id in consumer.checked_out {
-            self.check_in(id);
-            self.give_back(id, true, effects);
-        }
-    }
-
-    // ----- limits -----
-
-    fn queued_count(&self) -> u64 {
-        (self.ready.len() + self.delayed.len()) as u64 + self.dead_lettering
-    }
-
-    /// At or below 80% of every limit: where reject-publish starts accepting again.
-    fn below_soft_limit(&self) -> bool {
-        let below = |limit: Option<u64>, value: u64| {
-            limit.is_none_or(|max| value <= max.saturating_mul(4) / 5)
-        };
-        below(self.config.max_length, self.queued_count())
-            && below(self.config.max_length_bytes, self.queued_bytes)
-    }
-
-    /// reject-publish as RabbitMQ 4.3 does it: once the queue is over a limit it refuses
-    /// publishes until it is back at or below 80% of it (so it can overshoot by the publish
-    /// that crossed the limit).
-    fn update_reject_publish(&mut self) {
-        if self.config.overflow != Overflow::RejectPublish {
-            self.rejecting = false;
-        } else if self.over_limit() {
-            self.rejecting = true;
-        } else if self.rejecting && self.below_soft_limit() {
-            self.rejecting = false;
-        }
-    }
-
-    fn over_limit(&self) -> bool {
-        self.config
-            .max_length
-            .is_some_and(|max| self.queued_count() > max)
-            || self
-                .config
-                .max_length_bytes
-                .is_some_and(|max| self.queued_bytes > max)
-    }
-
-    /// drop-head: while over a limit, the message that would be delivered next (then the
-    /// delayed message due first) is dead-lettered with reason `maxlen`.
-    fn enforce_drop_head(&mut self, effects: &mut Vec<Effect>) {
-        if self.config.overflow != Overflow::DropHead {
-            return;
-        }
-        while self.over_limit() {
-            let next = self
-                .ready
-                .first()
-                .map(|&(_, _, id)| id)
-                .or_else(|| self.delayed.first().map(|&(_, id)| id));
-            let Some(id) = next else {
-                break;
-            };
-            self.unqueue(id);
-            self.dead_letter(id, DeathReason::MaxLen, effects);
-        }
-    }
 }
 
 /// A message's `x-opt-delivery-time` (Unix ms), when it has a valid one.
@@ -1099,7 +699,7 @@ pub(super) fn delivery_time(message: &Message) -> Option<u64> {
 }
 
 /// A copy of `message` with `annotations` merged into its headers (AMQP 1.0 `modified`).
-fn annotated(message: &Arc<Message>, annotations: &crate::value::Table) -> Arc<Message> {
+pub(super) fn annotated(message: &Arc<Message>, annotations: &crate::value::Table) -> Arc<Message> {
     let mut copy = Message::clone(message);
     let headers = copy.properties.headers.get_or_insert_with(Default::default);
     for (key, value) in annotations.iter() {

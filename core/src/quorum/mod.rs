@@ -22,7 +22,9 @@
 
 pub mod codec;
 mod config;
+mod dispatch;
 mod machine;
+mod transitions;
 
 #[cfg(test)]
 mod proptests;
