@@ -379,6 +379,17 @@ impl QuorumQueue {
         self.active
     }
 
+    /// Up to `limit` ready messages in delivery order, without taking them (the management
+    /// UI's peek, the queue-type interface's browse).
+    pub fn peek(&self, limit: usize) -> Vec<Arc<Message>> {
+        self.ready
+            .iter()
+            .take(limit)
+            .filter_map(|(_, _, id)| self.messages.get(id))
+            .map(|entry| Arc::clone(&entry.message))
+            .collect()
+    }
+
     /// Delayed messages in the order they become available: (delivery time, id).
     pub fn delayed(&self) -> Vec<(u64, u64)> {
         self.delayed.iter().copied().collect()

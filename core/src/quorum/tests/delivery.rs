@@ -77,6 +77,22 @@ fn a_publisher_that_went_down_is_forgotten() {
     assert!(matches!(again, Reply::Enqueued { .. }));
 }
 
+#[test]
+fn peek_shows_ready_messages_in_delivery_order_without_taking_them() {
+    let mut h = Harness::plain();
+    h.publish(with_properties("low", |p| p.priority = Some(0)));
+    h.publish(with_properties("high", |p| p.priority = Some(9)));
+    h.publish(delayed("later", h.now + 1_000));
+    let peeked: Vec<String> = h
+        .queue
+        .peek(10)
+        .iter()
+        .map(|m| String::from_utf8(m.body.to_vec()).unwrap())
+        .collect();
+    assert_eq!(peeked, vec!["high", "low"]);
+    assert_eq!(h.queue.stats().ready, 2);
+}
+
 // ----- credit -----
 
 #[test]
