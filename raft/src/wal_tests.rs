@@ -324,6 +324,7 @@ fn a_removed_group_leaves_no_files_and_does_not_come_back() {
     // Enough to roll the WAL over: group 5 gets segment files.
     append(&doomed, (1..=300).map(|i| entry(1, i)).collect());
     append(&kept, vec![entry(1, 1)]);
+    wal.wait_for_segments();
     assert!(wal.group_dir(5).exists());
     let (sender, receiver) = mpsc::channel();
     wal.remove_group(
