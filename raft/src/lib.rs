@@ -25,6 +25,7 @@ pub mod group;
 pub mod log_store;
 pub mod propose;
 mod record;
+mod serde_impls;
 pub mod state_machine;
 pub mod wal;
 
@@ -57,11 +58,16 @@ pub struct Stamped {
     pub command: Command,
 }
 
+/// What an applied entry answers its proposer: the state machine's reply (a newtype so that
+/// it can carry the serde impls openraft may require, see `serde_impls.rs`).
+#[derive(Debug, Clone)]
+pub struct Response(pub Reply);
+
 openraft::declare_raft_types!(
     /// openraft's type configuration for quorum-queue groups.
     pub TypeConfig:
         D = Stamped,
-        R = Reply,
+        R = Response,
         NodeId = NodeId,
         Node = BasicNode,
         Entry = openraft::Entry<TypeConfig>,

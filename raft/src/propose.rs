@@ -60,7 +60,7 @@ pub async fn propose(
     });
     match tokio::time::timeout(bound, write).await {
         Err(_) => Err(ProposeError::Timeout),
-        Ok(Ok(response)) => Ok(response.data),
+        Ok(Ok(response)) => Ok(response.data.0),
         Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
             Err(ProposeError::NotLeader {
                 leader: forward.leader_id,

@@ -17,7 +17,7 @@ use warren_core::quorum::codec::{decode_snapshot, encode_snapshot};
 use warren_core::quorum::{Effect, QuorumConfig, QuorumQueue, Reply};
 
 use crate::record::{put_membership, put_opt_log_id, Reader};
-use crate::TypeConfig;
+use crate::{Response, TypeConfig};
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"WQSN";
 const SNAPSHOT_FILE: &str = "snapshot";
@@ -123,7 +123,7 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         Ok((inner.last_applied, inner.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Reply>, StorageError<u64>>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError<u64>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -133,7 +133,7 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         for entry in entries {
             inner.last_applied = Some(entry.log_id);
             match entry.payload {
-                EntryPayload::Blank => replies.push(Reply::Ok),
+                EntryPayload::Blank => replies.push(Response(Reply::Ok)),
                 EntryPayload::Normal(stamped) => {
                     let applied = inner.queue.apply(stamped.at, stamped.command);
                     if !applied.effects.is_empty() {
@@ -141,11 +141,11 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
                             let _ = sender.send((entry.log_id.index, applied.effects));
                         }
                     }
-                    replies.push(applied.reply);
+                    replies.push(Response(applied.reply));
                 }
                 EntryPayload::Membership(membership) => {
                     inner.membership = StoredMembership::new(Some(entry.log_id), membership);
-                    replies.push(Reply::Ok);
+                    replies.push(Response(Reply::Ok));
                 }
             }
         }

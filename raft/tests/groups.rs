@@ -228,6 +228,7 @@ async fn publish(raft: &QueueRaft, publisher: u64, sequence: u64) -> Reply {
     .await
     .expect("committed")
     .data
+    .0
 }
 
 async fn leader_of(nodes: &[&TestNode], group: GroupId) -> NodeId {
@@ -306,7 +307,8 @@ async fn a_single_member_group_commits_applies_and_recovers_from_its_wal() {
         })
         .await
         .unwrap()
-        .data;
+        .data
+        .0;
     let Reply::Attached { consumer, .. } = attached else {
         panic!("attach: {attached:?}");
     };

@@ -20,8 +20,8 @@ use crate::value::Table;
 
 use super::machine::{Consumer, Counters, Entry, Place, QuorumQueue};
 use super::{
-    Command, ConsumerKey, CreditMode, DeadLetterStrategy, Outcome, PublishId, QuorumConfig,
-    PRIORITY_LEVELS,
+    Command, ConsumerKey, CreditMode, DeadLetterStrategy, Delivered, Outcome, PublishId,
+    QuorumConfig, Reply, PRIORITY_LEVELS,
 };
 
 /// Bytes that are not a command or snapshot this version wrote.
@@ -206,6 +206,87 @@ pub fn decode_command(bytes: &[u8]) -> Result<Command, CodecError> {
     };
     r.end()?;
     Ok(command)
+}
+
+/// Appends a reply's encoding to `out` (for a Raft layer that must be able to serialize
+/// what an applied entry returns).
+pub fn encode_reply(out: &mut Vec<u8>, reply: &Reply) {
+    let mut w = Writer(out);
+    match reply {
+        Reply::Ok => w.u8(0),
+        Reply::Enqueued { id } => {
+            w.u8(1);
+            w.u64(*id);
+        }
+        Reply::Duplicate => w.u8(2),
+        Reply::Rejected => w.u8(3),
+        Reply::Attached { consumer, active } => {
+            w.u8(4);
+            w.u64(consumer.0);
+            w.bool(*active);
+        }
+        Reply::Dequeued {
+            consumer,
+            delivered,
+            remaining,
+        } => {
+            w.u8(5);
+            w.opt(consumer.map(|c| c.0));
+            w.u64(delivered.id);
+            w.bool(delivered.redelivered);
+            w.u32(delivered.delivery_count);
+            w.bool(delivered.settled);
+            w.u64(*remaining);
+            w.message(&delivered.message);
+        }
+        Reply::Empty => w.u8(6),
+        Reply::Purged { count } => {
+            w.u8(7);
+            w.u64(*count);
+        }
+        Reply::UnknownConsumer => w.u8(8),
+    }
+}
+
+/// Decodes one reply that [`encode_reply`] wrote (the whole of `bytes`).
+pub fn decode_reply(bytes: &[u8]) -> Result<Reply, CodecError> {
+    let mut r = Reader(bytes);
+    let reply = match r.u8()? {
+        0 => Reply::Ok,
+        1 => Reply::Enqueued { id: r.u64()? },
+        2 => Reply::Duplicate,
+        3 => Reply::Rejected,
+        4 => Reply::Attached {
+            consumer: ConsumerKey(r.u64()?),
+            active: r.bool()?,
+        },
+        5 => {
+            let consumer = r.opt()?.map(ConsumerKey);
+            let id = r.u64()?;
+            let redelivered = r.bool()?;
+            let delivery_count = r.u32()?;
+            let settled = r.bool()?;
+            let remaining = r.u64()?;
+            let message = Arc::new(r.message()?);
+            Reply::Dequeued {
+                consumer,
+                delivered: Delivered {
+                    id,
+                    message,
+                    redelivered,
+                    delivery_count,
+                    settled,
+                },
+                remaining,
+            }
+        }
+        6 => Reply::Empty,
+        7 => Reply::Purged { count: r.u64()? },
+        8 => Reply::UnknownConsumer,
+        other => return Err(CodecError(format!("unknown reply {other}"))),
+    };
+    r.end()?;
+    Ok(reply)
 }
 
 /// The whole state, for a Raft snapshot. Deterministic: equal states encode to equal bytes.

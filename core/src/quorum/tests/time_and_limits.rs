@@ -466,3 +466,35 @@ fn damaged_snapshots_and_commands_are_errors_not_panics() {
         assert!(decode_command(&command[..cut]).is_err());
     }
 }
+
+#[test]
+fn replies_round_trip_through_their_encoding() {
+    let mut h = Harness::plain();
+    h.publish_text("a");
+    let mut replies = vec![
+        Reply::Ok,
+        Reply::Enqueued { id: 7 },
+        Reply::Duplicate,
+        Reply::Rejected,
+        Reply::Attached {
+            consumer: ConsumerKey(3),
+            active: false,
+        },
+        Reply::Empty,
+        Reply::Purged { count: 9 },
+        Reply::UnknownConsumer,
+    ];
+    replies.push(h.apply(Command::Dequeue {
+        owner: 1,
+        auto_ack: false,
+    }));
+    for reply in replies {
+        let mut bytes = Vec::new();
+        super::super::codec::encode_reply(&mut bytes, &reply);
+        let back = super::super::codec::decode_reply(&bytes).expect("decodes");
+        assert_eq!(format!("{back:?}"), format!("{reply:?}"));
+        for cut in 0..bytes.len() {
+            assert!(super::super::codec::decode_reply(&bytes[..cut]).is_err());
+        }
+    }
+}
