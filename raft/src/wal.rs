@@ -375,6 +375,13 @@ impl Wal {
     pub fn remove_group(&self, group: GroupId, flushed: Option<Flushed>) {
         self.shared.groups.lock().remove(&group);
         let mut pending = self.shared.pending.lock();
+        if pending.closing {
+            drop(pending);
+            if let Some(flushed) = flushed {
+                flushed(Err(io::Error::other("the raft WAL is closed")));
+            }
+            return;
+        }
         record::encode(&mut pending.buffer, group, &Op::Remove);
         pending.removed.push((group, flushed));
         drop(pending);
@@ -409,6 +416,14 @@ impl Wal {
     /// everything queued before them) are on disk.
     pub(crate) fn submit(&self, group: GroupId, ops: &[Op], flushed: Option<Flushed>) {
         let mut pending = self.shared.pending.lock();
+        if pending.closing {
+            // The writer is gone or going: nothing more is written, and a waiter must hear so.
+            drop(pending);
+            if let Some(flushed) = flushed {
+                flushed(Err(io::Error::other("the raft WAL is closed")));
+            }
+            return;
+        }
         for op in ops {
             record::encode(&mut pending.buffer, group, op);
             if let Op::Purge(log_id) = op {

@@ -347,3 +347,16 @@ fn a_removed_group_leaves_no_files_and_does_not_come_back() {
     assert!(!wal.group_dir(5).exists());
     wal.close();
 }
+
+#[test]
+fn an_append_after_close_is_answered_with_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = Wal::open(dir.path(), WalOptions::default()).unwrap();
+    let store = GroupLogStore::new(&wal, 1);
+    wal.close();
+    let (sender, receiver) = mpsc::channel();
+    store.append_entries(vec![entry(1, 1)], move |result| {
+        let _ = sender.send(result);
+    });
+    assert!(receiver.recv().unwrap().is_err());
+}
