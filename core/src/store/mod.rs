@@ -15,7 +15,7 @@
 //! connections until it clears, so a publisher faster than the disk is slowed down instead of
 //! growing memory.
 
-mod record;
+pub(crate) mod record;
 mod recovery;
 
 use std::collections::{BTreeMap, BTreeSet};
