@@ -4,6 +4,7 @@
 //! JSON field names are RabbitMQ's so existing tools parse them.
 
 mod json;
+mod paging;
 mod parameters;
 mod resources;
 mod runtime;
@@ -181,28 +182,83 @@ pub(crate) fn created_or_updated(created: bool) -> Response {
 }
 
 impl Management {
-    /// Answers one request.
+    /// Answers one request: authenticates it, then routes it (the server's layers do the two
+    /// steps apart, see [`Management::authenticate_head`] and [`Management::handle_with`]).
     pub fn handle(&self, request: Request, peer: SocketAddr) -> Response {
+        let Some(segments) = request.segments() else {
+            return bad_request("path is not valid percent-encoded UTF-8");
+        };
+        if segments.first().map(String::as_str) != Some("api") {
+            return self.handle_with(request, None);
+        }
+        match self.authenticate(request.header("authorization"), peer) {
+            Ok(caller) => self.handle_with(request, Some(caller.user)),
+            Err(response) => response,
+        }
+    }
+
+    /// Checks a request's credentials from its head alone, before its body is read:
+    /// `Ok(None)` for paths that need no login (the web UI's files), the user for an
+    /// `/api/...` request whose basic auth names a user with a management tag, and the 401
+    /// to answer at once otherwise.
+    pub fn authenticate_head(
+        &self,
+        head: &hyper::http::request::Parts,
+        peer: SocketAddr,
+    ) -> Result<Option<Arc<User>>, Response> {
+        let first = head
+            .uri
+            .path()
+            .split('/')
+            .find(|segment| !segment.is_empty());
+        if first.and_then(crate::http::percent_decode).as_deref() != Some("api") {
+            return Ok(None);
+        }
+        let authorization = head
+            .headers
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok());
+        let caller = self.authenticate(authorization, peer)?;
+        if !caller.is(Role::Management) {
+            return Err(not_authorized("Not management user"));
+        }
+        Ok(Some(caller.user))
+    }
+
+    /// Answers a request whose caller the server already authenticated (`user`), or, for
+    /// `/api/...` without one, authenticates it from its headers first.
+    pub fn handle_with(&self, request: Request, user: Option<Arc<User>>) -> Response {
         let Some(segments) = request.segments() else {
             return bad_request("path is not valid percent-encoded UTF-8");
         };
         let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
         let ["api", path @ ..] = segments.as_slice() else {
-            return not_found();
+            return crate::ui::serve(&request).unwrap_or_else(not_found);
         };
-        let caller = match self.authenticate(&request, peer) {
-            Ok(caller) => caller,
-            Err(response) => return response,
+        let Some(user) = user else {
+            return not_authorized("Login failed");
+        };
+        let caller = Caller {
+            tags: user.tags.clone(),
+            user,
         };
         if !caller.is(Role::Management) {
             return not_authorized("Not management user");
         }
-        self.route(&request, path, &caller)
+        let response = self.route(&request, path, &caller);
+        if request.method == "GET" {
+            paging::page_listing(&request, response)
+        } else {
+            response
+        }
     }
 
-    fn authenticate(&self, request: &Request, peer: SocketAddr) -> Result<Caller, Response> {
-        let credentials = request
-            .header("authorization")
+    fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        peer: SocketAddr,
+    ) -> Result<Caller, Response> {
+        let credentials = authorization
             .and_then(|value| value.strip_prefix("Basic "))
             .and_then(|token| {
                 base64::engine::general_purpose::STANDARD
