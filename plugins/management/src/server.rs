@@ -360,7 +360,10 @@ where
                 parts.extensions.insert(Authenticated(user));
                 Box::pin(self.inner.call(hyper::Request::from_parts(parts, body)))
             }
-            Err(refusal) => Box::pin(std::future::ready(Ok(to_hyper(refusal)))),
+            Err(refusal) => {
+                let refusal = without_browser_challenge(refusal, &parts.headers);
+                Box::pin(std::future::ready(Ok(to_hyper(refusal))))
+            }
         }
     }
 }
@@ -443,13 +446,25 @@ impl Endpoint {
         };
         let handler = self.handler;
         match tokio::task::spawn_blocking(move || handler(request, &context)).await {
-            Ok(response) => response,
+            Ok(response) => without_browser_challenge(response, &parts.headers),
             Err(error) => {
                 tracing::error!(%error, "an HTTP handler failed");
                 crate::api::error(500, "internal_server_error", "the handler failed")
             }
         }
     }
+}
+
+/// A 401 without its `WWW-Authenticate` challenge when the request came from a script
+/// (`X-Requested-With`, as the web UI sends): a browser answers a challenge with its own
+/// login dialog, which would hide the UI's form and its message.
+fn without_browser_challenge(mut response: Response, headers: &hyper::HeaderMap) -> Response {
+    if headers.contains_key("x-requested-with") {
+        response
+            .headers
+            .retain(|(name, _)| !name.eq_ignore_ascii_case("www-authenticate"));
+    }
+    response
 }
 
 /// 413 with RabbitMQ's error body shape.

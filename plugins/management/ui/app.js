@@ -74,7 +74,8 @@ class ApiError extends Error {
   }
 }
 async function api(method, path, body, headers = {}) {
-  const init = { method, headers: { Authorization: `Basic ${state.auth}`, ...headers } };
+  // X-Requested-With keeps the browser from answering a 401 with its own login dialog.
+  const init = { method, headers: { Authorization: `Basic ${state.auth}`, 'X-Requested-With': 'XMLHttpRequest', ...headers } };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
     init.body = typeof body === 'string' ? body : JSON.stringify(body);
@@ -469,7 +470,7 @@ async function showQueue(view, vhost, name) {
       h('dl', { class: 'props' }, h('dt', {}, 'Exchange'), h('dd', {}, m.exchange || '(AMQP default)'), h('dt', {}, 'Routing key'), h('dd', {}, m.routing_key),
         h('dt', {}, 'Redelivered'), h('dd', {}, String(m.redelivered)), h('dt', {}, 'Properties'), h('dd', {}, JSON.stringify(m.properties || {})),
         h('dt', {}, `Payload (${m.payload_bytes} bytes, ${m.payload_encoding})`), h('dd', {}, h('pre', { class: 'payload' }, m.payload)))))) : h('p', {}, 'Queue is empty.'));
-  } }, field('Messages', count), field('Ack mode', ackmode), h('button', { type: 'submit' }, 'Get messages'), got);
+  } }, field('Messages', count), field('Ack mode', ackmode), h('button', { type: 'submit' }, 'Get messages'));
   const stats = queue.message_stats || {};
   titled(view, `Queue ${name}`,
     h('p', {}, h('a', { href: '#/queues' }, 'All queues')),
@@ -495,7 +496,7 @@ async function showQueue(view, vhost, name) {
     h('h2', {}, 'Publish a message'), publishForm(vhost, '', name),
     h('h2', {}, 'Get messages'),
     h('p', { class: 'note' }, 'Getting a message takes it from the queue (with requeue it goes back as redelivered). Browsing without consuming needs the queue-type interface and is not offered yet.'),
-    getForm,
+    getForm, got,
     h('h2', {}, 'Purge and delete'),
     h('div', { class: 'toolbar' },
       h('button', { type: 'button', class: 'secondary', id: 'queue-purge', onclick: async () => {
