@@ -46,6 +46,7 @@ pub async fn serve_api(
         handler: Arc::new(move |request, context: &server::RequestContext| {
             management.handle_with(request, context.user.clone())
         }),
+        is_heavy: api::is_heavy,
         authenticator: Some(Arc::new(move |head, peer| {
             authenticating.authenticate_head(head, peer)
         })),
@@ -82,6 +83,7 @@ pub async fn serve_metrics_tls(
         handler: Arc::new(move |request, _: &server::RequestContext| {
             metrics::handle(&management, &request)
         }),
+        is_heavy: |_| true,
         authenticator: None,
         limits: HttpLimits::default(),
         protocol,

@@ -8,8 +8,10 @@
 //!    the broker hold a large body;
 //! 3. [`Endpoint`]: refuses a body over `max_body_size` with 413 (from `Content-Length` before
 //!    reading, or as a chunked body grows past it), reads the rest (hyper sends
-//!    `100 Continue` only then), and runs the handler on tokio's blocking pool, so a
-//!    definitions export or a listing of 100k queues never stalls the workers serving AMQP.
+//!    `100 Continue` only then), and runs the handler: a heavy one (a listing, definitions,
+//!    metrics: see [`HttpEndpoint::is_heavy`]) on tokio's blocking pool, so a definitions
+//!    export or a listing of 100k queues never stalls the workers serving AMQP; a cheap one
+//!    inline.
 //!
 //! Connections come from the core's accept loop ([`warren_core::accept::serve_connections`]:
 //! the `max_connections` cap and the TLS handshake), and a connection with no request in
@@ -78,6 +80,10 @@ const MAX_CONCURRENT_STREAMS: u32 = 100;
 pub struct HttpEndpoint {
     /// The handler behind the layers.
     pub handler: Handler,
+    /// Which requests may take long (listings, definitions): those run on the blocking
+    /// pool; the rest (declare one queue, read one object) run inline, where the hop to
+    /// another thread would cost more than the work.
+    pub is_heavy: fn(&Request) -> bool,
     /// The login check (`None`: every request goes straight to the handler).
     pub authenticator: Option<Authenticator>,
     /// Body size, connection cap, idle timeout.
@@ -202,6 +208,7 @@ async fn serve_connection<S>(
         })
         .service(Endpoint {
             handler: Arc::clone(&endpoint.handler),
+            is_heavy: endpoint.is_heavy,
             peer,
             max_body_size: endpoint.limits.max_body_size,
         });
@@ -372,6 +379,7 @@ where
 #[derive(Clone)]
 struct Endpoint {
     handler: Handler,
+    is_heavy: fn(&Request) -> bool,
     peer: SocketAddr,
     max_body_size: usize,
 }
@@ -445,6 +453,9 @@ impl Endpoint {
             body: body.to_vec(),
         };
         let handler = self.handler;
+        if !(self.is_heavy)(&request) {
+            return without_browser_challenge(handler(request, &context), &parts.headers);
+        }
         match tokio::task::spawn_blocking(move || handler(request, &context)).await {
             Ok(response) => without_browser_challenge(response, &parts.headers),
             Err(error) => {

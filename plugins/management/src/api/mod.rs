@@ -176,6 +176,22 @@ pub(crate) fn body_json(request: &Request) -> Result<Json, Response> {
         .map_err(|e| bad_request(format!("body is not valid JSON: {e}")))
 }
 
+/// Whether answering `request` may take long: listings (`GET /api/KIND` and
+/// `GET /api/KIND/VHOST`, the overview, which walk every queue), definitions export and
+/// import. Reading, declaring or deleting one object is cheap.
+pub fn is_heavy(request: &Request) -> bool {
+    let segments: Vec<&str> = request
+        .path
+        .split('/')
+        .filter(|segment| !segment.is_empty())
+        .collect();
+    match segments.as_slice() {
+        ["api", "definitions", ..] => true,
+        ["api", ..] => request.method == "GET" && segments.len() <= 3,
+        _ => false,
+    }
+}
+
 /// 201 when the object was created, 204 when it replaced one (RabbitMQ's PUT answers).
 pub(crate) fn created_or_updated(created: bool) -> Response {
     Response::empty(if created { 201 } else { 204 })
