@@ -455,3 +455,62 @@ async fn https_offers_http_2_through_alpn() {
     let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(json["name"], "guest");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_page_sort_and_filter_as_rabbitmq() {
+    let broker = TestBroker::start().await;
+    for name in ["q0", "q1", "q2", "q3", "other"] {
+        let created = broker
+            .api_as_guest("PUT", &format!("/api/queues/%2F/{name}"), Some("{}"))
+            .await;
+        assert_eq!(created.status, 201);
+    }
+    let page = broker
+        .api_as_guest(
+            "GET",
+            "/api/queues?page=2&page_size=2&name=%5Eq&use_regex=true&sort=name&sort_reverse=true",
+            None,
+        )
+        .await
+        .json();
+    assert_eq!(page["total_count"], 5);
+    assert_eq!(page["filtered_count"], 4);
+    assert_eq!(page["page_count"], 2);
+    let names: Vec<&str> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["q1", "q0"]);
+    // Listings paged after their handler page the same way.
+    let exchanges = broker
+        .api_as_guest("GET", "/api/exchanges/%2F?page=1&page_size=3", None)
+        .await
+        .json();
+    assert_eq!(exchanges["item_count"], 3);
+    assert_eq!(exchanges["total_count"], 7);
+    let bindings = broker
+        .api_as_guest(
+            "GET",
+            "/api/bindings?page=1&page_size=2&sort=destination",
+            None,
+        )
+        .await
+        .json();
+    assert_eq!(bindings["total_count"], 5);
+    assert_eq!(bindings["items"][0]["destination"], "other");
+    let past = broker.api_as_guest("GET", "/api/queues?page=9", None).await;
+    assert_eq!(past.status, 400);
+    assert_eq!(past.json()["reason"], "page_out_of_range");
+    // Without page the listing is the plain array it always was.
+    assert_eq!(
+        broker
+            .api_as_guest("GET", "/api/queues", None)
+            .await
+            .json()
+            .as_array()
+            .map(Vec::len),
+        Some(5)
+    );
+}

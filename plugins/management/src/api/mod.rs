@@ -93,10 +93,13 @@ pub(crate) enum Role {
     Administrator,
 }
 
-/// The authenticated caller.
+/// The authenticated caller, and the page of a listing they asked for (`?page=`).
 pub(crate) struct Caller {
     pub user: Arc<User>,
     tags: Vec<String>,
+    /// Applied by [`Management::list_per_vhost`] to the listing before it is serialized;
+    /// other listings are paged from their JSON after the handler.
+    paging: Option<paging::PageQuery>,
 }
 
 impl Caller {
@@ -254,9 +257,18 @@ impl Management {
         let Some(user) = user else {
             return not_authorized("Login failed");
         };
+        let paging = if request.method == "GET" {
+            match paging::PageQuery::from_request(&request) {
+                Ok(paging) => paging,
+                Err(refusal) => return refusal,
+            }
+        } else {
+            None
+        };
         let caller = Caller {
             tags: user.tags.clone(),
             user,
+            paging,
         };
         if !caller.is(Role::Management) {
             return not_authorized("Not management user");
@@ -293,6 +305,7 @@ impl Management {
             Ok(user) => Ok(Caller {
                 tags: user.tags.clone(),
                 user,
+                paging: None,
             }),
             Err(failure) => {
                 tracing::warn!(user = %name, reason = %failure, "HTTP API login refused");
@@ -418,16 +431,23 @@ impl Management {
     }
 
     /// `GET /api/KIND[/VHOST]`: the objects `list` gives for each vhost the caller sees (all,
-    /// or the one named), as one JSON array.
+    /// or the one named), as one JSON array, or the page of it the caller asked for.
     pub(crate) fn list_per_vhost(
         &self,
         caller: &Caller,
         only: Option<&str>,
         list: impl Fn(&Arc<VHost>) -> Vec<Json>,
     ) -> Response {
-        match self.visible_vhosts(caller, only) {
-            Ok(vhosts) => Response::json(200, &Json::Array(vhosts.iter().flat_map(list).collect())),
-            Err(response) => response,
+        let items: Vec<Json> = match self.visible_vhosts(caller, only) {
+            Ok(vhosts) => vhosts.iter().flat_map(list).collect(),
+            Err(response) => return response,
+        };
+        match &caller.paging {
+            None => Response::json(200, &Json::Array(items)),
+            Some(paging) => match paging.apply(items) {
+                Ok(page) => Response::json(200, &page),
+                Err(refusal) => refusal,
+            },
         }
     }
 

@@ -4,7 +4,9 @@
 //! "total_count"}`, so a client (the web UI) stays usable with 10,000 queues. Without `page`
 //! a listing is the plain array it always was.
 //!
-//! Applied to the listing a handler produced, so every list endpoint pages the same way.
+//! Queues and exchanges are paged before their JSON is written ([`crate::Management`]'s
+//! `list_per_vhost`, through the caller's [`PageQuery`]); every other listing is paged from
+//! the array its handler wrote ([`page_listing`]), so every list endpoint pages the same way.
 
 use serde_json::{json, Value as Json};
 
@@ -153,6 +155,7 @@ pub(crate) fn page_listing(request: &Request, response: Response) -> Response {
     if response.status != 200 {
         return response;
     }
+    // A listing paged already is an object, not an array, and passes unchanged.
     let Ok(Json::Array(items)) = serde_json::from_slice::<Json>(&response.body) else {
         return response;
     };
