@@ -366,6 +366,7 @@ async fn start_operator_endpoints(
             listener,
             Arc::clone(&management),
             None,
+            settings.management_http.clone(),
             shutdown.clone(),
         ));
     }
@@ -374,6 +375,7 @@ async fn start_operator_endpoints(
             listener,
             Arc::clone(&management),
             Some(config),
+            settings.management_https.clone(),
             shutdown.clone(),
         ));
     }

@@ -34,7 +34,7 @@ pub use error::ConfigError;
 pub use listen_addr::ListenAddr;
 pub use mqtt::{MqttSettings, MQTT_KEYS, MQTT_MAX_PACKET_SIZE_LIMIT};
 pub use settings::{
-    CertLoginFrom, DiskFreeLimit, LogLevel, MemoryHighWatermark, PeerVerification, Settings,
-    SslOptions, AUTH_MECHANISMS, FRAME_MIN_SIZE, KEYS, MAX_MESSAGE_SIZE_LIMIT,
+    CertLoginFrom, DiskFreeLimit, HttpLimits, LogLevel, MemoryHighWatermark, PeerVerification,
+    Settings, SslOptions, AUTH_MECHANISMS, FRAME_MIN_SIZE, KEYS, MAX_MESSAGE_SIZE_LIMIT,
 };
 pub use stomp::{StompSettings, STOMP_KEYS, STOMP_PORT};

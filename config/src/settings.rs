@@ -110,6 +110,34 @@ pub struct PeerVerification {
     pub fail_if_no_peer_cert: bool,
 }
 
+/// The limits of one HTTP listener (the management API over HTTP or HTTPS, Prometheus):
+/// `management.http.max_body_size`, `management.tcp.max_connections` /
+/// `management.ssl.max_connections`, `management.tcp.idle_timeout` /
+/// `management.ssl.idle_timeout`, with RabbitMQ's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// The largest request body in bytes; a larger one is answered 413 (RabbitMQ's default:
+    /// 10,000,000 bytes, about 100k queues of definitions).
+    pub max_body_size: usize,
+    /// The most connections at once; more are closed as soon as they are accepted. `None`
+    /// (`infinity`) for no limit. Default 1024 (Ranch's, which RabbitMQ's listener inherits).
+    pub max_connections: Option<usize>,
+    /// How long a connection may stay idle (no request in progress, nothing sent or
+    /// received) before it is closed; also the longest a client may take to send a request's
+    /// headers. Default 60 s (Cowboy's `idle_timeout`).
+    pub idle_timeout: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> HttpLimits {
+        HttpLimits {
+            max_body_size: 10_000_000,
+            max_connections: Some(1024),
+            idle_timeout: Duration::from_millis(60_000),
+        }
+    }
+}
+
 /// Which part of a client certificate names the user it logs in as
 /// (`ssl_cert_login_from`), for SASL EXTERNAL and `mqtt.ssl_cert_login`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -203,6 +231,12 @@ pub struct Settings {
     /// `management.ssl.cacertfile`, `management.ssl.verify`,
     /// `management.ssl.fail_if_no_peer_cert`: client certificates on the HTTPS API.
     pub management_tls_verification: PeerVerification,
+    /// `management.http.max_body_size`, `management.tcp.max_connections`,
+    /// `management.tcp.idle_timeout`: the limits of the management API over HTTP.
+    pub management_http: HttpLimits,
+    /// `management.http.max_body_size`, `management.ssl.max_connections`,
+    /// `management.ssl.idle_timeout`: the limits of the management API over HTTPS.
+    pub management_https: HttpLimits,
     /// `prometheus.tcp.ip` / `prometheus.tcp.port`: Prometheus metrics. Default
     /// `0.0.0.0:15692`.
     pub prometheus_listener: ListenAddr,
@@ -315,6 +349,8 @@ impl Default for Settings {
             management_tls_certfile: None,
             management_tls_keyfile: None,
             management_tls_verification: PeerVerification::default(),
+            management_http: HttpLimits::default(),
+            management_https: HttpLimits::default(),
             prometheus_listener: ListenAddr::new("0.0.0.0", 15692),
             prometheus_tls_listener: None,
             prometheus_tls_certfile: None,
@@ -471,6 +507,26 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "management.ssl.fail_if_no_peer_cert",
         "true|false: refuse HTTPS API clients without a certificate (false)",
+    ),
+    (
+        "management.http.max_body_size",
+        "largest management API request body in bytes; larger ones get 413 (10000000)",
+    ),
+    (
+        "management.tcp.max_connections",
+        "most management API connections at once over HTTP, or infinity (1024)",
+    ),
+    (
+        "management.ssl.max_connections",
+        "most management API connections at once over HTTPS, or infinity (1024)",
+    ),
+    (
+        "management.tcp.idle_timeout",
+        "ms an idle management API connection over HTTP is kept open (60000)",
+    ),
+    (
+        "management.ssl.idle_timeout",
+        "ms an idle management API connection over HTTPS is kept open (60000)",
     ),
     (
         "plugins.management",
@@ -861,6 +917,43 @@ impl Settings {
                 self.queue_max_in_memory_bytes = parse_size(value)
                     .filter(|size| *size >= 1)
                     .ok_or_else(|| invalid("a positive size, as an integer or with a suffix"))?;
+            }
+            "management.http.max_body_size" => {
+                let bytes: usize = value
+                    .parse()
+                    .ok()
+                    .filter(|bytes| *bytes > 0)
+                    .ok_or_else(|| invalid("a positive integer (bytes)"))?;
+                self.management_http.max_body_size = bytes;
+                self.management_https.max_body_size = bytes;
+            }
+            "management.tcp.max_connections" | "management.ssl.max_connections" => {
+                let max = if value == "infinity" {
+                    None
+                } else {
+                    Some(
+                        value
+                            .parse()
+                            .map_err(|_| invalid("a non-negative integer or 'infinity'"))?,
+                    )
+                };
+                if key.starts_with("management.tcp") {
+                    self.management_http.max_connections = max;
+                } else {
+                    self.management_https.max_connections = max;
+                }
+            }
+            "management.tcp.idle_timeout" | "management.ssl.idle_timeout" => {
+                let ms: u64 = value
+                    .parse()
+                    .ok()
+                    .filter(|ms| *ms > 0)
+                    .ok_or_else(|| invalid("a positive integer (milliseconds)"))?;
+                if key.starts_with("management.tcp") {
+                    self.management_http.idle_timeout = Duration::from_millis(ms);
+                } else {
+                    self.management_https.idle_timeout = Duration::from_millis(ms);
+                }
             }
             "connection_max" => {
                 self.connection_max = if value == "infinity" {

@@ -11,7 +11,8 @@ mod parameters;
 
 use serde_json::{json, Map, Value as Json};
 
-use crate::http::{percent_encode, send_with, ClientResponse};
+use crate::client::{ClientTls, HttpClient};
+use crate::http::{percent_encode, ClientResponse};
 
 /// Why a command failed, with the exit code rabbitmqctl uses for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +48,8 @@ impl std::fmt::Display for CtlError {
 /// The usage text.
 pub const USAGE: &str = "\
 Usage: warrenctl [--host HOST] [--port PORT] [--username USER] [--password PASS]
-                 [-p VHOST] [--formatter table|json] [-q] COMMAND [ARGS]
+                 [-p VHOST] [--formatter table|json] [-q] [-t|--timeout SECONDS]
+                 [--tls [--cacert PEM] [--certfile PEM --keyfile PEM]] COMMAND [ARGS]
 
 Commands (as rabbitmqctl):
   status                                   environment
@@ -73,7 +75,9 @@ Commands (as rabbitmqctl):
   export_definitions PATH|-                import_definitions PATH|-
   trace_on | trace_off
 
-Defaults: --host localhost --port 15672 --username guest --password guest -p /";
+Defaults: --host localhost --port 15672 --username guest --password guest -p / --timeout 60
+--tls speaks HTTPS (port 15671 by convention), checking the server's certificate against
+--cacert (or the web PKI roots); --certfile/--keyfile present a client certificate.";
 
 /// Connection and output options.
 #[derive(Debug, Clone)]
@@ -89,6 +93,11 @@ struct Options {
     apply_to: Option<String>,
     if_empty: bool,
     if_unused: bool,
+    timeout: std::time::Duration,
+    tls: bool,
+    cacert: Option<String>,
+    certfile: Option<String>,
+    keyfile: Option<String>,
 }
 
 /// Runs one warrenctl command given its arguments (without the program name) and returns
@@ -106,6 +115,11 @@ pub async fn run(args: &[String], stdin: Option<String>) -> Result<String, CtlEr
         apply_to: None,
         if_empty: false,
         if_unused: false,
+        timeout: crate::client::DEFAULT_TIMEOUT,
+        tls: false,
+        cacert: None,
+        certfile: None,
+        keyfile: None,
     };
     let mut positional = Vec::new();
     let mut iter = args.iter();
@@ -141,6 +155,20 @@ pub async fn run(args: &[String], stdin: Option<String>) -> Result<String, CtlEr
             "--apply-to" => options.apply_to = Some(value(arg)?),
             "--if-empty" => options.if_empty = true,
             "--if-unused" => options.if_unused = true,
+            "-t" | "--timeout" => {
+                let seconds: f64 = value(arg)?
+                    .parse()
+                    .ok()
+                    .filter(|seconds: &f64| seconds.is_finite() && *seconds > 0.0)
+                    .ok_or_else(|| {
+                        CtlError::usage("--timeout needs a positive number of seconds")
+                    })?;
+                options.timeout = std::time::Duration::from_secs_f64(seconds);
+            }
+            "--tls" | "--use-tls" | "--ssl" => options.tls = true,
+            "--cacert" | "--ssl-ca-cert-file" => options.cacert = Some(value(arg)?),
+            "--certfile" | "--ssl-cert-file" => options.certfile = Some(value(arg)?),
+            "--keyfile" | "--ssl-key-file" => options.keyfile = Some(value(arg)?),
             "-h" | "--help" | "help" => return Ok(USAGE.to_string()),
             _ => positional.push(arg.clone()),
         }
@@ -148,7 +176,8 @@ pub async fn run(args: &[String], stdin: Option<String>) -> Result<String, CtlEr
     let Some((command, rest)) = positional.split_first() else {
         return Err(CtlError::usage(USAGE));
     };
-    let ctl = Ctl { options };
+    let client = client_for(&options)?;
+    let ctl = Ctl { options, client };
     // The topic permission and parameter verbs are dispatched apart, as a boxed future:
     // inlining their state into `command`'s would grow every verb's future (debug builds
     // then overflow a test thread's stack).
@@ -158,8 +187,38 @@ pub async fn run(args: &[String], stdin: Option<String>) -> Result<String, CtlEr
     ctl.command(command, rest, stdin).await
 }
 
+/// The HTTP client the options ask for.
+fn client_for(options: &Options) -> Result<HttpClient, CtlError> {
+    let client = HttpClient::new(&options.host, options.port).with_timeout(options.timeout);
+    if !options.tls {
+        if options.cacert.is_some() || options.certfile.is_some() || options.keyfile.is_some() {
+            return Err(CtlError::usage(
+                "--cacert, --certfile and --keyfile need --tls",
+            ));
+        }
+        return Ok(client);
+    }
+    let client_certificate = match (&options.certfile, &options.keyfile) {
+        (Some(certfile), Some(keyfile)) => Some((
+            std::path::Path::new(certfile),
+            std::path::Path::new(keyfile),
+        )),
+        (None, None) => None,
+        _ => return Err(CtlError::usage("--certfile and --keyfile go together")),
+    };
+    let tls = ClientTls {
+        cacertfile: options.cacert.as_deref().map(std::path::Path::new),
+        client_certificate,
+    };
+    client.with_tls(&tls).map_err(|reason| CtlError {
+        message: format!("TLS: {reason}"),
+        exit_code: 64,
+    })
+}
+
 struct Ctl {
     options: Options,
+    client: HttpClient,
 }
 
 /// A list command's endpoint, default columns and the columns rabbitmqctl knows.
@@ -172,7 +231,7 @@ struct Listing {
 
 impl Ctl {
     fn addr(&self) -> String {
-        format!("{}:{}", self.options.host, self.options.port)
+        self.client.addr()
     }
 
     fn vhost(&self) -> String {
@@ -188,22 +247,22 @@ impl Ctl {
         body: Option<&Json>,
     ) -> Result<ClientResponse, CtlError> {
         let body = body.map(Json::to_string);
-        send_with(
-            &self.addr(),
-            method,
-            path,
-            Some(credentials),
-            headers,
-            body.as_deref().map(str::as_bytes),
-        )
-        .await
-        .map_err(|e| CtlError {
-            message: format!(
-                "unable to connect to the management API at {}: {e}",
-                self.addr()
-            ),
-            exit_code: 69,
-        })
+        self.client
+            .request(
+                method,
+                path,
+                Some(credentials),
+                headers,
+                body.as_deref().map(str::as_bytes),
+            )
+            .await
+            .map_err(|e| CtlError {
+                message: format!(
+                    "unable to connect to the management API at {}: {e}",
+                    self.addr()
+                ),
+                exit_code: 69,
+            })
     }
 
     /// Sends a request as the configured user; an error status becomes an error with the

@@ -1,18 +1,11 @@
-//! A small HTTP/1.1 layer, sans-IO: request parsing and response encoding for the management
-//! and Prometheus endpoints, and the client side warrenctl uses.
-//!
-//! Only what the API needs: `Content-Length` bodies (no chunked requests), keep-alive,
-//! percent-decoding of path segments and query strings. Requests are bounded
-//! ([`MAX_HEAD_BYTES`], [`MAX_BODY_BYTES`]) so a client cannot grow the broker's memory.
+//! The request and response the handlers see (the server in [`crate::server`] builds them
+//! from hyper's after its layers ran), percent-encoding of path segments and query strings,
+//! and a small sans-IO client side (encode a request, parse a `Content-Length` response)
+//! that tests use to speak raw HTTP/1.1.
 
 use std::fmt::Write as _;
 
-/// The longest request line plus headers accepted.
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
-/// The largest request body accepted (definitions imports are the largest).
-pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
-
-/// A parsed HTTP request.
+/// A request with its body read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     /// `GET`, `PUT`, ...
@@ -53,96 +46,13 @@ impl Request {
             (percent_decode(key)? == name).then(|| percent_decode(&value.replace('+', " ")))?
         })
     }
-
-    /// Whether the client wants the connection kept open after the response.
-    pub fn keep_alive(&self) -> bool {
-        !self
-            .header("connection")
-            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
-    }
 }
 
-/// Why a request could not be parsed; answered with 400 (or 413) and the connection closed.
+/// Why a response could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParseError {
-    /// The request line or a header is malformed.
+    /// The status line or a header is malformed.
     Malformed(&'static str),
-    /// The head or the body is larger than allowed.
-    TooLarge,
-    /// A transfer coding other than identity was used.
-    UnsupportedTransferEncoding,
-}
-
-/// Parses one request from the start of `buffer`: `Ok(None)` when more bytes are needed,
-/// otherwise the request and the number of bytes it took.
-pub fn parse_request(buffer: &[u8]) -> Result<Option<(Request, usize)>, ParseError> {
-    let Some(head_end) = find(buffer, b"\r\n\r\n") else {
-        return if buffer.len() > MAX_HEAD_BYTES {
-            Err(ParseError::TooLarge)
-        } else {
-            Ok(None)
-        };
-    };
-    if head_end > MAX_HEAD_BYTES {
-        return Err(ParseError::TooLarge);
-    }
-    let head = std::str::from_utf8(&buffer[..head_end])
-        .map_err(|_| ParseError::Malformed("request head is not UTF-8"))?;
-    let mut lines = head.split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(ParseError::Malformed("bad request line"));
-    };
-    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
-        return Err(ParseError::Malformed("bad method"));
-    }
-    if !version.starts_with("HTTP/1.") {
-        return Err(ParseError::Malformed("unsupported HTTP version"));
-    }
-    if !target.starts_with('/') {
-        return Err(ParseError::Malformed("request target must be a path"));
-    }
-    let mut headers = Vec::new();
-    for line in lines {
-        let (name, value) = line
-            .split_once(':')
-            .ok_or(ParseError::Malformed("header without ':'"))?;
-        if name.is_empty() || name.contains(' ') {
-            return Err(ParseError::Malformed("bad header name"));
-        }
-        headers.push((name.to_ascii_lowercase(), value.trim().to_string()));
-    }
-    let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v);
-    if header("transfer-encoding").is_some_and(|v| !v.eq_ignore_ascii_case("identity")) {
-        return Err(ParseError::UnsupportedTransferEncoding);
-    }
-    let length = match header("content-length") {
-        Some(v) => v
-            .parse::<usize>()
-            .map_err(|_| ParseError::Malformed("bad content-length"))?,
-        None => 0,
-    };
-    if length > MAX_BODY_BYTES {
-        return Err(ParseError::TooLarge);
-    }
-    let body_start = head_end + 4;
-    if buffer.len() < body_start + length {
-        return Ok(None);
-    }
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    Ok(Some((
-        Request {
-            method: method.to_string(),
-            path: path.to_string(),
-            query: query.to_string(),
-            headers,
-            body: buffer[body_start..body_start + length].to_vec(),
-        },
-        body_start + length,
-    )))
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -370,7 +280,8 @@ pub fn encode_request_with(
     out
 }
 
-/// Sends one request to `addr` and reads the response (one connection per request).
+/// Sends one request to `addr` (`HOST:PORT`) and reads the response (one connection per
+/// request).
 pub async fn send(
     addr: &str,
     method: &str,
@@ -381,7 +292,8 @@ pub async fn send(
     send_with(addr, method, path, credentials, &[], body).await
 }
 
-/// [`send`] with extra headers.
+/// [`send`] with extra headers, over [`crate::client::HttpClient`] (plain HTTP, the default
+/// timeout).
 pub async fn send_with(
     addr: &str,
     method: &str,
@@ -390,35 +302,18 @@ pub async fn send_with(
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
 ) -> std::io::Result<ClientResponse> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    stream
-        .write_all(&encode_request_with(
-            method,
-            path,
-            addr,
-            credentials,
-            headers,
-            body,
-        ))
-        .await?;
-    let mut buffer = Vec::new();
-    loop {
-        let mut chunk = [0u8; 16 * 1024];
-        let read = stream.read(&mut chunk).await?;
-        if read == 0 {
-            return parse_response(&buffer)
-                .ok()
-                .flatten()
-                .ok_or_else(|| std::io::Error::other("connection closed before a full response"));
-        }
-        buffer.extend_from_slice(&chunk[..read]);
-        match parse_response(&buffer) {
-            Ok(Some(response)) => return Ok(response),
-            Ok(None) => {}
-            Err(error) => return Err(std::io::Error::other(format!("{error:?}"))),
-        }
-    }
+    let invalid = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("'{addr}' is not HOST:PORT"),
+        )
+    };
+    let (host, port) = addr.rsplit_once(':').ok_or_else(invalid)?;
+    let port = port.parse().map_err(|_| invalid())?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    crate::client::HttpClient::new(host, port)
+        .request(method, path, credentials, headers, body)
+        .await
 }
 
 #[cfg(test)]
@@ -427,31 +322,26 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn parses_a_put_with_body_and_decodes_the_default_vhost() {
-        let raw =
-            b"PUT /api/queues/%2F/orders?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}GET";
-        let (request, used) = parse_request(raw).unwrap().unwrap();
-        assert_eq!(used, raw.len() - 3);
-        assert_eq!(request.method, "PUT");
+    fn segments_decode_the_default_vhost_and_query_parameters_decode() {
+        let request = Request {
+            method: "PUT".into(),
+            path: "/api/queues/%2F/orders".into(),
+            query: "x=1&name=a+b%21".into(),
+            headers: vec![("host".into(), "h".into())],
+            body: b"{}".to_vec(),
+        };
         assert_eq!(
             request.segments().unwrap(),
             ["api", "queues", "/", "orders"]
         );
         assert_eq!(request.query_param("x").as_deref(), Some("1"));
-        assert_eq!(request.body, b"{}");
+        assert_eq!(request.query_param("name").as_deref(), Some("a b!"));
         assert_eq!(request.header("host"), Some("h"));
-    }
-
-    #[test]
-    fn incomplete_requests_ask_for_more_and_bad_ones_are_errors() {
-        assert_eq!(parse_request(b"GET / HTTP/1.1\r\n"), Ok(None));
-        assert_eq!(
-            parse_request(b"GET / HTTP/1.1\r\ncontent-length: 5\r\n\r\nab"),
-            Ok(None)
-        );
-        assert!(parse_request(b"GET\r\n\r\n").is_err());
-        assert!(parse_request(b"GET / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n").is_err());
-        assert!(parse_request(b"GET / HTTP/1.1\r\ncontent-length: x\r\n\r\n").is_err());
+        let bad = Request {
+            path: "/api/%zz".into(),
+            ..request
+        };
+        assert_eq!(bad.segments(), None);
     }
 
     #[test]
@@ -476,19 +366,20 @@ mod tests {
 
     proptest! {
         #[test]
-        fn parser_never_panics_and_never_reads_past_the_buffer(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            if let Ok(Some((_, used))) = parse_request(&bytes) {
-                prop_assert!(used <= bytes.len());
-            }
+        fn response_parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse_response(&bytes);
         }
 
         #[test]
-        fn encoded_client_requests_parse_back(path in "/[a-z%0-9/]{0,40}", body in proptest::collection::vec(any::<u8>(), 0..100)) {
+        fn encoded_client_requests_carry_their_body_last(path in "/[a-z%0-9/]{0,40}", body in proptest::collection::vec(any::<u8>(), 0..100)) {
             let raw = encode_request("PUT", &path, "h", Some(("u", "p")), Some(&body));
-            let (request, used) = parse_request(&raw).unwrap().unwrap();
-            prop_assert_eq!(used, raw.len());
-            prop_assert_eq!(request.path, path);
-            prop_assert_eq!(request.body, body);
+            prop_assert!(raw.ends_with(&body));
+            let head = String::from_utf8_lossy(&raw[..raw.len() - body.len()]).into_owned();
+            let expected_length = format!("content-length: {}\r\n", body.len());
+            let expected_line = format!("PUT {path} HTTP/1.1\r\n");
+            prop_assert!(head.starts_with(&expected_line));
+            prop_assert!(head.contains(&expected_length));
+            prop_assert!(head.ends_with("\r\n\r\n"));
         }
 
         #[test]

@@ -8,34 +8,52 @@
 //! - [`ctl`]: `warrenctl`, rabbitmqctl's verbs over the HTTP API;
 //! - [`rates`]: message rates, sampled from the core's counters by [`serve_rates`].
 //!
-//! Requests flow through [`http`] (a small sans-IO HTTP/1.1 parser and encoder) and
-//! [`server`] (the tokio accept loop) to a handler that only reads or changes the core.
+//! Requests flow through [`server`] (hyper 1 under tower layers: gzip, authentication from
+//! the head before any body is read, the body limit) to a handler that only reads or
+//! changes the core, run on the blocking pool. [`http`] holds the handler-facing request and
+//! response types and the client side warrenctl and the tests use.
 
 pub mod api;
+pub mod client;
 pub mod ctl;
 pub mod http;
 pub mod metrics;
 pub mod rates;
 pub mod server;
+mod ui;
 
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use warren_config::HttpLimits;
 
 pub use api::{DefinitionsImporter, ListenerInfo, Management, NodeResources, ResourceReader};
 
-/// Serves the management API on `listener` until `shutdown` turns true; over HTTPS when
-/// `tls` is given.
+/// Serves the management API and the web UI on `listener` until `shutdown` turns true;
+/// over HTTPS when `tls` is given. `limits` are the listener's `management.http.*`,
+/// `management.tcp.*` (or `management.ssl.*`) settings.
 pub async fn serve_api(
     listener: TcpListener,
     management: Arc<Management>,
     tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    limits: HttpLimits,
     shutdown: watch::Receiver<bool>,
 ) {
-    let handler: server::Handler = Arc::new(move |request, peer| management.handle(request, peer));
-    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-    server::serve(listener, handler, acceptor, shutdown).await;
+    let protocol = if tls.is_some() { "https" } else { "http" };
+    let authenticating = Arc::clone(&management);
+    let endpoint = server::HttpEndpoint {
+        handler: Arc::new(move |request, context: &server::RequestContext| {
+            management.handle_with(request, context.user.clone())
+        }),
+        is_heavy: api::is_heavy,
+        authenticator: Some(Arc::new(move |head, peer| {
+            authenticating.authenticate_head(head, peer)
+        })),
+        limits,
+        protocol,
+    };
+    server::serve(listener, endpoint, tls, shutdown).await;
 }
 
 /// Serves Prometheus metrics (`/metrics`, `/metrics/per-object`) on `listener` until
@@ -56,10 +74,21 @@ pub async fn serve_metrics_tls(
     tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     shutdown: watch::Receiver<bool>,
 ) {
-    let handler: server::Handler =
-        Arc::new(move |request, _peer| metrics::handle(&management, &request));
-    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-    server::serve(listener, handler, acceptor, shutdown).await;
+    let protocol = if tls.is_some() {
+        "https/prometheus"
+    } else {
+        "http/prometheus"
+    };
+    let endpoint = server::HttpEndpoint {
+        handler: Arc::new(move |request, _: &server::RequestContext| {
+            metrics::handle(&management, &request)
+        }),
+        is_heavy: |_| true,
+        authenticator: None,
+        limits: HttpLimits::default(),
+        protocol,
+    };
+    server::serve(listener, endpoint, tls, shutdown).await;
 }
 
 /// Samples the message counters every `management.statistics_interval` for the API's rates,

@@ -4,6 +4,7 @@
 //! JSON field names are RabbitMQ's so existing tools parse them.
 
 mod json;
+mod paging;
 mod parameters;
 mod resources;
 mod runtime;
@@ -92,10 +93,13 @@ pub(crate) enum Role {
     Administrator,
 }
 
-/// The authenticated caller.
+/// The authenticated caller, and the page of a listing they asked for (`?page=`).
 pub(crate) struct Caller {
     pub user: Arc<User>,
     tags: Vec<String>,
+    /// Applied by [`Management::list_per_vhost`] to the listing before it is serialized;
+    /// other listings are paged from their JSON after the handler.
+    paging: Option<paging::PageQuery>,
 }
 
 impl Caller {
@@ -175,34 +179,114 @@ pub(crate) fn body_json(request: &Request) -> Result<Json, Response> {
         .map_err(|e| bad_request(format!("body is not valid JSON: {e}")))
 }
 
+/// Whether answering `request` may take long: listings (`GET /api/KIND` and
+/// `GET /api/KIND/VHOST`, the overview, which walk every queue), definitions export and
+/// import. Reading, declaring or deleting one object is cheap.
+pub fn is_heavy(request: &Request) -> bool {
+    let segments: Vec<&str> = request
+        .path
+        .split('/')
+        .filter(|segment| !segment.is_empty())
+        .collect();
+    match segments.as_slice() {
+        ["api", "definitions", ..] => true,
+        ["api", ..] => request.method == "GET" && segments.len() <= 3,
+        _ => false,
+    }
+}
+
 /// 201 when the object was created, 204 when it replaced one (RabbitMQ's PUT answers).
 pub(crate) fn created_or_updated(created: bool) -> Response {
     Response::empty(if created { 201 } else { 204 })
 }
 
 impl Management {
-    /// Answers one request.
+    /// Answers one request: authenticates it, then routes it (the server's layers do the two
+    /// steps apart, see [`Management::authenticate_head`] and [`Management::handle_with`]).
     pub fn handle(&self, request: Request, peer: SocketAddr) -> Response {
+        let Some(segments) = request.segments() else {
+            return bad_request("path is not valid percent-encoded UTF-8");
+        };
+        if segments.first().map(String::as_str) != Some("api") {
+            return self.handle_with(request, None);
+        }
+        match self.authenticate(request.header("authorization"), peer) {
+            Ok(caller) => self.handle_with(request, Some(caller.user)),
+            Err(response) => response,
+        }
+    }
+
+    /// Checks a request's credentials from its head alone, before its body is read:
+    /// `Ok(None)` for paths that need no login (the web UI's files), the user for an
+    /// `/api/...` request whose basic auth names a user with a management tag, and the 401
+    /// to answer at once otherwise.
+    pub fn authenticate_head(
+        &self,
+        head: &hyper::http::request::Parts,
+        peer: SocketAddr,
+    ) -> Result<Option<Arc<User>>, Response> {
+        let first = head
+            .uri
+            .path()
+            .split('/')
+            .find(|segment| !segment.is_empty());
+        if first.and_then(crate::http::percent_decode).as_deref() != Some("api") {
+            return Ok(None);
+        }
+        let authorization = head
+            .headers
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok());
+        let caller = self.authenticate(authorization, peer)?;
+        if !caller.is(Role::Management) {
+            return Err(not_authorized("Not management user"));
+        }
+        Ok(Some(caller.user))
+    }
+
+    /// Answers a request whose caller the server already authenticated (`user`), or, for
+    /// `/api/...` without one, authenticates it from its headers first.
+    pub fn handle_with(&self, request: Request, user: Option<Arc<User>>) -> Response {
         let Some(segments) = request.segments() else {
             return bad_request("path is not valid percent-encoded UTF-8");
         };
         let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
         let ["api", path @ ..] = segments.as_slice() else {
-            return not_found();
+            return crate::ui::serve(&request).unwrap_or_else(not_found);
         };
-        let caller = match self.authenticate(&request, peer) {
-            Ok(caller) => caller,
-            Err(response) => return response,
+        let Some(user) = user else {
+            return not_authorized("Login failed");
+        };
+        let paging = if request.method == "GET" {
+            match paging::PageQuery::from_request(&request) {
+                Ok(paging) => paging,
+                Err(refusal) => return refusal,
+            }
+        } else {
+            None
+        };
+        let caller = Caller {
+            tags: user.tags.clone(),
+            user,
+            paging,
         };
         if !caller.is(Role::Management) {
             return not_authorized("Not management user");
         }
-        self.route(&request, path, &caller)
+        let response = self.route(&request, path, &caller);
+        if request.method == "GET" {
+            paging::page_listing(&request, response)
+        } else {
+            response
+        }
     }
 
-    fn authenticate(&self, request: &Request, peer: SocketAddr) -> Result<Caller, Response> {
-        let credentials = request
-            .header("authorization")
+    fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        peer: SocketAddr,
+    ) -> Result<Caller, Response> {
+        let credentials = authorization
             .and_then(|value| value.strip_prefix("Basic "))
             .and_then(|token| {
                 base64::engine::general_purpose::STANDARD
@@ -221,6 +305,7 @@ impl Management {
             Ok(user) => Ok(Caller {
                 tags: user.tags.clone(),
                 user,
+                paging: None,
             }),
             Err(failure) => {
                 tracing::warn!(user = %name, reason = %failure, "HTTP API login refused");
@@ -346,16 +431,23 @@ impl Management {
     }
 
     /// `GET /api/KIND[/VHOST]`: the objects `list` gives for each vhost the caller sees (all,
-    /// or the one named), as one JSON array.
+    /// or the one named), as one JSON array, or the page of it the caller asked for.
     pub(crate) fn list_per_vhost(
         &self,
         caller: &Caller,
         only: Option<&str>,
         list: impl Fn(&Arc<VHost>) -> Vec<Json>,
     ) -> Response {
-        match self.visible_vhosts(caller, only) {
-            Ok(vhosts) => Response::json(200, &Json::Array(vhosts.iter().flat_map(list).collect())),
-            Err(response) => response,
+        let items: Vec<Json> = match self.visible_vhosts(caller, only) {
+            Ok(vhosts) => vhosts.iter().flat_map(list).collect(),
+            Err(response) => return response,
+        };
+        match &caller.paging {
+            None => Response::json(200, &Json::Array(items)),
+            Some(paging) => match paging.apply(items) {
+                Ok(page) => Response::json(200, &page),
+                Err(refusal) => refusal,
+            },
         }
     }
 
