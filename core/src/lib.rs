@@ -28,6 +28,7 @@ pub mod parameters;
 pub mod password;
 pub mod policy;
 pub mod queue;
+pub mod replication;
 pub mod retained;
 pub mod retained_file;
 pub mod routing;

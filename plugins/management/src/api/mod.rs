@@ -162,6 +162,7 @@ pub(crate) fn core_error(error: CoreError) -> Response {
             self::error(401, "not_authorised", error.message)
         }
         ErrorKind::ResourceLocked => self::error(405, "resource_locked", error.message),
+        ErrorKind::Unavailable => self::error(503, "unavailable", error.message),
         _ => bad_request(error.message),
     }
 }
