@@ -22,5 +22,6 @@
 pub mod codec;
 pub mod detector;
 pub mod handshake;
+pub mod metadata;
 pub mod secret;
 pub mod transport;

@@ -102,6 +102,9 @@ struct Link {
 /// A peer: its address and its two links.
 struct Peer {
     address: Arc<RwLock<String>>,
+    /// The address was configured (the seed list): membership records do not replace it,
+    /// so an operator's route to a peer (a proxy, a NAT) wins over the peer's own.
+    pinned: bool,
     control: Link,
     bulk: Link,
 }
@@ -162,13 +165,29 @@ impl Transport {
         names
     }
 
-    /// Starts dialing `name` at `address` (`HOST:PORT`), or updates its address.
+    /// Starts dialing `name` at `address` (`HOST:PORT`), or updates its address unless it
+    /// was pinned by [`Transport::add_seed`].
     pub fn add_peer(self: &Arc<Self>, name: &str, address: &str) {
+        self.insert_peer(name, address, false);
+    }
+
+    /// Starts dialing a seed at the configured `address`, which later membership records do
+    /// not replace.
+    pub fn add_seed(self: &Arc<Self>, name: &str, address: &str) {
+        self.insert_peer(name, address, true);
+    }
+
+    fn insert_peer(self: &Arc<Self>, name: &str, address: &str, pinned: bool) {
         if name == self.config.node {
             return;
         }
         if let Some(peer) = self.peers.read().get(name) {
-            *peer.address.write() = address.to_string();
+            if !peer.pinned {
+                let mut current = peer.address.write();
+                if *current != address {
+                    *current = address.to_string();
+                }
+            }
             return;
         }
         let mut peers = self.peers.write();
@@ -182,6 +201,7 @@ impl Transport {
             name.to_string(),
             Arc::new(Peer {
                 address,
+                pinned,
                 control,
                 bulk,
             }),
@@ -638,15 +658,22 @@ impl LinkTask {
         let mut sequence = 0u64;
         let mut sent_at: HashMap<u64, Instant> = HashMap::new();
         let mut out = BytesMut::new();
+        // A link whose peer stopped answering (a silent network) is closed and re-opened:
+        // bytes lost in between would leave the stream mid-frame.
+        let dead_after = period * 20;
+        let mut last_pong = Instant::now();
         loop {
             loop {
                 match codec::decode(&mut buffer, self.transport.config.max_frame) {
                     Ok(Some(Frame::Pong { sequence })) => {
+                        last_pong = Instant::now();
                         if let Some(at) = sent_at.remove(&sequence) {
-                            let now = Instant::now();
-                            self.transport
-                                .detector
-                                .record_pong(&self.peer, now, now - at);
+                            if self.kind == LinkKind::Control {
+                                let now = Instant::now();
+                                self.transport
+                                    .detector
+                                    .record_pong(&self.peer, now, now - at);
+                            }
                         }
                     }
                     Ok(Some(Frame::Response { id, ok, body })) => {
@@ -683,9 +710,12 @@ impl LinkTask {
                     }
                     out.clear();
                 }
-                _ = ping.tick(), if self.kind == LinkKind::Control => {
+                _ = ping.tick() => {
                     sequence += 1;
                     let now = Instant::now();
+                    if now.duration_since(last_pong) > dead_after {
+                        return format!("no answer to pings for {dead_after:?}");
+                    }
                     sent_at.insert(sequence, now);
                     // Pings never answered are forgotten after a while.
                     sent_at.retain(|_, at| now.duration_since(*at) < period * 50);

@@ -157,6 +157,13 @@ pub enum TopologyChange {
         /// Only if it is empty.
         if_empty: bool,
     },
+    /// Set (`Some`, JSON text) or clear (`None`) a global parameter such as `cluster_name`.
+    GlobalParameter {
+        /// The parameter.
+        name: String,
+        /// Its value as JSON text, or `None` to clear it.
+        value: Option<String>,
+    },
     /// queue.bind / exchange.bind (`bound = true`), queue.unbind / exchange.unbind.
     Binding {
         /// Bind rather than unbind.
@@ -214,6 +221,10 @@ impl TopologyChange {
             TopologyChange::DeleteQueue { vhost, name, .. } => {
                 format!("delete queue '{name}' in vhost '{vhost}'")
             }
+            TopologyChange::GlobalParameter { name, value } => format!(
+                "{} global parameter '{name}'",
+                if value.is_some() { "set" } else { "clear" }
+            ),
             TopologyChange::Binding {
                 bound,
                 vhost,
@@ -443,6 +454,14 @@ fn apply_unreplicated(broker: &Broker, change: &TopologyChange) -> CoreResult<()
         } => {
             vhost_or_404(broker, vhost)?.delete_queue(actor(user), name, *if_unused, *if_empty)?;
         }
+        TopologyChange::GlobalParameter { name, value } => match value {
+            Some(value) => {
+                broker.set_global_parameter(name, value.clone());
+            }
+            None => {
+                broker.clear_global_parameter(name);
+            }
+        },
         TopologyChange::Binding {
             bound,
             vhost,
@@ -479,6 +498,12 @@ fn apply_unreplicated(broker: &Broker, change: &TopologyChange) -> CoreResult<()
 /// tests keep those): each commits through the cluster first when the node runs clustered,
 /// then applies as the plain form does. Front ends (the HTTP API, warrenctl) use these.
 impl Broker {
+    /// Installs the cluster's replicator: from now on topology changes are committed through
+    /// it before they apply. False if one was installed already.
+    pub fn set_replicator(&self, replicator: std::sync::Arc<dyn TopologyReplicator>) -> bool {
+        self.durability.set_replicator(replicator)
+    }
+
     /// Creates a vhost with `default_queue_type` (or returns the existing one, updating its
     /// default type); true when it was created.
     pub fn try_add_vhost(
@@ -527,6 +552,31 @@ impl Broker {
         })?;
         self.put_user(user);
         Ok(())
+    }
+
+    /// Sets a global parameter (value as JSON text); true if it is new.
+    pub fn try_set_global_parameter(&self, name: &str, value: String) -> CoreResult<bool> {
+        let _replicated = self
+            .durability
+            .replicate(|| TopologyChange::GlobalParameter {
+                name: name.to_string(),
+                value: Some(value.clone()),
+            })?;
+        Ok(self.set_global_parameter(name, value))
+    }
+
+    /// Clears a global parameter; true if it existed.
+    pub fn try_clear_global_parameter(&self, name: &str) -> CoreResult<bool> {
+        if self.global_parameter(name).is_none() {
+            return Ok(false);
+        }
+        let _replicated = self
+            .durability
+            .replicate(|| TopologyChange::GlobalParameter {
+                name: name.to_string(),
+                value: None,
+            })?;
+        Ok(self.clear_global_parameter(name))
     }
 
     /// Deletes a user and their permissions; false if there was none.

@@ -23,7 +23,9 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use api::{DefinitionsImporter, ListenerInfo, Management, NodeResources, ResourceReader};
+pub use api::{
+    ClusterView, DefinitionsImporter, ListenerInfo, Management, NodeResources, ResourceReader,
+};
 
 /// Serves the management API on `listener` until `shutdown` turns true; over HTTPS when
 /// `tls` is given.

@@ -236,15 +236,19 @@ impl Management {
                 let Some(value) = body.get("value") else {
                     return bad_request("value is required");
                 };
-                created_or_updated(self.broker.set_global_parameter(name, value.to_string()))
-            }
-            ("DELETE", [name]) => {
-                if self.broker.clear_global_parameter(name) {
-                    Response::empty(204)
-                } else {
-                    not_found()
+                match self
+                    .broker
+                    .try_set_global_parameter(name, value.to_string())
+                {
+                    Ok(created) => created_or_updated(created),
+                    Err(error) => super::core_error(error),
                 }
             }
+            ("DELETE", [name]) => match self.broker.try_clear_global_parameter(name) {
+                Ok(true) => Response::empty(204),
+                Ok(false) => not_found(),
+                Err(error) => super::core_error(error),
+            },
             _ => not_found(),
         }
     }
