@@ -68,6 +68,24 @@ async fn wait_for_vhost(cluster: &TestCluster, node: usize, name: &str, limit: D
     }
 }
 
+/// Waits until `path` answers 200 (with something in it) on `node`: a change is applied on the node that made it
+/// before the call returns, and on the others a moment later (reads are local).
+async fn wait_for_path(cluster: &TestCluster, node: usize, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, body) = cluster.api(node, "GET", path, None).await;
+        // A listing answers 200 with nothing in it until the object arrives.
+        if status == 200 && body.as_array().is_none_or(|list| !list.is_empty()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} on node {node}: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Asserts that a change through `node` is refused as a minority must refuse it: HTTP 503
 /// saying the cluster has no majority, within the bound.
 async fn assert_minority_refuses(cluster: &TestCluster, node: usize, vhost: &str) {
@@ -168,6 +186,9 @@ async fn three_nodes_form_one_cluster_and_what_one_node_makes_is_usable_on_the_o
         let (status, answer) = cluster.api(0, method, path, Some(body)).await;
         assert!(status == 201 || status == 204, "{path}: {status} {answer}");
     }
+    for node in [1, 2] {
+        wait_for_path(&cluster, node, "/api/permissions/orders/app").await;
+    }
     // Topology made through node 2 by the new user, with lapin.
     let on_node_2 = Connection::connect(
         &cluster.amqp_url(1, "app", "app-secret", "orders"),
@@ -209,6 +230,7 @@ async fn three_nodes_form_one_cluster_and_what_one_node_makes_is_usable_on_the_o
         )
         .await
         .expect("bound on node 2");
+    wait_for_path(&cluster, 2, "/api/bindings/orders/e/placed/q/billing").await;
     // Usable through node 3: the same user, the exchange, the queue and the binding.
     let on_node_3 = Connection::connect(
         &cluster.amqp_url(2, "app", "app-secret", "orders"),
@@ -262,6 +284,49 @@ async fn three_nodes_form_one_cluster_and_what_one_node_makes_is_usable_on_the_o
         .await;
     assert_eq!(status, 200);
     assert_eq!(bindings[0]["destination"], "billing", "{bindings}");
+
+    // A definitions import through node 3's API reaches node 1.
+    let imported = r#"{"vhosts": [{"name": "imported"}],
+        "queues": [{"name": "iq", "vhost": "imported", "durable": true, "auto_delete": false, "arguments": {}}]}"#;
+    let (status, body) = cluster
+        .api(2, "POST", "/api/definitions", Some(imported))
+        .await;
+    assert!(
+        status == 200 || status == 201 || status == 204,
+        "{status} {body}"
+    );
+    wait_for_path(&cluster, 0, "/api/queues/imported/iq").await;
+
+    // warrenctl through node 2: the cluster's members, and a cluster name for every node.
+    let http = cluster.http_addr(1);
+    let (host, port) = http.rsplit_once(':').expect("host:port");
+    let ctl = |verb: &[&str]| {
+        let mut args: Vec<String> = ["--host", host, "--port", port]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(verb.iter().map(|s| s.to_string()));
+        args
+    };
+    let status = warren_management::ctl::run(&ctl(&["cluster_status"]), None)
+        .await
+        .expect("cluster_status");
+    for node in 0..3 {
+        assert!(status.contains(&node_name(node)), "{status}");
+    }
+    assert!(status.contains("Running Nodes"), "{status}");
+    warren_management::ctl::run(&ctl(&["set_cluster_name", "orders-cluster"]), None)
+        .await
+        .expect("set_cluster_name");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, overview) = cluster.api(2, "GET", "/api/overview", None).await;
+        if overview["cluster_name"] == "orders-cluster" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{overview}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
