@@ -257,7 +257,23 @@ impl TestCluster {
 
     /// Starts every node at once (each process in its own thread).
     pub fn start_all(&mut self) {
-        let all: Vec<(usize, Vec<String>, std::path::PathBuf)> = (0..self.dirs.len())
+        let all: Vec<usize> = (0..self.dirs.len()).collect();
+        self.start_some(&all);
+    }
+
+    /// Deletes node `index`'s data directory (the node must be stopped): it restarts blank.
+    pub fn wipe(&mut self, index: usize) {
+        assert!(self.nodes[index].is_none(), "stop node {index} first");
+        let dir = self.dirs[index].path();
+        std::fs::remove_dir_all(dir).expect("removes the data directory");
+        std::fs::create_dir_all(dir).expect("recreates the data directory");
+    }
+
+    /// Starts the nodes `indexes` at once (each process in its own thread).
+    pub fn start_some(&mut self, indexes: &[usize]) {
+        let all: Vec<(usize, Vec<String>, std::path::PathBuf)> = indexes
+            .iter()
+            .copied()
             .map(|i| (i, self.settings(i), self.dirs[i].path().to_path_buf()))
             .collect();
         let started: Vec<(usize, WarrenProcess)> = std::thread::scope(|scope| {

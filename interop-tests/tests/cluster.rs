@@ -442,6 +442,47 @@ async fn a_partitioned_node_refuses_changes_and_catches_up_when_the_link_heals()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blank_node_joins_as_a_learner_and_a_wiped_member_gets_everything_back() {
+    let mut cluster = TestCluster::new(4);
+    cluster.start_some(&[0, 1, 2]);
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    add_vhost_eventually(&cluster, 1, "early", Duration::from_secs(5)).await;
+    // A fourth, blank node joins the first member it reaches and gets the metadata.
+    cluster.start(3);
+    cluster.wait_formed(4, FORM_LIMIT).await;
+    wait_for_vhost(&cluster, 3, "early", Duration::from_secs(5)).await;
+    let (_, status) = cluster.api(3, "GET", "/api/cluster-status", None).await;
+    let kinds: Vec<(String, String)> = status["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or("").to_string(),
+                m["type"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        kinds.contains(&(node_name(3), "learner".to_string())),
+        "{status}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|(_, kind)| kind == "voter").count(),
+        3,
+        "{status}"
+    );
+    // A member that lost its disk rejoins under its name and gets everything back.
+    cluster.kill(2);
+    cluster.wipe(2);
+    add_vhost_eventually(&cluster, 0, "while-wiped", Duration::from_secs(10)).await;
+    cluster.start(2);
+    cluster.wait_formed(4, FORM_LIMIT).await;
+    wait_for_vhost(&cluster, 2, "while-wiped", Duration::from_secs(10)).await;
+    assert_eq!(vhosts(&cluster, 2).await, ["/", "early", "while-wiped"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_another_secret_is_refused_and_both_sides_log_why() {
     let mut cluster = TestCluster::new(2);
     let other = TempDir::new("other-secret");
