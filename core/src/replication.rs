@@ -494,6 +494,15 @@ fn apply_unreplicated(broker: &Broker, change: &TopologyChange) -> CoreResult<()
     Ok(())
 }
 
+impl crate::queue::Queue {
+    /// Whether the queue stays on this node when clustered: exclusive queues (one
+    /// connection's) and auto-delete queues (deleted here when their consumers go).
+    pub fn is_node_local(&self) -> bool {
+        let config = self.config();
+        config.exclusive_owner.is_some() || config.auto_delete
+    }
+}
+
 /// The replicated forms of the changes whose plain forms cannot fail (boot-time set-up and
 /// tests keep those): each commits through the cluster first when the node runs clustered,
 /// then applies as the plain form does. Front ends (the HTTP API, warrenctl) use these.
@@ -745,6 +754,20 @@ mod tests {
         vhost.declare_exchange(admin, exchange("x")).unwrap(); // redeclared: not replicated
         vhost.declare_queue(admin, queue("q", false)).unwrap();
         vhost.declare_queue(admin, queue("mine", true)).unwrap(); // exclusive: node-local
+        let temporary = QueueDeclare {
+            auto_delete: true,
+            ..queue("temporary", false)
+        };
+        vhost.declare_queue(admin, temporary).unwrap(); // auto-delete: node-local
+        vhost
+            .bind(
+                admin,
+                "x",
+                DestinationName::Queue("temporary".into()),
+                "k",
+                Table::new(),
+            )
+            .unwrap();
         vhost
             .bind(
                 admin,

@@ -598,10 +598,13 @@ impl VHost {
         self.check(actor.user, Access::Configure, ResourceKind::Queue, &name)?;
         self.validate_queue_arguments(&name, &request.arguments)?;
         let _replicated = match self.queue(&name) {
-            // A redeclaration is answered under the lock below, not replicated; exclusive
-            // queues belong to one connection on this node.
+            // A redeclaration is answered under the lock below, not replicated. Exclusive
+            // queues belong to one connection on this node, and auto-delete queues to its
+            // consumers here (this node deletes them alone): both stay node-local.
             Some(_) => crate::replication::ReplicationPermit::none(),
-            None if request.exclusive => crate::replication::ReplicationPermit::none(),
+            None if request.exclusive || request.auto_delete => {
+                crate::replication::ReplicationPermit::none()
+            }
             None => self.durability.replicate(|| TopologyChange::DeclareQueue {
                 vhost: self.name.clone(),
                 user: actor.user.to_string(),
@@ -735,9 +738,7 @@ impl VHost {
         self.check(actor.user, Access::Configure, ResourceKind::Queue, name)?;
         let _replicated = match self.queue(name) {
             None => return Ok(0),
-            Some(queue) if queue.config().exclusive_owner.is_some() => {
-                crate::replication::ReplicationPermit::none()
-            }
+            Some(queue) if queue.is_node_local() => crate::replication::ReplicationPermit::none(),
             Some(_) => self.durability.replicate(|| TopologyChange::DeleteQueue {
                 vhost: self.name.clone(),
                 user: actor.user.to_string(),
@@ -964,8 +965,8 @@ impl VHost {
         Ok(())
     }
 
-    /// Replicates a bind or unbind, unless its destination is an exclusive queue (which
-    /// lives and dies with one connection on this node).
+    /// Replicates a bind or unbind, unless its destination is a node-local queue (exclusive
+    /// or auto-delete: it lives and dies on this node).
     fn replicate_binding(
         &self,
         bound: bool,
@@ -974,7 +975,7 @@ impl VHost {
         target: &Target,
     ) -> CoreResult<crate::replication::ReplicationPermit> {
         if let Target::Queue(queue) = target {
-            if queue.config().exclusive_owner.is_some() {
+            if queue.is_node_local() {
                 return Ok(crate::replication::ReplicationPermit::none());
             }
         }
