@@ -86,7 +86,7 @@ pub struct ClusterSettings {
     /// `node_name`: `warren@HOST`, the name peers and operators know this node by; HOST is
     /// the address peers and clients use. Default `warren@<hostname>`.
     pub node_name: Option<String>,
-    /// `cluster_name`: the name `/api/overview` shows. Default: the first node's name.
+    /// `cluster_name`: the name `/api/overview` shows. Default: the first seed's name.
     pub cluster_name: Option<String>,
     /// `cluster.listeners.tcp.default`: where the inter-node listener binds. Default: the
     /// node name's host on port 25672.
@@ -110,7 +110,7 @@ pub const CLUSTER_KEYS: &[(&str, &str)] = &[
     ),
     (
         "cluster_name",
-        "the cluster's name shown by the management API (the node name)",
+        "the cluster's name shown by the management API (the first seed's name)",
     ),
     (
         "cluster.listeners.tcp.default",
