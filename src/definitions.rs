@@ -118,19 +118,28 @@ fn apply_parsed(
         }
     }
 
-    // Validation passed: from here on, apply.
+    // Validation passed: from here on, apply. The `try_` forms commit each change through
+    // the cluster when the node runs clustered (an import through the HTTP API); at boot
+    // and for a metadata snapshot they apply locally.
+    let failed = |e: warren_core::CoreError| format!("{path}: {e}");
     for vhost in &definitions.vhosts {
-        broker
-            .add_vhost(&vhost.name)
-            .set_default_queue_type(vhost.effective_default_queue_type().map(str::to_string));
+        let queue_type = vhost.effective_default_queue_type().map(str::to_string);
+        let (added, _) = broker
+            .try_add_vhost(&vhost.name, queue_type.clone())
+            .map_err(failed)?;
+        if queue_type.is_none() && added.default_queue_type().is_some() {
+            added.set_default_queue_type(None);
+        }
     }
     for user in users {
-        broker.put_user(user);
+        broker.try_put_user(user).map_err(failed)?;
     }
     for (p, granted) in permissions {
         broker
-            .set_permissions(&p.user, &p.vhost, granted)
-            .map_err(|e| format!("{}: {e}", path))?;
+            .vhost(&p.vhost)
+            .ok_or_else(|| format!("{}: no vhost '{}'", path, p.vhost))?
+            .try_set_permissions(&p.user, granted)
+            .map_err(failed)?;
     }
     // Topology is declared as the broker itself (connection 0), bypassing permissions.
     const LOADER: &str = "\u{0}definitions-loader";
@@ -139,7 +148,9 @@ fn apply_parsed(
             .vhost(vhost)
             .ok_or_else(|| format!("{}: no vhost '{vhost}'", path))?;
         if vhost.permissions(LOADER).is_none() {
-            vhost.set_permissions(LOADER, Permissions::full());
+            vhost
+                .try_set_permissions(LOADER, Permissions::full())
+                .map_err(|e| format!("{path}: {e}"))?;
         }
         Ok(vhost)
     };
@@ -225,13 +236,15 @@ fn apply_parsed(
         touched.push(vhost);
     }
     for vhost in touched {
-        vhost.clear_permissions(LOADER);
+        if vhost.permissions(LOADER).is_some() {
+            vhost.try_clear_permissions(LOADER).map_err(failed)?;
+        }
     }
     for (vhost, policy) in policies {
         let target = broker
             .vhost(&vhost)
             .ok_or_else(|| format!("{}: policy '{}': no vhost '{vhost}'", path, policy.name))?;
-        target.set_policy(policy, false);
+        target.try_set_policy(policy, false).map_err(failed)?;
     }
     for (vhost, policy) in operator_policies {
         let target = broker.vhost(&vhost).ok_or_else(|| {
@@ -240,7 +253,7 @@ fn apply_parsed(
                 path, policy.name
             )
         })?;
-        target.set_policy(policy, true);
+        target.try_set_policy(policy, true).map_err(failed)?;
     }
     for plugin in &report.plugin_exchanges {
         if broker.has_exchange_type(&plugin.exchange_type) {
@@ -257,7 +270,9 @@ fn apply_parsed(
         let target = broker
             .vhost(&vhost)
             .ok_or_else(|| format!("{path}: topic permission of '{user}': no vhost '{vhost}'"))?;
-        target.set_topic_permission(&user, permission);
+        target
+            .try_set_topic_permission(&user, permission)
+            .map_err(failed)?;
     }
     for parameter in parameters {
         if !APPLIED_COMPONENTS.contains(&parameter.component.as_str()) {
@@ -276,7 +291,9 @@ fn apply_parsed(
                 "definitions: global parameter '{name}' is kept but not applied (Warren does not use it)"
             );
         }
-        broker.set_global_parameter(&name, value);
+        broker
+            .try_set_global_parameter(&name, value)
+            .map_err(failed)?;
     }
     let _ = &report.unapplied;
     Ok(())

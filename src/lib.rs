@@ -4,6 +4,7 @@
 //! binds the configured listeners and runs until asked to shut down. `main.rs` is a thin
 //! wrapper around [`Server::start`]; tests start servers in-process the same way.
 
+pub mod cluster;
 mod definitions;
 pub mod limits;
 pub mod persistence;
@@ -18,6 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use warren_amqp091::{ListenerConfig, ProtocolHandoff, SessionConfig};
 use warren_amqp10::Amqp10Config;
+use warren_cluster::metadata::MetadataStore;
 use warren_config::{CertLoginFrom, ListenAddr, Settings};
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
@@ -49,6 +51,8 @@ pub enum StartError {
     Storage(String),
     /// A TLS certificate or key could not be loaded.
     Tls(String),
+    /// Clustering could not start (the secret file, the metadata log).
+    Cluster(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -63,7 +67,8 @@ impl std::fmt::Display for StartError {
             }
             StartError::Definitions(message)
             | StartError::Storage(message)
-            | StartError::Tls(message) => f.write_str(message),
+            | StartError::Tls(message)
+            | StartError::Cluster(message) => f.write_str(message),
         }
     }
 }
@@ -85,7 +90,7 @@ async fn expire_messages(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
 }
 
 /// Binds a listener address and logs `listening protocol=PROTOCOL addr=HOST:PORT`.
-async fn bind(
+pub(crate) async fn bind(
     protocol: &'static str,
     addr: &ListenAddr,
 ) -> Result<(TcpListener, SocketAddr), StartError> {
@@ -246,8 +251,11 @@ fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
 
 /// Starts the management API and the Prometheus endpoint when enabled; returns their
 /// addresses.
+#[allow(clippy::too_many_arguments)]
 async fn start_operator_endpoints(
     broker: &Arc<Broker>,
+    cluster: Option<&cluster::ClusterNode>,
+    management_slot: Arc<std::sync::OnceLock<Arc<Management>>>,
     resource_monitor: &Arc<ResourceMonitor>,
     settings: &Settings,
     protocol_listeners: Vec<ListenerInfo>,
@@ -336,10 +344,22 @@ async fn start_operator_endpoints(
         Arc::new(move |json: &[u8]| import_definitions(&broker, json, &settings, "definitions"))
     };
     let monitor = Arc::clone(resource_monitor);
+    let node_name = cluster::node_name(settings);
+    endpoints.extend(cluster.map(|node| ListenerInfo {
+        protocol: "clustering".into(),
+        addr: node.addr,
+    }));
     let management = Arc::new(Management {
         broker: Arc::clone(broker),
-        node_name: format!("warren@{}", host_name()),
-        cluster_name: format!("warren@{}", host_name()),
+        // RabbitMQ names a cluster after its first node: here the first seed, which every
+        // node of one seed list agrees on.
+        cluster_name: settings
+            .cluster
+            .cluster_name
+            .clone()
+            .or_else(|| settings.cluster.seed_nodes().next().map(|n| n.name.clone()))
+            .unwrap_or_else(|| node_name.clone()),
+        node_name,
         listeners: endpoints,
         import_definitions: importer,
         resources: Arc::new(move || {
@@ -354,7 +374,12 @@ async fn start_operator_endpoints(
         started: std::time::Instant::now(),
         rates: warren_management::rates::RateSampler::new(settings.management_sample_retention),
         statistics_interval: settings.collect_statistics_interval,
+        cluster: cluster.map(|node| {
+            Arc::new(cluster::View(Arc::clone(&node.metadata)))
+                as Arc<dyn warren_management::ClusterView>
+        }),
     });
+    let _ = management_slot.set(Arc::clone(&management));
     if management_listener.is_some() || management_tls.is_some() {
         listeners.spawn(warren_management::serve_rates(
             Arc::clone(&management),
@@ -412,7 +437,7 @@ struct OperatorAddrs {
 }
 
 /// This machine's host name, for the node name (`warren@HOST`).
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     let mut buffer = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
     let result = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
@@ -434,6 +459,7 @@ pub struct Server {
     mqtts_addr: Option<SocketAddr>,
     amqps_addr: Option<SocketAddr>,
     operator_addrs: OperatorAddrs,
+    cluster: Option<cluster::ClusterNode>,
     shutdown: watch::Sender<bool>,
     listeners: JoinSet<()>,
 }
@@ -509,6 +535,21 @@ impl Server {
             ..ListenerConfig::default()
         };
         let mut listeners = JoinSet::new();
+        // Clustered: from here on topology changes go through the metadata log.
+        let management_slot = Arc::new(std::sync::OnceLock::new());
+        let cluster = match settings.cluster.enabled() {
+            true => Some(
+                cluster::start(
+                    &settings,
+                    &broker,
+                    Arc::clone(&management_slot),
+                    &shutdown_rx,
+                    &mut listeners,
+                )
+                .await?,
+            ),
+            false => None,
+        };
         listeners.spawn(expire_messages(Arc::clone(&broker), shutdown_rx.clone()));
         listeners.spawn(Arc::clone(&resource_monitor).run(shutdown_rx.clone()));
         let mut amqp_addrs = Vec::new();
@@ -604,6 +645,8 @@ impl Server {
         .collect();
         let operator_addrs = start_operator_endpoints(
             &broker,
+            cluster.as_ref(),
+            management_slot,
             &resource_monitor,
             &settings,
             protocol_listeners,
@@ -621,6 +664,7 @@ impl Server {
             mqtts_addr,
             amqps_addr,
             operator_addrs,
+            cluster,
             shutdown,
             listeners,
         })
@@ -688,6 +732,16 @@ impl Server {
         self.operator_addrs.prometheus_tls
     }
 
+    /// The cluster listener's address, when the node runs clustered.
+    pub fn cluster_addr(&self) -> Option<SocketAddr> {
+        self.cluster.as_ref().map(|node| node.addr)
+    }
+
+    /// The metadata store, when the node runs clustered.
+    pub fn metadata(&self) -> Option<&Arc<MetadataStore>> {
+        self.cluster.as_ref().map(|node| &node.metadata)
+    }
+
     /// The broker model, for embedding and tests.
     pub fn broker(&self) -> &Arc<Broker> {
         &self.broker
@@ -702,6 +756,9 @@ impl Server {
     /// MQTT connection (without publishing wills), and waits for the listeners to finish.
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
+        if let Some(cluster) = &self.cluster {
+            cluster.metadata.shutdown().await;
+        }
         while self.listeners.join_next().await.is_some() {}
         if let Some(store) = self.broker.message_store() {
             // Writes what is pending (the last acks) and stops the writer thread.

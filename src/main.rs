@@ -23,7 +23,12 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WARREN_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new(settings.log_level.tracing_directive())
+                // openraft logs every unreachable peer at warn and error on each retry:
+                // Warren logs the link states itself.
+                tracing_subscriber::EnvFilter::new(format!(
+                    "{},openraft=off",
+                    settings.log_level.tracing_directive()
+                ))
             }),
         )
         .init();

@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod cli;
+mod cluster;
 mod definitions;
 mod error;
 mod listen_addr;
@@ -25,6 +26,7 @@ mod settings;
 mod stomp;
 
 pub use cli::usage;
+pub use cluster::{ClusterSettings, NodeAddress, CHANGE_TIMEOUT_LIMIT, CLUSTER_KEYS, CLUSTER_PORT};
 pub use definitions::{
     json_args_to_table, json_to_value, BindingDefinition, Definitions, DefinitionsError,
     DestinationType, ExchangeDefinition, PermissionDefinition, PluginExchange, QueueDefinition,

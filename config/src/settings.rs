@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::cluster::ClusterSettings;
 use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
 use crate::mqtt::MqttSettings;
@@ -275,6 +276,8 @@ pub struct Settings {
     pub disk_free_limit: DiskFreeLimit,
     /// The `stomp.` keys: the STOMP listener.
     pub stomp: StompSettings,
+    /// `node_name`, `cluster_name`, the `cluster.` keys and the seed list.
+    pub cluster: ClusterSettings,
     /// The `mqtt.*` keys: the MQTT listener.
     pub mqtt: MqttSettings,
     /// `msg_store_file_size_limit`: size at which the message store closes a segment file
@@ -364,6 +367,7 @@ impl Default for Settings {
             total_memory_override: None,
             disk_free_limit: DiskFreeLimit::Absolute(50_000_000),
             stomp: StompSettings::default(),
+            cluster: ClusterSettings::default(),
             mqtt: MqttSettings::default(),
             msg_store_file_size_limit: 16 * 1024 * 1024,
             msg_store_max_unwritten_bytes: 64 * 1024 * 1024,
@@ -1002,6 +1006,7 @@ impl Settings {
                 );
             }
             _ if key.starts_with("stomp.") => return self.stomp.set(key, value),
+            _ if ClusterSettings::owns(key) => return self.cluster.set(key, value),
             _ if key.starts_with("mqtt.") => {
                 return self.mqtt.set(key, value, parse_listener);
             }

@@ -24,6 +24,9 @@ pub enum ErrorKind {
     CommandInvalid,
     /// A bug or an invariant broken inside the broker (0-9-1: 541).
     InternalError,
+    /// The cluster cannot commit the change: no majority of its nodes is reachable (0-9-1:
+    /// 506, HTTP 503). See [`crate::replication::no_majority`].
+    Unavailable,
 }
 
 /// A core error: a kind for the wire code and a text that tells the user what was wrong.

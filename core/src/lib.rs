@@ -29,6 +29,7 @@ pub mod password;
 pub mod policy;
 pub mod queue;
 pub mod quorum;
+pub mod replication;
 pub mod retained;
 pub mod retained_file;
 pub mod routing;

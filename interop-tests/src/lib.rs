@@ -2,6 +2,7 @@
 //! ports (AMQP and STOMP), the URLs clients connect with, and a small STOMP test client
 //! ([`stomp`]). Each test starts its own broker, so tests never share state or ports.
 
+pub mod cluster;
 pub mod stomp;
 pub mod tls;
 

@@ -76,6 +76,8 @@ pub struct Durability {
     /// How much each queue keeps in memory before paging (persistent messages of durable
     /// queues) or holding its publishers back (everything else): see [`crate::flow`].
     queue_memory: Arc<crate::flow::QueueMemoryLimits>,
+    /// The cluster's replicator, when the node runs clustered (`replication.rs`).
+    replicator: std::sync::OnceLock<Arc<dyn crate::replication::TopologyReplicator>>,
 }
 
 impl Durability {
@@ -92,6 +94,32 @@ impl Durability {
     /// Attaches the store; false if one was attached already.
     pub fn attach(&self, store: Arc<MessageStore>) -> bool {
         self.store.set(store).is_ok()
+    }
+
+    /// Installs the cluster's replicator; false if one was installed already.
+    pub fn set_replicator(
+        &self,
+        replicator: Arc<dyn crate::replication::TopologyReplicator>,
+    ) -> bool {
+        self.replicator.set(replicator).is_ok()
+    }
+
+    /// Whether a replicator is installed (the node runs clustered).
+    pub fn is_replicated(&self) -> bool {
+        self.replicator.get().is_some()
+    }
+
+    /// Commits a topology change through the cluster before the caller applies it; hold the
+    /// permit until the local apply is over. Without a replicator (single node), or inside a
+    /// change that is already being applied, nothing is built or sent.
+    pub fn replicate(
+        &self,
+        change: impl FnOnce() -> crate::replication::TopologyChange,
+    ) -> crate::error::CoreResult<crate::replication::ReplicationPermit> {
+        match self.replicator.get() {
+            Some(replicator) if !crate::replication::applying() => replicator.replicate(change()),
+            _ => Ok(crate::replication::ReplicationPermit::none()),
+        }
     }
 
     /// Durable topology changed (call after the change is visible): the writer persists the

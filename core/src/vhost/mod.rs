@@ -19,6 +19,7 @@ use crate::error::{resource, CoreError, CoreResult, ErrorKind};
 use crate::exchange::{Binding, DestinationName, Exchange, ExchangeConfig, ExchangeKind, Target};
 use crate::policy::{select, Policy};
 use crate::queue::{ConsumerRemoval, Queue, QueueConfig, QueueLimits};
+use crate::replication::TopologyChange;
 use crate::routing::headers::validate_x_match;
 use crate::store::Durability;
 use crate::value::{Table, Value};
@@ -415,6 +416,17 @@ impl VHost {
                 &request.name,
             )?;
         }
+        if let Some(existing) = self.exchange(&request.name) {
+            // A redeclaration changes nothing: answered here, not replicated.
+            return self.check_exchange_equivalence(existing.config(), &request);
+        }
+        let _replicated = self
+            .durability
+            .replicate(|| TopologyChange::DeclareExchange {
+                vhost: self.name.clone(),
+                user: actor.user.to_string(),
+                request: request.clone(),
+            })?;
         let _topology = self.topology.lock();
         if let Some(existing) = self.exchange(&request.name) {
             return self.check_exchange_equivalence(existing.config(), &request);
@@ -489,6 +501,17 @@ impl VHost {
             )));
         }
         self.check(actor.user, Access::Configure, ResourceKind::Exchange, name)?;
+        if self.exchange(name).is_none() {
+            return Ok(());
+        }
+        let _replicated = self
+            .durability
+            .replicate(|| TopologyChange::DeleteExchange {
+                vhost: self.name.clone(),
+                user: actor.user.to_string(),
+                name: name.to_string(),
+                if_unused,
+            })?;
         let _topology = self.topology.lock();
         let Some(exchange) = self.exchange(name) else {
             return Ok(());
@@ -575,6 +598,23 @@ impl VHost {
         };
         self.check(actor.user, Access::Configure, ResourceKind::Queue, &name)?;
         self.validate_queue_arguments(&name, &request.arguments)?;
+        let _replicated = match self.queue(&name) {
+            // A redeclaration is answered under the lock below, not replicated. Exclusive
+            // queues belong to one connection on this node, and auto-delete queues to its
+            // consumers here (this node deletes them alone): both stay node-local.
+            Some(_) => crate::replication::ReplicationPermit::none(),
+            None if request.exclusive || request.auto_delete => {
+                crate::replication::ReplicationPermit::none()
+            }
+            None => self.durability.replicate(|| TopologyChange::DeclareQueue {
+                vhost: self.name.clone(),
+                user: actor.user.to_string(),
+                request: QueueDeclare {
+                    name: name.clone(),
+                    ..request.clone()
+                },
+            })?,
+        };
         let _topology = self.topology.lock();
         if let Some(existing) = self.queue(&name) {
             existing.check_exclusive_access(actor.connection_id)?;
@@ -697,6 +737,17 @@ impl VHost {
         if_empty: bool,
     ) -> CoreResult<u64> {
         self.check(actor.user, Access::Configure, ResourceKind::Queue, name)?;
+        let _replicated = match self.queue(name) {
+            None => return Ok(0),
+            Some(queue) if queue.is_node_local() => crate::replication::ReplicationPermit::none(),
+            Some(_) => self.durability.replicate(|| TopologyChange::DeleteQueue {
+                vhost: self.name.clone(),
+                user: actor.user.to_string(),
+                name: name.to_string(),
+                if_unused,
+                if_empty,
+            })?,
+        };
         let _topology = self.topology.lock();
         let Some(queue) = self.queue(name) else {
             return Ok(0);
@@ -861,6 +912,7 @@ impl VHost {
         if exchange.config().kind == ExchangeKind::Headers {
             validate_x_match(&binding.arguments).map_err(CoreError::precondition_failed)?;
         }
+        let _replicated = self.replicate_binding(true, actor, &binding, &target)?;
         let _topology = self.topology.lock();
         // Re-check under the topology lock: the destination may have been deleted meanwhile.
         let still_there = match &target {
@@ -900,8 +952,9 @@ impl VHost {
         routing_key: &str,
         arguments: Table,
     ) -> CoreResult<()> {
-        let (binding, _target, exchange) =
+        let (binding, target, exchange) =
             self.resolve_binding(actor, source, destination, routing_key, arguments)?;
+        let _replicated = self.replicate_binding(false, actor, &binding, &target)?;
         let _topology = self.topology.lock();
         let unbound = exchange.unbind(&binding);
         if unbound && exchange.config().auto_delete && !exchange.has_bindings() {
@@ -911,6 +964,31 @@ impl VHost {
             self.durability.topology_changed();
         }
         Ok(())
+    }
+
+    /// Replicates a bind or unbind, unless its destination is a node-local queue (exclusive
+    /// or auto-delete: it lives and dies on this node).
+    fn replicate_binding(
+        &self,
+        bound: bool,
+        actor: Actor<'_>,
+        binding: &Binding,
+        target: &Target,
+    ) -> CoreResult<crate::replication::ReplicationPermit> {
+        if let Target::Queue(queue) = target {
+            if queue.is_node_local() {
+                return Ok(crate::replication::ReplicationPermit::none());
+            }
+        }
+        self.durability.replicate(|| TopologyChange::Binding {
+            bound,
+            vhost: self.name.clone(),
+            user: actor.user.to_string(),
+            source: binding.source.clone(),
+            destination: binding.destination.clone(),
+            routing_key: binding.routing_key.clone(),
+            arguments: binding.arguments.clone(),
+        })
     }
 
     fn resolve_binding(

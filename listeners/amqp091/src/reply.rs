@@ -53,7 +53,7 @@ pub fn code_for(kind: ErrorKind) -> ReplyCode {
         ErrorKind::PreconditionFailed => PRECONDITION_FAILED,
         ErrorKind::ResourceLocked => RESOURCE_LOCKED,
         ErrorKind::NotAllowed => NOT_ALLOWED,
-        ErrorKind::ResourceError => RESOURCE_ERROR,
+        ErrorKind::ResourceError | ErrorKind::Unavailable => RESOURCE_ERROR,
         ErrorKind::NotImplemented => NOT_IMPLEMENTED,
         ErrorKind::CommandInvalid => COMMAND_INVALID,
         ErrorKind::InternalError => INTERNAL_ERROR,

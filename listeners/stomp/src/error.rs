@@ -267,6 +267,7 @@ pub fn kind_name(kind: ErrorKind) -> &'static str {
         ErrorKind::NotImplemented => "not_implemented",
         ErrorKind::CommandInvalid => "command_invalid",
         ErrorKind::InternalError => "internal_error",
+        ErrorKind::Unavailable => "unavailable",
     }
 }
 

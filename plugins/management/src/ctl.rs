@@ -74,6 +74,8 @@ Commands (as rabbitmqctl):
   close_connection CONNECTION_NAME REASON
   export_definitions PATH|-                import_definitions PATH|-
   trace_on | trace_off
+  cluster_status                           forget_cluster_node NODE
+  set_cluster_name NAME
 
 Defaults: --host localhost --port 15672 --username guest --password guest -p / --timeout 60
 --tls speaks HTTPS (port 15671 by convention), checking the server's certificate against
@@ -331,6 +333,27 @@ impl Ctl {
         let done = |text: String| Ok(self.banner(text));
         match command {
             "status" => self.status().await,
+            "cluster_status" => self.cluster_status().await,
+            "forget_cluster_node" => {
+                let node = arg(0, "node name")?;
+                self.call(
+                    "DELETE",
+                    &format!("/api/cluster-nodes/{}", percent_encode(&node)),
+                    None,
+                )
+                .await?;
+                done(format!("Removing node {node} from the cluster ..."))
+            }
+            "set_cluster_name" => {
+                let name = arg(0, "cluster name")?;
+                self.call(
+                    "PUT",
+                    "/api/global-parameters/cluster_name",
+                    Some(&json!({"name": "cluster_name", "value": name})),
+                )
+                .await?;
+                done(format!("Setting cluster name to {name} ..."))
+            }
             "environment" => self.environment().await,
             "add_vhost" => {
                 let name = arg(0, "vhost name")?;
@@ -660,6 +683,45 @@ impl Ctl {
             let cells: Vec<String> = row.iter().map(|(_, value)| cell(value)).collect();
             out.push_str(&cells.join("\t"));
             out.push('\n');
+        }
+        Ok(out)
+    }
+
+    async fn cluster_status(&self) -> Result<String, CtlError> {
+        let status = self.call("GET", "/api/cluster-status", None).await?;
+        if self.options.json {
+            return Ok(status.to_string() + "\n");
+        }
+        let mut out = self.banner(format!(
+            "Cluster status of node {} ...",
+            status["node"].as_str().unwrap_or("")
+        ));
+        out.push_str("Basics\n\n");
+        out.push_str(&format!(
+            "Cluster name: {}\n",
+            cell(&status["cluster_name"])
+        ));
+        out.push_str(&format!("Cluster id: {}\n", cell(&status["cluster_id"])));
+        out.push_str(&format!("Leader: {}\n", cell(&status["leader"])));
+        let members = status["members"].as_array().cloned().unwrap_or_default();
+        let names = |filter: &dyn Fn(&Json) -> bool| -> Vec<String> {
+            members
+                .iter()
+                .filter(|m| filter(m))
+                .map(|m| m["name"].as_str().unwrap_or("").to_string())
+                .collect()
+        };
+        out.push_str("\nDisk Nodes\n\n");
+        for name in names(&|_| true) {
+            out.push_str(&format!("{name}\n"));
+        }
+        out.push_str("\nRunning Nodes\n\n");
+        for name in names(&|m| m["running"].as_bool() == Some(true)) {
+            out.push_str(&format!("{name}\n"));
+        }
+        out.push_str("\nMetadata voters\n\n");
+        for name in names(&|m| m["type"].as_str() == Some("voter")) {
+            out.push_str(&format!("{name}\n"));
         }
         Ok(out)
     }

@@ -28,7 +28,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use warren_config::HttpLimits;
 
-pub use api::{DefinitionsImporter, ListenerInfo, Management, NodeResources, ResourceReader};
+pub use api::{
+    ClusterView, DefinitionsImporter, ListenerInfo, Management, NodeResources, ResourceReader,
+};
 
 /// Serves the management API and the web UI on `listener` until `shutdown` turns true;
 /// over HTTPS when `tls` is given. `limits` are the listener's `management.http.*`,

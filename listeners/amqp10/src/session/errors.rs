@@ -14,7 +14,7 @@ pub fn condition_for(kind: ErrorKind) -> ErrorCondition {
         ErrorKind::PreconditionFailed => AmqpError::PreconditionFailed,
         ErrorKind::ResourceLocked => AmqpError::ResourceLocked,
         ErrorKind::NotAllowed => AmqpError::NotAllowed,
-        ErrorKind::ResourceError => AmqpError::ResourceLimitExceeded,
+        ErrorKind::ResourceError | ErrorKind::Unavailable => AmqpError::ResourceLimitExceeded,
         ErrorKind::NotImplemented => AmqpError::NotImplemented,
         ErrorKind::CommandInvalid => AmqpError::IllegalState,
         ErrorKind::InternalError => AmqpError::InternalError,

@@ -74,6 +74,18 @@ pub struct Management {
     pub rates: crate::rates::RateSampler,
     /// `collect_statistics_interval`.
     pub statistics_interval: std::time::Duration,
+    /// The cluster this node belongs to, when it runs clustered.
+    pub cluster: Option<Arc<dyn ClusterView>>,
+}
+
+/// What the API shows of the cluster (implemented by the server on the cluster crate).
+pub trait ClusterView: Send + Sync {
+    /// The other members' `/api/nodes` entries (`running: false` for those not answering).
+    fn peer_nodes(&self) -> Vec<Json>;
+    /// `cluster_status`: this node, the cluster id, the leader, the members.
+    fn status(&self) -> Json;
+    /// `forget_cluster_node`: removes a member, through the leader.
+    fn forget(&self, node: &str) -> Result<(), String>;
 }
 
 /// The RabbitMQ version whose management API and metric names Warren follows; tools that
@@ -166,6 +178,7 @@ pub(crate) fn core_error(error: CoreError) -> Response {
             self::error(401, "not_authorised", error.message)
         }
         ErrorKind::ResourceLocked => self::error(405, "resource_locked", error.message),
+        ErrorKind::Unavailable => self::error(503, "unavailable", error.message),
         _ => bad_request(error.message),
     }
 }
@@ -343,14 +356,28 @@ impl Management {
                 &json!({"name": caller.user.name, "tags": caller.user.tags}),
             ),
             ("GET", ["nodes"]) => need(Role::Monitoring)
-                .unwrap_or_else(|| Response::json(200, &Json::Array(vec![self.node_json()]))),
+                .unwrap_or_else(|| Response::json(200, &Json::Array(self.nodes_json()))),
             ("GET", ["nodes", name]) => need(Role::Monitoring).unwrap_or_else(|| {
-                if *name == self.node_name {
-                    Response::json(200, &self.node_json())
-                } else {
-                    not_found()
+                match self
+                    .nodes_json()
+                    .into_iter()
+                    .find(|node| node.get("name").and_then(Json::as_str) == Some(*name))
+                {
+                    Some(node) => Response::json(200, &node),
+                    None => not_found(),
                 }
             }),
+            ("GET", ["cluster-status"]) => need(Role::Monitoring)
+                .unwrap_or_else(|| Response::json(200, &self.cluster_status())),
+            ("DELETE", ["cluster-nodes", name]) => {
+                need(Role::Administrator).unwrap_or_else(|| match &self.cluster {
+                    None => bad_request("this node does not run clustered"),
+                    Some(cluster) => match cluster.forget(name) {
+                        Ok(()) => Response::empty(204),
+                        Err(error) => self::error(503, "unavailable", error),
+                    },
+                })
+            }
             ("GET", ["health", "checks", "alarms"])
             | ("GET", ["health", "checks", "local-alarms"]) => self.alarms_check(path[2]),
             ("GET", ["aliveness-test", vhost]) => self.aliveness_test(caller, vhost),

@@ -84,18 +84,22 @@ impl Management {
                     return bad_request("exchange, write and read are required strings");
                 };
                 match TopicPermission::new(user, vhost, exchange, write, read) {
-                    Ok(permission) => {
-                        created_or_updated(found.set_topic_permission(user, permission))
-                    }
+                    Ok(permission) => match found.try_set_topic_permission(user, permission) {
+                        Ok(created) => created_or_updated(created),
+                        Err(error) => super::core_error(error),
+                    },
                     Err(e) => bad_request(e.message),
                 }
             }
             ("DELETE", [vhost, user]) | ("DELETE", [vhost, user, _]) => {
                 let exchange = path.get(2).copied();
-                match self.broker.vhost(vhost) {
-                    Some(found) if found.clear_topic_permissions(user, exchange) => {
-                        Response::empty(204)
-                    }
+                match self
+                    .broker
+                    .vhost(vhost)
+                    .map(|found| found.try_clear_topic_permissions(user, exchange))
+                {
+                    Some(Ok(true)) => Response::empty(204),
+                    Some(Err(error)) => super::core_error(error),
                     _ => not_found(),
                 }
             }
@@ -232,15 +236,19 @@ impl Management {
                 let Some(value) = body.get("value") else {
                     return bad_request("value is required");
                 };
-                created_or_updated(self.broker.set_global_parameter(name, value.to_string()))
-            }
-            ("DELETE", [name]) => {
-                if self.broker.clear_global_parameter(name) {
-                    Response::empty(204)
-                } else {
-                    not_found()
+                match self
+                    .broker
+                    .try_set_global_parameter(name, value.to_string())
+                {
+                    Ok(created) => created_or_updated(created),
+                    Err(error) => super::core_error(error),
                 }
             }
+            ("DELETE", [name]) => match self.broker.try_clear_global_parameter(name) {
+                Ok(true) => Response::empty(204),
+                Ok(false) => not_found(),
+                Err(error) => super::core_error(error),
+            },
             _ => not_found(),
         }
     }

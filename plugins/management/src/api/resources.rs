@@ -113,17 +113,24 @@ impl Management {
                     Ok(body) => body,
                     Err(response) => return response,
                 };
-                let created = self.broker.vhost(name).is_none();
-                let vhost = self.broker.add_vhost(name);
-                if let Some(queue_type) = body.get("default_queue_type").and_then(Json::as_str) {
-                    vhost.set_default_queue_type(Some(queue_type.to_string()));
-                }
+                let queue_type = body
+                    .get("default_queue_type")
+                    .and_then(Json::as_str)
+                    .map(str::to_string);
+                let (vhost, created) = match self.broker.try_add_vhost(name, queue_type) {
+                    Ok(added) => added,
+                    Err(error) => return super::core_error(error),
+                };
                 if let Some(tracing) = body.get("tracing").and_then(Json::as_bool) {
                     vhost.set_tracing(tracing);
                 }
                 if created {
                     // As RabbitMQ: the user who created a vhost through the API may use it.
-                    vhost.set_permissions(&caller.user.name, Permissions::full());
+                    if let Err(error) =
+                        vhost.try_set_permissions(&caller.user.name, Permissions::full())
+                    {
+                        return super::core_error(error);
+                    }
                 }
                 created_or_updated(created)
             }
@@ -131,7 +138,11 @@ impl Management {
                 if !caller.is(Role::Administrator) {
                     return super::not_authorized("Not administrator user");
                 }
-                if self.broker.delete_vhost(name) {
+                let deleted = match self.broker.try_delete_vhost(name) {
+                    Ok(deleted) => deleted,
+                    Err(error) => return super::core_error(error),
+                };
+                if deleted {
                     for connection in self.broker.connections().list() {
                         if connection.info.vhost == *name {
                             self.broker
@@ -248,15 +259,22 @@ impl Management {
                 if existing.is_none() && password.is_none() {
                     return bad_request("Must provide a password_hash or password");
                 }
-                self.broker.put_user(User {
+                let user = User {
                     name: name.to_string(),
                     password,
                     tags: tags_from_json(body.get("tags")),
-                });
+                };
+                if let Err(error) = self.broker.try_put_user(user) {
+                    return super::core_error(error);
+                }
                 created_or_updated(existing.is_none())
             }
             ("DELETE", [name]) => {
-                if self.broker.delete_user(name) {
+                let deleted = match self.broker.try_delete_user(name) {
+                    Ok(deleted) => deleted,
+                    Err(error) => return super::core_error(error),
+                };
+                if deleted {
                     for connection in self.broker.connections().list() {
                         if connection.info.user == *name {
                             self.broker
@@ -309,16 +327,20 @@ impl Management {
                 match Permissions::new(&configure, &write, &read) {
                     Ok(permissions) => {
                         let created = found.permissions(user).is_none();
-                        found.set_permissions(user, permissions);
-                        created_or_updated(created)
+                        match found.try_set_permissions(user, permissions) {
+                            Ok(()) => created_or_updated(created),
+                            Err(error) => super::core_error(error),
+                        }
                     }
                     Err(e) => bad_request(e.message),
                 }
             }
             ("DELETE", [vhost, user]) => match self.broker.vhost(vhost) {
                 Some(found) if found.permissions(user).is_some() => {
-                    found.clear_permissions(user);
-                    Response::empty(204)
+                    match found.try_clear_permissions(user) {
+                        Ok(()) => Response::empty(204),
+                        Err(error) => super::core_error(error),
+                    }
                 }
                 _ => not_found(),
             },
@@ -376,8 +398,10 @@ impl Management {
                 match policy_from_json(name, &body, operator) {
                     Ok(policy) => {
                         let created = !target.policies(operator).iter().any(|p| p.name == *name);
-                        target.set_policy(policy, operator);
-                        created_or_updated(created)
+                        match target.try_set_policy(policy, operator) {
+                            Ok(()) => created_or_updated(created),
+                            Err(error) => super::core_error(error),
+                        }
                     }
                     Err(response) => response,
                 }
@@ -390,8 +414,11 @@ impl Management {
                     Ok(target) => target,
                     Err(response) => return response,
                 };
-                match target.clear_policy(name, operator) {
+                match target.try_clear_policy(name, operator) {
                     Ok(()) => Response::empty(204),
+                    Err(error) if error.kind == warren_core::ErrorKind::Unavailable => {
+                        super::core_error(error)
+                    }
                     Err(_) => not_found(),
                 }
             }

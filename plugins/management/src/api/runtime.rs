@@ -91,11 +91,54 @@ impl Management {
         )
     }
 
+    /// This node's `/api/nodes` entry (also sent to peers for theirs).
+    pub fn node_entry(&self) -> Json {
+        self.node_json()
+    }
+
+    /// Every node of the cluster (this one first), or this node alone.
+    pub(crate) fn nodes_json(&self) -> Vec<Json> {
+        let mut nodes = vec![self.node_json()];
+        if let Some(cluster) = &self.cluster {
+            nodes.extend(cluster.peer_nodes());
+        }
+        nodes
+    }
+
+    /// `cluster_status`: the cluster's view, or a single node's.
+    pub(crate) fn cluster_status(&self) -> Json {
+        match &self.cluster {
+            Some(cluster) => {
+                let mut status = cluster.status();
+                if let Some(object) = status.as_object_mut() {
+                    object.insert("cluster_name".into(), json!(self.effective_cluster_name()));
+                }
+                status
+            }
+            None => json!({
+                "node": self.node_name,
+                "cluster_name": self.effective_cluster_name(),
+                "cluster_id": "",
+                "leader": self.node_name,
+                "members": [{"name": self.node_name, "type": "voter", "running": true}],
+            }),
+        }
+    }
+
     pub(crate) fn node_json(&self) -> Json {
         let resources = (self.resources)();
         let alarms = self.broker.alarms();
+        let listeners: Vec<Json> = self
+            .listeners
+            .iter()
+            .map(|l| {
+                json!({"protocol": l.protocol, "ip_address": l.addr.ip().to_string(),
+                       "port": l.addr.port()})
+            })
+            .collect();
         json!({
             "name": self.node_name,
+            "listeners": listeners,
             "type": "disc",
             "running": true,
             "being_drained": false,

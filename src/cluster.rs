@@ -1,0 +1,162 @@
+//! Clustering in the server: when `node_name`/the seed list turn it on, binds the cluster
+//! listener, loads the secret, starts the transport and the metadata store, and shows the
+//! cluster to the management API. A node without a seed list starts none of this.
+
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::RwLock;
+use serde_json::{json, Value as Json};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use warren_cluster::metadata::{MetadataConfig, MetadataStore, SnapshotIo};
+use warren_cluster::secret::Secret;
+use warren_cluster::transport::{Transport, TransportConfig};
+use warren_config::{ListenAddr, Settings, CLUSTER_PORT};
+use warren_core::Broker;
+use warren_management::{ClusterView, Management};
+
+use crate::StartError;
+
+/// The metadata directory inside `data_dir`.
+pub const METADATA_DIR: &str = "metadata";
+/// The default secret file inside `data_dir`.
+pub const SECRET_FILE: &str = "cluster.secret";
+
+/// A running cluster membership.
+pub struct ClusterNode {
+    /// The metadata store.
+    pub metadata: Arc<MetadataStore>,
+    /// Where peers reach this node.
+    pub addr: std::net::SocketAddr,
+}
+
+/// The node's name: `node_name`, or `warren@<hostname>`.
+pub fn node_name(settings: &Settings) -> String {
+    settings.cluster.node_name_or(&crate::host_name())
+}
+
+/// Starts clustering for `broker`. `management` is filled once the API is built (for the
+/// `/api/nodes` entry peers ask for).
+pub async fn start(
+    settings: &Settings,
+    broker: &Arc<Broker>,
+    management: Arc<OnceLock<Arc<Management>>>,
+    shutdown: &watch::Receiver<bool>,
+    tasks: &mut JoinSet<()>,
+) -> Result<ClusterNode, StartError> {
+    let name = node_name(settings);
+    let host = name
+        .split_once('@')
+        .map_or("localhost", |(_, host)| host)
+        .to_string();
+    let secret_path = settings
+        .cluster
+        .secret_file
+        .clone()
+        .unwrap_or_else(|| settings.data_dir.join(SECRET_FILE));
+    let secret =
+        Secret::load_or_create(&secret_path).map_err(|e| StartError::Cluster(e.to_string()))?;
+    let listen = settings
+        .cluster
+        .listener
+        .clone()
+        .unwrap_or_else(|| ListenAddr::new(host.clone(), CLUSTER_PORT));
+    let (listener, bound) = crate::bind("cluster", &listen).await?;
+    // Peers dial the node name's host (the contract: HOST is the address peers use) on the
+    // listener's port.
+    let address = ListenAddr::new(host.clone(), bound.port()).to_socket_addr_string();
+    let cluster_id = Arc::new(RwLock::new(String::new()));
+    let transport = Transport::new(
+        TransportConfig::new(name.clone(), secret),
+        Arc::clone(&cluster_id),
+        shutdown.clone(),
+    );
+    tasks.spawn(Arc::clone(&transport).serve(listener));
+    let export = {
+        let broker = Arc::clone(broker);
+        Arc::new(move || crate::persistence::snapshot(&broker))
+            as Arc<dyn Fn() -> Json + Send + Sync>
+    };
+    let import = {
+        let broker = Arc::clone(broker);
+        let settings = settings.clone();
+        Arc::new(move |definitions: &Json| {
+            let bytes = serde_json::to_vec(definitions).map_err(|e| e.to_string())?;
+            crate::import_definitions(&broker, &bytes, &settings, "metadata snapshot")
+        }) as Arc<dyn Fn(&Json) -> Result<(), String> + Send + Sync>
+    };
+    let node_info = {
+        let name = name.clone();
+        Arc::new(move || match management.get() {
+            Some(management) => management.node_entry(),
+            None => json!({"name": name, "running": true}),
+        }) as Arc<dyn Fn() -> Json + Send + Sync>
+    };
+    let config = MetadataConfig {
+        node: name.clone(),
+        address,
+        seeds: settings
+            .cluster
+            .seed_nodes()
+            .map(|seed| (seed.name.clone(), seed.socket_addr_string()))
+            .collect(),
+        dir: settings.data_dir.join(METADATA_DIR),
+        change_timeout: settings.cluster.change_timeout(),
+        node_info,
+    };
+    let metadata = MetadataStore::start(
+        config,
+        Arc::clone(broker),
+        transport,
+        cluster_id,
+        SnapshotIo { export, import },
+    )
+    .await
+    .map_err(|e| StartError::Cluster(e.to_string()))?;
+    tracing::info!(node = %name, "clustering enabled");
+    Ok(ClusterNode {
+        metadata,
+        addr: bound,
+    })
+}
+
+/// What the management API shows of the cluster.
+pub struct View(pub Arc<MetadataStore>);
+
+impl ClusterView for View {
+    fn peer_nodes(&self) -> Vec<Json> {
+        let info = self.0.peer_info();
+        self.0
+            .members()
+            .into_iter()
+            .filter(|member| member.name != self.0.node())
+            .map(|member| {
+                let mut entry = info
+                    .get(&member.name)
+                    .cloned()
+                    .filter(|_| member.running)
+                    .unwrap_or_else(|| json!({"name": member.name, "type": "disc"}));
+                if let Some(object) = entry.as_object_mut() {
+                    object.insert("running".into(), json!(member.running));
+                }
+                entry
+            })
+            .collect()
+    }
+
+    fn status(&self) -> Json {
+        self.0.status_json()
+    }
+
+    fn forget(&self, node: &str) -> Result<(), String> {
+        let store = Arc::clone(&self.0);
+        let node = node.to_string();
+        let forget = async move { store.forget(&node).await };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| handle.block_on(forget))
+            }
+            _ => Err("forget_cluster_node needs the multi-threaded runtime".into()),
+        }
+    }
+}
