@@ -24,10 +24,14 @@ use crate::store::Durability;
 use crate::value::{Table, Value};
 
 mod policies;
+mod publish;
 mod routing;
 mod topic;
 pub mod trace;
 
+pub use publish::{
+    AwaitSettlement, PublishError, PublishOptions, PublishOutcome, PublishStage, Publisher,
+};
 pub use routing::Enqueued;
 
 /// The connection id the broker itself acts as (boot-time definitions).

@@ -33,9 +33,13 @@ pub async fn serve_api(
     tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     shutdown: watch::Receiver<bool>,
 ) {
+    let store = management
+        .broker
+        .message_store()
+        .map(|store| store.subscribe_durable());
     let handler: server::Handler = Arc::new(move |request, peer| management.handle(request, peer));
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-    server::serve(listener, handler, acceptor, shutdown).await;
+    server::serve(listener, handler, acceptor, store, shutdown).await;
 }
 
 /// Serves Prometheus metrics (`/metrics`, `/metrics/per-object`) on `listener` until
@@ -59,7 +63,7 @@ pub async fn serve_metrics_tls(
     let handler: server::Handler =
         Arc::new(move |request, _peer| metrics::handle(&management, &request));
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-    server::serve(listener, handler, acceptor, shutdown).await;
+    server::serve(listener, handler, acceptor, None, shutdown).await;
 }
 
 /// Samples the message counters every `management.statistics_interval` for the API's rates,

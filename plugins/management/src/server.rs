@@ -22,11 +22,14 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves HTTP on `listener` with `handler` until `shutdown` turns true; with `tls`, every
-/// connection first completes a TLS handshake (HTTPS).
+/// connection first completes a TLS handshake (HTTPS). `store` follows the message store's
+/// durable sequence number, for responses that wait for it
+/// ([`Response::wait_for_store`](crate::http::Response::wait_for_store)).
 pub async fn serve(
     listener: TcpListener,
     handler: Handler,
     tls: Option<TlsAcceptor>,
+    store: Option<watch::Receiver<u64>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
@@ -37,9 +40,10 @@ pub async fn serve(
                     let _ = stream.set_nodelay(true);
                     let handler = Arc::clone(&handler);
                     let shutdown = shutdown.clone();
+                    let store = store.clone();
                     match tls.clone() {
                         None => {
-                            connections.spawn(serve_connection(stream, peer, handler, shutdown));
+                            connections.spawn(serve_connection(stream, peer, handler, store, shutdown));
                         }
                         Some(acceptor) => {
                             connections.spawn(async move {
@@ -49,7 +53,8 @@ pub async fn serve(
                                 );
                                 match handshake.await {
                                     Ok(Ok(stream)) => {
-                                        serve_connection(stream, peer, handler, shutdown).await
+                                        serve_connection(stream, peer, handler, store, shutdown)
+                                            .await
                                     }
                                     Ok(Err(error)) => {
                                         tracing::warn!(%peer, %error, "HTTPS handshake failed");
@@ -77,6 +82,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     peer: std::net::SocketAddr,
     handler: Handler,
+    mut store: Option<watch::Receiver<u64>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut buffer = Vec::new();
@@ -101,6 +107,10 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
             buffer.drain(..used);
             let keep_alive = request.keep_alive();
             let response = handler(request, peer);
+            if let (Some(seq), Some(store)) = (response.wait_for_store, store.as_mut()) {
+                // Errors only when the store is gone (shutting down): answer anyway.
+                let _ = store.wait_for(|durable| *durable >= seq).await;
+            }
             if stream
                 .write_all(&response.encode(keep_alive))
                 .await

@@ -17,7 +17,7 @@ use warren_core::access::User;
 use warren_core::certificate::{login_name, LoginFrom};
 use warren_core::connections::{ConnectionHandle, ConnectionInfo};
 use warren_core::idmap::IdMap;
-use warren_core::queue::{Queue, Settlement};
+use warren_core::queue::Settlement;
 use warren_core::value::{Table, Value};
 use warren_core::vhost::VHost;
 use warren_core::Broker;
@@ -112,8 +112,6 @@ pub struct Session {
     pending_confirms: Vec<u16>,
     /// Channels with a tx.commit-ok waiting for the message store.
     pending_commits: Vec<u16>,
-    /// Reused for routing results so publishing does not allocate.
-    routed: Vec<Arc<Queue>>,
     /// Whether the client ever published: only publishers are blocked by resource alarms.
     published: bool,
     /// Whether the client understands connection.blocked/unblocked.
@@ -182,7 +180,6 @@ impl Session {
             client_properties: Table::new(),
             pending_confirms: Vec::new(),
             pending_commits: Vec::new(),
-            routed: Vec::new(),
             published: false,
             blocked_capability: false,
             blocked_sent: false,

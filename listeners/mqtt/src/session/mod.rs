@@ -149,8 +149,9 @@ struct Connected {
     filters: Vec<(String, QoS)>,
     /// The consumers of the qos0, qos1 and qos2 queues.
     consumers: [Option<Subscription>; 3],
-    /// Whether the user may publish to the exchange; checked once per connection.
-    may_publish: Option<bool>,
+    /// The core's publish state: whether the user may publish to the exchange, checked
+    /// once per connection.
+    publisher: warren_core::vhost::Publisher,
     /// QoS 2 packet identifiers routed but not yet released (MQTT 4.3.3, method B).
     inbound_qos2: Vec<u16>,
     /// Dropped when the session ends, which tells a connection taking over that it may go on.

@@ -28,8 +28,8 @@ use warren_core::access::User;
 use warren_core::broker::AuthFailure;
 use warren_core::certificate::{login_name, LoginFrom};
 use warren_core::connections::{ConnectionHandle, ConnectionInfo};
-use warren_core::queue::{Queue, Settlement};
-use warren_core::vhost::{Actor, VHost};
+use warren_core::queue::Settlement;
+use warren_core::vhost::{Actor, Publisher, VHost};
 use warren_core::Broker;
 
 use crate::codec::{
@@ -139,10 +139,8 @@ pub struct Session {
     /// Exclusive queues this connection declared, deleted when it closes.
     exclusive_queues: Vec<String>,
     transactions: HashMap<String, Vec<Frame>>,
-    /// Exchanges this connection was allowed to publish to.
-    publish_allowed: Vec<String>,
-    /// Reused for routing results so publishing does not allocate.
-    routed: Vec<Arc<Queue>>,
+    /// The core's publish state: exchanges this connection was allowed to publish to.
+    publisher: Publisher,
     /// Whether the client ever sent: only publishers are blocked by resource alarms.
     published: bool,
     /// Subscriptions made by the frame being handled, started after its RECEIPT.
@@ -199,8 +197,7 @@ impl Session {
             reply_queues: HashMap::new(),
             exclusive_queues: Vec::new(),
             transactions: HashMap::new(),
-            publish_allowed: Vec::new(),
-            routed: Vec::new(),
+            publisher: Publisher::new(),
             published: false,
             starting: Vec::new(),
             addresses: None,
