@@ -16,6 +16,7 @@ use crate::error::{resource, CoreError, CoreResult};
 use crate::flow::{QueueFlow, QueueMemoryLimits};
 use crate::idmap::IdMap;
 use crate::message::Message;
+use crate::queue_type::QueueInstance;
 use crate::store::{MessageStore, QueueName, RecoveredMessage};
 use crate::value::Table;
 use crate::vhost::VHost;
@@ -62,6 +63,21 @@ pub enum Settlement {
     Release,
     /// Refused without requeue: dead-lettered where configured, otherwise dropped.
     Reject,
+}
+
+impl Settlement {
+    /// The one rule for a delivery still outstanding when its channel, link, session,
+    /// subscription or connection ends, whatever the protocol: one that never reached the
+    /// client (still in an outbox, or arriving after the close) is released, so a client's
+    /// disconnect never counts toward `x-delivery-limit`; one the client had but did not
+    /// settle is requeued and counted, as RabbitMQ returns it.
+    pub fn outstanding(sent: bool) -> Settlement {
+        if sent {
+            Settlement::Requeue
+        } else {
+            Settlement::Release
+        }
+    }
 }
 
 /// Declared properties of a queue, fixed at declaration.
@@ -255,6 +271,9 @@ impl QueueState {
 
 /// A classic queue.
 pub struct Queue {
+    /// This queue, for the [`crate::queue_type::QueueInstance`] methods that hand out
+    /// deliveries naming it.
+    me: Weak<Queue>,
     config: QueueConfig,
     /// The limits the queue's own arguments ask for; policies combine with these into the
     /// effective limits kept in the state. Shared like those.
@@ -320,7 +339,8 @@ impl Queue {
             .upgrade()
             .map(|vhost| vhost.queue_memory_limits())
             .unwrap_or_default();
-        Arc::new(Queue {
+        Arc::new_cyclic(|me| Queue {
+            me: me.clone(),
             config,
             argument_limits: Arc::clone(&limits),
             vhost,
@@ -417,6 +437,19 @@ impl Queue {
 
     /// The message of a ready message, read back from the store if it was paged out. `None`
     /// (logged) if the store cannot give it back.
+    /// Up to `limit` ready messages from the head, in delivery order, without taking them.
+    /// A paged-out body is read back from the store (outside the queue's lock).
+    pub fn browse(&self, limit: usize) -> Vec<Arc<Message>> {
+        let entries: Vec<ReadyMessage> = {
+            let state = self.state.lock();
+            state.ready.iter().take(limit).cloned().collect()
+        };
+        entries
+            .iter()
+            .filter_map(|ready| self.page_in(ready))
+            .collect()
+    }
+
     fn page_in(&self, ready: &ReadyMessage) -> Option<Arc<Message>> {
         if !ready.paged {
             return Some(Arc::clone(&ready.message));
@@ -954,7 +987,7 @@ impl Queue {
                     .push((Arc::clone(&ready.message), ready.redelivered));
             }
             sink.deliver(Delivery {
-                queue: Arc::clone(self),
+                queue: Arc::clone(self) as Arc<dyn QueueInstance>,
                 id: ready.id,
                 message: ready.message,
                 redelivered: ready.redelivered,
@@ -1062,7 +1095,7 @@ impl Queue {
         }
         let remaining = state.ready.len() as u64;
         let delivery = Delivery {
-            queue: Arc::clone(self),
+            queue: Arc::clone(self) as Arc<dyn QueueInstance>,
             id: ready.id,
             message: ready.message,
             redelivered: ready.redelivered,
@@ -1254,6 +1287,11 @@ impl Queue {
 
     /// Marks the queue deleted, drops its messages and tells every consumer it was cancelled.
     /// Returns the number of ready messages it held.
+    /// This queue as an `Arc` (it always lives in one).
+    pub(crate) fn arc(&self) -> Option<Arc<Queue>> {
+        self.me.upgrade()
+    }
+
     pub(crate) fn mark_deleted(&self) -> u64 {
         let (count, consumers) = {
             let mut state = self.state.lock();

@@ -18,7 +18,7 @@ use crate::consumer::{ConsumerSpec, DeliverySink};
 use crate::error::{resource, CoreError, CoreResult, ErrorKind};
 use crate::exchange::{Binding, DestinationName, Exchange, ExchangeConfig, ExchangeKind, Target};
 use crate::policy::{select, Policy};
-use crate::queue::{ConsumerRemoval, Queue, QueueConfig, QueueLimits};
+use crate::queue::{ConsumerRemoval, Queue, QueueConfig};
 use crate::routing::headers::validate_x_match;
 use crate::store::Durability;
 use crate::value::{Table, Value};
@@ -95,21 +95,6 @@ pub struct QueueDeclared {
 
 /// The pseudo-queue name clients consume from and put in `reply_to` for direct reply-to.
 pub const DIRECT_REPLY_TO: &str = "amq.rabbitmq.reply-to";
-
-/// Queue arguments compared on redeclaration, as RabbitMQ compares them.
-const EQUIVALENCE_CHECKED_QUEUE_ARGS: &[&str] = &[
-    "x-expires",
-    "x-message-ttl",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-priority",
-    "x-overflow",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-queue-type",
-    "x-single-active-consumer",
-    "x-delivery-limit",
-];
 
 /// A virtual host.
 pub struct VHost {
@@ -632,15 +617,19 @@ impl VHost {
     }
 
     fn validate_queue_arguments(&self, name: &str, arguments: &Table) -> CoreResult<()> {
-        QueueLimits::from_arguments(arguments).map_err(|problem| {
-            CoreError::precondition_failed(format!(
-                "{problem} (queue '{name}' in vhost '{}')",
-                self.name
-            ))
-        })?;
+        let queue_type = queue_type_of(arguments);
+        queue_type
+            .validate_arguments(arguments)
+            .map_err(|problem| {
+                CoreError::precondition_failed(format!(
+                    "{problem} (queue '{name}' in vhost '{}')",
+                    self.name
+                ))
+            })?;
         if let Some(queue_type) = arguments.get("x-queue-type") {
             match queue_type.as_str() {
-                Some("classic") => {}
+                // Each type validates its own arguments.
+                Some(name) if crate::queue_type::lookup(name).is_some() => {}
                 Some(other @ ("quorum" | "stream")) => {
                     return Err(CoreError::precondition_failed(format!(
                         "invalid arg 'x-queue-type' for {}: queue type '{other}' is not supported yet",
@@ -684,7 +673,7 @@ impl VHost {
         }
         check_args_equivalence(
             &what,
-            EQUIVALENCE_CHECKED_QUEUE_ARGS,
+            queue_type_of(&config.arguments).equivalence_arguments(),
             &request.arguments,
             &config.arguments,
         )
@@ -959,6 +948,16 @@ impl std::fmt::Debug for VHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VHost").field("name", &self.name).finish()
     }
+}
+
+/// The queue type a declaration's `x-queue-type` names; classic when it names none this
+/// broker has (the declaration is refused before a queue is made).
+fn queue_type_of(arguments: &Table) -> &'static dyn crate::queue_type::QueueType {
+    arguments
+        .get("x-queue-type")
+        .and_then(Value::as_str)
+        .and_then(crate::queue_type::lookup)
+        .unwrap_or(&crate::queue_type::CLASSIC)
 }
 
 /// `amq.gen-` followed by 22 URL-safe base64 characters of 16 random bytes, like RabbitMQ.

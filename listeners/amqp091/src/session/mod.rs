@@ -963,17 +963,9 @@ fn settle_grouped(deliveries: Vec<Unacked>, settlement: Settlement) {
     }
 }
 
-/// SASL PLAIN: `[authzid] NUL authcid NUL password`.
+/// SASL PLAIN, parsed by the core's one strict parser (shared with AMQP 1.0).
 fn parse_plain(response: &[u8]) -> Option<(String, String)> {
-    let mut parts = response.split(|b| *b == 0);
-    let (_authzid, user, password) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() {
-        return None;
-    }
-    Some((
-        String::from_utf8(user.to_vec()).ok()?,
-        String::from_utf8(password.to_vec()).ok()?,
-    ))
+    warren_core::sasl::parse_plain(response).map(|plain| (plain.user, plain.password))
 }
 
 /// AMQPLAIN: a field table without its length prefix, with LOGIN and PASSWORD.

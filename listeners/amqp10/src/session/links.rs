@@ -24,6 +24,7 @@ use fe2o3_amqp_types::primitives::Binary;
 use warren_core::access::Access;
 use warren_core::consumer::{ConsumerSpec, Delivery};
 use warren_core::queue::{Queue, Settlement};
+use warren_core::queue_type::QueueInstance;
 use warren_core::value::Table;
 use warren_core::vhost::{Actor, PublishOptions, PublishStage, Publisher, VHost};
 
@@ -79,7 +80,7 @@ enum Link {
 }
 
 struct Unsettled {
-    queue: Arc<Queue>,
+    queue: Arc<dyn QueueInstance>,
     message_id: u64,
     link_id: u64,
 }
@@ -774,7 +775,7 @@ impl Session {
         };
         ids.sort_unstable_by_key(|id| id.wrapping_sub(first));
         let mut batch: Vec<u64> = Vec::new();
-        let mut batch_queue: Option<Arc<Queue>> = None;
+        let mut batch_queue: Option<Arc<dyn QueueInstance>> = None;
         for id in ids {
             let Some(unsettled) = self.unsettled.remove(&id) else {
                 continue;

@@ -667,7 +667,7 @@ impl Session {
         Ok(())
     }
 
-    /// Cancels every subscription, requeues unacknowledged messages and deletes the
+    /// Cancels every subscription, returns unacknowledged messages and deletes the
     /// connection's exclusive queues.
     fn release_all(&mut self) {
         if let Some(vhost) = &self.vhost {
@@ -676,7 +676,11 @@ impl Session {
             for (_, active) in self.subscriptions.drain() {
                 vhost.cancel(&active.subscription.queue, active.consumer_id);
             }
-            settle_grouped(self.outbox.take_all_unacked(), Settlement::Requeue);
+            // The core's rule for deliveries outstanding when a connection ends: sent ones
+            // are requeued, never-sent ones released (no delivery counted).
+            let (sent, never_sent) = self.outbox.take_all_unacked();
+            settle_grouped(sent, Settlement::outstanding(true));
+            settle_grouped(never_sent, Settlement::outstanding(false));
             vhost.remove_exclusive_queues(self.connection_id, &self.exclusive_queues);
         }
         self.exclusive_queues.clear();
@@ -692,7 +696,7 @@ impl Session {
         self.registration = None;
         self.outbox.close();
         for (queue, id) in self.outbox.take_orphaned() {
-            queue.settle(&[id], Settlement::Requeue);
+            queue.settle(&[id], Settlement::outstanding(false));
         }
     }
 
