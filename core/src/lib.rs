@@ -14,6 +14,7 @@ pub mod access;
 mod binding_table;
 pub mod broker;
 pub mod certificate;
+pub mod clock;
 pub mod connections;
 pub mod consumer;
 pub mod counters;

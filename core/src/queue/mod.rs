@@ -274,6 +274,8 @@ pub struct Queue {
     /// This queue, for the [`crate::queue_type::QueueInstance`] methods that hand out
     /// deliveries naming it.
     me: Weak<Queue>,
+    /// What the queue reads as now (expiry, `x-expires`): the broker's clock.
+    clock: crate::clock::Clock,
     config: QueueConfig,
     /// The limits the queue's own arguments ask for; policies combine with these into the
     /// effective limits kept in the state. Shared like those.
@@ -339,8 +341,14 @@ impl Queue {
             .upgrade()
             .map(|vhost| vhost.queue_memory_limits())
             .unwrap_or_default();
+        let clock = vhost
+            .upgrade()
+            .map(|vhost| vhost.durability().clock())
+            .unwrap_or_default();
+        let now = clock.now_ms();
         Arc::new_cyclic(|me| Queue {
             me: me.clone(),
+            clock,
             config,
             argument_limits: Arc::clone(&limits),
             vhost,
@@ -348,7 +356,7 @@ impl Queue {
             state: Mutex::new(QueueState {
                 limits,
                 ready: ReadyStore::new(levels),
-                last_used: now_ms(),
+                last_used: now,
                 ..QueueState::default()
             }),
             store: OnceLock::new(),
@@ -375,7 +383,7 @@ impl Queue {
     /// the queue.
     pub fn restore(self: &Arc<Self>, messages: Vec<RecoveredMessage>) {
         let mut state = self.state.lock();
-        let now = now_ms();
+        let now = self.clock.now_ms();
         for recovered in messages {
             let ttl = match (state.limits.message_ttl, recovered.expiration_ms) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -622,7 +630,7 @@ impl Queue {
 
     /// Records a use of the queue (a redeclaration) for `x-expires`.
     pub fn touch(&self) {
-        self.state.lock().last_used = now_ms();
+        self.state.lock().last_used = self.clock.now_ms();
     }
 
     /// Whether `x-expires` says the queue should be deleted: unused (no consumers, no get,
@@ -832,7 +840,7 @@ impl Queue {
         };
         // The clock is read only when something can expire.
         let needs_clock = ttl.is_some() || state.expiring > 0;
-        let now = if needs_clock { now_ms() } else { 0 };
+        let now = if needs_clock { self.clock.now_ms() } else { 0 };
         let size = message.body.len() as u64;
         let (max_length, max_length_bytes, overflow) = (
             state.limits.max_length,
@@ -931,7 +939,11 @@ impl Queue {
         if state.consumers.is_empty() || state.consumers_starved {
             return;
         }
-        let now = if state.expiring > 0 { now_ms() } else { 0 };
+        let now = if state.expiring > 0 {
+            self.clock.now_ms()
+        } else {
+            0
+        };
         loop {
             self.expire_head(state, now);
             if state.ready.is_empty() || state.consumers.is_empty() {
@@ -1054,7 +1066,7 @@ impl Queue {
     /// Takes the next ready message for a basic.get, with the number of ready messages left.
     pub fn get(self: &Arc<Self>, needs_settlement: bool) -> Option<(Delivery, u64)> {
         let mut state = self.state.lock();
-        let now = now_ms();
+        let now = self.clock.now_ms();
         state.last_used = now;
         self.expire_head(&mut state, now);
         let ready = loop {
@@ -1250,7 +1262,7 @@ impl Queue {
             return ConsumerRemoval::NotAttached;
         };
         state.consumers.remove(index);
-        state.last_used = now_ms();
+        state.last_used = self.clock.now_ms();
         state.consumers_starved = false;
         // The next consumer may be able to take what this one could not (and with a single
         // active consumer, it becomes the active one now).
