@@ -199,6 +199,7 @@ impl Queue {
     /// Settles unsettled deliveries by id. Unknown ids (already settled, or the queue was
     /// purged or deleted meanwhile) are ignored: the listener validates its own tags.
     pub fn settle(self: &Arc<Self>, ids: &[u64], settlement: Settlement) {
+        let settlement = settlement.for_classic();
         let mut state = self.state.lock();
         match settlement {
             Settlement::Ack => {
@@ -223,7 +224,7 @@ impl Queue {
                     }
                 }
             }
-            Settlement::Requeue | Settlement::Release => {
+            Settlement::Requeue | Settlement::Release | Settlement::Modify { .. } => {
                 let failed = settlement == Settlement::Requeue;
                 for &id in ids {
                     if let Some(unsettled) = state.unsettled.remove(&id) {

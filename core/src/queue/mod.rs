@@ -66,9 +66,35 @@ pub enum Settlement {
     Release,
     /// Refused without requeue: dead-lettered where configured, otherwise dropped.
     Reject,
+    /// AMQP 1.0 `modified`: the queue's type decides what it means. A classic queue
+    /// rejects a message `undeliverable_here`, and otherwise requeues it, counted as a failed
+    /// delivery when `delivery_failed` (RabbitMQ 4.x), released when not.
+    Modify {
+        /// The delivery attempt failed (counts toward `x-delivery-limit`).
+        delivery_failed: bool,
+        /// The message must not come back to this consumer's queue.
+        undeliverable_here: bool,
+    },
 }
 
 impl Settlement {
+    /// What a classic queue does for this settlement: `Modify` resolved to one of the
+    /// others.
+    pub fn for_classic(self) -> Settlement {
+        match self {
+            Settlement::Modify {
+                undeliverable_here: true,
+                ..
+            } => Settlement::Reject,
+            Settlement::Modify {
+                delivery_failed: true,
+                ..
+            } => Settlement::Requeue,
+            Settlement::Modify { .. } => Settlement::Release,
+            other => other,
+        }
+    }
+
     /// The one rule for a delivery still outstanding when its channel, link, session,
     /// subscription or connection ends, whatever the protocol: one that never reached the
     /// client (still in an outbox, or arriving after the close) is released, so a client's

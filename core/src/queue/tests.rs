@@ -467,3 +467,26 @@ fn expired_messages_are_freed_by_later_enqueues_or_by_the_next_pass() {
 fn a_ready_entry_stays_compact() {
     assert!(std::mem::size_of::<ReadyMessage>() <= 48);
 }
+
+#[test]
+fn a_classic_queue_resolves_modify_as_rabbitmq_4_does() {
+    let modify = |delivery_failed, undeliverable_here| Settlement::Modify {
+        delivery_failed,
+        undeliverable_here,
+    };
+    assert_eq!(modify(true, true).for_classic(), Settlement::Reject);
+    assert_eq!(modify(false, true).for_classic(), Settlement::Reject);
+    assert_eq!(modify(true, false).for_classic(), Settlement::Requeue);
+    assert_eq!(modify(false, false).for_classic(), Settlement::Release);
+    assert_eq!(Settlement::Ack.for_classic(), Settlement::Ack);
+    // Through the queue: a failed delivery counts, a plain modify does not.
+    let q = queue(false);
+    q.enqueue(message("m"));
+    let (first, _) = q.get(true).unwrap();
+    q.settle(&[first.id], modify(true, false));
+    let (second, _) = q.get(true).unwrap();
+    assert_eq!(second.delivery_count, 1);
+    q.settle(&[second.id], modify(false, false));
+    let (third, _) = q.get(true).unwrap();
+    assert_eq!(third.delivery_count, 1);
+}

@@ -746,19 +746,19 @@ impl Session {
         let settlement = match &disposition.state {
             Some(DeliveryState::Accepted(_)) => Settlement::Ack,
             Some(DeliveryState::Rejected(_)) => Settlement::Reject,
+            // The queue's type decides what `modified` means (a classic queue: rejected when
+            // undeliverable-here; delivery-failed counts the attempt, so the header's
+            // delivery-count goes up and x-delivery-limit applies; otherwise released, as
+            // in RabbitMQ 4.x).
             Some(DeliveryState::Modified(Modified {
-                undeliverable_here: Some(true),
+                delivery_failed,
+                undeliverable_here,
                 ..
-            })) => Settlement::Reject,
-            // delivery-failed counts the attempt (the header's delivery-count goes up, and
-            // x-delivery-limit applies); a plain release does not, as in RabbitMQ 4.x.
-            Some(DeliveryState::Modified(Modified {
-                delivery_failed: Some(true),
-                ..
-            })) => Settlement::Requeue,
-            Some(DeliveryState::Modified(_)) | Some(DeliveryState::Released(_)) => {
-                Settlement::Release
-            }
+            })) => Settlement::Modify {
+                delivery_failed: delivery_failed.unwrap_or(false),
+                undeliverable_here: undeliverable_here.unwrap_or(false),
+            },
+            Some(DeliveryState::Released(_)) => Settlement::Release,
             // A non-terminal state: nothing to settle yet.
             Some(_) if !disposition.settled => return Ok(()),
             // Settled without an outcome: the default outcome, released.
