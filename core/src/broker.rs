@@ -240,10 +240,17 @@ impl Broker {
         receiver
     }
 
+    /// Makes the queues created from now on read `clock` for expiry, and the expiry sweep
+    /// too; false if a clock was set already. Tests pass `Clock::tokio()` (paused time) or
+    /// `Clock::manual()`.
+    pub fn use_clock(&self, clock: crate::clock::Clock) -> bool {
+        self.durability.use_clock(clock)
+    }
+
     /// Removes expired messages from every queue of every vhost; the server calls this about
     /// every 250 ms so an expired message anywhere in a queue is gone within a second.
     pub fn expire_messages(&self) -> usize {
-        let now = crate::queue::now_ms();
+        let now = self.durability.clock().now_ms();
         let vhosts: Vec<Arc<VHost>> = self.vhosts.read().values().cloned().collect();
         vhosts.iter().map(|v| v.expire_messages(now)).sum()
     }

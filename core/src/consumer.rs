@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::message::Message;
-use crate::queue::Queue;
+use crate::queue_type::QueueInstance;
 use crate::value::Table;
 
 /// Where a queue sends deliveries for one consumer. Implemented by each listener.
@@ -18,7 +18,7 @@ use crate::value::Table;
 pub trait DeliverySink: Send + Sync {
     /// Reserves room for one delivery. Returns false when the consumer has no credit left
     /// (prefetch reached, link credit spent, outgoing buffer full); the listener must then
-    /// call [`Queue::dispatch`] once room frees up.
+    /// call [`QueueInstance::dispatch`] once room frees up.
     fn reserve(&self) -> bool;
 
     /// Hands over one delivery for which [`DeliverySink::reserve`] returned true.
@@ -31,9 +31,9 @@ pub trait DeliverySink: Send + Sync {
 /// One message handed to a consumer or to a basic.get.
 #[derive(Clone)]
 pub struct Delivery {
-    /// The queue the message came from; settle through it.
-    pub queue: Arc<Queue>,
-    /// The queue's id for this message, passed back to [`Queue::settle`].
+    /// The queue the message came from, of whatever type; settle through it.
+    pub queue: Arc<dyn QueueInstance>,
+    /// The queue's id for this message, passed back to [`QueueInstance::settle`].
     pub id: u64,
     /// The message itself, shared with every other queue it was routed to.
     pub message: Arc<Message>,

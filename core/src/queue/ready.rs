@@ -167,6 +167,16 @@ impl ReadyStore {
             .find_map(|level| level.front())
     }
 
+    /// The messages in delivery order (highest level first, oldest first in a level),
+    /// holes skipped.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &ReadyMessage> + '_ {
+        self.levels[..=self.top]
+            .iter()
+            .rev()
+            .flat_map(|level| level.iter())
+            .filter(|ready| !ready.is_hole())
+    }
+
     pub(super) fn pop_front(&mut self) -> Option<ReadyMessage> {
         while self.top > 0 && self.levels[self.top].is_empty() {
             self.top -= 1;

@@ -78,9 +78,22 @@ pub struct Durability {
     queue_memory: Arc<crate::flow::QueueMemoryLimits>,
     /// The cluster's replicator, when the node runs clustered (`replication.rs`).
     replicator: std::sync::OnceLock<Arc<dyn crate::replication::TopologyReplicator>>,
+    /// The clock queues read for expiry; set once, before queues exist (tests pass tokio's
+    /// paused clock or a manual one), the process's monotonic clock otherwise.
+    clock: std::sync::OnceLock<crate::clock::Clock>,
 }
 
 impl Durability {
+    /// The clock every queue of the broker reads.
+    pub fn clock(&self) -> crate::clock::Clock {
+        self.clock.get().cloned().unwrap_or_default()
+    }
+
+    /// Makes queues created from now on read `clock`; false if a clock was set already.
+    pub fn use_clock(&self, clock: crate::clock::Clock) -> bool {
+        self.clock.set(clock).is_ok()
+    }
+
     /// The per-queue memory limits shared by every queue of the broker.
     pub fn queue_memory_limits(&self) -> &Arc<crate::flow::QueueMemoryLimits> {
         &self.queue_memory

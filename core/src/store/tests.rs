@@ -394,3 +394,62 @@ fn one_long_unacked_message_does_not_keep_the_segments_after_it() {
         vec![("tail".to_string(), false)]
     );
 }
+
+#[test]
+fn the_core_publish_stores_persistent_messages_of_durable_queues_and_says_what_to_await() {
+    use crate::access::Permissions;
+    use crate::broker::{Broker, Limits};
+    use crate::vhost::{Actor, AwaitSettlement, PublishOptions, Publisher, QueueDeclare};
+
+    let dir = TempDir::new("core-publish");
+    let (store, _) = open(&dir);
+    let broker = Broker::new(Limits::default());
+    assert!(broker.attach_store(Arc::clone(&store)));
+    let vhost = broker.add_vhost("/");
+    vhost.set_permissions("u", Permissions::full());
+    let actor = Actor {
+        user: "u",
+        connection_id: 1,
+    };
+    for (name, durable) in [("q", true), ("transient-queue", false)] {
+        vhost
+            .declare_queue(
+                actor,
+                QueueDeclare {
+                    name: name.into(),
+                    passive: false,
+                    durable,
+                    exclusive: false,
+                    auto_delete: false,
+                    arguments: crate::value::Table::new(),
+                },
+            )
+            .unwrap();
+    }
+    let mut publisher = Publisher::new();
+    let mut publish = |message: Message| {
+        vhost
+            .publish(
+                &mut publisher,
+                actor,
+                Arc::new(message),
+                PublishOptions::default(),
+            )
+            .unwrap()
+    };
+    let stored = publish(message("kept"));
+    let AwaitSettlement::Disk(seq) = stored.settlement else {
+        panic!("a persistent message in a durable queue waits for the disk");
+    };
+    let mut transient = message("transient");
+    transient.properties.delivery_mode = None;
+    assert_eq!(publish(transient).settlement, AwaitSettlement::Nothing);
+    let mut elsewhere = message("non-durable queue");
+    elsewhere.routing_key = "transient-queue".into();
+    assert_eq!(publish(elsewhere).settlement, AwaitSettlement::Nothing);
+    flush(&store, seq);
+    drop(broker);
+    store.close();
+    let (_, recovered) = open(&dir);
+    assert_eq!(bodies(&recovered, "q"), [("kept".to_string(), false)]);
+}

@@ -134,7 +134,7 @@ impl VHost {
     /// that reaches a durable queue is written to the message store once, shared by every
     /// durable queue it reached; the returned `durable_seq` is what a listener waits for (see
     /// [`crate::store::MessageStore::subscribe_durable`]) before confirming it.
-    pub fn enqueue_routed(&self, message: Arc<Message>, queues: &[Arc<Queue>]) -> Enqueued {
+    pub(crate) fn enqueue_routed(&self, message: Arc<Message>, queues: &[Arc<Queue>]) -> Enqueued {
         let mut store_id = 0;
         let mut durable_seq = None;
         if message.properties.is_persistent() {

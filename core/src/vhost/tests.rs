@@ -1,3 +1,4 @@
+use super::queues::server_generated_queue_name;
 use super::*;
 use crate::message::Message;
 

@@ -19,6 +19,7 @@ use warren_core::consumer::{Delivery, DeliverySink};
 use warren_core::idmap::IdMap;
 use warren_core::message::Message;
 use warren_core::queue::{now_ms, Queue};
+use warren_core::queue_type::QueueInstance;
 use warren_core::value::{Table, Value};
 
 use crate::codec::{self, Method};
@@ -42,7 +43,7 @@ pub struct Unacked {
     /// The channel-scoped delivery tag.
     pub tag: u64,
     /// The queue to settle with.
-    pub queue: Arc<Queue>,
+    pub queue: Arc<dyn QueueInstance>,
     /// The queue's id of the message.
     pub id: u64,
     /// The consumer whose prefetch it counts against (none for basic.get).

@@ -77,8 +77,6 @@ pub struct IncomingMessage {
     pub to: Option<String>,
     /// The `subject` property (the routing key of `/exchanges/:exchange` targets).
     pub subject: Option<String>,
-    /// The raw `user-id`, checked against the authenticated user.
-    pub user_id: Option<Vec<u8>>,
 }
 
 /// Why a message could not be mapped. Answered with the `rejected` outcome and
@@ -149,14 +147,13 @@ pub fn decode_message(payload: Bytes) -> Result<IncomingMessage, MessageDecodeEr
     }
     let mut to = None;
     let mut subject = None;
-    let mut user_id = None;
     if let Some(properties) = properties {
         core.message_id = properties.message_id.map(message_id_text);
         core.correlation_id = properties.correlation_id.map(message_id_text);
-        user_id = properties.user_id.map(|id| id.into_vec());
-        core.user_id = user_id
-            .as_ref()
-            .map(|id: &Vec<u8>| String::from_utf8_lossy(id).into_owned());
+        // Checked against the authenticated user by the core's publish.
+        core.user_id = properties
+            .user_id
+            .map(|id| String::from_utf8_lossy(&id).into_owned());
         core.reply_to = properties.reply_to;
         core.content_type = properties.content_type.map(|s| s.0);
         core.content_encoding = properties.content_encoding.map(|s| s.0);
@@ -201,7 +198,6 @@ pub fn decode_message(payload: Bytes) -> Result<IncomingMessage, MessageDecodeEr
         },
         to,
         subject,
-        user_id,
     })
 }
 

@@ -253,8 +253,16 @@ impl Connection {
     /// Ends the connection: what the session still has to say (a refusing CONNACK) goes
     /// out first, then the session ends and the socket is shut down.
     async fn close(&mut self, end: End) {
-        let _ = flush(&mut self.stream, self.session.outbox()).await;
-        self.session.terminate(end);
+        if matches!(end, End::Disconnect) {
+            // The client said goodbye and reads nothing more: deliveries still buffered
+            // never reached it, so the session ends before the buffer would be written
+            // (they are released, not counted as failed deliveries).
+            self.session.terminate(end);
+            let _ = flush(&mut self.stream, self.session.outbox()).await;
+        } else {
+            let _ = flush(&mut self.stream, self.session.outbox()).await;
+            self.session.terminate(end);
+        }
         self.stream.shutdown().await;
         tracing::debug!(
             connection = self.session.connection_id(),

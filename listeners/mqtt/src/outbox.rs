@@ -20,6 +20,7 @@ use warren_core::consumer::{Delivery, DeliverySink};
 use warren_core::idmap::IdMap;
 use warren_core::message::Message;
 use warren_core::queue::Queue;
+use warren_core::queue_type::QueueInstance;
 use warren_core::value::Value;
 
 use crate::codec::{
@@ -40,7 +41,7 @@ pub const DUP_HEADER: &str = "x-mqtt-dup";
 #[derive(Debug)]
 pub struct InFlight {
     /// The queue to settle with; `None` for a retained message sent on subscribe.
-    pub queue: Option<Arc<Queue>>,
+    pub queue: Option<Arc<dyn QueueInstance>>,
     /// The queue's id of the message.
     pub id: u64,
     /// The QoS it was sent with.
@@ -49,10 +50,16 @@ pub struct InFlight {
     pub released: bool,
     /// Whether it counts against the in-flight window.
     counted: bool,
+    /// [`OutboxState::drains`] when it was encoded: while they are equal its bytes are
+    /// still in the buffer and the client never got it.
+    buffered_at: u32,
 }
 
 struct OutboxState {
     buffer: BytesMut,
+    /// How many times the driver took the buffer (wrapping): tells deliveries still in it
+    /// from those sent.
+    drains: u32,
     in_flight: IdMap<u16, InFlight>,
     next_packet_id: u16,
     /// Deliveries counted against `prefetch`: reserved, or in flight and counted.
@@ -70,9 +77,9 @@ struct Lists {
     /// Queues refused for lack of room or window, to kick when it frees up.
     starved: Vec<Arc<Queue>>,
     /// Deliveries to acknowledge to their queue at once (sent as QoS 0).
-    to_ack: Vec<(Arc<Queue>, u64)>,
-    /// Deliveries that arrived after the connection closed, to requeue.
-    orphaned: Vec<(Arc<Queue>, u64)>,
+    to_ack: Vec<(Arc<dyn QueueInstance>, u64)>,
+    /// Deliveries that arrived after the connection closed, to release.
+    orphaned: Vec<(Arc<dyn QueueInstance>, u64)>,
     /// The subscriptions whose filter starts with `$`, with their QoS: the only ones a
     /// `$` topic may be delivered for (MQTT-4.7.2-1). Empty for most clients.
     dollar_filters: Vec<(String, QoS)>,
@@ -129,7 +136,7 @@ pub struct Drained {
     /// Queues to kick because room freed up.
     pub starved: Vec<Arc<Queue>>,
     /// Deliveries to acknowledge to their queues.
-    pub to_ack: Vec<(Arc<Queue>, u64)>,
+    pub to_ack: Vec<(Arc<dyn QueueInstance>, u64)>,
 }
 
 /// What a PUBREC did to a QoS 2 delivery.
@@ -137,20 +144,23 @@ pub struct Drained {
 pub enum Received {
     /// The first PUBREC of a delivery in flight: it is released now (PUBREL owed until
     /// PUBCOMP); the message to settle with its queue, unless it came from no queue.
-    Released(Option<(Arc<Queue>, u64)>),
+    Released(Option<(Arc<dyn QueueInstance>, u64)>),
     /// A repeated PUBREC, or one for an identifier not in flight: only PUBREL again.
     Again,
 }
 
 /// What was left when the connection closed.
 pub struct Leftovers {
-    /// Deliveries never (fully) acknowledged, to requeue.
-    pub unacknowledged: Vec<(Arc<Queue>, u64)>,
+    /// Deliveries sent but never (fully) acknowledged, to requeue.
+    pub unacknowledged: Vec<(Arc<dyn QueueInstance>, u64)>,
+    /// Deliveries that never reached the client (still in the buffer, or arriving after
+    /// the close), to release.
+    pub never_sent: Vec<(Arc<dyn QueueInstance>, u64)>,
     /// QoS 2 deliveries released (PUBREL sent) but not completed: a persistent session sends
     /// PUBREL for them again on reconnect (MQTT-4.4.0-1).
     pub released: Vec<u16>,
     /// Deliveries to acknowledge.
-    pub to_ack: Vec<(Arc<Queue>, u64)>,
+    pub to_ack: Vec<(Arc<dyn QueueInstance>, u64)>,
 }
 
 impl Outbox {
@@ -159,6 +169,7 @@ impl Outbox {
         Arc::new(Outbox {
             state: Mutex::new(OutboxState {
                 buffer: BytesMut::new(),
+                drains: 0,
                 in_flight: IdMap::default(),
                 next_packet_id: 1,
                 counted: 0,
@@ -238,6 +249,7 @@ impl Outbox {
                             qos,
                             released: false,
                             counted: false,
+                            buffered_at: 0,
                         },
                     );
                 }
@@ -252,7 +264,7 @@ impl Outbox {
 
     /// PUBACK: ends a QoS 1 delivery. Returns the queue and id to settle, if the packet
     /// identifier was in flight at QoS 1 and came from a queue.
-    pub fn acknowledge(&self, packet_id: u16) -> Option<(Arc<Queue>, u64)> {
+    pub fn acknowledge(&self, packet_id: u16) -> Option<(Arc<dyn QueueInstance>, u64)> {
         let mut state = self.state.lock();
         match state.in_flight.get(&packet_id) {
             Some(entry) if entry.qos == QoS::AtLeastOnce => {}
@@ -305,6 +317,7 @@ impl Outbox {
                     qos: QoS::ExactlyOnce,
                     released: true,
                     counted: false,
+                    buffered_at: 0,
                 },
             );
         }
@@ -349,6 +362,7 @@ impl Outbox {
         }
         // Take the allocation along: an idle connection keeps no write buffer.
         let bytes = std::mem::take(&mut state.buffer).freeze();
+        state.drains = state.drains.wrapping_add(1);
         let (starved, to_ack) = match state.lists.as_deref_mut() {
             Some(lists) => (
                 std::mem::take(&mut lists.starved),
@@ -385,26 +399,34 @@ impl Outbox {
             .map(|(packet_id, _)| *packet_id)
             .collect();
         released.sort_unstable();
-        let mut unacknowledged: Vec<(Arc<Queue>, u64)> = state
-            .in_flight
-            .drain()
-            .filter_map(|(_, entry)| entry.queue.map(|queue| (queue, entry.id)))
-            .collect();
-        unacknowledged.extend(orphaned);
-        // Requeue in delivery order so a resumed session sees its messages in order.
+        let drains = state.drains;
+        let mut unacknowledged = Vec::new();
+        let mut never_sent = orphaned;
+        for (_, entry) in state.in_flight.drain() {
+            if let Some(queue) = entry.queue {
+                if entry.buffered_at == drains {
+                    never_sent.push((queue, entry.id));
+                } else {
+                    unacknowledged.push((queue, entry.id));
+                }
+            }
+        }
+        // Returned in delivery order so a resumed session sees its messages in order.
         unacknowledged.sort_by_key(|(_, id)| *id);
+        never_sent.sort_by_key(|(_, id)| *id);
         state.counted = 0;
         drop(state);
         self.notify.notify_one();
         Leftovers {
             unacknowledged,
+            never_sent,
             released,
             to_ack,
         }
     }
 
     /// Takes deliveries that arrived after [`Outbox::close`], to requeue.
-    pub fn take_orphaned(&self) -> Vec<(Arc<Queue>, u64)> {
+    pub fn take_orphaned(&self) -> Vec<(Arc<dyn QueueInstance>, u64)> {
         let mut state = self.state.lock();
         state
             .lists
@@ -538,7 +560,10 @@ impl DeliverySink for SubscriptionSink {
         let packet_id = (qos != QoS::AtMostOnce).then(|| state.allocate_packet_id());
         let dup = delivery.redelivered && qos != QoS::AtMostOnce;
         let OutboxState {
-            buffer, in_flight, ..
+            buffer,
+            in_flight,
+            drains,
+            ..
         } = &mut *state;
         let encoded = encode_publish(buffer, &topic, qos, packet_id, false, dup, &message.body);
         if let Err(error) = &encoded {
@@ -555,6 +580,7 @@ impl DeliverySink for SubscriptionSink {
                         qos,
                         released: false,
                         counted,
+                        buffered_at: *drains,
                     },
                 );
             }

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use warren_core::consumer::{Delivery, DeliverySink};
 use warren_core::queue::Queue;
+use warren_core::queue_type::QueueInstance;
 
 use crate::codec::{encode, encode_message, Command, Frame, Version, HEARTBEAT};
 use crate::destination::format_destination;
@@ -69,14 +70,17 @@ struct OutboxState {
     version: Version,
     session: Arc<str>,
     next_tag: u64,
+    /// Deliveries with a smaller tag were taken by the writer (sent); the others are still
+    /// in `buffer` and never reached the client.
+    handed_below: u64,
     /// In tag order.
     unacked: VecDeque<Unacked>,
     /// Subscriptions refused for lack of room or credit, to kick when it frees up.
     starved: Vec<Arc<Subscription>>,
     /// Subscriptions whose queue was deleted, for the reader to forget.
     server_cancelled: Vec<Arc<str>>,
-    /// Deliveries that arrived after the connection closed, to requeue.
-    orphaned: Vec<(Arc<Queue>, u64)>,
+    /// Deliveries that arrived after the connection closed, to release (never sent).
+    orphaned: Vec<(Arc<dyn QueueInstance>, u64)>,
     closed: bool,
 }
 
@@ -108,6 +112,7 @@ impl Outbox {
                 version: Version::V1_0,
                 session: Arc::from(""),
                 next_tag: 1,
+                handed_below: 1,
                 unacked: VecDeque::new(),
                 starved: Vec::new(),
                 server_cancelled: Vec::new(),
@@ -194,10 +199,13 @@ impl Outbox {
         Some(taken)
     }
 
-    /// Takes every unacked delivery (the connection is going away).
-    pub fn take_all_unacked(&self) -> Vec<Unacked> {
+    /// Takes every unacked delivery (the connection is going away): those the writer took
+    /// (sent to the client), then those still in the buffer (never sent), each in tag order.
+    pub fn take_all_unacked(&self) -> (Vec<Unacked>, Vec<Unacked>) {
         let mut state = self.state.lock();
-        state.unacked.drain(..).collect()
+        let handed_below = state.handed_below;
+        let (sent, never_sent) = state.unacked.drain(..).partition(|u| u.tag < handed_below);
+        (sent, never_sent)
     }
 
     /// Takes the subscriptions waiting for credit or room, to kick their queues.
@@ -211,7 +219,7 @@ impl Outbox {
     }
 
     /// Takes deliveries that arrived after the connection closed, to requeue.
-    pub fn take_orphaned(&self) -> Vec<(Arc<Queue>, u64)> {
+    pub fn take_orphaned(&self) -> Vec<(Arc<dyn QueueInstance>, u64)> {
         std::mem::take(&mut self.state.lock().orphaned)
     }
 
@@ -225,6 +233,7 @@ impl Outbox {
         // Take the allocation along: an idle connection keeps no write buffer.
         let bytes = std::mem::take(&mut state.buffer).freeze();
         let starved = std::mem::take(&mut state.starved);
+        state.handed_below = state.next_tag;
         Some(Drained { bytes, starved })
     }
 

@@ -102,6 +102,10 @@ pub struct Response {
     pub headers: Vec<(&'static str, String)>,
     /// The body.
     pub body: Vec<u8>,
+    /// A message store sequence number that must be on disk before the response is sent
+    /// (a persistent message published to a durable queue is answered once it is safe, as
+    /// RabbitMQ answers after its publisher confirm).
+    pub wait_for_store: Option<u64>,
 }
 
 impl Response {
@@ -112,6 +116,7 @@ impl Response {
             content_type: "application/json",
             headers: Vec::new(),
             body: body.to_string().into_bytes(),
+            wait_for_store: None,
         }
     }
 
@@ -122,6 +127,7 @@ impl Response {
             content_type: "text/plain",
             headers: Vec::new(),
             body: Vec::new(),
+            wait_for_store: None,
         }
     }
 
@@ -132,6 +138,7 @@ impl Response {
             content_type,
             headers: Vec::new(),
             body: body.into_bytes(),
+            wait_for_store: None,
         }
     }
 

@@ -43,6 +43,10 @@ pub async fn serve_api(
     shutdown: watch::Receiver<bool>,
 ) {
     let protocol = if tls.is_some() { "https" } else { "http" };
+    let store = management
+        .broker
+        .message_store()
+        .map(|store| store.subscribe_durable());
     let authenticating = Arc::clone(&management);
     let endpoint = server::HttpEndpoint {
         handler: Arc::new(move |request, context: &server::RequestContext| {
@@ -54,6 +58,7 @@ pub async fn serve_api(
         })),
         limits,
         protocol,
+        store,
     };
     server::serve(listener, endpoint, tls, shutdown).await;
 }
@@ -89,6 +94,7 @@ pub async fn serve_metrics_tls(
         authenticator: None,
         limits: HttpLimits::default(),
         protocol,
+        store: None,
     };
     server::serve(listener, endpoint, tls, shutdown).await;
 }

@@ -857,11 +857,7 @@ mod tests {
             encoded_properties: None,
             body: bytes::Bytes::from_static(b"m"),
         };
-        let mut routed = Vec::new();
-        vhost.route("", &message, &mut routed).unwrap();
-        for queue in &routed {
-            queue.enqueue(Arc::new(message.clone()));
-        }
+        vhost.publish_authorized(Arc::new(message), false).unwrap();
         sampler.sample_at(&broker, 15_000);
         // The node, the vhost, the queue and the default exchange; 99 queues stay idle.
         assert_eq!(sampler.histories(), 4);

@@ -90,6 +90,9 @@ pub struct HttpEndpoint {
     pub limits: HttpLimits,
     /// The name in log lines (`http`, `https`, `http/prometheus`, ...).
     pub protocol: &'static str,
+    /// The message store's durable sequence number, for responses that wait for it
+    /// ([`Response::wait_for_store`](crate::http::Response::wait_for_store)).
+    pub store: Option<watch::Receiver<u64>>,
 }
 
 /// Serves `endpoint` on `listener` until `shutdown` turns true; with `tls`, over HTTPS
@@ -211,6 +214,7 @@ async fn serve_connection<S>(
             is_heavy: endpoint.is_heavy,
             peer,
             max_body_size: endpoint.limits.max_body_size,
+            store: endpoint.store.clone(),
         });
     let service_activity = Arc::clone(&activity);
     let service = hyper::service::service_fn(move |request| {
@@ -382,6 +386,7 @@ struct Endpoint {
     is_heavy: fn(&Request) -> bool,
     peer: SocketAddr,
     max_body_size: usize,
+    store: Option<watch::Receiver<u64>>,
 }
 
 impl<B> Service<hyper::Request<B>> for Endpoint
@@ -399,7 +404,16 @@ where
 
     fn call(&mut self, request: hyper::Request<B>) -> Self::Future {
         let endpoint = self.clone();
-        Box::pin(async move { Ok(to_hyper(endpoint.answer(request).await)) })
+        Box::pin(async move {
+            let mut store = endpoint.store.clone();
+            let response = endpoint.answer(request).await;
+            if let (Some(seq), Some(store)) = (response.wait_for_store, store.as_mut()) {
+                // A persistent message is answered once it is on disk; this errs only when
+                // the store is gone (shutting down): answer anyway.
+                let _ = store.wait_for(|durable| *durable >= seq).await;
+            }
+            Ok(to_hyper(response))
+        })
     }
 }
 

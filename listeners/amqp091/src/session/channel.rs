@@ -14,7 +14,9 @@ use warren_core::message::{Message, Properties};
 use warren_core::packed::pack_properties_and_body;
 use warren_core::queue::{Queue, Settlement};
 use warren_core::topic_access::TopicVariables;
-use warren_core::vhost::{Actor, Enqueued, ExchangeDeclare, QueueDeclare, VHost, DIRECT_REPLY_TO};
+use warren_core::vhost::{
+    Actor, ExchangeDeclare, PublishOutcome, Publisher, QueueDeclare, VHost, DIRECT_REPLY_TO,
+};
 
 use super::{settle_grouped, Session};
 use crate::codec::{
@@ -56,7 +58,6 @@ pub(super) struct DurableWait {
 
 /// A published message held until tx.commit.
 struct TxPublish {
-    exchange: Arc<str>,
     mandatory: bool,
     message: Arc<Message>,
 }
@@ -79,8 +80,9 @@ pub(super) struct Channel {
     last_declared_queue: Option<String>,
     /// The queue behind this channel's direct reply-to consumer, if it has one.
     reply_queue: Option<String>,
-    /// Exchanges this channel was allowed to publish to (RabbitMQ caches this too).
-    publish_allowed: Vec<Arc<str>>,
+    /// The core's publish state: exchanges this channel was allowed to publish to
+    /// (RabbitMQ caches this too).
+    publisher: Publisher,
     /// The exchange and routing key of the last publish: a publisher usually repeats them,
     /// and its messages then share one allocation of each instead of two per message.
     last_publish_names: Option<(Arc<str>, Arc<str>)>,
@@ -133,7 +135,7 @@ impl Channel {
             consumer_prefetch: 0,
             last_declared_queue: None,
             reply_queue: None,
-            publish_allowed: Vec::new(),
+            publisher: Publisher::new(),
             last_publish_names: None,
             publish_seq: 0,
             confirmed_seq: 0,
@@ -788,14 +790,8 @@ impl Session {
         // The store sequence number the last persistent message of the transaction got.
         let mut durable_seq = 0;
         for publish in publishes {
-            let outcome = self.route_and_enqueue(
-                ch,
-                vhost,
-                &publish.exchange,
-                publish.mandatory,
-                publish.message,
-            )?;
-            durable_seq = durable_seq.max(outcome.durable_seq.unwrap_or(0));
+            let outcome = self.route_and_enqueue(ch, vhost, publish.mandatory, publish.message)?;
+            durable_seq = durable_seq.max(outcome.durable_seq().unwrap_or(0));
         }
         for (taken, settlement) in settlements {
             settle_grouped(taken, settlement);
@@ -939,42 +935,26 @@ impl Session {
             Some(body) => body,
             None => pending.body.freeze(),
         };
-        let channel = self.channel(ch);
-        if !channel.publish_allowed.contains(&pending.exchange) {
-            vhost
-                .check_publish(user, &pending.exchange)
-                .map_err(|e| AmqpError::from(e).on(60, 40))?;
-            let channel = self.channel(ch);
-            if channel.publish_allowed.len() >= 16 {
-                channel.publish_allowed.remove(0);
-            }
-            channel.publish_allowed.push(Arc::clone(&pending.exchange));
-        }
-        // Topic permissions depend on the routing key: checked per publish (one atomic load
-        // while the vhost has none).
+        let actor = Actor {
+            user,
+            connection_id: self.connection_id,
+        };
+        // Write permission (cached per channel), topic permission and user_id (RabbitMQ's
+        // order): the core's checks, made here at basic.publish (a transaction routes at
+        // tx.commit).
         vhost
-            .check_topic(
-                user,
-                Access::Write,
+            .authorize_publish(
+                &mut self.channel(ch).publisher,
+                actor,
                 &pending.exchange,
                 &pending.routing_key,
+                properties.user_id.as_deref(),
                 &TopicVariables::NONE,
             )
-            .map_err(|e| AmqpError::from(e).on(60, 40))?;
+            .map_err(|e| AmqpError::from(e.error).on(60, 40))?;
         if let Some(expiration) = &properties.expiration {
             if let Err(problem) = parse_expiration(expiration) {
                 return Err(AmqpError::new(reply::PRECONDITION_FAILED, problem).on(60, 40));
-            }
-        }
-        if let Some(user_id) = &properties.user_id {
-            if *user_id != user {
-                return Err(AmqpError::new(
-                    reply::PRECONDITION_FAILED,
-                    format!(
-                        "user_id property set to '{user_id}' but authenticated user was '{user}'"
-                    ),
-                )
-                .on(60, 40));
             }
         }
         let mut properties = properties;
@@ -1006,9 +986,8 @@ impl Session {
         } else {
             (raw_properties, body)
         };
-        let exchange = pending.exchange;
         let message = Arc::new(Message {
-            exchange: exchange.clone(),
+            exchange: pending.exchange,
             routing_key: pending.routing_key,
             properties,
             encoded_properties: Some(raw_properties),
@@ -1018,15 +997,13 @@ impl Session {
         match channel.mode {
             Mode::Transactional => {
                 channel.tx_publishes.push(TxPublish {
-                    exchange,
                     mandatory: pending.mandatory,
                     message,
                 });
                 Ok(())
             }
             Mode::Confirm => {
-                let outcome =
-                    self.route_and_enqueue(ch, &vhost, &exchange, pending.mandatory, message)?;
+                let outcome = self.route_and_enqueue(ch, &vhost, pending.mandatory, message)?;
                 let channel = self.channel(ch);
                 channel.publish_seq += 1;
                 let seq = channel.publish_seq;
@@ -1039,7 +1016,7 @@ impl Session {
                     });
                     return Ok(());
                 }
-                if let Some(store_seq) = outcome.durable_seq.filter(|_| outcome.accepted) {
+                if let Some(store_seq) = outcome.durable_seq().filter(|_| outcome.accepted) {
                     channel.durable_waits.push_back(DurableWait {
                         publish_seq: seq,
                         store_seq,
@@ -1075,7 +1052,7 @@ impl Session {
                 Ok(())
             }
             Mode::Plain => self
-                .route_and_enqueue(ch, &vhost, &exchange, pending.mandatory, message)
+                .route_and_enqueue(ch, &vhost, pending.mandatory, message)
                 .map(|_| ()),
         }
     }
@@ -1084,37 +1061,19 @@ impl Session {
         &mut self,
         ch: u16,
         vhost: &Arc<VHost>,
-        exchange: &str,
         mandatory: bool,
         message: Arc<Message>,
-    ) -> Result<Enqueued, AmqpError> {
-        let mut routed = std::mem::take(&mut self.routed);
-        let mut outcome = Enqueued {
-            accepted: true,
-            durable_seq: None,
-        };
-        routed.clear();
-        if let Err(error) = vhost.route(exchange, &message, &mut routed) {
-            self.routed = routed;
-            return Err(AmqpError::from(error).on(60, 40));
+    ) -> Result<PublishOutcome, AmqpError> {
+        let outcome = vhost
+            .publish_authorized(message, mandatory)
+            .map_err(|e| AmqpError::from(e.error).on(60, 40))?;
+        if let Some(returned) = &outcome.returned {
+            // Confirms for earlier messages go first; this message's confirm follows its
+            // return, as RabbitMQ orders them.
+            self.flush_confirms();
+            vhost.counters().record_returned();
+            self.outbox.send_return(ch, 312, "NO_ROUTE", returned);
         }
-        let message = match message.without_bcc() {
-            Some(stripped) => Arc::new(stripped),
-            None => message,
-        };
-        if routed.is_empty() {
-            if mandatory {
-                // Confirms for earlier messages go first; this message's confirm follows
-                // its return, as RabbitMQ orders them.
-                self.flush_confirms();
-                vhost.counters().record_returned();
-                self.outbox.send_return(ch, 312, "NO_ROUTE", &message);
-            }
-        } else {
-            outcome = vhost.enqueue_routed(message, &routed);
-        }
-        routed.clear();
-        self.routed = routed;
         Ok(outcome)
     }
 }

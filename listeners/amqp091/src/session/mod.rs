@@ -17,7 +17,7 @@ use warren_core::access::User;
 use warren_core::certificate::{login_name, LoginFrom};
 use warren_core::connections::{ConnectionHandle, ConnectionInfo};
 use warren_core::idmap::IdMap;
-use warren_core::queue::{Queue, Settlement};
+use warren_core::queue::Settlement;
 use warren_core::value::{Table, Value};
 use warren_core::vhost::VHost;
 use warren_core::Broker;
@@ -126,8 +126,6 @@ pub struct Session {
     pending_confirms: Vec<u16>,
     /// Channels with a tx.commit-ok waiting for the message store.
     pending_commits: Vec<u16>,
-    /// Reused for routing results so publishing does not allocate.
-    routed: Vec<Arc<Queue>>,
     /// Whether the client ever published: only publishers are blocked by resource alarms.
     published: bool,
     /// Whether the client understands connection.blocked/unblocked.
@@ -196,7 +194,6 @@ impl Session {
             client_properties: Table::new(),
             pending_confirms: Vec::new(),
             pending_commits: Vec::new(),
-            routed: Vec::new(),
             published: false,
             blocked_capability: false,
             blocked_sent: false,
@@ -1003,17 +1000,9 @@ fn settle_grouped(deliveries: Vec<Unacked>, settlement: Settlement) {
     }
 }
 
-/// SASL PLAIN: `[authzid] NUL authcid NUL password`.
+/// SASL PLAIN, parsed by the core's one strict parser (shared with AMQP 1.0).
 fn parse_plain(response: &[u8]) -> Option<(String, String)> {
-    let mut parts = response.split(|b| *b == 0);
-    let (_authzid, user, password) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() {
-        return None;
-    }
-    Some((
-        String::from_utf8(user.to_vec()).ok()?,
-        String::from_utf8(password.to_vec()).ok()?,
-    ))
+    warren_core::sasl::parse_plain(response).map(|plain| (plain.user, plain.password))
 }
 
 /// AMQPLAIN: a field table without its length prefix, with LOGIN and PASSWORD.

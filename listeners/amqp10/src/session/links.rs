@@ -24,9 +24,9 @@ use fe2o3_amqp_types::primitives::Binary;
 use warren_core::access::Access;
 use warren_core::consumer::{ConsumerSpec, Delivery};
 use warren_core::queue::{Queue, Settlement};
-use warren_core::topic_access::TopicVariables;
+use warren_core::queue_type::QueueInstance;
 use warren_core::value::Table;
-use warren_core::vhost::{Actor, VHost};
+use warren_core::vhost::{Actor, PublishOptions, PublishStage, Publisher, VHost};
 
 use super::errors;
 use super::sink::{LinkSink, Mailbox, MailboxEntry};
@@ -80,7 +80,7 @@ enum Link {
 }
 
 struct Unsettled {
-    queue: Arc<Queue>,
+    queue: Arc<dyn QueueInstance>,
     message_id: u64,
     link_id: u64,
 }
@@ -115,7 +115,8 @@ pub struct Session {
     /// Outgoing links whose flow asked for drain or echo: (handle, drain, echo).
     answer_flows: Vec<(u32, bool, bool)>,
     scratch: BytesMut,
-    routed: Vec<Arc<Queue>>,
+    /// The core's publish state: exchanges this session's user was allowed to write to.
+    publisher: Publisher,
 }
 
 fn accepted() -> DeliveryState {
@@ -149,7 +150,7 @@ impl Session {
             durable_waits: VecDeque::new(),
             answer_flows: Vec::new(),
             scratch: BytesMut::new(),
-            routed: Vec::new(),
+            publisher: Publisher::new(),
         }
     }
 
@@ -745,19 +746,19 @@ impl Session {
         let settlement = match &disposition.state {
             Some(DeliveryState::Accepted(_)) => Settlement::Ack,
             Some(DeliveryState::Rejected(_)) => Settlement::Reject,
+            // The queue's type decides what `modified` means (a classic queue: rejected when
+            // undeliverable-here; delivery-failed counts the attempt, so the header's
+            // delivery-count goes up and x-delivery-limit applies; otherwise released, as
+            // in RabbitMQ 4.x).
             Some(DeliveryState::Modified(Modified {
-                undeliverable_here: Some(true),
+                delivery_failed,
+                undeliverable_here,
                 ..
-            })) => Settlement::Reject,
-            // delivery-failed counts the attempt (the header's delivery-count goes up, and
-            // x-delivery-limit applies); a plain release does not, as in RabbitMQ 4.x.
-            Some(DeliveryState::Modified(Modified {
-                delivery_failed: Some(true),
-                ..
-            })) => Settlement::Requeue,
-            Some(DeliveryState::Modified(_)) | Some(DeliveryState::Released(_)) => {
-                Settlement::Release
-            }
+            })) => Settlement::Modify {
+                delivery_failed: delivery_failed.unwrap_or(false),
+                undeliverable_here: undeliverable_here.unwrap_or(false),
+            },
+            Some(DeliveryState::Released(_)) => Settlement::Release,
             // A non-terminal state: nothing to settle yet.
             Some(_) if !disposition.settled => return Ok(()),
             // Settled without an outcome: the default outcome, released.
@@ -774,7 +775,7 @@ impl Session {
         };
         ids.sort_unstable_by_key(|id| id.wrapping_sub(first));
         let mut batch: Vec<u64> = Vec::new();
-        let mut batch_queue: Option<Arc<Queue>> = None;
+        let mut batch_queue: Option<Arc<dyn QueueInstance>> = None;
         for id in ids {
             let Some(unsettled) = self.unsettled.remove(&id) else {
                 continue;
@@ -933,21 +934,7 @@ impl Session {
             mut message,
             to,
             subject,
-            user_id,
         } = incoming;
-        if let Some(user_id) = user_id {
-            if user_id != context.user.as_bytes() {
-                let error = errors::amqp(
-                    AmqpError::PreconditionFailed,
-                    format!(
-                        "user_id property set to '{}' but authenticated user was '{}'",
-                        String::from_utf8_lossy(&user_id),
-                        context.user
-                    ),
-                );
-                return Ok((rejected(error), None));
-            }
-        }
         let resolved;
         let target = match target {
             Some(target) => target,
@@ -989,40 +976,38 @@ impl Session {
             TargetAddress::Queue(queue) => ("", queue.clone()),
             TargetAddress::DefaultExchangeBySubject => ("", subject.unwrap_or_default()),
         };
-        context
-            .vhost
-            .check_topic(
-                context.user,
-                Access::Write,
-                exchange,
-                &routing_key,
-                &TopicVariables::NONE,
-            )
-            .map_err(|e| errors::from_core(&e))?;
         message.exchange = exchange.into();
         message.routing_key = routing_key.into();
-        let mut routed = std::mem::take(&mut self.routed);
-        routed.clear();
-        if let Err(error) = context.vhost.route(exchange, &message, &mut routed) {
-            self.routed = routed;
-            return Ok((rejected(errors::from_core(&error)), None));
-        }
-        let message = Arc::new(message.without_bcc().unwrap_or(message));
-        let outcome = if routed.is_empty() {
-            (released(), None)
-        } else {
-            // Through the vhost, so a durable message reaching a durable queue is written to the
-            // message store; its disposition then waits for the fsync.
-            let enqueued = context.vhost.enqueue_routed(message, &routed);
-            if enqueued.accepted {
-                (accepted(), enqueued.durable_seq)
-            } else {
-                (DeliveryState::Rejected(Rejected { error: None }), None)
-            }
+        let actor = Actor {
+            user: context.user,
+            connection_id: context.connection_id,
         };
-        routed.clear();
-        self.routed = routed;
-        Ok(outcome)
+        // Through the core: write and topic permissions, user_id, routing, and the store for a
+        // durable message reaching a durable queue (its disposition then waits for the fsync).
+        let outcome = match context.vhost.publish(
+            &mut self.publisher,
+            actor,
+            Arc::new(message),
+            PublishOptions::default(),
+        ) {
+            Ok(outcome) => outcome,
+            // A routing key the topic permission refuses ends the session.
+            Err(refused) if refused.stage == PublishStage::Topic => {
+                return Err(errors::from_core(&refused.error))
+            }
+            Err(refused) if refused.stage == PublishStage::UserId => {
+                let error = errors::amqp(AmqpError::PreconditionFailed, refused.error.message);
+                return Ok((rejected(error), None));
+            }
+            Err(refused) => return Ok((rejected(errors::from_core(&refused.error)), None)),
+        };
+        Ok(if !outcome.routed() {
+            (released(), None)
+        } else if outcome.accepted {
+            (accepted(), outcome.durable_seq())
+        } else {
+            (DeliveryState::Rejected(Rejected { error: None }), None)
+        })
     }
 
     /// Sends the dispositions of this batch, one frame per run of consecutive ids with the

@@ -458,15 +458,11 @@ impl Connection {
                     .initial_response
                     .map(|b| b.into_vec())
                     .unwrap_or_default();
-                let mut parts = response.split(|&b| b == 0);
-                let _authzid = parts.next();
-                match (parts.next(), parts.next(), parts.next()) {
-                    (Some(user), Some(password), None) => {
-                        let user = String::from_utf8_lossy(user).into_owned();
-                        let password = String::from_utf8_lossy(password).into_owned();
-                        self.login(&user, &password)
-                    }
-                    _ => false,
+                // The core's one strict parser (shared with AMQP 0-9-1): a response that is
+                // not `[authzid] NUL user NUL password` in UTF-8 is refused.
+                match warren_core::sasl::parse_plain(&response) {
+                    Some(plain) => self.login(&plain.user, &plain.password),
+                    None => false,
                 }
             }
             "ANONYMOUS" => match self.config.anonymous_login.clone() {

@@ -154,7 +154,7 @@ impl Session {
             will: last_will.map(Box::new),
             filters: Vec::new(),
             consumers: [None, None, None],
-            may_publish: None,
+            publisher: Default::default(),
             inbound_qos2: Vec::new(),
             ended: Some(ended),
             accepted: false,

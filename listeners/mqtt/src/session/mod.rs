@@ -38,6 +38,7 @@ use tokio::sync::watch;
 use warren_core::certificate::{login_name, LoginFrom};
 use warren_core::connections::ConnectionHandle;
 use warren_core::queue::{Queue, Settlement};
+use warren_core::queue_type::QueueInstance;
 use warren_core::retained::RetainedStore;
 use warren_core::vhost::VHost;
 use warren_core::Broker;
@@ -149,8 +150,9 @@ struct Connected {
     filters: Vec<(String, QoS)>,
     /// The consumers of the qos0, qos1 and qos2 queues.
     consumers: [Option<Subscription>; 3],
-    /// Whether the user may publish to the exchange; checked once per connection.
-    may_publish: Option<bool>,
+    /// The core's publish state: whether the user may publish to the exchange, checked
+    /// once per connection.
+    publisher: warren_core::vhost::Publisher,
     /// QoS 2 packet identifiers routed but not yet released (MQTT 4.3.3, method B).
     inbound_qos2: Vec<u16>,
     /// Dropped when the session ends, which tells a connection taking over that it may go on.
@@ -204,7 +206,7 @@ struct HeldAck {
     retained_seq: u64,
     /// A delivery to acknowledge to its queue when the packet goes out (a PUBREL's
     /// message, settled only once the PUBREL it owes is on disk).
-    settle: Option<(Arc<Queue>, u64)>,
+    settle: Option<(Arc<dyn QueueInstance>, u64)>,
     packet: Packet,
 }
 
@@ -348,7 +350,7 @@ impl Session {
         &mut self,
         durable_seq: Option<u64>,
         retained_seq: u64,
-        settle: Option<(Arc<Queue>, u64)>,
+        settle: Option<(Arc<dyn QueueInstance>, u64)>,
         packet: Packet,
     ) {
         let (durable, retained_durable) = self.durable_now();
@@ -552,7 +554,7 @@ impl Session {
         settle_grouped(leftovers.to_ack, Settlement::Ack);
         // QoS 2 deliveries the client has (PUBREC) whose PUBREL was waiting for the disk:
         // the session owes their PUBREL (it is in `leftovers.released`), not the message.
-        let received: Vec<(Arc<Queue>, u64)> = self
+        let received: Vec<(Arc<dyn QueueInstance>, u64)> = self
             .held_acks
             .take()
             .into_iter()
@@ -560,8 +562,11 @@ impl Session {
             .filter_map(|held| held.settle)
             .collect();
         settle_grouped(received, Settlement::Ack);
-        settle_grouped(leftovers.unacknowledged, Settlement::Requeue);
-        settle_grouped(self.outbox.take_orphaned(), Settlement::Requeue);
+        // The core's rule for deliveries outstanding when a connection ends: sent ones are
+        // requeued, never-sent ones released (no delivery counted).
+        settle_grouped(leftovers.unacknowledged, Settlement::outstanding(true));
+        settle_grouped(leftovers.never_sent, Settlement::outstanding(false));
+        settle_grouped(self.outbox.take_orphaned(), Settlement::outstanding(false));
         let key = (
             connected.vhost.name().to_string(),
             connected.client_id.clone(),
@@ -606,7 +611,7 @@ pub fn queue_name(client_id: &str, qos: QoS) -> String {
 }
 
 /// Settles deliveries grouped by queue, one core call per run of the same queue.
-fn settle_grouped(deliveries: Vec<(Arc<Queue>, u64)>, settlement: Settlement) {
+fn settle_grouped(deliveries: Vec<(Arc<dyn QueueInstance>, u64)>, settlement: Settlement) {
     let mut index = 0;
     while index < deliveries.len() {
         let queue = &deliveries[index].0;
@@ -622,6 +627,6 @@ fn settle_grouped(deliveries: Vec<(Arc<Queue>, u64)>, settlement: Settlement) {
 }
 
 /// Settles deliveries the driver took from the outbox (QoS 0 copies of QoS 1 messages).
-pub fn acknowledge_all(deliveries: Vec<(Arc<Queue>, u64)>) {
+pub fn acknowledge_all(deliveries: Vec<(Arc<dyn QueueInstance>, u64)>) {
     settle_grouped(deliveries, Settlement::Ack);
 }

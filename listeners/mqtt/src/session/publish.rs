@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use warren_core::access::Access;
 use warren_core::message::{Message, Properties};
 use warren_core::retained::RetainedMessage;
 use warren_core::topic_access::TopicVariables;
 use warren_core::value::{Table, Value};
+use warren_core::vhost::Actor;
 
 use super::{Connected, Control, Session};
 use crate::codec::{
@@ -37,11 +37,19 @@ impl Session {
                 return Control::Continue;
             }
         }
-        let durable_seq =
-            match route_publish(&self.context, connected, &topic, payload, qos, retain, dup) {
-                Ok(durable_seq) => durable_seq,
-                Err(reason) => return self.protocol_error(&reason),
-            };
+        let durable_seq = match route_publish(
+            &self.context,
+            self.connection_id,
+            connected,
+            &topic,
+            payload,
+            qos,
+            retain,
+            dup,
+        ) {
+            Ok(durable_seq) => durable_seq,
+            Err(reason) => return self.protocol_error(&reason),
+        };
         // A retained publish (or clear) is acknowledged once the retained store has it on
         // disk too.
         let mut retained_seq = if retain {
@@ -117,6 +125,7 @@ impl Session {
         } = will;
         if let Err(reason) = route_publish(
             &self.context,
+            self.connection_id,
             connected,
             &topic,
             message,
@@ -133,17 +142,14 @@ impl Session {
     }
 }
 
-thread_local! {
-    /// The queues a publish was routed to, reused from publish to publish on this thread.
-    static ROUTED: std::cell::RefCell<Vec<Arc<warren_core::queue::Queue>>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 /// Routes one MQTT message through the exchange, retaining it first if asked. Returns the
 /// store sequence number to wait for when a durable queue took the (persistent) message.
 /// Errors are the reason to close the connection (no permission, payload too large, no
 /// exchange).
+#[allow(clippy::too_many_arguments)]
 fn route_publish(
     context: &super::MqttContext,
+    connection_id: u64,
     connected: &mut Connected,
     topic: &str,
     payload: Bytes,
@@ -152,34 +158,25 @@ fn route_publish(
     dup: bool,
 ) -> Result<Option<u64>, String> {
     let config = &context.config;
-    let may_publish = *connected.may_publish.get_or_insert_with(|| {
-        connected
-            .vhost
-            .check_publish(&connected.user, &config.exchange)
-            .is_ok()
-    });
-    if !may_publish {
-        // RabbitMQ closes the connection: MQTT 3.1.1 has no way to refuse a PUBLISH.
-        return Err(format!(
-            "access to write to exchange '{}' in vhost '{}' refused for user '{}'",
-            config.exchange,
-            connected.vhost.name(),
-            connected.user
-        ));
-    }
     let routing_key = mqtt_topic_to_routing_key(topic).into_owned();
-    // Topic permissions see the AMQP routing key, as in RabbitMQ; a refusal closes the
-    // connection like any refused MQTT 3.1.1 PUBLISH.
+    // The core's checks (write permission, cached per connection; topic permission on the
+    // AMQP routing key, as in RabbitMQ). A refusal closes the connection: MQTT 3.1.1 has no
+    // way to refuse a PUBLISH.
+    let actor = Actor {
+        user: &connected.user,
+        connection_id,
+    };
     connected
         .vhost
-        .check_topic(
-            &connected.user,
-            Access::Write,
+        .authorize_publish(
+            &mut connected.publisher,
+            actor,
             &config.exchange,
             &routing_key,
+            None,
             &TopicVariables::mqtt(&connected.client_id),
         )
-        .map_err(|e| e.message)?;
+        .map_err(|e| e.error.message)?;
     if payload.len() > config.max_message_size {
         return Err(format!(
             "message size {} is larger than configured max size {}",
@@ -220,31 +217,16 @@ fn route_publish(
             );
         }
     }
-    // The routing scratch list is the thread's, not each connection's; taken out, so a
-    // nested use would only find it empty.
-    let mut routed = ROUTED.with(|routed| std::mem::take(&mut *routed.borrow_mut()));
-    routed.clear();
-    let result = connected
-        .vhost
-        .route(&config.exchange, &message, &mut routed);
-    if let Err(error) = result {
-        routed.clear();
-        ROUTED.with(|scratch| *scratch.borrow_mut() = routed);
-        return Err(error.message);
-    }
-    // Through the vhost, so a persistent (QoS 1/2) message reaching a durable queue is written
+    // Through the core, so a persistent (QoS 1/2) message reaching a durable queue is written
     // to the message store; its PUBACK/PUBREC waits for the returned sequence number.
-    let mut durable_seq = None;
-    if !routed.is_empty() {
-        let enqueued = connected.vhost.enqueue_routed(message, &routed);
-        if enqueued.accepted {
-            durable_seq = enqueued.durable_seq;
-        } else {
-            // x-overflow = reject-publish: MQTT 3.1.1 has no negative acknowledgement.
-            tracing::debug!("MQTT message refused by a full queue");
-        }
+    let outcome = connected
+        .vhost
+        .publish_authorized(message, false)
+        .map_err(|e| e.error.message)?;
+    if !outcome.accepted {
+        // x-overflow = reject-publish: MQTT 3.1.1 has no negative acknowledgement.
+        tracing::debug!("MQTT message refused by a full queue");
     }
-    routed.clear();
-    ROUTED.with(|scratch| *scratch.borrow_mut() = routed);
+    let durable_seq = outcome.durable_seq().filter(|_| outcome.accepted);
     Ok(durable_seq)
 }

@@ -28,8 +28,8 @@ use warren_core::access::User;
 use warren_core::broker::AuthFailure;
 use warren_core::certificate::{login_name, LoginFrom};
 use warren_core::connections::{ConnectionHandle, ConnectionInfo};
-use warren_core::queue::{Queue, Settlement};
-use warren_core::vhost::{Actor, VHost};
+use warren_core::queue::Settlement;
+use warren_core::vhost::{Actor, Publisher, VHost};
 use warren_core::Broker;
 
 use crate::codec::{
@@ -139,10 +139,8 @@ pub struct Session {
     /// Exclusive queues this connection declared, deleted when it closes.
     exclusive_queues: Vec<String>,
     transactions: HashMap<String, Vec<Frame>>,
-    /// Exchanges this connection was allowed to publish to.
-    publish_allowed: Vec<String>,
-    /// Reused for routing results so publishing does not allocate.
-    routed: Vec<Arc<Queue>>,
+    /// The core's publish state: exchanges this connection was allowed to publish to.
+    publisher: Publisher,
     /// Whether the client ever sent: only publishers are blocked by resource alarms.
     published: bool,
     /// Subscriptions made by the frame being handled, started after its RECEIPT.
@@ -199,8 +197,7 @@ impl Session {
             reply_queues: HashMap::new(),
             exclusive_queues: Vec::new(),
             transactions: HashMap::new(),
-            publish_allowed: Vec::new(),
-            routed: Vec::new(),
+            publisher: Publisher::new(),
             published: false,
             starting: Vec::new(),
             addresses: None,
@@ -659,7 +656,7 @@ impl Session {
         Ok(())
     }
 
-    /// Cancels every subscription, requeues unacknowledged messages and deletes the
+    /// Cancels every subscription, returns unacknowledged messages and deletes the
     /// connection's exclusive queues.
     fn release_all(&mut self) {
         if let Some(vhost) = &self.vhost {
@@ -668,7 +665,11 @@ impl Session {
             for (_, active) in self.subscriptions.drain() {
                 vhost.cancel(&active.subscription.queue, active.consumer_id);
             }
-            settle_grouped(self.outbox.take_all_unacked(), Settlement::Requeue);
+            // The core's rule for deliveries outstanding when a connection ends: sent ones
+            // are requeued, never-sent ones released (no delivery counted).
+            let (sent, never_sent) = self.outbox.take_all_unacked();
+            settle_grouped(sent, Settlement::outstanding(true));
+            settle_grouped(never_sent, Settlement::outstanding(false));
             vhost.remove_exclusive_queues(self.connection_id, &self.exclusive_queues);
         }
         self.exclusive_queues.clear();
@@ -684,7 +685,7 @@ impl Session {
         self.registration = None;
         self.outbox.close();
         for (queue, id) in self.outbox.take_orphaned() {
-            queue.settle(&[id], Settlement::Requeue);
+            queue.settle(&[id], Settlement::outstanding(false));
         }
     }
 

@@ -4,12 +4,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use warren_core::access::Access;
 use warren_core::consumer::ConsumerSpec;
 use warren_core::message::Message;
-use warren_core::topic_access::TopicVariables;
 use warren_core::value::Table;
-use warren_core::vhost::QueueDeclare;
+use warren_core::vhost::{Actor, PublishOptions, PublishStage, QueueDeclare};
 
 use super::subscribe::{queue_declare, ActiveSubscription, QueueKind};
 use super::{generated_name, Session};
@@ -52,17 +50,6 @@ impl Session {
             },
         };
         let properties = properties_from_send(frame, reply_to)?;
-        if let Some(user_id) = &properties.user_id {
-            if *user_id != user.name {
-                return Err(StompError::new(
-                    "access_refused",
-                    format!(
-                        "user_id property set to '{user_id}' but authenticated user was '{}'",
-                        user.name
-                    ),
-                ));
-            }
-        }
         let max = self.config.max_message_size;
         if frame.body.len() > max {
             return Err(StompError::new(
@@ -74,20 +61,6 @@ impl Session {
             ));
         }
         let (exchange, routing_key) = destination.routing();
-        if !self.publish_allowed.iter().any(|x| x == exchange) {
-            vhost.check_publish(&user.name, exchange)?;
-            if self.publish_allowed.len() >= 16 {
-                self.publish_allowed.remove(0);
-            }
-            self.publish_allowed.push(exchange.to_string());
-        }
-        vhost.check_topic(
-            &user.name,
-            Access::Write,
-            exchange,
-            routing_key,
-            &TopicVariables::NONE,
-        )?;
         let body = if frame.body.len() < COPY_BODY_BELOW {
             Bytes::copy_from_slice(&frame.body)
         } else {
@@ -100,23 +73,29 @@ impl Session {
             encoded_properties: None,
             body,
         });
-        let mut routed = std::mem::take(&mut self.routed);
-        routed.clear();
-        let result = vhost.route(exchange, &message, &mut routed);
-        if result.is_ok() && !routed.is_empty() {
-            let message = match message.without_bcc() {
-                Some(stripped) => Arc::new(stripped),
-                None => message,
-            };
-            // Through the vhost, so a persistent message reaching a durable queue is written to
-            // the message store; a RECEIPT for this frame then waits for its fsync.
-            if let Some(seq) = vhost.enqueue_routed(message, &routed).durable_seq {
-                self.last_durable_seq = self.last_durable_seq.max(seq);
-            }
+        let actor = Actor {
+            user: &user.name,
+            connection_id: self.connection_id,
+        };
+        // Through the core: write and topic permissions, user-id, routing, and the store for
+        // a persistent message reaching a durable queue (a RECEIPT for this frame then waits
+        // for its fsync).
+        let outcome = vhost
+            .publish(
+                &mut self.publisher,
+                actor,
+                message,
+                PublishOptions::default(),
+            )
+            .map_err(|refused| match refused.stage {
+                // RabbitMQ's STOMP adapter names a user-id mismatch access_refused.
+                PublishStage::UserId => StompError::new("access_refused", refused.error.message),
+                _ => StompError::from(refused.error),
+            })?;
+        if let Some(seq) = outcome.durable_seq() {
+            self.last_durable_seq = self.last_durable_seq.max(seq);
         }
-        routed.clear();
-        self.routed = routed;
-        result.map_err(StompError::from)
+        Ok(())
     }
 
     /// Declares a `/queue/` destination's queue once per connection (again if it was

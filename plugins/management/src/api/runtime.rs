@@ -6,7 +6,7 @@ use serde_json::{json, Value as Json};
 use warren_core::broker::Alarm;
 use warren_core::connections::ConnectionSnapshot;
 use warren_core::message::Message;
-use warren_core::vhost::{Actor, QueueDeclare, BROKER_CONNECTION};
+use warren_core::vhost::{Actor, PublishOptions, Publisher, QueueDeclare, BROKER_CONNECTION};
 
 use super::json::table_to_json;
 use super::{core_error, not_authorized, not_found, Caller, Management, Role};
@@ -215,13 +215,22 @@ impl Management {
                 &json!({"status": "failed", "reason": "queue vanished"}),
             );
         };
-        queue.enqueue(Arc::new(Message {
-            exchange: "".into(),
-            routing_key: "aliveness-test".into(),
-            properties: Default::default(),
-            encoded_properties: None,
-            body: bytes::Bytes::from_static(b"test_message"),
-        }));
+        // Published as any client publishes, through the default exchange.
+        let published = target.publish(
+            &mut Publisher::new(),
+            actor,
+            Arc::new(Message {
+                exchange: "".into(),
+                routing_key: "aliveness-test".into(),
+                properties: Default::default(),
+                encoded_properties: None,
+                body: bytes::Bytes::from_static(b"test_message"),
+            }),
+            PublishOptions::default(),
+        );
+        if let Err(refused) = published {
+            return core_error(refused.error);
+        }
         let mut found = false;
         while let Some((delivery, _)) = queue.get(false) {
             found |= &delivery.message.body[..] == b"test_message";

@@ -11,7 +11,11 @@ use warren_core::exchange::{Binding, DestinationName};
 use warren_core::message::{Message, Properties};
 use warren_core::queue::{Queue, Settlement};
 use warren_core::value::Value;
-use warren_core::vhost::{Actor, ExchangeDeclare, QueueDeclare, VHost, BROKER_CONNECTION};
+use warren_core::vhost::{
+    Actor, ExchangeDeclare, PublishError, PublishOptions, Publisher, QueueDeclare, VHost,
+    BROKER_CONNECTION,
+};
+use warren_core::ErrorKind;
 
 use super::json::table_to_json;
 use super::{
@@ -484,9 +488,6 @@ impl Management {
         } else {
             exchange
         };
-        if let Err(e) = target.check_publish(&caller.user.name, exchange_name) {
-            return core_error(e);
-        }
         let message = Arc::new(Message {
             exchange: exchange_name.into(),
             routing_key: routing_key.into(),
@@ -494,14 +495,28 @@ impl Management {
             encoded_properties: None,
             body: Bytes::from(payload),
         });
-        let mut routed = Vec::new();
-        if let Err(e) = target.route(exchange_name, &message, &mut routed) {
-            return core_error(e);
+        // Through the core, as every listener publishes: write and topic permissions,
+        // user_id, routing, and the store for a persistent message reaching a durable queue.
+        let outcome = target.publish(
+            &mut Publisher::new(),
+            actor(caller),
+            message,
+            PublishOptions::default(),
+        );
+        match outcome {
+            Ok(outcome) if !outcome.accepted => {
+                // A queue refused it (x-overflow reject-publish): RabbitMQ's answer to the
+                // nack its publish gets.
+                bad_request("rejected Unable to publish message. Check queue limits.")
+            }
+            Ok(outcome) => {
+                let mut response = Response::json(200, &json!({"routed": outcome.routed()}));
+                // Answered once the message is safe, as RabbitMQ answers after its confirm.
+                response.wait_for_store = outcome.durable_seq();
+                response
+            }
+            Err(refused) => publish_refused(refused),
         }
-        for queue in &routed {
-            queue.enqueue(Arc::clone(&message));
-        }
-        Response::json(200, &json!({"routed": !routed.is_empty()}))
     }
 
     fn get_messages(
@@ -645,4 +660,24 @@ fn properties_to_json(properties: &Properties) -> Json {
         properties.cluster_id.clone().map(Json::String),
     );
     Json::Object(out)
+}
+
+/// The answer to a publish the core refused. RabbitMQ publishes from the API on an AMQP
+/// channel, so a refusal closes that channel and comes back as a 400 whose reason is the
+/// channel's reply code and text (`403 ACCESS_REFUSED - ...`). A missing exchange is 404, as
+/// RabbitMQ finds that before publishing.
+fn publish_refused(refused: PublishError) -> Response {
+    let error = refused.error;
+    let (code, name) = match error.kind {
+        ErrorKind::NotFound | ErrorKind::Unavailable => return core_error(error),
+        ErrorKind::AccessRefused => (403, "ACCESS_REFUSED"),
+        ErrorKind::PreconditionFailed => (406, "PRECONDITION_FAILED"),
+        ErrorKind::ResourceLocked => (405, "RESOURCE_LOCKED"),
+        ErrorKind::NotAllowed => (530, "NOT_ALLOWED"),
+        ErrorKind::ResourceError => (506, "RESOURCE_ERROR"),
+        ErrorKind::NotImplemented => (540, "NOT_IMPLEMENTED"),
+        ErrorKind::CommandInvalid => (503, "COMMAND_INVALID"),
+        ErrorKind::InternalError => (541, "INTERNAL_ERROR"),
+    };
+    bad_request(format!("{code} {name} - {}", error.message))
 }

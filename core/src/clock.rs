@@ -1,0 +1,141 @@
+//! The time the core's queue operations read (message TTL, `x-expires`, the expiry sweep),
+//! passed in instead of read from the system inside each operation, so expiry can be tested
+//! with tokio's paused time (`Clock::tokio`) or a hand-moved clock (`Clock::manual`) instead
+//! of sleeping.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Milliseconds on a monotonic clock. Cheap to clone; every queue of a broker holds the
+/// broker's.
+#[derive(Debug, Clone, Default)]
+pub enum Clock {
+    /// The process's monotonic clock ([`crate::queue::now_ms`]): what a server runs on.
+    #[default]
+    Monotonic,
+    /// Tokio's clock, counted from `start`: follows `tokio::time::pause` and `advance` in
+    /// tests (and is the monotonic clock otherwise).
+    Tokio(tokio::time::Instant),
+    /// A clock that moves only when told to ([`Clock::advance`]), for unit tests.
+    Manual(Arc<AtomicU64>),
+}
+
+impl Clock {
+    /// Tokio's clock, from now.
+    pub fn tokio() -> Clock {
+        Clock::Tokio(tokio::time::Instant::now())
+    }
+
+    /// A manual clock at 0 ms.
+    pub fn manual() -> Clock {
+        Clock::Manual(Arc::default())
+    }
+
+    /// The time now, in milliseconds.
+    pub fn now_ms(&self) -> u64 {
+        match self {
+            Clock::Monotonic => crate::queue::now_ms(),
+            Clock::Tokio(start) => tokio::time::Instant::now()
+                .saturating_duration_since(*start)
+                .as_millis() as u64,
+            Clock::Manual(now) => now.load(Ordering::Acquire),
+        }
+    }
+
+    /// Moves a manual clock forward by `ms`; other clocks are not moved by hand.
+    pub fn advance(&self, ms: u64) {
+        if let Clock::Manual(now) = self {
+            now.fetch_add(ms, Ordering::AcqRel);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manual_clock_moves_only_when_told() {
+        let clock = Clock::manual();
+        let copy = clock.clone();
+        assert_eq!(clock.now_ms(), 0);
+        clock.advance(1_500);
+        assert_eq!(copy.now_ms(), 1_500);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_tokio_clock_follows_paused_time() {
+        let clock = Clock::tokio();
+        tokio::time::advance(std::time::Duration::from_secs(90)).await;
+        assert_eq!(clock.now_ms(), 90_000);
+    }
+
+    /// The queues of a broker read its clock: with tokio's time paused, a message TTL and
+    /// `x-expires` run out exactly when time is advanced past them, with no sleep.
+    #[tokio::test(start_paused = true)]
+    async fn queue_expiry_follows_the_broker_clock() {
+        use crate::access::Permissions;
+        use crate::broker::{Broker, Limits};
+        use crate::message::{Message, Properties};
+        use crate::value::{Table, Value};
+        use crate::vhost::{Actor, PublishOptions, Publisher, QueueDeclare};
+        use std::time::Duration;
+
+        let broker = Broker::new(Limits::default());
+        assert!(broker.use_clock(Clock::tokio()));
+        let vhost = broker.add_vhost("/");
+        vhost.set_permissions("u", Permissions::full());
+        let actor = Actor {
+            user: "u",
+            connection_id: 1,
+        };
+        for (name, argument, ms) in [
+            ("ttl", "x-message-ttl", 60_000),
+            ("idle", "x-expires", 120_000),
+        ] {
+            let mut arguments = Table::new();
+            arguments.insert(argument, Value::I32(ms));
+            vhost
+                .declare_queue(
+                    actor,
+                    QueueDeclare {
+                        name: name.into(),
+                        passive: false,
+                        durable: false,
+                        exclusive: false,
+                        auto_delete: false,
+                        arguments,
+                    },
+                )
+                .unwrap();
+        }
+        let message = Message {
+            exchange: "".into(),
+            routing_key: "ttl".into(),
+            properties: Properties::default(),
+            encoded_properties: None,
+            body: bytes::Bytes::from_static(b"m"),
+        };
+        vhost
+            .publish(
+                &mut Publisher::new(),
+                actor,
+                Arc::new(message),
+                PublishOptions::default(),
+            )
+            .unwrap();
+        tokio::time::advance(Duration::from_millis(59_999)).await;
+        assert_eq!(broker.expire_messages(), 0);
+        assert_eq!(vhost.queue("ttl").unwrap().message_count(), 1);
+        // A queue runs a full expiry pass at most every 700 ms.
+        tokio::time::advance(Duration::from_millis(701)).await;
+        assert_eq!(broker.expire_messages(), 1);
+        assert!(vhost.queue("idle").is_some());
+        tokio::time::advance(Duration::from_secs(60)).await;
+        broker.expire_messages();
+        assert!(
+            vhost.queue("idle").is_none(),
+            "unused past x-expires: deleted"
+        );
+    }
+}

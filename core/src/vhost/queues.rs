@@ -1,0 +1,337 @@
+//! Queues of a vhost: declare (validated and compared through the queue's type), delete,
+//! purge, exclusive ownership, direct reply-to queues, consume and cancel.
+
+use super::*;
+
+impl VHost {
+    /// queue.declare.
+    pub fn declare_queue(
+        &self,
+        actor: Actor<'_>,
+        request: QueueDeclare,
+    ) -> CoreResult<QueueDeclared> {
+        if request.passive && request.name == DIRECT_REPLY_TO {
+            return Ok(QueueDeclared {
+                name: request.name,
+                message_count: 0,
+                consumer_count: 0,
+            });
+        }
+        if request.passive {
+            let queue = self.queue_or_404(&request.name)?;
+            queue.check_exclusive_access(actor.connection_id)?;
+            return Ok(QueueDeclared {
+                name: request.name,
+                message_count: queue.message_count(),
+                consumer_count: queue.consumer_count(),
+            });
+        }
+        let name = if request.name.is_empty() {
+            server_generated_queue_name()
+        } else if request.name.starts_with("amq.") {
+            return Err(CoreError::access_refused(format!(
+                "queue name '{}' contains reserved prefix 'amq.*'",
+                request.name
+            )));
+        } else {
+            request.name.clone()
+        };
+        self.check(actor.user, Access::Configure, ResourceKind::Queue, &name)?;
+        self.validate_queue_arguments(&name, &request.arguments)?;
+        let _replicated = match self.queue(&name) {
+            // A redeclaration is answered under the lock below, not replicated. Exclusive
+            // queues belong to one connection on this node, and auto-delete queues to its
+            // consumers here (this node deletes them alone): both stay node-local.
+            Some(_) => crate::replication::ReplicationPermit::none(),
+            None if request.exclusive || request.auto_delete => {
+                crate::replication::ReplicationPermit::none()
+            }
+            None => self.durability.replicate(|| TopologyChange::DeclareQueue {
+                vhost: self.name.clone(),
+                user: actor.user.to_string(),
+                request: QueueDeclare {
+                    name: name.clone(),
+                    ..request.clone()
+                },
+            })?,
+        };
+        let _topology = self.topology.lock();
+        if let Some(existing) = self.queue(&name) {
+            existing.check_exclusive_access(actor.connection_id)?;
+            self.check_queue_equivalence(&existing, &request)?;
+            existing.touch();
+            return Ok(QueueDeclared {
+                name,
+                message_count: existing.message_count(),
+                consumer_count: existing.consumer_count(),
+            });
+        }
+        if actor.connection_id != BROKER_CONNECTION
+            && request.durable
+            && !request.exclusive
+            && request.arguments.get("x-queue-type").is_none()
+        {
+            // RabbitMQ 4.x applies a vhost's default queue type to durable, non-exclusive
+            // queues declared without a type.
+            if let Some(default) = self.default_queue_type().filter(|t| t != "classic") {
+                return Err(CoreError::precondition_failed(format!(
+                    "queue type '{default}' (the default queue type of vhost '{}') is not supported yet; declare {} with x-queue-type = classic",
+                    self.name,
+                    self.describe("queue", &name)
+                )));
+            }
+        }
+        let config = QueueConfig {
+            name: name.clone(),
+            vhost: self.name.clone(),
+            durable: request.durable,
+            exclusive_owner: request.exclusive.then_some(actor.connection_id),
+            auto_delete: request.auto_delete,
+            arguments: request.arguments,
+        };
+        let persistent = config.durable && config.exclusive_owner.is_none();
+        let queue = Queue::in_vhost(config, self.me.clone());
+        if persistent {
+            if let Some(store) = self.durability.store() {
+                queue.link_store(Arc::clone(store));
+            }
+        }
+        self.apply_policies_to(&queue);
+        self.queues.write().insert(name.clone(), queue);
+        if persistent {
+            self.durability.topology_changed();
+        }
+        Ok(QueueDeclared {
+            name,
+            message_count: 0,
+            consumer_count: 0,
+        })
+    }
+
+    pub(super) fn validate_queue_arguments(&self, name: &str, arguments: &Table) -> CoreResult<()> {
+        let queue_type = queue_type_of(arguments);
+        queue_type
+            .validate_arguments(arguments)
+            .map_err(|problem| {
+                CoreError::precondition_failed(format!(
+                    "{problem} (queue '{name}' in vhost '{}')",
+                    self.name
+                ))
+            })?;
+        if let Some(queue_type) = arguments.get("x-queue-type") {
+            match queue_type.as_str() {
+                // Each type validates its own arguments.
+                Some(name) if crate::queue_type::lookup(name).is_some() => {}
+                Some(other @ ("quorum" | "stream")) => {
+                    return Err(CoreError::precondition_failed(format!(
+                        "invalid arg 'x-queue-type' for {}: queue type '{other}' is not supported yet",
+                        self.describe("queue", name)
+                    )))
+                }
+                _ => {
+                    return Err(CoreError::precondition_failed(format!(
+                        "invalid arg 'x-queue-type' for {}: unknown queue type {}",
+                        self.describe("queue", name),
+                        queue_type
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn check_queue_equivalence(
+        &self,
+        existing: &Queue,
+        request: &QueueDeclare,
+    ) -> CoreResult<()> {
+        let config = existing.config();
+        let what = existing.describe();
+        if config.exclusive_owner.is_some() != request.exclusive {
+            // RabbitMQ reports an exclusive mismatch as a lock conflict.
+            return Err(CoreError::resource_locked(format!(
+                "cannot obtain exclusive access to locked {what}. It could be originally declared \
+                 on another connection or the exclusive property value does not match that of the \
+                 original declaration."
+            )));
+        }
+        if config.durable != request.durable {
+            return Err(CoreError::precondition_failed(format!(
+                "inequivalent arg 'durable' for {what}: received '{}' but current is '{}'",
+                request.durable, config.durable
+            )));
+        }
+        if config.auto_delete != request.auto_delete {
+            return Err(CoreError::precondition_failed(format!(
+                "inequivalent arg 'auto_delete' for {what}: received '{}' but current is '{}'",
+                request.auto_delete, config.auto_delete
+            )));
+        }
+        check_args_equivalence(
+            &what,
+            queue_type_of(&config.arguments).equivalence_arguments(),
+            &request.arguments,
+            &config.arguments,
+        )
+    }
+
+    /// queue.delete: returns the number of ready messages deleted. Deleting a missing queue
+    /// succeeds with 0, as in RabbitMQ.
+    pub fn delete_queue(
+        &self,
+        actor: Actor<'_>,
+        name: &str,
+        if_unused: bool,
+        if_empty: bool,
+    ) -> CoreResult<u64> {
+        self.check(actor.user, Access::Configure, ResourceKind::Queue, name)?;
+        let _replicated = match self.queue(name) {
+            None => return Ok(0),
+            Some(queue) if queue.is_node_local() => crate::replication::ReplicationPermit::none(),
+            Some(_) => self.durability.replicate(|| TopologyChange::DeleteQueue {
+                vhost: self.name.clone(),
+                user: actor.user.to_string(),
+                name: name.to_string(),
+                if_unused,
+                if_empty,
+            })?,
+        };
+        let _topology = self.topology.lock();
+        let Some(queue) = self.queue(name) else {
+            return Ok(0);
+        };
+        queue.check_exclusive_access(actor.connection_id)?;
+        if if_unused && queue.consumer_count() > 0 {
+            return Err(CoreError::precondition_failed(format!(
+                "{} in use",
+                queue.describe()
+            )));
+        }
+        if if_empty && queue.message_count() > 0 {
+            return Err(CoreError::precondition_failed(format!(
+                "{} not empty",
+                queue.describe()
+            )));
+        }
+        Ok(self.remove_queue_locked(&queue))
+    }
+
+    /// Removes a queue, its bindings and consumers. Caller holds the topology lock.
+    pub(super) fn remove_queue_locked(&self, queue: &Arc<Queue>) -> u64 {
+        {
+            let mut queues = self.queues.write();
+            match queues.get(queue.name()) {
+                Some(current) if Arc::ptr_eq(current, queue) => {
+                    queues.remove(queue.name());
+                }
+                _ => return 0,
+            }
+        }
+        self.remove_bindings_to_locked(&DestinationName::Queue(queue.name().to_string()));
+        let count = queue.mark_deleted();
+        // Keep its lifetime counters so node-wide totals do not drop with the queue.
+        self.retired.lock().add_queue(&queue.stats());
+        if queue.config().durable && queue.config().exclusive_owner.is_none() {
+            self.durability.topology_changed();
+        }
+        count
+    }
+
+    /// Deletes a queue on behalf of the broker (exclusive owner gone, auto-delete), with no
+    /// permission check.
+    pub fn remove_queue(&self, queue: &Arc<Queue>) -> u64 {
+        let _topology = self.topology.lock();
+        self.remove_queue_locked(queue)
+    }
+
+    /// Creates the queue behind a direct reply-to consumer (`amq.rabbitmq.reply-to`): an
+    /// exclusive, auto-delete queue named `amq.rabbitmq.reply-to.<random>`, so replies
+    /// published to that name through the default exchange reach the consumer, only the
+    /// owning connection can consume it, and it disappears with its consumer.
+    pub fn declare_reply_queue(&self, connection_id: u64) -> Arc<Queue> {
+        let name = format!(
+            "{DIRECT_REPLY_TO}.{}",
+            server_generated_queue_name().trim_start_matches("amq.gen-")
+        );
+        let queue = Queue::new(QueueConfig {
+            name: name.clone(),
+            vhost: self.name.clone(),
+            durable: false,
+            exclusive_owner: Some(connection_id),
+            auto_delete: true,
+            arguments: Table::new(),
+        });
+        let _topology = self.topology.lock();
+        self.queues.write().insert(name, Arc::clone(&queue));
+        queue
+    }
+
+    /// Deletes the exclusive queues `connection_id` owned, named by the listener that tracked
+    /// them.
+    pub fn remove_exclusive_queues(&self, connection_id: u64, names: &[String]) {
+        for name in names {
+            if let Some(queue) = self.queue(name) {
+                if queue.config().exclusive_owner == Some(connection_id) {
+                    self.remove_queue(&queue);
+                }
+            }
+        }
+    }
+
+    /// queue.purge: returns the number of messages purged.
+    pub fn purge_queue(&self, actor: Actor<'_>, name: &str) -> CoreResult<u64> {
+        let queue = self.queue_for(actor, name, Access::Read)?;
+        Ok(queue.purge())
+    }
+
+    /// The queue `name` for an operation needing `access` (basic.get, basic.consume,
+    /// queue.purge): checks permission, existence and exclusive ownership.
+    pub fn queue_for(
+        &self,
+        actor: Actor<'_>,
+        name: &str,
+        access: Access,
+    ) -> CoreResult<Arc<Queue>> {
+        self.check(actor.user, access, ResourceKind::Queue, name)?;
+        let queue = self.queue_or_404(name)?;
+        queue.check_exclusive_access(actor.connection_id)?;
+        Ok(queue)
+    }
+
+    /// Attaches a consumer to `queue` (found with [`VHost::queue_for`]).
+    pub fn consume(
+        &self,
+        queue: &Arc<Queue>,
+        spec: ConsumerSpec,
+        sink: Arc<dyn DeliverySink>,
+    ) -> CoreResult<u64> {
+        queue.add_consumer(spec, sink)
+    }
+
+    /// Detaches a consumer, deleting an auto-delete queue that lost its last consumer.
+    pub fn cancel(&self, queue: &Arc<Queue>, consumer_id: u64) {
+        if queue.remove_consumer(consumer_id) == ConsumerRemoval::LastOfAutoDelete {
+            self.remove_queue(queue);
+        }
+    }
+}
+
+/// The queue type a declaration's `x-queue-type` names; classic when it names none this
+/// broker has (the declaration is refused before a queue is made).
+pub(super) fn queue_type_of(arguments: &Table) -> &'static dyn crate::queue_type::QueueType {
+    arguments
+        .get("x-queue-type")
+        .and_then(Value::as_str)
+        .and_then(crate::queue_type::lookup)
+        .unwrap_or(&crate::queue_type::CLASSIC)
+}
+
+/// `amq.gen-` followed by 22 URL-safe base64 characters of 16 random bytes, like RabbitMQ.
+pub(super) fn server_generated_queue_name() -> String {
+    let mut bytes = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    format!(
+        "amq.gen-{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
