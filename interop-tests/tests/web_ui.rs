@@ -16,7 +16,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use warren_interop_tests::TestBroker;
 
 /// How long one expected change on a page may take.
-const LIMIT: Duration = Duration::from_secs(15);
+const LIMIT: Duration = Duration::from_secs(30);
 
 /// The chromium flags that work on the CI machine.
 const CHROMIUM_FLAGS: &[&str] = &[
