@@ -21,7 +21,7 @@ use warren_core::flow::PublisherFlow;
 use warren_core::idmap::IdMap;
 use warren_core::stream::{ClientStream, TlsServerConfig};
 
-use crate::codec::decode;
+use crate::codec::{connect_protocol, decode_with, reason};
 use crate::outbox::{Outbox, Signal};
 use crate::session::{acknowledge_all, Control, End, MqttContext, Session};
 
@@ -290,17 +290,22 @@ impl Connection {
             let signals = self.session.outbox().take_signals();
             if !signals.is_empty() {
                 if signals.contains(Signal::Shutdown) {
+                    self.session
+                        .server_disconnect(reason::SERVER_SHUTTING_DOWN, "server shutting down");
                     return End::Shutdown;
                 }
                 if signals.contains(Signal::Kick) {
-                    return End::Abnormal(
-                        "another connection took over the client identifier".into(),
-                    );
+                    let why = "another connection took over the client identifier";
+                    self.session
+                        .server_disconnect(reason::SESSION_TAKEN_OVER, why);
+                    return End::Abnormal(why.into());
                 }
                 // MQTT 3.1.1 has no way to tell the client why; like RabbitMQ, the will is
                 // published, since the client did not send DISCONNECT.
                 if signals.contains(Signal::OperatorClose) {
                     let reason = self.session.close_requested().unwrap_or_default();
+                    self.session
+                        .server_disconnect(reason::ADMINISTRATIVE_ACTION, &reason);
                     return End::Abnormal(format!("closed by an operator: {reason}"));
                 }
                 if signals.contains(Signal::AlarmChanged) {
@@ -373,11 +378,13 @@ impl Connection {
                         continue;
                     }
                     Woken::Deadline => {
-                        return End::Abnormal(if self.session.is_connected() {
-                            "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
-                        } else {
-                            "no CONNECT within the connect timeout".into()
-                        });
+                        if self.session.is_connected() {
+                            let why = "keep-alive timeout: no packet for 1.5 keep-alive periods";
+                            self.session
+                                .server_disconnect(reason::KEEP_ALIVE_TIMEOUT, why);
+                            return End::Abnormal(why.into());
+                        }
+                        return End::Abnormal("no CONNECT within the connect timeout".into());
                     }
                 };
                 match read {
@@ -391,7 +398,15 @@ impl Connection {
             loop {
                 // The decoded packet is handled in this statement, so nothing of it is held
                 // across the takeover wait below.
-                let control = match decode(&mut self.buffer, self.session.max_packet_size()) {
+                if !self.session.is_connected() {
+                    // A CONNECT that fails to decode is refused in the client's protocol.
+                    if let Some(protocol) = connect_protocol(&self.buffer) {
+                        self.session.note_connect_protocol(protocol);
+                    }
+                }
+                let protocol = self.session.protocol();
+                let max_packet_size = self.session.max_packet_size();
+                let control = match decode_with(&mut self.buffer, max_packet_size, protocol) {
                     Ok(Some(packet)) => {
                         let session = &mut self.session;
                         let (control, congested) =

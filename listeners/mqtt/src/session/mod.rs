@@ -25,9 +25,12 @@ mod connect;
 mod delivery;
 mod publish;
 pub mod registry;
+mod shared;
 mod subscribe;
 #[cfg(test)]
 mod tests;
+pub mod v5;
+mod v5_session;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -42,7 +45,7 @@ use warren_core::retained::RetainedStore;
 use warren_core::vhost::VHost;
 use warren_core::Broker;
 
-use crate::codec::{DecodeError, LastWill, Packet, ProtocolLevel, QoS};
+use crate::codec::{reason, DecodeError, LastWill, Packet, ProtocolLevel, QoS, Reason};
 use crate::outbox::Outbox;
 use registry::{ClientRegistry, Takeover};
 
@@ -140,7 +143,14 @@ struct Connected {
     vhost: Arc<VHost>,
     user: Box<str>,
     client_id: String,
+    /// Whether the session ends with the connection: 3.1.1's clean session, or an MQTT 5
+    /// session expiry interval of 0.
     clean_session: bool,
+    /// Whether a stored session is discarded on connect: 3.1.1's clean session, MQTT 5's
+    /// clean start.
+    clean_start: bool,
+    /// MQTT 5 session state; boxed, so a 3.1.1 connection carries one pointer.
+    v5: Option<Box<v5_session::SessionV5>>,
     protocol: ProtocolLevel,
     keep_alive: u16,
     /// Boxed: most clients set no will, and an idle connection should not carry room for one.
@@ -183,6 +193,9 @@ pub struct Session {
     held_acks: Option<Box<VecDeque<HeldAck>>>,
     /// Whether the connection runs over TLS (shown to operators).
     tls: bool,
+    /// The protocol the client's CONNECT asked for (3.1.1 until then): how the driver
+    /// decodes its packets.
+    protocol: ProtocolLevel,
 }
 
 /// What CONNECT needs from the socket: boxed, and dropped once the connection is registered,
@@ -230,7 +243,54 @@ impl Session {
             registration: None,
             held_acks: None,
             tls: false,
+            protocol: ProtocolLevel::V3_1_1,
         }
+    }
+
+    /// The protocol the client speaks: decode its packets with it.
+    pub fn protocol(&self) -> ProtocolLevel {
+        self.protocol
+    }
+
+    /// Records the protocol of a CONNECT that could not be decoded, read from its first
+    /// bytes, so the refusal is an MQTT 5 CONNACK with a reason code for an MQTT 5 client.
+    pub fn note_connect_protocol(&mut self, protocol: ProtocolLevel) {
+        if self.connected.is_none() {
+            self.protocol = protocol;
+            self.outbox.set_protocol(protocol);
+        }
+    }
+
+    /// Tells an MQTT 5 client why the server closes the connection (DISCONNECT with a
+    /// reason code, section 3.14 of MQTT 5); nothing for 3.1.1, which has no such packet.
+    pub fn server_disconnect(&mut self, code: u8, reason_string: &str) {
+        if !self.protocol.is_v5() {
+            return;
+        }
+        if !self.is_connected() {
+            // Before CONNACK the answer is a refusing CONNACK (MQTT-3.2.2-7 of MQTT 5).
+            if self.connected.is_none() {
+                let mut connack = crate::codec::ConnAck::new(
+                    false,
+                    crate::codec::ConnectReturnCode::ServerUnavailable,
+                );
+                connack.reason_code = Some(code);
+                self.outbox.send(&Packet::ConnAck(connack));
+            }
+            return;
+        }
+        if let Some(connected) = self.connected.as_deref_mut() {
+            if let Some(v5) = connected.v5.as_deref_mut() {
+                if v5.disconnect_sent {
+                    return;
+                }
+                v5.disconnect_sent = true;
+            }
+        }
+        self.outbox.send(&Packet::Disconnect(Reason::with_string(
+            code,
+            reason_string,
+        )));
     }
 
     /// The handshake details, created when first set.
@@ -411,7 +471,8 @@ impl Session {
         self.published
     }
 
-    /// The largest packet to accept now: small until CONNECT succeeded.
+    /// The largest packet to accept now: small until CONNECT succeeded. (A remaining
+    /// length, as the codec checks it; MQTT 5 clients are told the whole packet's size.)
     pub fn max_packet_size(&self) -> usize {
         if self.is_connected() {
             self.context.config.max_packet_size
@@ -428,10 +489,25 @@ impl Session {
                 self.connect(connect)
             }
             Packet::Connect(_) => self.protocol_error("second CONNECT (MQTT-3.1.0-2)"),
+            Packet::Auth(_) => {
+                // No enhanced authentication: CONNECT without an authentication method
+                // makes any AUTH a protocol error (MQTT-4.12.0-6 of MQTT 5).
+                self.violation(
+                    reason::PROTOCOL_ERROR,
+                    "AUTH without an authentication method in CONNECT (MQTT-4.12.0-6)",
+                )
+            }
             _ if !connected => self.protocol_error(&format!(
                 "first packet is {}, not CONNECT (MQTT-3.1.0-1)",
                 packet.packet_type().name()
             )),
+            Packet::Publish(publish) if self.protocol.is_v5() => {
+                self.published = true;
+                match self.publish_v5(publish) {
+                    Ok(publish) => self.publish(publish),
+                    Err(control) => control,
+                }
+            }
             Packet::Publish(publish) => {
                 self.published = true;
                 self.publish(publish)
@@ -452,9 +528,33 @@ impl Session {
                 self.outbox.send(&Packet::PingResp);
                 Control::Continue
             }
-            Packet::Disconnect => {
-                // A clean DISCONNECT discards the will (MQTT-3.14.4-3).
+            Packet::Disconnect(reason) => {
+                // A clean DISCONNECT discards the will (MQTT-3.14.4-3), unless an MQTT 5
+                // client asks for it with 0x04.
                 if let Some(connected) = self.connected.as_deref_mut() {
+                    if let Some(v5) = connected.v5.as_deref_mut() {
+                        if let Some(expiry) = reason
+                            .properties
+                            .as_deref()
+                            .and_then(|p| p.session_expiry_interval)
+                        {
+                            // MQTT-3.14.2-2: a session that ended with its connection cannot
+                            // be given a lifetime at the end.
+                            if v5.session_expiry == 0 && expiry != 0 {
+                                return self.violation(
+                                    reason::PROTOCOL_ERROR,
+                                    "DISCONNECT sets a session expiry interval after CONNECT \
+                                     set 0 (MQTT-3.14.2-2)",
+                                );
+                            }
+                            v5.session_expiry = expiry;
+                        }
+                    }
+                    if reason.code == reason::DISCONNECT_WITH_WILL {
+                        return Control::Close(End::Abnormal(
+                            "client disconnected with the will (0x04)".into(),
+                        ));
+                    }
                     connected.will = None;
                 }
                 Control::Close(End::Disconnect)
@@ -468,21 +568,39 @@ impl Session {
 
     /// Handles a packet that could not be decoded: an unsupported protocol in CONNECT gets
     /// CONNACK 0x01 (MQTT-3.1.2-2); everything else just closes.
+    ///
+    /// An MQTT 5 client is told why first: a CONNACK with the error's reason code while
+    /// connecting, a DISCONNECT with it after (0x81 malformed, 0x82 protocol error, 0x94
+    /// topic alias invalid, 0x95 packet too large, ...).
     pub fn handle_decode_error(&mut self, error: &DecodeError) -> Control {
         if self.connected.is_none() {
             if let Some(code) = error.connack_code() {
                 tracing::warn!(connection = self.connection_id, %error, "MQTT connection refused");
-                self.outbox.send(&Packet::ConnAck(crate::codec::ConnAck {
-                    session_present: false,
-                    code,
-                }));
+                // The client's protocol is unknown: answer in 3.1.1's format, which is
+                // what Mosquitto and RabbitMQ do.
+                self.outbox.set_protocol(ProtocolLevel::V3_1_1);
+                self.outbox
+                    .send(&Packet::ConnAck(crate::codec::ConnAck::new(false, code)));
                 return Control::Close(End::Abnormal(error.to_string()));
             }
         }
-        self.protocol_error(&error.to_string())
+        self.violation(error.reason_code(), &error.to_string())
     }
 
+    /// Closes the connection for a broken rule; an MQTT 5 client is told `code` first.
+    fn violation(&mut self, code: u8, reason: &str) -> Control {
+        self.server_disconnect(code, reason);
+        self.close_abnormally(reason)
+    }
+
+    /// Closes the connection for a protocol violation (an MQTT 5 client gets DISCONNECT
+    /// 0x82).
     fn protocol_error(&mut self, reason: &str) -> Control {
+        self.violation(reason::PROTOCOL_ERROR, reason)
+    }
+
+    /// Logs why the connection closes and closes it.
+    fn close_abnormally(&mut self, reason: &str) -> Control {
         tracing::warn!(
             connection = self.connection_id,
             client_id = self.client_id().unwrap_or(""),
@@ -548,6 +666,13 @@ impl Session {
             connected
                 .vhost
                 .cancel(&subscription.queue, subscription.consumer_id);
+        }
+        // A shared subscription's consumer goes first, so what this member had in flight
+        // is requeued below to the group's other members.
+        if let Some(v5) = connected.v5.as_deref_mut() {
+            for shared in v5.shared.drain(..) {
+                connected.vhost.cancel(&shared.queue, shared.consumer_id);
+            }
         }
         settle_grouped(leftovers.to_ack, Settlement::Ack);
         // QoS 2 deliveries the client has (PUBREC) whose PUBREL was waiting for the disk:

@@ -24,6 +24,7 @@ impl Session {
             topic,
             packet_id,
             payload,
+            properties,
         } = publish;
         let Some(connected) = self.connected.as_deref_mut() else {
             return Control::Close(super::End::Abnormal("PUBLISH before CONNECT".into()));
@@ -33,15 +34,18 @@ impl Session {
             // until PUBREL, and answer a re-sent PUBLISH with PUBREC only.
             let packet_id = packet_id.unwrap_or(0);
             if connected.inbound_qos2.contains(&packet_id) {
-                self.acknowledge_publish(None, 0, Packet::PubRec(PubRec { packet_id }));
+                self.acknowledge_publish(None, 0, Packet::PubRec(PubRec::new(packet_id)));
                 return Control::Continue;
             }
         }
-        let durable_seq =
-            match route_publish(&self.context, connected, &topic, payload, qos, retain, dup) {
-                Ok(durable_seq) => durable_seq,
-                Err(reason) => return self.protocol_error(&reason),
-            };
+        let message = (topic.as_str(), payload, properties.as_deref());
+        let durable_seq = match route_publish(&self.context, connected, message, qos, retain, dup) {
+            Ok(durable_seq) => durable_seq,
+            Err(reason) => {
+                let code = super::v5_session::publish_refusal_code(&reason);
+                return self.violation(code, &reason);
+            }
+        };
         // A retained publish (or clear) is acknowledged once the retained store has it on
         // disk too.
         let mut retained_seq = if retain {
@@ -56,7 +60,7 @@ impl Session {
                 self.acknowledge_publish(
                     durable_seq,
                     retained_seq,
-                    Packet::PubAck(PubAck { packet_id }),
+                    Packet::PubAck(PubAck::new(packet_id)),
                 );
             }
             (QoS::ExactlyOnce, Some(packet_id)) => {
@@ -77,7 +81,7 @@ impl Session {
                 self.acknowledge_publish(
                     durable_seq,
                     retained_seq,
-                    Packet::PubRec(PubRec { packet_id }),
+                    Packet::PubRec(PubRec::new(packet_id)),
                 );
             }
             _ => {}
@@ -103,7 +107,7 @@ impl Session {
             }
         }
         // Answered even for an unknown identifier (MQTT-4.3.3-2 lets the client finish).
-        self.acknowledge_publish(None, retained_seq, Packet::PubComp(PubComp { packet_id }));
+        self.acknowledge_publish(None, retained_seq, Packet::PubComp(PubComp::new(packet_id)));
         Control::Continue
     }
 
@@ -114,16 +118,10 @@ impl Session {
             message,
             qos,
             retain,
+            properties,
         } = will;
-        if let Err(reason) = route_publish(
-            &self.context,
-            connected,
-            &topic,
-            message,
-            qos,
-            retain,
-            false,
-        ) {
+        let message = (topic.as_str(), message, properties.as_deref());
+        if let Err(reason) = route_publish(&self.context, connected, message, qos, retain, false) {
             tracing::warn!(
                 connection = self.connection_id,
                 client_id = %connected.client_id,
@@ -141,12 +139,11 @@ thread_local! {
 /// Routes one MQTT message through the exchange, retaining it first if asked. Returns the
 /// store sequence number to wait for when a durable queue took the (persistent) message.
 /// Errors are the reason to close the connection (no permission, payload too large, no
-/// exchange).
+/// exchange). The message is its topic, payload and MQTT 5 properties.
 fn route_publish(
     context: &super::MqttContext,
     connected: &mut Connected,
-    topic: &str,
-    payload: Bytes,
+    (topic, payload, v5_properties): (&str, Bytes, Option<&crate::codec::Properties>),
     qos: QoS,
     retain: bool,
     dup: bool,
@@ -190,15 +187,24 @@ fn route_publish(
     let mut headers = Table::new();
     headers.insert(PUBLISH_QOS_HEADER, publish_qos_value(qos));
     headers.insert(DUP_HEADER, Value::Bool(dup));
+    let mut properties = Properties {
+        // RabbitMQ: QoS 0 is transient, QoS 1 and 2 are persistent.
+        delivery_mode: Some(if qos == QoS::AtMostOnce { 1 } else { 2 }),
+        ..Properties::default()
+    };
+    if let Some(v5_properties) = v5_properties {
+        super::v5::to_core(
+            v5_properties,
+            &mut properties,
+            &mut headers,
+            super::v5::unix_ms(),
+        );
+    }
+    properties.headers = Some(headers);
     let message = Arc::new(Message {
         exchange: Arc::from(config.exchange.as_str()),
         routing_key: Arc::from(routing_key),
-        properties: Properties {
-            headers: Some(headers),
-            // RabbitMQ: QoS 0 is transient, QoS 1 and 2 are persistent.
-            delivery_mode: Some(if qos == QoS::AtMostOnce { 1 } else { 2 }),
-            ..Properties::default()
-        },
+        properties,
         encoded_properties: None,
         // Copied so a message waiting in a queue does not pin the connection's read buffer.
         body: Bytes::copy_from_slice(&payload),
