@@ -20,8 +20,8 @@ use mqtt5_common::{
     connect5, connect5_packet, options5, publish5_packet, try_connect5, Mqtt5Client, Raw5,
 };
 use rumqttc::v5::mqttbytes::v5::{
-    ConnectReturnCode, DisconnectReasonCode, Filter, Packet, PublishProperties, RetainForwardRule,
-    SubscribeProperties, SubscribeReasonCode, UnsubAckReason,
+    ConnectReturnCode, DisconnectReasonCode, Filter, LastWill, LastWillProperties, Packet,
+    PublishProperties, RetainForwardRule, SubscribeProperties, SubscribeReasonCode, UnsubAckReason,
 };
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::{ConnectionError, MqttOptions, StateError};
@@ -641,6 +641,131 @@ async fn bad_input_is_answered_with_its_reason_code() {
             Err(other) => panic!("expected a refusal, got {other:?}"),
             Ok(_) => panic!("expected a refusal"),
         }
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_local_and_retain_as_published() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        let addr = broker.mqtt_addr();
+        let mut chatty = connect5(options5(addr, "chatty")).await;
+        let mut filter = Filter::new("room/+", QoS::AtMostOnce);
+        filter.nolocal = true;
+        chatty
+            .client
+            .subscribe_many([filter])
+            .await
+            .expect("subscribe");
+        assert!(matches!(chatty.next().await, Packet::SubAck(_)));
+        let mut listener = connect5(options5(addr, "listener")).await;
+        let mut filter = Filter::new("room/+", QoS::AtMostOnce);
+        filter.preserve_retain = true;
+        listener
+            .client
+            .subscribe_many([filter])
+            .await
+            .expect("subscribe");
+        assert!(matches!(listener.next().await, Packet::SubAck(_)));
+        let mut plain = connect5(options5(addr, "plain")).await;
+        plain.subscribe("room/+", QoS::AtMostOnce).await;
+
+        chatty
+            .client
+            .publish("room/1", QoS::AtMostOnce, true, "hello")
+            .await
+            .expect("publish");
+        // The listener keeps RETAIN (retain as published), the plain subscriber does not.
+        let heard = listener.next_publish().await;
+        assert_eq!(payload_text(&heard.payload), "hello");
+        assert!(heard.retain);
+        let heard = plain.next_publish().await;
+        assert_eq!(payload_text(&heard.payload), "hello");
+        assert!(!heard.retain);
+        // No local: the publisher does not get its own message, but gets the listener's.
+        listener
+            .publish("room/2", QoS::AtMostOnce, b"hi back")
+            .await;
+        let heard = chatty.next_publish().await;
+        assert_eq!(payload_text(&heard.payload), "hi back");
+        assert!(chatty
+            .publish_within(Duration::from_millis(300))
+            .await
+            .is_none());
+        for client in [chatty, listener, plain] {
+            client.disconnect().await;
+        }
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
+
+/// Options with a will on `topic` delayed by `delay` seconds, in a session that lasts a
+/// minute.
+fn with_delayed_will(
+    addr: std::net::SocketAddr,
+    client_id: &str,
+    topic: &str,
+    delay: u32,
+) -> MqttOptions {
+    let mut options = options5(addr, client_id);
+    options.set_clean_start(false);
+    session_expiry(&mut options, 60);
+    let properties = LastWillProperties {
+        delay_interval: Some(delay),
+        payload_format_indicator: None,
+        message_expiry_interval: None,
+        content_type: None,
+        response_topic: None,
+        correlation_data: None,
+        user_properties: Vec::new(),
+    };
+    options.set_last_will(LastWill::new(
+        topic,
+        "gone",
+        QoS::AtMostOnce,
+        false,
+        Some(properties),
+    ));
+    options
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_will_waits_and_is_dropped_when_the_client_returns() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        let addr = broker.mqtt_addr();
+        let mut watcher = connect5(options5(addr, "watcher")).await;
+        watcher.subscribe("wills/#", QoS::AtMostOnce).await;
+
+        let leaving = connect5(with_delayed_will(addr, "leaving", "wills/leaving", 1)).await;
+        let returning = connect5(with_delayed_will(addr, "returning", "wills/returning", 2)).await;
+        leaving.abort();
+        returning.abort();
+        // Back within its delay: its will is not published.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let back = connect5(with_delayed_will(addr, "returning", "wills/returning", 2)).await;
+        assert!(back.connack.session_present);
+        // Not at once, but after its second.
+        assert!(watcher
+            .publish_within(Duration::from_millis(400))
+            .await
+            .is_none());
+        let will = watcher.next_publish().await;
+        assert_eq!(&will.topic[..], b"wills/leaving");
+        assert!(
+            watcher
+                .publish_within(Duration::from_millis(2500))
+                .await
+                .is_none(),
+            "the returning client's will is not published"
+        );
+        back.disconnect().await;
+        watcher.disconnect().await;
         broker.shutdown().await;
     })
     .await

@@ -24,7 +24,7 @@ use warren_core::value::Value;
 
 use crate::codec::{
     self, encode_publish, encode_publish_v5, filter_matches, publish_v5_size,
-    routing_key_to_mqtt_topic, Packet, ProtocolLevel, PubRel, QoS,
+    routing_key_to_mqtt_topic, Packet, ProtocolLevel, PubRel, QoS, SubscriptionOptions,
 };
 use crate::session::v5::{from_core, unix_ms, Outgoing};
 
@@ -78,17 +78,42 @@ pub struct OutboundV5 {
     pub maximum_packet_size: Option<u32>,
     /// Topics with the alias the client was told, in assignment order.
     aliases: Vec<(String, u16)>,
-    /// Subscription identifiers by filter (the shared subscription's own filter for
-    /// `$share/...`): every matching one is sent with a delivery (MQTT-3.3.4-3).
-    pub subscription_identifiers: Vec<(String, u32)>,
+    /// The client's subscriptions with their MQTT 5 identifier and options, by filter (the
+    /// shared subscription's own filter for `$share/...`): every matching identifier is sent
+    /// with a delivery (MQTT-3.3.4-3), and the options decide no local and retain as
+    /// published.
+    subscriptions: Vec<OutboundSubscription>,
+    /// The connection's id: a message carrying it in [`NO_LOCAL_HEADER`] was published by
+    /// this connection.
+    connection_id: u64,
 }
+
+/// What a delivery needs to know of one MQTT 5 subscription.
+struct OutboundSubscription {
+    filter: String,
+    identifier: Option<u32>,
+    options: SubscriptionOptions,
+}
+
+/// The header a message published over MQTT with RETAIN set carries (for subscriptions with
+/// "retain as published").
+pub const RETAIN_HEADER: &str = "x-mqtt-retain";
+
+/// The header naming the connection that published a message, set only by an MQTT 5
+/// connection holding a "no local" subscription (the only case that reads it).
+pub const NO_LOCAL_HEADER: &str = "x-mqtt-publisher-connection";
 
 impl OutboundV5 {
     /// The client's limits, before any alias or subscription identifier.
-    pub fn new(topic_alias_maximum: u16, maximum_packet_size: Option<u32>) -> OutboundV5 {
+    pub fn new(
+        topic_alias_maximum: u16,
+        maximum_packet_size: Option<u32>,
+        connection_id: u64,
+    ) -> OutboundV5 {
         OutboundV5 {
             topic_alias_maximum,
             maximum_packet_size,
+            connection_id,
             ..OutboundV5::default()
         }
     }
@@ -107,13 +132,36 @@ impl OutboundV5 {
         Some((next, false))
     }
 
-    /// The subscription identifiers whose filters match `topic`.
-    fn identifiers_for(&self, topic: &str) -> Vec<u32> {
-        self.subscription_identifiers
-            .iter()
-            .filter(|(filter, _)| filter_matches(filter, topic))
-            .map(|(_, id)| *id)
-            .collect()
+    /// What the subscriptions matching a delivery of `message` to `topic` say: their
+    /// identifiers, whether it may go out (not when it is the connection's own and every
+    /// matching subscription is "no local"), and whether RETAIN stays set (a matching
+    /// subscription is "retain as published" and the message was published retained).
+    fn shape(&self, topic: &str, message: &Message) -> Option<(Vec<u32>, bool)> {
+        let headers = message.properties.headers.as_ref();
+        let own = headers
+            .and_then(|headers| headers.get(NO_LOCAL_HEADER))
+            .and_then(Value::as_i64)
+            .is_some_and(|origin| origin == self.connection_id as i64);
+        let retained = headers
+            .and_then(|headers| headers.get(RETAIN_HEADER))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let mut identifiers = Vec::new();
+        let mut matched = false;
+        let mut deliver = !own;
+        let mut retain = false;
+        for subscription in &self.subscriptions {
+            if !filter_matches(&subscription.filter, topic) {
+                continue;
+            }
+            matched = true;
+            deliver |= !subscription.options.no_local;
+            retain |= retained && subscription.options.retain_as_published;
+            identifiers.extend(subscription.identifier);
+        }
+        // No subscription of this session matches (a queue bound by an operator): deliver
+        // as 3.1.1 would.
+        (deliver || !matched).then_some((identifiers, retain))
     }
 }
 
@@ -242,15 +290,22 @@ impl Outbox {
         state.v5 = Some(Box::new(limits));
     }
 
-    /// Records a subscription identifier for `filter`, or forgets it (`None`).
-    pub fn set_subscription_identifier(&self, filter: &str, identifier: Option<u32>) {
+    /// Records an MQTT 5 subscription's identifier and options for `filter`, or forgets the
+    /// subscription (`None`).
+    pub fn set_subscription(
+        &self,
+        filter: &str,
+        subscription: Option<(Option<u32>, SubscriptionOptions)>,
+    ) {
         let mut state = self.state.lock();
         if let Some(v5) = state.v5.as_deref_mut() {
-            v5.subscription_identifiers
-                .retain(|(known, _)| known != filter);
-            if let Some(identifier) = identifier {
-                v5.subscription_identifiers
-                    .push((filter.to_string(), identifier));
+            v5.subscriptions.retain(|known| known.filter != filter);
+            if let Some((identifier, options)) = subscription {
+                v5.subscriptions.push(OutboundSubscription {
+                    filter: filter.to_string(),
+                    identifier,
+                    options,
+                });
             }
         }
     }
@@ -561,7 +616,10 @@ impl OutboxState {
             Outgoing::Deliver(properties) => properties,
             Outgoing::Expired => return Ok(false),
         };
-        let identifiers = v5.identifiers_for(topic);
+        let Some((identifiers, retain_as_published)) = v5.shape(topic, message) else {
+            return Ok(false);
+        };
+        let flags = (flags.0 || retain_as_published, flags.1);
         if !identifiers.is_empty() {
             properties.get_or_insert_default().subscription_identifiers = identifiers;
         }

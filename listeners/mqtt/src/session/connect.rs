@@ -74,6 +74,13 @@ impl Session {
             ..will
         });
         let mut v5 = v5;
+        if let Some(v5) = v5.as_deref_mut() {
+            v5.will_delay = last_will
+                .as_ref()
+                .and_then(|will| will.properties.as_deref())
+                .and_then(|p| p.will_delay_interval)
+                .unwrap_or(0);
+        }
         let client_id = if client_id.is_empty() {
             if let Some(v5) = v5.as_deref_mut() {
                 // MQTT 5 lets the server assign one whatever the session (section 3.1.3.1).
@@ -200,7 +207,7 @@ impl Session {
         }));
         if protocol.is_v5() {
             let (receive_maximum, limits) =
-                super::v5_session::outbound_limits(properties.as_deref());
+                super::v5_session::outbound_limits(properties.as_deref(), self.connection_id);
             self.outbox.configure_v5(receive_maximum, limits);
         }
         match takeover {

@@ -638,6 +638,7 @@ impl Session {
         let Some(mut connected) = self.connected.take() else {
             return;
         };
+        let mut delayed_will = None;
         if !connected.accepted {
             // Refused or still waiting for a takeover: nothing was set up.
             if let Some(ended) = connected.ended.take() {
@@ -659,7 +660,12 @@ impl Session {
                 "MQTT connection ended abnormally: {reason}"
             );
             if let Some(will) = connected.will.take() {
-                self.publish_will(&mut connected, *will);
+                match v5_session::will_delay(&connected) {
+                    // MQTT 5 will delay: published later unless the client is back by then
+                    // (section 3.1.3.2.2); the session is stored first, below.
+                    Some(delay) => delayed_will = Some((delay, will)),
+                    None => self.publish_will(&mut connected, *will),
+                }
             }
         }
         for subscription in connected.consumers.iter_mut().filter_map(Option::take) {
@@ -713,6 +719,9 @@ impl Session {
         self.context.registry.release(&key, self.connection_id);
         // Dropping the sender tells a connection taking over that this one is done.
         connected.ended = None;
+        if let Some((delay, will)) = delayed_will {
+            v5_session::publish_will_later(&self.context, connected, key, delay, *will);
+        }
     }
 }
 

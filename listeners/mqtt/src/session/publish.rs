@@ -140,7 +140,7 @@ thread_local! {
 /// store sequence number to wait for when a durable queue took the (persistent) message.
 /// Errors are the reason to close the connection (no permission, payload too large, no
 /// exchange). The message is its topic, payload and MQTT 5 properties.
-fn route_publish(
+pub(super) fn route_publish(
     context: &super::MqttContext,
     connected: &mut Connected,
     (topic, payload, v5_properties): (&str, Bytes, Option<&crate::codec::Properties>),
@@ -187,6 +187,7 @@ fn route_publish(
     let mut headers = Table::new();
     headers.insert(PUBLISH_QOS_HEADER, publish_qos_value(qos));
     headers.insert(DUP_HEADER, Value::Bool(dup));
+    crate::session::v5_session::mark_origin(connected, retain, &mut headers);
     let mut properties = Properties {
         // RabbitMQ: QoS 0 is transient, QoS 1 and 2 are persistent.
         delivery_mode: Some(if qos == QoS::AtMostOnce { 1 } else { 2 }),

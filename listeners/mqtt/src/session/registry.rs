@@ -154,6 +154,11 @@ impl ClientRegistry {
         self.state.lock().sessions.remove(key)
     }
 
+    /// Whether a connection holds `key` now.
+    pub fn is_held(&self, key: &ClientKey) -> bool {
+        self.state.lock().holders.contains_key(key)
+    }
+
     /// How many client identifiers are connected.
     pub fn connected(&self) -> usize {
         self.state.lock().holders.len()

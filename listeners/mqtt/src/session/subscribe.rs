@@ -49,7 +49,11 @@ impl Session {
                             Some(Ok((_, inner))) => *inner,
                             _ => filter.as_str(),
                         };
-                        self.outbox.set_subscription_identifier(inner, identifier);
+                        self.outbox
+                            .set_subscription(inner, Some((identifier, option)));
+                        if option.no_local {
+                            self.note_no_local();
+                        }
                     }
                     // Retained messages: never for a shared subscription (section 4.8.2),
                     // and as retain handling says (section 3.8.3.1).
@@ -235,7 +239,7 @@ impl Session {
             if v5 && filter.starts_with("$share/") {
                 let removed = self.remove_shared_subscription(filter);
                 if let Some(Ok((_, inner))) = parse_shared(filter) {
-                    self.outbox.set_subscription_identifier(inner, None);
+                    self.outbox.set_subscription(inner, None);
                 }
                 reason_codes.push(if removed {
                     reason::SUCCESS
@@ -254,7 +258,7 @@ impl Session {
                 };
                 reason_codes.push(reason::SUCCESS);
                 if v5 {
-                    self.outbox.set_subscription_identifier(filter, None);
+                    self.outbox.set_subscription(filter, None);
                 }
                 let (_, qos) = connected.filters.remove(position);
                 let actor = Actor {

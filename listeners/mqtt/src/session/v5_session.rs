@@ -8,6 +8,7 @@ use crate::codec::{
     reason, Packet, Properties, PubAck, PubRec, Publish, QoS, MAX_REMAINING_LENGTH,
 };
 use crate::outbox::OutboundV5;
+use warren_core::value::{Table, Value};
 
 /// The highest topic alias a client may use towards the server (RabbitMQ's default
 /// `mqtt.topic_alias_maximum`).
@@ -33,6 +34,11 @@ pub(super) struct SessionV5 {
     pub(super) shared: Vec<SharedSubscription>,
     /// A DISCONNECT went out: nothing more is said to the client.
     pub(super) disconnect_sent: bool,
+    /// Set once the client holds a "no local" subscription: its publishes then carry the
+    /// connection's id, so its own deliveries can tell them apart.
+    pub(super) no_local_origin: Option<u64>,
+    /// The will delay interval in seconds (0: publish the will at once).
+    pub(super) will_delay: u32,
 }
 
 impl SessionV5 {
@@ -49,13 +55,17 @@ impl SessionV5 {
 
 /// The client's limits on what the server sends, from its CONNECT: receive maximum
 /// (65535 when absent), topic alias maximum (0) and maximum packet size (none).
-pub(super) fn outbound_limits(properties: Option<&Properties>) -> (u16, OutboundV5) {
+pub(super) fn outbound_limits(
+    properties: Option<&Properties>,
+    connection_id: u64,
+) -> (u16, OutboundV5) {
     let receive_maximum = properties
         .and_then(|p| p.receive_maximum)
         .unwrap_or(u16::MAX);
     let limits = OutboundV5::new(
         properties.and_then(|p| p.topic_alias_maximum).unwrap_or(0),
         properties.and_then(|p| p.maximum_packet_size),
+        connection_id,
     );
     (receive_maximum, limits)
 }
@@ -82,6 +92,18 @@ pub(super) fn connack_properties(
 }
 
 impl Session {
+    /// Records that the client holds a "no local" subscription.
+    pub(super) fn note_no_local(&mut self) {
+        let connection_id = self.connection_id;
+        if let Some(v5) = self
+            .connected
+            .as_deref_mut()
+            .and_then(|connected| connected.v5.as_deref_mut())
+        {
+            v5.no_local_origin = Some(connection_id);
+        }
+    }
+
     /// The MQTT 5 checks of an incoming PUBLISH, and its topic alias resolved. `Err` is
     /// what to do instead of publishing: the client was answered (a refusing PUBACK/PUBREC)
     /// or is disconnected with the reason code.
@@ -199,6 +221,60 @@ impl Session {
             .as_deref()
             .map_or(0, |connected| connected.inbound_qos2.len());
         qos2 + self.held_acks.as_deref().map_or(0, |held| held.len())
+    }
+}
+
+/// How long an MQTT 5 will waits after the connection ended: the will delay interval, or
+/// the session expiry interval when that is shorter (MQTT-3.1.3-9). `None`: at once.
+pub(super) fn will_delay(connected: &super::Connected) -> Option<std::time::Duration> {
+    let v5 = connected.v5.as_deref()?;
+    let seconds = v5.will_delay.min(v5.session_expiry);
+    // Without a runtime (unit tests) there is no timer: at once.
+    (seconds > 0 && tokio::runtime::Handle::try_current().is_ok())
+        .then(|| std::time::Duration::from_secs(u64::from(seconds)))
+}
+
+/// Publishes a delayed will after `delay`, unless a connection holds the client identifier
+/// again by then (the client came back, MQTT 3.1.3.2.2). Runs as a task of its own: the
+/// ended session's state goes with it.
+pub(super) fn publish_will_later(
+    context: &std::sync::Arc<super::MqttContext>,
+    mut connected: Box<super::Connected>,
+    key: super::registry::ClientKey,
+    delay: std::time::Duration,
+    will: crate::codec::LastWill,
+) {
+    let context = std::sync::Arc::clone(context);
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        if context.registry.is_held(&key) {
+            tracing::debug!(client_id = %key.1, "MQTT will not published: the client is back");
+            return;
+        }
+        let crate::codec::LastWill {
+            topic,
+            message,
+            qos,
+            retain,
+            properties,
+        } = will;
+        let message = (topic.as_str(), message, properties.as_deref());
+        let published =
+            super::publish::route_publish(&context, &mut connected, message, qos, retain, false);
+        if let Err(reason) = published {
+            tracing::warn!(client_id = %key.1, "MQTT delayed will not published: {reason}");
+        }
+    });
+}
+
+/// Marks a published message for MQTT 5 subscription options: RETAIN (for "retain as
+/// published"), and the publishing connection when it holds a "no local" subscription.
+pub(super) fn mark_origin(connected: &super::Connected, retain: bool, headers: &mut Table) {
+    if retain {
+        headers.insert(crate::outbox::RETAIN_HEADER, Value::Bool(true));
+    }
+    if let Some(origin) = connected.v5.as_deref().and_then(|v5| v5.no_local_origin) {
+        headers.insert(crate::outbox::NO_LOCAL_HEADER, Value::I64(origin as i64));
     }
 }
 
