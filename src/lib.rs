@@ -135,17 +135,21 @@ fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
         login_timeout: stomp.login_timeout,
         connection_max: settings.connection_max,
         tls: None,
+        websocket: None,
     }
 }
 
 /// Binds every MQTT listener (`mqtt.listeners.tcp.*`, and `mqtt.listeners.ssl.default` over
 /// TLS) and spawns their accept loops, which share one client registry and one retained
-/// message store. Returns the plain addresses and the MQTTS one.
+/// message store. Returns the plain addresses and the MQTTS one. Web-MQTT (`web_mqtt.*`,
+/// MQTT over WebSocket) shares the registry too, so a client identifier is unique across
+/// both; its addresses are pushed to `web_addrs`.
 async fn start_mqtt(
     settings: &Settings,
     broker: &Arc<Broker>,
     shutdown: &watch::Receiver<bool>,
     listeners: &mut JoinSet<()>,
+    web_addrs: &mut Vec<SocketAddr>,
 ) -> Result<(Vec<SocketAddr>, Option<SocketAddr>), StartError> {
     let mqtt = &settings.mqtt;
     let retained = FileRetained::open(&settings.data_dir).map_err(|error| {
@@ -197,15 +201,97 @@ async fn start_mqtt(
         tls_addr = Some(bound);
         listeners.spawn(warren_mqtt::serve(
             listener,
+            context.clone(),
+            warren_mqtt::ListenerConfig {
+                tls: Some(tls),
+                ..config.clone()
+            },
+            shutdown.clone(),
+        ));
+    }
+    let web = &settings.web_mqtt;
+    let websocket = warren_core::websocket::WebSocketConfig {
+        path: web.path.clone(),
+        subprotocols: vec!["mqtt", "mqttv3.1"],
+        text_frames: false,
+    };
+    if web.enabled {
+        let (listener, bound) = bind("web-mqtt", &web.listener).await?;
+        web_addrs.push(bound);
+        listeners.spawn(warren_mqtt::serve(
+            listener,
+            context.clone(),
+            warren_mqtt::ListenerConfig {
+                websocket: Some(websocket.clone()),
+                ..config.clone()
+            },
+            shutdown.clone(),
+        ));
+    }
+    if let Some(addr) = web.tls_listener() {
+        let tls = tls::listener_config("web_mqtt.ssl.port", &settings.ssl_options)
+            .map_err(StartError::Tls)?;
+        let (listener, bound) = bind("web-mqtts", &addr).await?;
+        web_addrs.push(bound);
+        listeners.spawn(warren_mqtt::serve(
+            listener,
             context,
             warren_mqtt::ListenerConfig {
                 tls: Some(tls),
+                websocket: Some(websocket),
                 ..config
             },
             shutdown.clone(),
         ));
     }
     Ok((addrs, tls_addr))
+}
+
+/// Binds the Web-STOMP listeners (`web_stomp.*`: STOMP over WebSocket, plain and TLS) and
+/// spawns their accept loops; returns their addresses.
+async fn start_web_stomp(
+    settings: &Settings,
+    broker: &Arc<Broker>,
+    shutdown: &watch::Receiver<bool>,
+    listeners: &mut JoinSet<()>,
+) -> Result<Vec<SocketAddr>, StartError> {
+    let web = &settings.web_stomp;
+    let websocket = warren_core::websocket::WebSocketConfig {
+        path: web.path.clone(),
+        subprotocols: vec!["v12.stomp", "v11.stomp", "v10.stomp", "stomp"],
+        text_frames: true,
+    };
+    let mut addrs = Vec::new();
+    if web.enabled {
+        let (listener, bound) = bind("web-stomp", &web.listener).await?;
+        addrs.push(bound);
+        listeners.spawn(warren_stomp::serve(
+            listener,
+            Arc::clone(broker),
+            warren_stomp::ListenerConfig {
+                websocket: Some(websocket.clone()),
+                ..stomp_listener_config(settings)
+            },
+            shutdown.clone(),
+        ));
+    }
+    if let Some(addr) = web.tls_listener() {
+        let tls = tls::listener_config("web_stomp.ssl.port", &settings.ssl_options)
+            .map_err(StartError::Tls)?;
+        let (listener, bound) = bind("web-stomps", &addr).await?;
+        addrs.push(bound);
+        listeners.spawn(warren_stomp::serve(
+            listener,
+            Arc::clone(broker),
+            warren_stomp::ListenerConfig {
+                tls: Some(tls),
+                websocket: Some(websocket),
+                ..stomp_listener_config(settings)
+            },
+            shutdown.clone(),
+        ));
+    }
+    Ok(addrs)
 }
 
 /// AMQP 1.0 shares the AMQP ports, plain and TLS: the 0-9-1 accept loop hands connections
@@ -430,6 +516,8 @@ pub struct Server {
     stomps_addr: Option<SocketAddr>,
     mqtt_addrs: Vec<SocketAddr>,
     mqtts_addr: Option<SocketAddr>,
+    web_mqtt_addrs: Vec<SocketAddr>,
+    web_stomp_addrs: Vec<SocketAddr>,
     amqps_addr: Option<SocketAddr>,
     operator_addrs: OperatorAddrs,
     shutdown: watch::Sender<bool>,
@@ -564,8 +652,17 @@ impl Server {
             }
             None => None,
         };
-        let (mqtt_addrs, mqtts_addr) =
-            start_mqtt(&settings, &broker, &shutdown_rx, &mut listeners).await?;
+        let mut web_mqtt_addrs = Vec::new();
+        let (mqtt_addrs, mqtts_addr) = start_mqtt(
+            &settings,
+            &broker,
+            &shutdown_rx,
+            &mut listeners,
+            &mut web_mqtt_addrs,
+        )
+        .await?;
+        let web_stomp_addrs =
+            start_web_stomp(&settings, &broker, &shutdown_rx, &mut listeners).await?;
         let mut amqps_addr = None;
         if let Some(addr) = &settings.amqps_listener {
             let tls = tls::listener_config("listeners.ssl.default", &settings.ssl_options)
@@ -590,6 +687,8 @@ impl Server {
             ("mqtt/ssl", mqtts_addr.into_iter().collect()),
             ("stomp", stomp_addr.into_iter().collect()),
             ("stomp/ssl", stomps_addr.into_iter().collect()),
+            ("http/web-mqtt", web_mqtt_addrs.clone()),
+            ("http/web-stomp", web_stomp_addrs.clone()),
         ]
         .into_iter()
         .flat_map(|(protocol, addrs)| {
@@ -616,6 +715,8 @@ impl Server {
             stomps_addr,
             mqtt_addrs,
             mqtts_addr,
+            web_mqtt_addrs,
+            web_stomp_addrs,
             amqps_addr,
             operator_addrs,
             shutdown,
@@ -653,6 +754,16 @@ impl Server {
     /// is set).
     pub fn stomps_addr(&self) -> Option<SocketAddr> {
         self.stomps_addr
+    }
+
+    /// The Web-MQTT listener's address (plain, else TLS), if `web_mqtt` is enabled.
+    pub fn web_mqtt_addr(&self) -> Option<SocketAddr> {
+        self.web_mqtt_addrs.first().copied()
+    }
+
+    /// The Web-STOMP listener's address (plain, else TLS), if `web_stomp` is enabled.
+    pub fn web_stomp_addr(&self) -> Option<SocketAddr> {
+        self.web_stomp_addrs.first().copied()
     }
 
     /// The MQTTS listener's address (`None` unless `mqtt.listeners.ssl.default` is set).

@@ -23,6 +23,7 @@ mod listen_addr;
 mod mqtt;
 mod settings;
 mod stomp;
+mod web;
 
 pub use cli::usage;
 pub use definitions::{
@@ -38,3 +39,4 @@ pub use settings::{
     SslOptions, AUTH_MECHANISMS, FRAME_MIN_SIZE, KEYS, MAX_MESSAGE_SIZE_LIMIT,
 };
 pub use stomp::{StompSettings, STOMP_KEYS, STOMP_PORT};
+pub use web::{WebSettings, WEB_KEYS, WEB_MQTT_PORT, WEB_STOMP_PORT};

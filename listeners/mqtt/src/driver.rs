@@ -36,6 +36,9 @@ pub struct ListenerConfig {
     pub connection_max: Option<usize>,
     /// TLS for an MQTTS listener (`mqtt.listeners.ssl.default`); plain MQTT when `None`.
     pub tls: Option<Arc<TlsServerConfig>>,
+    /// MQTT over WebSocket (Web-MQTT, `web_mqtt.*`): every connection completes a WebSocket
+    /// handshake first; the same codec and session serve it.
+    pub websocket: Option<warren_core::websocket::WebSocketConfig>,
 }
 
 impl Default for ListenerConfig {
@@ -45,6 +48,7 @@ impl Default for ListenerConfig {
             takeover_timeout: Duration::from_secs(5),
             connection_max: None,
             tls: None,
+            websocket: None,
         }
     }
 }
@@ -127,12 +131,20 @@ pub async fn serve(
         alarmed.alarm.store(reason.is_some(), Ordering::Release);
         alarmed.signal_all(Signal::AlarmChanged);
     }));
-    let accept = AcceptConfig::new(
+    let mut accept = AcceptConfig::new(
         ("mqtt", "mqtts"),
         config.tls.clone(),
         config.connection_max,
         config.connect_timeout,
     );
+    if let Some(websocket) = &config.websocket {
+        let protocol = if config.tls.is_some() {
+            "web-mqtts"
+        } else {
+            "web-mqtt"
+        };
+        accept = accept.with_websocket(protocol, websocket.clone());
+    }
     // Connections hold no shutdown receiver of their own (bytes per idle connection): they
     // are told through their outboxes, once here and, for one accepted while shutting
     // down, when it registers.

@@ -35,6 +35,9 @@ pub struct ListenerConfig {
     /// TLS (STOMP over TLS): every connection completes a TLS handshake first, within the
     /// login timeout.
     pub tls: Option<Arc<TlsServerConfig>>,
+    /// STOMP over WebSocket (Web-STOMP, `web_stomp.*`): every connection completes a
+    /// WebSocket handshake first; the same codec and session serve it.
+    pub websocket: Option<warren_core::websocket::WebSocketConfig>,
 }
 
 impl Default for ListenerConfig {
@@ -44,6 +47,7 @@ impl Default for ListenerConfig {
             login_timeout: Duration::from_secs(10),
             connection_max: None,
             tls: None,
+            websocket: None,
         }
     }
 }
@@ -65,12 +69,20 @@ pub async fn serve(
 ) {
     let config = Arc::new(config);
     let alarm_rx = broker.alarm_watch();
-    let accept = AcceptConfig::new(
+    let mut accept = AcceptConfig::new(
         ("stomp", "stomps"),
         config.tls.clone(),
         config.connection_max,
         config.login_timeout,
     );
+    if let Some(websocket) = &config.websocket {
+        let protocol = if config.tls.is_some() {
+            "web-stomps"
+        } else {
+            "web-stomp"
+        };
+        accept = accept.with_websocket(protocol, websocket.clone());
+    }
     let connection_shutdown = shutdown.clone();
     serve_connections(listener, accept, shutdown, move |stream, peer| {
         run_connection(
