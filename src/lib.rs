@@ -180,6 +180,10 @@ async fn start_mqtt(
     let config = warren_mqtt::ListenerConfig {
         connect_timeout: settings.handshake_timeout,
         connection_max: settings.connection_max,
+        // One count for every MQTT listener, TCP, TLS and WebSocket alike.
+        max_connections: mqtt
+            .max_connections
+            .map(|max| (max, Arc::new(std::sync::atomic::AtomicUsize::new(0)))),
         ..warren_mqtt::ListenerConfig::default()
     };
     let mut addrs = Vec::new();

@@ -771,3 +771,45 @@ async fn a_delayed_will_waits_and_is_dropped_when_the_client_returns() {
     .await
     .expect("test in time");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_max_connections_is_answered_with_server_unavailable() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start_with(&[("mqtt.max_connections", "2")]).await;
+        let addr = broker.mqtt_addr();
+        let first = connect5(options5(addr, "first")).await;
+        let second = mqtt_common::connect(mqtt_common::options(addr, "second")).await;
+        // A third is refused in CONNACK, in its own protocol, not dropped.
+        assert_eq!(
+            mqtt_common::refused(mqtt_common::options(addr, "third")).await,
+            rumqttc::ConnectReturnCode::ServiceUnavailable
+        );
+        match try_connect5(options5(addr, "third-5")).await {
+            Err(ConnectionError::ConnectionRefused(code)) => {
+                assert_eq!(code, ConnectReturnCode::ServerUnavailable)
+            }
+            Err(other) => panic!("expected a refusal, got {other:?}"),
+            Ok(_) => panic!("expected a refusal"),
+        }
+        // Room again once one leaves.
+        first.disconnect().await;
+        let mut again = None;
+        for _ in 0..20 {
+            if let Ok(client) = try_connect5(options5(addr, "again")).await {
+                if client.connack.code == ConnectReturnCode::Success {
+                    again = Some(client);
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        again
+            .expect("a connection after one left")
+            .disconnect()
+            .await;
+        second.disconnect().await;
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}

@@ -39,6 +39,10 @@ pub struct ListenerConfig {
     /// MQTT over WebSocket (Web-MQTT, `web_mqtt.*`): every connection completes a WebSocket
     /// handshake first; the same codec and session serve it.
     pub websocket: Option<warren_core::websocket::WebSocketConfig>,
+    /// `mqtt.max_connections`: the most MQTT connections at once across the listeners that
+    /// share this count; a connection beyond it is answered CONNACK "server unavailable"
+    /// (0x03; MQTT 5: 0x88) at CONNECT, not dropped.
+    pub max_connections: Option<(usize, Arc<std::sync::atomic::AtomicUsize>)>,
 }
 
 impl Default for ListenerConfig {
@@ -49,6 +53,7 @@ impl Default for ListenerConfig {
             connection_max: None,
             tls: None,
             websocket: None,
+            max_connections: None,
         }
     }
 }
@@ -70,12 +75,18 @@ struct Connections {
     next_key: AtomicU64,
     /// A resource alarm is in effect: publishers are not read.
     alarm: AtomicBool,
+    /// The count of MQTT connections shared by every listener (`mqtt.max_connections`),
+    /// kept by [`Registered`] so a connection carries nothing more for it.
+    shared_count: Option<Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 impl Connections {
     /// Registers a new connection's outbox; the returned guard unregisters it.
     fn register(self: &Arc<Self>, outbox: &Arc<Outbox>) -> Registered {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        if let Some(count) = &self.shared_count {
+            count.fetch_add(1, Ordering::AcqRel);
+        }
         self.live.lock().insert(key, Arc::downgrade(outbox));
         Registered {
             connections: Arc::clone(self),
@@ -105,6 +116,9 @@ struct Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
+        if let Some(count) = &self.connections.shared_count {
+            count.fetch_sub(1, Ordering::AcqRel);
+        }
         let mut live = self.connections.live.lock();
         live.remove(&self.key);
         if live.is_empty() {
@@ -125,7 +139,13 @@ pub async fn serve(
     let config = Arc::new(config);
     // One shared context: a session holds one pointer to it, not a copy of its four.
     let context = Arc::new(context);
-    let connections = Arc::new(Connections::default());
+    let connections = Arc::new(Connections {
+        shared_count: config
+            .max_connections
+            .as_ref()
+            .map(|(_, count)| Arc::clone(count)),
+        ..Connections::default()
+    });
     let alarmed = Arc::clone(&connections);
     context.broker.subscribe_alarms(Box::new(move |reason| {
         alarmed.alarm.store(reason.is_some(), Ordering::Release);
@@ -153,18 +173,26 @@ pub async fn serve(
     let accept_loop = serve_connections(listener, accept, shutdown.clone(), move |stream, peer| {
         let outbox = Outbox::new(context.config.prefetch);
         let registered = registry.register(&outbox);
+
         if *accepting.borrow() {
             outbox.signal(Signal::Shutdown);
         }
-        Connection::new(
+        let over_capacity = config
+            .max_connections
+            .as_ref()
+            .is_some_and(|(max, count)| count.load(Ordering::Acquire) > *max);
+        let mut connection = Connection::new(
             stream,
             peer,
             Arc::clone(&context),
             Arc::clone(&config),
             outbox,
             registered,
-        )
-        .run()
+        );
+        if over_capacity {
+            connection.session.refuse_over_capacity();
+        }
+        connection.run()
     });
     let tell_connections = async {
         while shutdown.changed().await.is_ok() && !*shutdown.borrow() {}

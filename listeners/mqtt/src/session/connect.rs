@@ -39,6 +39,12 @@ impl Session {
                 properties.as_deref(),
             ))
         });
+        if self.over_capacity {
+            return self.refuse(
+                ConnectReturnCode::ServerUnavailable,
+                "mqtt.max_connections is reached",
+            );
+        }
         if let Some(method) = properties
             .as_deref()
             .and_then(|p| p.authentication_method.as_deref())

@@ -196,6 +196,8 @@ pub struct Session {
     /// The protocol the client's CONNECT asked for (3.1.1 until then): how the driver
     /// decodes its packets.
     protocol: ProtocolLevel,
+    /// `mqtt.max_connections` was reached when this connection came: CONNECT is refused.
+    over_capacity: bool,
 }
 
 /// What CONNECT needs from the socket: boxed, and dropped once the connection is registered,
@@ -244,7 +246,13 @@ impl Session {
             held_acks: None,
             tls: false,
             protocol: ProtocolLevel::V3_1_1,
+            over_capacity: false,
         }
+    }
+
+    /// Makes CONNECT answer "server unavailable" (`mqtt.max_connections` is reached).
+    pub fn refuse_over_capacity(&mut self) {
+        self.over_capacity = true;
     }
 
     /// The protocol the client speaks: decode its packets with it.
