@@ -813,3 +813,35 @@ async fn mqtt_max_connections_is_answered_with_server_unavailable() {
     .await
     .expect("test in time");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_resumed_with_expiry_0_ends_with_its_connection() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        let addr = broker.mqtt_addr();
+        let mut lasting = options5(addr, "shortening");
+        lasting.set_clean_start(false);
+        session_expiry(&mut lasting, 60);
+        let mut client = connect5(lasting).await;
+        client.subscribe("short/#", QoS::AtLeastOnce).await;
+        client.disconnect().await;
+        let vhost = broker.broker().vhost("/").expect("vhost");
+        assert!(vhost.queue("mqtt-subscription-shorteningqos1").is_some());
+
+        let mut ending = options5(addr, "shortening");
+        ending.set_clean_start(false);
+        let client = connect5(ending).await;
+        assert!(client.connack.session_present);
+        client.disconnect().await;
+        assert!(
+            warren_interop_tests::wait_for(Duration::from_secs(5), || vhost
+                .queue("mqtt-subscription-shorteningqos1")
+                .is_none())
+            .await,
+            "the session's queue goes with its last connection"
+        );
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}

@@ -556,6 +556,8 @@ impl Session {
                                 );
                             }
                             v5.session_expiry = expiry;
+                            // An expiry of 0 at the end ends the session with the connection.
+                            connected.clean_session = expiry == 0;
                         }
                     }
                     if reason.code == reason::DISCONNECT_WITH_WILL {
@@ -709,7 +711,13 @@ impl Session {
             for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
                 let name = queue_name(&connected.client_id, qos);
                 if let Some(queue) = connected.vhost.queue(&name) {
-                    if queue.config().exclusive_owner == Some(self.connection_id) {
+                    // Also the durable queues of an MQTT 5 session that was resumed (or
+                    // given expiry 0 at DISCONNECT) and now ends, unless another connection
+                    // took the client identifier over.
+                    let ours = queue.config().exclusive_owner == Some(self.connection_id)
+                        || (connected.v5.is_some()
+                            && self.context.registry.is_held_by(&key, self.connection_id));
+                    if ours {
                         connected.vhost.remove_queue(&queue);
                     }
                 }
