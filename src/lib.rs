@@ -110,7 +110,8 @@ fn login_from(from: CertLoginFrom) -> LoginFrom {
 }
 
 /// The STOMP listener's configuration from the `stomp.` settings.
-fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
+/// `count` is the `stomp.max_connections` count every STOMP listener shares.
+fn stomp_listener_config(settings: &Settings, count: &SharedCount) -> warren_stomp::ListenerConfig {
     let stomp = &settings.stomp;
     warren_stomp::ListenerConfig {
         session: warren_stomp::SessionConfig {
@@ -136,8 +137,12 @@ fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
         connection_max: settings.connection_max,
         tls: None,
         websocket: None,
+        max_connections: count.clone(),
     }
 }
+
+/// A connection cap and the count of connections shared by the listeners it covers.
+type SharedCount = Option<(usize, Arc<std::sync::atomic::AtomicUsize>)>;
 
 /// Binds every MQTT listener (`mqtt.listeners.tcp.*`, and `mqtt.listeners.ssl.default` over
 /// TLS) and spawns their accept loops, which share one client registry and one retained
@@ -258,6 +263,7 @@ async fn start_web_stomp(
     broker: &Arc<Broker>,
     shutdown: &watch::Receiver<bool>,
     listeners: &mut JoinSet<()>,
+    count: &SharedCount,
 ) -> Result<Vec<SocketAddr>, StartError> {
     let web = &settings.web_stomp;
     let websocket = warren_core::websocket::WebSocketConfig {
@@ -274,7 +280,7 @@ async fn start_web_stomp(
             Arc::clone(broker),
             warren_stomp::ListenerConfig {
                 websocket: Some(websocket.clone()),
-                ..stomp_listener_config(settings)
+                ..stomp_listener_config(settings, count)
             },
             shutdown.clone(),
         ));
@@ -290,7 +296,7 @@ async fn start_web_stomp(
             warren_stomp::ListenerConfig {
                 tls: Some(tls),
                 websocket: Some(websocket),
-                ..stomp_listener_config(settings)
+                ..stomp_listener_config(settings, count)
             },
             shutdown.clone(),
         ));
@@ -624,13 +630,18 @@ impl Server {
                 shutdown_rx.clone(),
             ));
         }
+        // One count for every STOMP listener, TCP, TLS and WebSocket alike.
+        let stomp_count: SharedCount = settings
+            .stomp
+            .max_connections
+            .map(|max| (max, Arc::new(std::sync::atomic::AtomicUsize::new(0))));
         let stomp_addr = match &settings.stomp.listener {
             Some(addr) => {
                 let (listener, bound) = bind("stomp", addr).await?;
                 listeners.spawn(warren_stomp::serve(
                     listener,
                     Arc::clone(&broker),
-                    stomp_listener_config(&settings),
+                    stomp_listener_config(&settings, &stomp_count),
                     shutdown_rx.clone(),
                 ));
                 Some(bound)
@@ -648,7 +659,7 @@ impl Server {
                     Arc::clone(&broker),
                     warren_stomp::ListenerConfig {
                         tls: Some(tls),
-                        ..stomp_listener_config(&settings)
+                        ..stomp_listener_config(&settings, &stomp_count)
                     },
                     shutdown_rx.clone(),
                 ));
@@ -665,8 +676,14 @@ impl Server {
             &mut web_mqtt_addrs,
         )
         .await?;
-        let web_stomp_addrs =
-            start_web_stomp(&settings, &broker, &shutdown_rx, &mut listeners).await?;
+        let web_stomp_addrs = start_web_stomp(
+            &settings,
+            &broker,
+            &shutdown_rx,
+            &mut listeners,
+            &stomp_count,
+        )
+        .await?;
         let mut amqps_addr = None;
         if let Some(addr) = &settings.amqps_listener {
             let tls = tls::listener_config("listeners.ssl.default", &settings.ssl_options)

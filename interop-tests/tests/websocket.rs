@@ -216,3 +216,78 @@ async fn the_handshake_checks_path_and_subprotocol() {
     .await
     .expect("test in time");
 }
+
+/// Sends a STOMP CONNECT over plain TCP and returns the first frame's command line.
+async fn stomp_connect_over_tcp(addr: std::net::SocketAddr) -> (tokio::net::TcpStream, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connects");
+    let connect = frame(
+        "CONNECT",
+        &[
+            ("accept-version", "1.2"),
+            ("host", "/"),
+            ("login", "guest"),
+            ("passcode", "guest"),
+        ],
+        "",
+    );
+    socket.write_all(connect.as_bytes()).await.expect("write");
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !reply.contains(&0) {
+        let read = tokio::time::timeout(Duration::from_secs(5), socket.read(&mut chunk))
+            .await
+            .expect("a reply in time")
+            .expect("read");
+        if read == 0 {
+            break;
+        }
+        reply.extend_from_slice(&chunk[..read]);
+    }
+    let text = String::from_utf8_lossy(&reply).into_owned();
+    (socket, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stomp_max_connections_is_answered_with_an_error_frame() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start_with(&[
+            ("stomp.max_connections", "1"),
+            ("web_stomp.tcp.ip", "127.0.0.1"),
+            ("web_stomp.tcp.port", "0"),
+        ])
+        .await;
+        let addr = broker.server().stomp_addr().expect("STOMP listener");
+        let (_first, reply) = stomp_connect_over_tcp(addr).await;
+        assert!(reply.starts_with("CONNECTED\n"), "{reply}");
+        let (_second, reply) = stomp_connect_over_tcp(addr).await;
+        assert!(reply.starts_with("ERROR\n"), "{reply}");
+        assert!(reply.contains("stomp.max_connections"), "{reply}");
+        // The count covers Web-STOMP too.
+        let web = broker
+            .server()
+            .web_stomp_addr()
+            .expect("Web-STOMP listener");
+        let (socket, _) = tokio_tungstenite::connect_async(format!("ws://{web}/ws"))
+            .await
+            .expect("WebSocket handshake");
+        let mut stomp = StompSocket {
+            socket,
+            received: String::new(),
+        };
+        stomp
+            .send(frame(
+                "CONNECT",
+                &[("accept-version", "1.2"), ("host", "/")],
+                "",
+            ))
+            .await;
+        let reply = stomp.next_frame().await;
+        assert!(reply.starts_with("ERROR\n"), "{reply}");
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}

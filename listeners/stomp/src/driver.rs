@@ -38,6 +38,9 @@ pub struct ListenerConfig {
     /// STOMP over WebSocket (Web-STOMP, `web_stomp.*`): every connection completes a
     /// WebSocket handshake first; the same codec and session serve it.
     pub websocket: Option<warren_core::websocket::WebSocketConfig>,
+    /// `stomp.max_connections`: the most STOMP connections at once across the listeners
+    /// that share this count; a connection beyond it gets an ERROR frame at CONNECT.
+    pub max_connections: Option<(usize, Arc<std::sync::atomic::AtomicUsize>)>,
 }
 
 impl Default for ListenerConfig {
@@ -48,7 +51,17 @@ impl Default for ListenerConfig {
             connection_max: None,
             tls: None,
             websocket: None,
+            max_connections: None,
         }
+    }
+}
+
+/// A connection counted against `stomp.max_connections`, uncounted on drop.
+struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -128,6 +141,13 @@ pub async fn run_connection(
     if let Some(certificate) = &certificate {
         session.set_certificate(certificate);
     }
+    // Counted for `stomp.max_connections` until this function returns.
+    let _counted = config.max_connections.as_ref().map(|(max, count)| {
+        if count.fetch_add(1, std::sync::atomic::Ordering::AcqRel) >= *max {
+            session.refuse_over_capacity();
+        }
+        Counted(Arc::clone(count))
+    });
     let connection_id = session.connection_id();
     tracing::debug!(connection = connection_id, %peer, "accepted STOMP connection");
     let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
