@@ -8,6 +8,7 @@ use crate::error::ConfigError;
 use crate::mqtt::MQTT_KEYS;
 use crate::settings::{Settings, KEYS};
 use crate::stomp::STOMP_KEYS;
+use crate::web::WEB_KEYS;
 
 /// The usage text `--help` returns in [`ConfigError::HelpRequested`].
 pub fn usage() -> String {
@@ -26,6 +27,7 @@ pub fn usage() -> String {
             .chain(STOMP_KEYS)
             .chain(MQTT_KEYS)
             .chain(CLUSTER_KEYS)
+            .chain(WEB_KEYS)
     };
     let width = keys().map(|(key, _)| key.len()).max().unwrap_or(0);
     for (key, description) in keys() {

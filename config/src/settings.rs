@@ -280,6 +280,10 @@ pub struct Settings {
     pub cluster: ClusterSettings,
     /// The `mqtt.*` keys: the MQTT listener.
     pub mqtt: MqttSettings,
+    /// The `web_mqtt.*` keys: MQTT over WebSocket.
+    pub web_mqtt: crate::web::WebSettings,
+    /// The `web_stomp.*` keys: STOMP over WebSocket.
+    pub web_stomp: crate::web::WebSettings,
     /// `msg_store_file_size_limit`: size at which the message store closes a segment file
     /// and starts a new one (RabbitMQ's key). Default 16 MiB.
     pub msg_store_file_size_limit: usize,
@@ -369,6 +373,8 @@ impl Default for Settings {
             stomp: StompSettings::default(),
             cluster: ClusterSettings::default(),
             mqtt: MqttSettings::default(),
+            web_mqtt: crate::web::WebSettings::new(crate::web::WEB_MQTT_PORT),
+            web_stomp: crate::web::WebSettings::new(crate::web::WEB_STOMP_PORT),
             msg_store_file_size_limit: 16 * 1024 * 1024,
             msg_store_max_unwritten_bytes: 64 * 1024 * 1024,
             queue_max_in_memory_messages: 100_000,
@@ -893,6 +899,18 @@ impl Settings {
                     self.prometheus_enabled = enabled;
                 }
             }
+            "plugins.web_mqtt" | "plugins.web_stomp" => {
+                let enabled = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(invalid("true or false")),
+                };
+                if key == "plugins.web_mqtt" {
+                    self.web_mqtt.enabled = enabled;
+                } else {
+                    self.web_stomp.enabled = enabled;
+                }
+            }
             "plugins.consistent_hash_exchange" => {
                 self.consistent_hash_exchange = match value {
                     "true" => true,
@@ -1007,6 +1025,10 @@ impl Settings {
             }
             _ if key.starts_with("stomp.") => return self.stomp.set(key, value),
             _ if ClusterSettings::owns(key) => return self.cluster.set(key, value),
+            _ if key.starts_with("web_mqtt.") => return self.web_mqtt.set("web_mqtt", key, value),
+            _ if key.starts_with("web_stomp.") => {
+                return self.web_stomp.set("web_stomp", key, value)
+            }
             _ if key.starts_with("mqtt.") => {
                 return self.mqtt.set(key, value, parse_listener);
             }

@@ -41,6 +41,7 @@ pub mod stream;
 pub mod topic_access;
 pub mod value;
 pub mod vhost;
+pub mod websocket;
 
 pub use broker::Broker;
 pub use error::{CoreError, CoreResult, ErrorKind};
