@@ -33,6 +33,7 @@ pub mod retained_file;
 pub mod routing;
 pub mod store;
 pub mod stream;
+pub mod stream_log;
 pub mod topic_access;
 pub mod value;
 pub mod vhost;

@@ -139,6 +139,8 @@ pub struct VHost {
     /// The default exchange (also in `exchanges`), held here so that counting a publish to
     /// it needs no map lookup.
     default_exchange: Arc<Exchange>,
+    /// The vhost's streams (`crate::stream_log`), kept beside its classic queues.
+    streams: crate::stream_log::StreamRegistry,
 }
 
 /// The registry of plugin exchange types, by type name.
@@ -177,6 +179,13 @@ impl VHost {
             arguments: Table::new(),
             plugin: None,
         });
+        // Streams live beside the message store, one directory per vhost.
+        let streams = crate::stream_log::StreamRegistry::open(durability.store().map(|store| {
+            let data_dir = store.dir().parent().unwrap_or(store.dir());
+            data_dir
+                .join("streams")
+                .join(crate::stream_log::registry::encode_name(name))
+        }));
         let vhost = VHost {
             name: name.to_string(),
             exchanges: RwLock::new(HashMap::new()),
@@ -195,6 +204,7 @@ impl VHost {
             topic_permissions: Default::default(),
             retired: Default::default(),
             default_exchange: Arc::clone(&default_exchange),
+            streams,
         };
         {
             let mut exchanges = vhost.exchanges.write();
@@ -339,6 +349,11 @@ impl VHost {
     /// The queue called `name`.
     pub fn queue(&self, name: &str) -> Option<Arc<Queue>> {
         self.queues.read().get(name).cloned()
+    }
+
+    /// The vhost's streams.
+    pub fn streams(&self) -> &crate::stream_log::StreamRegistry {
+        &self.streams
     }
 
     /// All exchanges.
@@ -553,6 +568,21 @@ impl VHost {
                 consumer_count: 0,
             });
         }
+        let is_stream = request
+            .arguments
+            .get("x-queue-type")
+            .and_then(Value::as_str)
+            == Some("stream")
+            || (request.passive && self.streams.get(&request.name).is_some());
+        if is_stream {
+            return self.declare_stream_queue(actor.user, &request);
+        }
+        if self.streams.get(&request.name).is_some() {
+            return Err(CoreError::precondition_failed(format!(
+                "inequivalent arg 'x-queue-type' for {}: received none but current is the type 'stream'",
+                self.describe("queue", &request.name)
+            )));
+        }
         if request.passive {
             let queue = self.queue_or_404(&request.name)?;
             queue.check_exclusive_access(actor.connection_id)?;
@@ -696,6 +726,9 @@ impl VHost {
         if_empty: bool,
     ) -> CoreResult<u64> {
         self.check(actor.user, Access::Configure, ResourceKind::Queue, name)?;
+        if self.streams.delete(name) {
+            return Ok(0);
+        }
         let _topology = self.topology.lock();
         let Some(queue) = self.queue(name) else {
             return Ok(0);
