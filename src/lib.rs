@@ -109,6 +109,25 @@ fn login_from(from: CertLoginFrom) -> LoginFrom {
     }
 }
 
+/// The stream protocol listener's configuration from the `stream.` settings.
+fn stream_listener_config(settings: &Settings) -> warren_stream::ListenerConfig {
+    let stream = &settings.stream;
+    warren_stream::ListenerConfig {
+        session: warren_stream::SessionConfig {
+            frame_max: stream.frame_max,
+            heartbeat: stream.heartbeat,
+            initial_frame_max: stream.initial_frame_max,
+            advertised_host: stream.advertised_host.clone(),
+            advertised_port: stream.advertised_port,
+        },
+        login_timeout: settings
+            .handshake_timeout
+            .max(std::time::Duration::from_secs(10)),
+        connection_max: settings.connection_max,
+        tls: None,
+    }
+}
+
 /// The STOMP listener's configuration from the `stomp.` settings.
 fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
     let stomp = &settings.stomp;
@@ -428,6 +447,7 @@ pub struct Server {
     amqp_addrs: Vec<SocketAddr>,
     stomp_addr: Option<SocketAddr>,
     stomps_addr: Option<SocketAddr>,
+    stream_addr: Option<SocketAddr>,
     mqtt_addrs: Vec<SocketAddr>,
     mqtts_addr: Option<SocketAddr>,
     amqps_addr: Option<SocketAddr>,
@@ -564,6 +584,19 @@ impl Server {
             }
             None => None,
         };
+        let stream_addr = match &settings.stream.listener {
+            Some(addr) => {
+                let (listener, bound) = bind("stream", addr).await?;
+                listeners.spawn(warren_stream::serve(
+                    listener,
+                    Arc::clone(&broker),
+                    stream_listener_config(&settings),
+                    shutdown_rx.clone(),
+                ));
+                Some(bound)
+            }
+            None => None,
+        };
         let (mqtt_addrs, mqtts_addr) =
             start_mqtt(&settings, &broker, &shutdown_rx, &mut listeners).await?;
         let mut amqps_addr = None;
@@ -590,6 +623,7 @@ impl Server {
             ("mqtt/ssl", mqtts_addr.into_iter().collect()),
             ("stomp", stomp_addr.into_iter().collect()),
             ("stomp/ssl", stomps_addr.into_iter().collect()),
+            ("stream", stream_addr.into_iter().collect()),
         ]
         .into_iter()
         .flat_map(|(protocol, addrs)| {
@@ -614,6 +648,7 @@ impl Server {
             amqp_addrs,
             stomp_addr,
             stomps_addr,
+            stream_addr,
             mqtt_addrs,
             mqtts_addr,
             amqps_addr,
@@ -632,6 +667,12 @@ impl Server {
     /// (`stomp.listeners.tcp.default = none`).
     pub fn stomp_addr(&self) -> Option<SocketAddr> {
         self.stomp_addr
+    }
+
+    /// The stream protocol listener's address, unless it is disabled
+    /// (`stream.listeners.tcp.default = none`).
+    pub fn stream_addr(&self) -> Option<SocketAddr> {
+        self.stream_addr
     }
 
     /// Every bound AMQP listener address.

@@ -7,6 +7,7 @@ use crate::error::ConfigError;
 use crate::mqtt::MQTT_KEYS;
 use crate::settings::{Settings, KEYS};
 use crate::stomp::STOMP_KEYS;
+use crate::stream::STREAM_KEYS;
 
 /// The usage text `--help` returns in [`ConfigError::HelpRequested`].
 pub fn usage() -> String {
@@ -20,7 +21,12 @@ pub fn usage() -> String {
          \n\
          Keys (default in parentheses):\n",
     );
-    let keys = || KEYS.iter().chain(STOMP_KEYS).chain(MQTT_KEYS);
+    let keys = || {
+        KEYS.iter()
+            .chain(STOMP_KEYS)
+            .chain(MQTT_KEYS)
+            .chain(STREAM_KEYS)
+    };
     let width = keys().map(|(key, _)| key.len()).max().unwrap_or(0);
     for (key, description) in keys() {
         text.push_str(&format!("  {key:width$}  {description}\n"));

@@ -23,6 +23,7 @@ mod listen_addr;
 mod mqtt;
 mod settings;
 mod stomp;
+mod stream;
 
 pub use cli::usage;
 pub use definitions::{
@@ -38,3 +39,4 @@ pub use settings::{
     SslOptions, AUTH_MECHANISMS, FRAME_MIN_SIZE, KEYS, MAX_MESSAGE_SIZE_LIMIT,
 };
 pub use stomp::{StompSettings, STOMP_KEYS, STOMP_PORT};
+pub use stream::{StreamProtocolSettings, STREAM_KEYS, STREAM_PORT};

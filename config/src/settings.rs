@@ -12,6 +12,7 @@ use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
 use crate::mqtt::MqttSettings;
 use crate::stomp::StompSettings;
+use crate::stream::StreamProtocolSettings;
 
 /// RabbitMQ's (and so Warren's) smallest negotiable frame size.
 pub const FRAME_MIN_SIZE: u32 = 4096;
@@ -237,6 +238,8 @@ pub struct Settings {
     pub disk_free_limit: DiskFreeLimit,
     /// The `stomp.` keys: the STOMP listener.
     pub stomp: StompSettings,
+    /// The `stream.` keys: the stream protocol listener (port 5552).
+    pub stream: StreamProtocolSettings,
     /// The `mqtt.*` keys: the MQTT listener.
     pub mqtt: MqttSettings,
     /// `msg_store_file_size_limit`: size at which the message store closes a segment file
@@ -323,6 +326,7 @@ impl Default for Settings {
             total_memory_override: None,
             disk_free_limit: DiskFreeLimit::Absolute(50_000_000),
             stomp: StompSettings::default(),
+            stream: StreamProtocolSettings::default(),
             mqtt: MqttSettings::default(),
             msg_store_file_size_limit: 16 * 1024 * 1024,
             msg_store_max_unwritten_bytes: 64 * 1024 * 1024,
@@ -900,6 +904,7 @@ impl Settings {
                 );
             }
             _ if key.starts_with("stomp.") => return self.stomp.set(key, value),
+            _ if key.starts_with("stream.") => return self.stream.set(key, value),
             _ if key.starts_with("mqtt.") => {
                 return self.mqtt.set(key, value, parse_listener);
             }

@@ -7,6 +7,7 @@ mod json;
 mod parameters;
 mod resources;
 mod runtime;
+mod streams;
 mod topology;
 
 use std::net::SocketAddr;
