@@ -398,3 +398,69 @@ async fn permissions_are_checked_as_rabbitmq_checks_them_on_streams() {
         .await;
     assert!(refused.is_err(), "a bad password is refused");
 }
+
+fn body_as_key(message: &Message) -> String {
+    String::from_utf8_lossy(message.data().unwrap_or_default()).into_owned()
+}
+
+#[tokio::test]
+async fn a_super_stream_routes_by_binding_key_to_its_partitions() {
+    use rabbitmq_stream_client::types::{RoutingKeyRoutingStrategy, RoutingStrategy};
+    let broker = TestBroker::start().await;
+    let environment = environment(&broker).await;
+    environment
+        .stream_creator()
+        .create_super_stream("invoices", 3, None)
+        .await
+        .expect("super stream created");
+    let mut producer = environment
+        .super_stream_producer(RoutingStrategy::RoutingKeyStrategy(
+            RoutingKeyRoutingStrategy {
+                routing_extractor: &body_as_key,
+            },
+        ))
+        .build("invoices")
+        .await
+        .expect("super stream producer");
+    let confirmed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for key in ["0", "1", "2", "1"] {
+        let confirmed = std::sync::Arc::clone(&confirmed);
+        producer
+            .send(message(key), move |status| {
+                if status.is_ok_and(|s| s.confirmed()) {
+                    confirmed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                async {}
+            })
+            .await
+            .expect("sent");
+    }
+    assert!(
+        warren_interop_tests::wait_for(LIMIT, || confirmed
+            .load(std::sync::atomic::Ordering::SeqCst)
+            == 4)
+        .await,
+        "all four confirmed"
+    );
+    let mut partition = environment
+        .consumer()
+        .offset(OffsetSpecification::First)
+        .build("invoices-1")
+        .await
+        .expect("partition consumer");
+    assert_eq!(
+        take(&mut partition, 2).await,
+        vec![(0, "1".into()), (1, "1".into())]
+    );
+    nothing_more(&mut partition).await;
+    partition.handle().close().await.expect("closed");
+    producer.close().await.expect("closed");
+    environment
+        .delete_super_stream("invoices")
+        .await
+        .expect("deleted");
+    assert!(
+        environment.producer().build("invoices-0").await.is_err(),
+        "partitions deleted with it"
+    );
+}

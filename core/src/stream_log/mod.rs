@@ -19,6 +19,7 @@ pub mod reader;
 pub mod registry;
 pub mod retention;
 pub mod segment;
+pub mod super_streams;
 pub mod tracking;
 pub mod vhost_streams;
 
@@ -29,3 +30,4 @@ pub use log::{LogStats, OnWritten, Publish, Record, StreamLog, Written};
 pub use reader::{ChunkFilter, OffsetSpec, StreamReader};
 pub use registry::{StreamCreated, StreamRegistry};
 pub use retention::{parse_max_age, StreamSettings};
+pub use super_streams::SuperStream;

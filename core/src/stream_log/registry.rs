@@ -11,6 +11,7 @@ use parking_lot::RwLock;
 
 use super::log::StreamLog;
 use super::retention::StreamSettings;
+use super::super_streams::SuperStreams;
 
 const META_FILE: &str = "stream.meta";
 
@@ -30,7 +31,8 @@ pub fn encode_name(name: &str) -> String {
     out
 }
 
-fn decode_name(text: &str) -> Option<String> {
+/// The inverse of [`encode_name`].
+pub fn decode_name(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -61,6 +63,7 @@ pub enum StreamCreated {
 pub struct StreamRegistry {
     root: Option<PathBuf>,
     streams: RwLock<HashMap<String, Arc<StreamLog>>>,
+    super_streams: SuperStreams,
 }
 
 impl std::fmt::Debug for StreamRegistry {
@@ -108,6 +111,7 @@ impl StreamRegistry {
     /// created, because they live on disk). Streams found there are opened and recovered.
     pub fn open(root: Option<PathBuf>) -> StreamRegistry {
         let registry = StreamRegistry {
+            super_streams: SuperStreams::open(root.as_deref()),
             root,
             streams: RwLock::default(),
         };
@@ -116,6 +120,9 @@ impl StreamRegistry {
                 let mut streams = registry.streams.write();
                 for entry in entries.flatten() {
                     let dir = entry.path();
+                    if !dir.is_dir() {
+                        continue;
+                    }
                     let Some((name, arguments)) = read_meta(&dir) else {
                         continue;
                     };
@@ -132,6 +139,11 @@ impl StreamRegistry {
             }
         }
         registry
+    }
+
+    /// The vhost's super streams.
+    pub fn super_streams(&self) -> &SuperStreams {
+        &self.super_streams
     }
 
     /// The stream called `name`.

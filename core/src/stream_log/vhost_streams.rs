@@ -15,6 +15,7 @@ use crate::vhost::{QueueDeclare, QueueDeclared, VHost};
 
 use super::log::StreamLog;
 use super::registry::StreamCreated;
+use super::super_streams::SuperStream;
 
 /// The longest stream name RabbitMQ accepts.
 pub const MAX_STREAM_NAME_LENGTH: usize = 255;
@@ -92,6 +93,97 @@ impl VHost {
                 self.name()
             )))
         }
+    }
+
+    /// Creates super stream `name` routing to new partition streams (one per binding key,
+    /// in order), as RabbitMQ's CreateSuperStream: configure on the super stream (an
+    /// exchange in RabbitMQ) and on every partition.
+    pub fn create_super_stream(
+        &self,
+        user: &str,
+        name: &str,
+        partitions: &[String],
+        binding_keys: &[String],
+        arguments: &[(String, String)],
+    ) -> CoreResult<()> {
+        if partitions.is_empty() || partitions.len() != binding_keys.len() {
+            return Err(CoreError::precondition_failed(format!(
+                "super stream '{name}' needs as many binding keys as partitions, and at least one"
+            )));
+        }
+        self.check(user, Access::Configure, ResourceKind::Exchange, name)?;
+        for partition in partitions {
+            self.check(user, Access::Configure, ResourceKind::Queue, partition)?;
+            if self.streams().get(partition).is_some() || self.queue(partition).is_some() {
+                return Err(CoreError::precondition_failed(format!(
+                    "partition '{partition}' of super stream '{name}' already exists"
+                )));
+            }
+        }
+        if self.streams().super_streams().get(name).is_some() || self.exchange(name).is_some() {
+            return Err(CoreError::precondition_failed(format!(
+                "super stream '{name}' already exists in vhost '{}'",
+                self.name()
+            )));
+        }
+        for partition in partitions {
+            self.create_stream(user, partition, arguments)?;
+        }
+        let super_stream = SuperStream {
+            partitions: partitions
+                .iter()
+                .cloned()
+                .zip(binding_keys.iter().cloned())
+                .collect(),
+        };
+        match self.streams().super_streams().insert(name, super_stream) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(CoreError::precondition_failed(format!(
+                "super stream '{name}' already exists in vhost '{}'",
+                self.name()
+            ))),
+            Err(error) => Err(CoreError::new(
+                crate::error::ErrorKind::InternalError,
+                format!("cannot save super stream '{name}': {error}"),
+            )),
+        }
+    }
+
+    /// Super stream `name`, after checking `user`'s `access` to it.
+    pub fn super_stream_for(
+        &self,
+        user: &str,
+        access: Access,
+        name: &str,
+    ) -> CoreResult<SuperStream> {
+        self.check(user, access, ResourceKind::Exchange, name)?;
+        self.streams().super_streams().get(name).ok_or_else(|| {
+            CoreError::not_found(format!(
+                "no super stream '{name}' in vhost '{}'",
+                self.name()
+            ))
+        })
+    }
+
+    /// Deletes super stream `name` and its partition streams (configure permission).
+    pub fn delete_super_stream(&self, user: &str, name: &str) -> CoreResult<()> {
+        let super_stream = self.super_stream_for(user, Access::Configure, name)?;
+        for (partition, _) in &super_stream.partitions {
+            self.check(user, Access::Configure, ResourceKind::Queue, partition)?;
+        }
+        self.streams()
+            .super_streams()
+            .remove(name)
+            .map_err(|error| {
+                CoreError::new(
+                    crate::error::ErrorKind::InternalError,
+                    format!("cannot save super streams: {error}"),
+                )
+            })?;
+        for (partition, _) in &super_stream.partitions {
+            self.streams().delete(partition);
+        }
+        Ok(())
     }
 
     /// queue.declare of a stream (`x-queue-type: stream`, or a passive declare of a

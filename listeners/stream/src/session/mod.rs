@@ -149,6 +149,10 @@ const COMMAND_VERSIONS: &[(u16, u16, u16)] = &[
     (key::EXCHANGE_COMMAND_VERSIONS, 1, 1),
     (key::STREAM_STATS, 1, 1),
     (key::RESOLVE_OFFSET_SPEC, 1, 1),
+    (key::ROUTE, 1, 1),
+    (key::PARTITIONS, 1, 1),
+    (key::CREATE_SUPER_STREAM, 1, 1),
+    (key::DELETE_SUPER_STREAM, 1, 1),
 ];
 
 impl Session {
@@ -486,43 +490,97 @@ impl Session {
                     }
                 }
             }
-            Request::Route { correlation_id, .. } => {
+            Request::Route {
+                correlation_id,
+                routing_key,
+                super_stream,
+            } => {
+                let (vhost, user) = self.vhost();
+                let (answer, streams) = match vhost.super_stream_for(
+                    user,
+                    warren_core::access::Access::Read,
+                    &super_stream,
+                ) {
+                    Ok(found) => (code::OK, found.route(&routing_key)),
+                    Err(error) => (error_code(&error), Vec::new()),
+                };
                 encode::response_streams(
                     &mut self.out,
                     key::ROUTE,
                     correlation_id,
-                    code::STREAM_DOES_NOT_EXIST,
-                    &[],
+                    answer,
+                    &streams,
                 );
             }
-            Request::Partitions { correlation_id, .. } => {
+            Request::Partitions {
+                correlation_id,
+                super_stream,
+            } => {
+                let (vhost, user) = self.vhost();
+                let (answer, streams) = match vhost.super_stream_for(
+                    user,
+                    warren_core::access::Access::Read,
+                    &super_stream,
+                ) {
+                    Ok(found) => (code::OK, found.partition_names()),
+                    Err(error) => (error_code(&error), Vec::new()),
+                };
                 encode::response_streams(
                     &mut self.out,
                     key::PARTITIONS,
                     correlation_id,
-                    code::STREAM_DOES_NOT_EXIST,
-                    &[],
+                    answer,
+                    &streams,
                 );
             }
             Request::CreateSuperStream {
                 correlation_id,
                 name,
-                ..
+                partitions,
+                binding_keys,
+                arguments,
             } => {
-                tracing::info!(super_stream = %name, "super streams are not supported yet");
+                let (vhost, user) = self.vhost();
+                let answer = match vhost.create_super_stream(
+                    user,
+                    &name,
+                    &partitions,
+                    &binding_keys,
+                    &arguments,
+                ) {
+                    Ok(()) => code::OK,
+                    Err(error)
+                        if error.kind == ErrorKind::PreconditionFailed
+                            && vhost.streams().super_streams().get(&name).is_some() =>
+                    {
+                        code::STREAM_ALREADY_EXISTS
+                    }
+                    Err(error) => {
+                        tracing::info!(super_stream = %name, %error, "super stream not created");
+                        error_code(&error)
+                    }
+                };
                 encode::response(
                     &mut self.out,
                     key::CREATE_SUPER_STREAM,
                     correlation_id,
-                    code::PRECONDITION_FAILED,
+                    answer,
                 );
             }
-            Request::DeleteSuperStream { correlation_id, .. } => {
+            Request::DeleteSuperStream {
+                correlation_id,
+                name,
+            } => {
+                let (vhost, user) = self.vhost();
+                let answer = match vhost.delete_super_stream(user, &name) {
+                    Ok(()) => code::OK,
+                    Err(error) => error_code(&error),
+                };
                 encode::response(
                     &mut self.out,
                     key::DELETE_SUPER_STREAM,
                     correlation_id,
-                    code::STREAM_DOES_NOT_EXIST,
+                    answer,
                 );
             }
             Request::ConsumerUpdateResponse { .. } => {}
