@@ -164,7 +164,11 @@ impl Session {
         local: SocketAddr,
         wake: Arc<Notify>,
     ) -> Session {
-        let frame_max = config.initial_frame_max.min(config.frame_max);
+        // 0 is "no limit": the initial ceiling still applies until Open.
+        let frame_max = match config.frame_max {
+            0 => config.initial_frame_max,
+            limit => config.initial_frame_max.min(limit),
+        };
         let negotiated_frame_max = config.frame_max;
         Session {
             broker,
