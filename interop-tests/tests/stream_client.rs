@@ -464,3 +464,72 @@ async fn a_super_stream_routes_by_binding_key_to_its_partitions() {
         "partitions deleted with it"
     );
 }
+
+#[tokio::test]
+async fn amqp_clients_declare_see_and_delete_streams_as_queues() {
+    use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
+    use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+    let broker = TestBroker::start().await;
+    let connection =
+        lapin::Connection::connect(&broker.url(), lapin::ConnectionProperties::default())
+            .await
+            .expect("connects");
+    let channel = connection.create_channel().await.expect("channel");
+    let mut arguments = FieldTable::default();
+    arguments.insert(
+        ShortString::from("x-queue-type"),
+        AMQPValue::LongString(LongString::from("stream")),
+    );
+    arguments.insert(
+        ShortString::from("x-max-length-bytes"),
+        AMQPValue::LongLongInt(1_000_000),
+    );
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel
+        .queue_declare("amqp-declared".into(), durable, arguments.clone())
+        .await
+        .expect("a stream declared over AMQP 0-9-1");
+    let environment = environment(&broker).await;
+    publish(&environment, "amqp-declared", None, &["one", "two"]).await;
+    let passive = channel
+        .queue_declare(
+            "amqp-declared".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("a passive declare finds the stream");
+    assert_eq!(passive.message_count(), 2);
+    let listed = broker
+        .api_as_guest("GET", "/api/queues/%2F/amqp-declared", None)
+        .await
+        .json();
+    assert_eq!(listed["arguments"]["x-max-length-bytes"], "1000000");
+    channel
+        .queue_delete("amqp-declared".into(), QueueDeleteOptions::default())
+        .await
+        .expect("deleted over AMQP");
+    assert!(
+        environment.producer().build("amqp-declared").await.is_err(),
+        "the stream is gone"
+    );
+    // Streams are durable only (406 PRECONDITION_FAILED, which closes the channel).
+    let error = channel
+        .queue_declare(
+            "transient".into(),
+            QueueDeclareOptions::default(),
+            arguments,
+        )
+        .await
+        .expect_err("a non-durable stream is refused");
+    assert!(
+        error.to_string().contains("406") || error.to_string().contains("PRECONDITION"),
+        "{error}"
+    );
+}

@@ -215,14 +215,19 @@ impl Chunk {
     /// and no trailer (clients parse records right after the header), then the data.
     pub fn wire_bytes(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(HEADER_SIZE + self.data.len());
+        self.write_wire(&mut out);
+        out.freeze()
+    }
+
+    /// Appends [`Chunk::wire_bytes`] to `out` without building them apart.
+    pub fn write_wire(&self, out: &mut BytesMut) {
         ChunkHeader {
             bloom_size: 0,
             trailer_length: 0,
             ..self.header
         }
-        .encode(&mut out);
+        .encode(out);
         out.extend_from_slice(&self.data);
-        out.freeze()
     }
 
     /// Whether any of `values` may be in the chunk, or (with `match_unfiltered`) a record

@@ -195,6 +195,17 @@ impl StreamRegistry {
         Ok(StreamCreated::Created(log))
     }
 
+    /// Deletes every stream and super stream and their files (the vhost is deleted).
+    pub fn delete_all(&self) {
+        let names: Vec<String> = self.streams.read().keys().cloned().collect();
+        for name in names {
+            self.delete(&name);
+        }
+        if let Some(root) = &self.root {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+
     /// Deletes stream `name` and its files; `false` when there is none.
     pub fn delete(&self, name: &str) -> bool {
         let Some(log) = self.streams.write().remove(name) else {

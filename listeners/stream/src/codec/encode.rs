@@ -187,6 +187,23 @@ pub fn deliver(
     });
 }
 
+/// Deliver of a chunk read from a stream, written straight into `out`.
+pub fn deliver_chunk(
+    out: &mut BytesMut,
+    version: u16,
+    subscription_id: u8,
+    committed: u64,
+    chunk: &warren_core::stream_log::chunk::Chunk,
+) {
+    frame(out, key::DELIVER, version, |out| {
+        out.put_u8(subscription_id);
+        if version >= 2 {
+            out.put_u64(committed);
+        }
+        chunk.write_wire(out);
+    });
+}
+
 /// Credit response (only sent for an unknown subscription).
 pub fn credit_response(out: &mut BytesMut, code: u16, subscription_id: u8) {
     frame(out, key::CREDIT | key::RESPONSE, 1, |out| {

@@ -229,12 +229,12 @@ impl Session {
                             .stats()
                             .last_chunk_offset
                             .unwrap_or(chunk.header.first_offset);
-                        encode::deliver(
+                        encode::deliver_chunk(
                             &mut self.out,
                             self.deliver_version,
                             *id,
                             committed,
-                            &chunk.wire_bytes(),
+                            &chunk,
                         );
                         subscription.credit -= 1;
                     }
