@@ -448,6 +448,7 @@ pub struct Server {
     stomp_addr: Option<SocketAddr>,
     stomps_addr: Option<SocketAddr>,
     stream_addr: Option<SocketAddr>,
+    stream_tls_addr: Option<SocketAddr>,
     mqtt_addrs: Vec<SocketAddr>,
     mqtts_addr: Option<SocketAddr>,
     amqps_addr: Option<SocketAddr>,
@@ -597,6 +598,25 @@ impl Server {
             }
             None => None,
         };
+        let stream_tls_addr = match &settings.stream.tls_listener {
+            Some(addr) => {
+                let tls =
+                    tls::listener_config("stream.listeners.ssl.default", &settings.ssl_options)
+                        .map_err(StartError::Tls)?;
+                let (listener, bound) = bind("stream/ssl", addr).await?;
+                listeners.spawn(warren_stream::serve(
+                    listener,
+                    Arc::clone(&broker),
+                    warren_stream::ListenerConfig {
+                        tls: Some(tls),
+                        ..stream_listener_config(&settings)
+                    },
+                    shutdown_rx.clone(),
+                ));
+                Some(bound)
+            }
+            None => None,
+        };
         let (mqtt_addrs, mqtts_addr) =
             start_mqtt(&settings, &broker, &shutdown_rx, &mut listeners).await?;
         let mut amqps_addr = None;
@@ -624,6 +644,7 @@ impl Server {
             ("stomp", stomp_addr.into_iter().collect()),
             ("stomp/ssl", stomps_addr.into_iter().collect()),
             ("stream", stream_addr.into_iter().collect()),
+            ("stream/ssl", stream_tls_addr.into_iter().collect()),
         ]
         .into_iter()
         .flat_map(|(protocol, addrs)| {
@@ -649,6 +670,7 @@ impl Server {
             stomp_addr,
             stomps_addr,
             stream_addr,
+            stream_tls_addr,
             mqtt_addrs,
             mqtts_addr,
             amqps_addr,
@@ -673,6 +695,12 @@ impl Server {
     /// (`stream.listeners.tcp.default = none`).
     pub fn stream_addr(&self) -> Option<SocketAddr> {
         self.stream_addr
+    }
+
+    /// The stream-protocol-over-TLS listener's address (`None` unless
+    /// `stream.listeners.ssl.default` is set).
+    pub fn stream_tls_addr(&self) -> Option<SocketAddr> {
+        self.stream_tls_addr
     }
 
     /// Every bound AMQP listener address.

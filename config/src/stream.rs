@@ -13,6 +13,9 @@ pub struct StreamProtocolSettings {
     /// `stream.listeners.tcp.default`: where to listen; `none` disables the listener.
     /// Default `0.0.0.0:5552`.
     pub listener: Option<ListenAddr>,
+    /// `stream.listeners.ssl.default`: the stream protocol over TLS, usually 5551, with
+    /// the certificates of `ssl_options.*`. Default none.
+    pub tls_listener: Option<ListenAddr>,
     /// `stream.advertised_host`: the host Metadata tells clients to connect to. Default:
     /// the address the client connected to.
     pub advertised_host: Option<String>,
@@ -30,6 +33,7 @@ impl Default for StreamProtocolSettings {
     fn default() -> StreamProtocolSettings {
         StreamProtocolSettings {
             listener: Some(ListenAddr::new("0.0.0.0", STREAM_PORT)),
+            tls_listener: None,
             advertised_host: None,
             advertised_port: None,
             frame_max: 1_048_576,
@@ -44,6 +48,10 @@ pub const STREAM_KEYS: &[(&str, &str)] = &[
     (
         "stream.listeners.tcp.default",
         "stream protocol listener: PORT, HOST:PORT or none (0.0.0.0:5552)",
+    ),
+    (
+        "stream.listeners.ssl.default",
+        "stream protocol over TLS: PORT or HOST:PORT (none); uses ssl_options.*",
     ),
     (
         "stream.advertised_host",
@@ -87,6 +95,13 @@ impl StreamProtocolSettings {
                         ))
                     })?)
                 };
+            }
+            "stream.listeners.ssl.default" => {
+                self.tls_listener = Some(ListenAddr::parse(value).map_err(|reason| {
+                    invalid(&format!(
+                        "PORT, HOST:PORT, [IPV6]:PORT or IPV6:PORT ({reason})"
+                    ))
+                })?);
             }
             "stream.advertised_host" => {
                 if value.is_empty() {
