@@ -114,6 +114,25 @@ fn login_from(from: CertLoginFrom) -> LoginFrom {
     }
 }
 
+/// The stream protocol listener's configuration from the `stream.` settings.
+fn stream_listener_config(settings: &Settings) -> warren_stream::ListenerConfig {
+    let stream = &settings.stream;
+    warren_stream::ListenerConfig {
+        session: warren_stream::SessionConfig {
+            frame_max: stream.frame_max,
+            heartbeat: stream.heartbeat,
+            initial_frame_max: stream.initial_frame_max,
+            advertised_host: stream.advertised_host.clone(),
+            advertised_port: stream.advertised_port,
+        },
+        login_timeout: settings
+            .handshake_timeout
+            .max(std::time::Duration::from_secs(10)),
+        connection_max: settings.connection_max,
+        tls: None,
+    }
+}
+
 /// The STOMP listener's configuration from the `stomp.` settings.
 /// `count` is the `stomp.max_connections` count every STOMP listener shares.
 fn stomp_listener_config(settings: &Settings, count: &SharedCount) -> warren_stomp::ListenerConfig {
@@ -551,6 +570,8 @@ pub struct Server {
     amqp_addrs: Vec<SocketAddr>,
     stomp_addr: Option<SocketAddr>,
     stomps_addr: Option<SocketAddr>,
+    stream_addr: Option<SocketAddr>,
+    stream_tls_addr: Option<SocketAddr>,
     mqtt_addrs: Vec<SocketAddr>,
     mqtts_addr: Option<SocketAddr>,
     web_mqtt_addrs: Vec<SocketAddr>,
@@ -711,6 +732,38 @@ impl Server {
             }
             None => None,
         };
+        let stream_addr = match &settings.stream.listener {
+            Some(addr) => {
+                let (listener, bound) = bind("stream", addr).await?;
+                listeners.spawn(warren_stream::serve(
+                    listener,
+                    Arc::clone(&broker),
+                    stream_listener_config(&settings),
+                    shutdown_rx.clone(),
+                ));
+                Some(bound)
+            }
+            None => None,
+        };
+        let stream_tls_addr = match &settings.stream.tls_listener {
+            Some(addr) => {
+                let tls =
+                    tls::listener_config("stream.listeners.ssl.default", &settings.ssl_options)
+                        .map_err(StartError::Tls)?;
+                let (listener, bound) = bind("stream/ssl", addr).await?;
+                listeners.spawn(warren_stream::serve(
+                    listener,
+                    Arc::clone(&broker),
+                    warren_stream::ListenerConfig {
+                        tls: Some(tls),
+                        ..stream_listener_config(&settings)
+                    },
+                    shutdown_rx.clone(),
+                ));
+                Some(bound)
+            }
+            None => None,
+        };
         let mut web_mqtt_addrs = Vec::new();
         let (mqtt_addrs, mqtts_addr) = start_mqtt(
             &settings,
@@ -754,6 +807,8 @@ impl Server {
             ("stomp/ssl", stomps_addr.into_iter().collect()),
             ("http/web-mqtt", web_mqtt_addrs.clone()),
             ("http/web-stomp", web_stomp_addrs.clone()),
+            ("stream", stream_addr.into_iter().collect()),
+            ("stream/ssl", stream_tls_addr.into_iter().collect()),
         ]
         .into_iter()
         .flat_map(|(protocol, addrs)| {
@@ -780,6 +835,8 @@ impl Server {
             amqp_addrs,
             stomp_addr,
             stomps_addr,
+            stream_addr,
+            stream_tls_addr,
             mqtt_addrs,
             mqtts_addr,
             web_mqtt_addrs,
@@ -801,6 +858,18 @@ impl Server {
     /// (`stomp.listeners.tcp.default = none`).
     pub fn stomp_addr(&self) -> Option<SocketAddr> {
         self.stomp_addr
+    }
+
+    /// The stream protocol listener's address, unless it is disabled
+    /// (`stream.listeners.tcp.default = none`).
+    pub fn stream_addr(&self) -> Option<SocketAddr> {
+        self.stream_addr
+    }
+
+    /// The stream-protocol-over-TLS listener's address (`None` unless
+    /// `stream.listeners.ssl.default` is set).
+    pub fn stream_tls_addr(&self) -> Option<SocketAddr> {
+        self.stream_tls_addr
     }
 
     /// Every bound AMQP listener address.

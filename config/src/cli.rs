@@ -9,6 +9,7 @@ use crate::mqtt::MQTT_KEYS;
 use crate::settings::{Settings, KEYS};
 use crate::stomp::STOMP_KEYS;
 use crate::web::WEB_KEYS;
+use crate::stream::STREAM_KEYS;
 
 /// The usage text `--help` returns in [`ConfigError::HelpRequested`].
 pub fn usage() -> String {
@@ -28,6 +29,7 @@ pub fn usage() -> String {
             .chain(MQTT_KEYS)
             .chain(CLUSTER_KEYS)
             .chain(WEB_KEYS)
+            .chain(STREAM_KEYS)
     };
     let width = keys().map(|(key, _)| key.len()).max().unwrap_or(0);
     for (key, description) in keys() {

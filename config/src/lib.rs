@@ -25,6 +25,7 @@ mod mqtt;
 mod settings;
 mod stomp;
 mod web;
+mod stream;
 
 pub use cli::usage;
 pub use cluster::{ClusterSettings, NodeAddress, CHANGE_TIMEOUT_LIMIT, CLUSTER_KEYS, CLUSTER_PORT};
@@ -42,3 +43,4 @@ pub use settings::{
 };
 pub use stomp::{StompSettings, STOMP_KEYS, STOMP_PORT};
 pub use web::{WebSettings, WEB_KEYS, WEB_MQTT_PORT, WEB_STOMP_PORT};
+pub use stream::{StreamProtocolSettings, STREAM_KEYS, STREAM_PORT};

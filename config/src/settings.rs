@@ -13,6 +13,7 @@ use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
 use crate::mqtt::MqttSettings;
 use crate::stomp::StompSettings;
+use crate::stream::StreamProtocolSettings;
 
 /// RabbitMQ's (and so Warren's) smallest negotiable frame size.
 pub const FRAME_MIN_SIZE: u32 = 4096;
@@ -278,6 +279,8 @@ pub struct Settings {
     pub stomp: StompSettings,
     /// `node_name`, `cluster_name`, the `cluster.` keys and the seed list.
     pub cluster: ClusterSettings,
+    /// The `stream.` keys: the stream protocol listener (port 5552).
+    pub stream: StreamProtocolSettings,
     /// The `mqtt.*` keys: the MQTT listener.
     pub mqtt: MqttSettings,
     /// The `web_mqtt.*` keys: MQTT over WebSocket.
@@ -372,6 +375,7 @@ impl Default for Settings {
             disk_free_limit: DiskFreeLimit::Absolute(50_000_000),
             stomp: StompSettings::default(),
             cluster: ClusterSettings::default(),
+            stream: StreamProtocolSettings::default(),
             mqtt: MqttSettings::default(),
             web_mqtt: crate::web::WebSettings::new(crate::web::WEB_MQTT_PORT),
             web_stomp: crate::web::WebSettings::new(crate::web::WEB_STOMP_PORT),
@@ -1029,6 +1033,7 @@ impl Settings {
             _ if key.starts_with("web_stomp.") => {
                 return self.web_stomp.set("web_stomp", key, value)
             }
+            _ if key.starts_with("stream.") => return self.stream.set(key, value),
             _ if key.starts_with("mqtt.") => {
                 return self.mqtt.set(key, value, parse_listener);
             }

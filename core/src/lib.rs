@@ -38,6 +38,7 @@ pub mod routing;
 pub mod sasl;
 pub mod store;
 pub mod stream;
+pub mod stream_log;
 pub mod topic_access;
 pub mod value;
 pub mod vhost;
