@@ -114,8 +114,28 @@ fn login_from(from: CertLoginFrom) -> LoginFrom {
     }
 }
 
+/// The stream protocol listener's configuration from the `stream.` settings.
+fn stream_listener_config(settings: &Settings) -> warren_stream::ListenerConfig {
+    let stream = &settings.stream;
+    warren_stream::ListenerConfig {
+        session: warren_stream::SessionConfig {
+            frame_max: stream.frame_max,
+            heartbeat: stream.heartbeat,
+            initial_frame_max: stream.initial_frame_max,
+            advertised_host: stream.advertised_host.clone(),
+            advertised_port: stream.advertised_port,
+        },
+        login_timeout: settings
+            .handshake_timeout
+            .max(std::time::Duration::from_secs(10)),
+        connection_max: settings.connection_max,
+        tls: None,
+    }
+}
+
 /// The STOMP listener's configuration from the `stomp.` settings.
-fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
+/// `count` is the `stomp.max_connections` count every STOMP listener shares.
+fn stomp_listener_config(settings: &Settings, count: &SharedCount) -> warren_stomp::ListenerConfig {
     let stomp = &settings.stomp;
     warren_stomp::ListenerConfig {
         session: warren_stomp::SessionConfig {
@@ -140,17 +160,25 @@ fn stomp_listener_config(settings: &Settings) -> warren_stomp::ListenerConfig {
         login_timeout: stomp.login_timeout,
         connection_max: settings.connection_max,
         tls: None,
+        websocket: None,
+        max_connections: count.clone(),
     }
 }
 
+/// A connection cap and the count of connections shared by the listeners it covers.
+type SharedCount = Option<(usize, Arc<std::sync::atomic::AtomicUsize>)>;
+
 /// Binds every MQTT listener (`mqtt.listeners.tcp.*`, and `mqtt.listeners.ssl.default` over
 /// TLS) and spawns their accept loops, which share one client registry and one retained
-/// message store. Returns the plain addresses and the MQTTS one.
+/// message store. Returns the plain addresses and the MQTTS one. Web-MQTT (`web_mqtt.*`,
+/// MQTT over WebSocket) shares the registry too, so a client identifier is unique across
+/// both; its addresses are pushed to `web_addrs`.
 async fn start_mqtt(
     settings: &Settings,
     broker: &Arc<Broker>,
     shutdown: &watch::Receiver<bool>,
     listeners: &mut JoinSet<()>,
+    web_addrs: &mut Vec<SocketAddr>,
 ) -> Result<(Vec<SocketAddr>, Option<SocketAddr>), StartError> {
     let mqtt = &settings.mqtt;
     let retained = FileRetained::open(&settings.data_dir).map_err(|error| {
@@ -181,6 +209,10 @@ async fn start_mqtt(
     let config = warren_mqtt::ListenerConfig {
         connect_timeout: settings.handshake_timeout,
         connection_max: settings.connection_max,
+        // One count for every MQTT listener, TCP, TLS and WebSocket alike.
+        max_connections: mqtt
+            .max_connections
+            .map(|max| (max, Arc::new(std::sync::atomic::AtomicUsize::new(0)))),
         ..warren_mqtt::ListenerConfig::default()
     };
     let mut addrs = Vec::new();
@@ -202,15 +234,98 @@ async fn start_mqtt(
         tls_addr = Some(bound);
         listeners.spawn(warren_mqtt::serve(
             listener,
+            context.clone(),
+            warren_mqtt::ListenerConfig {
+                tls: Some(tls),
+                ..config.clone()
+            },
+            shutdown.clone(),
+        ));
+    }
+    let web = &settings.web_mqtt;
+    let websocket = warren_core::websocket::WebSocketConfig {
+        path: web.path.clone(),
+        subprotocols: vec!["mqtt", "mqttv3.1"],
+        text_frames: false,
+    };
+    if web.enabled {
+        let (listener, bound) = bind("web-mqtt", &web.listener).await?;
+        web_addrs.push(bound);
+        listeners.spawn(warren_mqtt::serve(
+            listener,
+            context.clone(),
+            warren_mqtt::ListenerConfig {
+                websocket: Some(websocket.clone()),
+                ..config.clone()
+            },
+            shutdown.clone(),
+        ));
+    }
+    if let Some(addr) = web.tls_listener() {
+        let tls = tls::listener_config("web_mqtt.ssl.port", &settings.ssl_options)
+            .map_err(StartError::Tls)?;
+        let (listener, bound) = bind("web-mqtts", &addr).await?;
+        web_addrs.push(bound);
+        listeners.spawn(warren_mqtt::serve(
+            listener,
             context,
             warren_mqtt::ListenerConfig {
                 tls: Some(tls),
+                websocket: Some(websocket),
                 ..config
             },
             shutdown.clone(),
         ));
     }
     Ok((addrs, tls_addr))
+}
+
+/// Binds the Web-STOMP listeners (`web_stomp.*`: STOMP over WebSocket, plain and TLS) and
+/// spawns their accept loops; returns their addresses.
+async fn start_web_stomp(
+    settings: &Settings,
+    broker: &Arc<Broker>,
+    shutdown: &watch::Receiver<bool>,
+    listeners: &mut JoinSet<()>,
+    count: &SharedCount,
+) -> Result<Vec<SocketAddr>, StartError> {
+    let web = &settings.web_stomp;
+    let websocket = warren_core::websocket::WebSocketConfig {
+        path: web.path.clone(),
+        subprotocols: vec!["v12.stomp", "v11.stomp", "v10.stomp", "stomp"],
+        text_frames: true,
+    };
+    let mut addrs = Vec::new();
+    if web.enabled {
+        let (listener, bound) = bind("web-stomp", &web.listener).await?;
+        addrs.push(bound);
+        listeners.spawn(warren_stomp::serve(
+            listener,
+            Arc::clone(broker),
+            warren_stomp::ListenerConfig {
+                websocket: Some(websocket.clone()),
+                ..stomp_listener_config(settings, count)
+            },
+            shutdown.clone(),
+        ));
+    }
+    if let Some(addr) = web.tls_listener() {
+        let tls = tls::listener_config("web_stomp.ssl.port", &settings.ssl_options)
+            .map_err(StartError::Tls)?;
+        let (listener, bound) = bind("web-stomps", &addr).await?;
+        addrs.push(bound);
+        listeners.spawn(warren_stomp::serve(
+            listener,
+            Arc::clone(broker),
+            warren_stomp::ListenerConfig {
+                tls: Some(tls),
+                websocket: Some(websocket),
+                ..stomp_listener_config(settings, count)
+            },
+            shutdown.clone(),
+        ));
+    }
+    Ok(addrs)
 }
 
 /// AMQP 1.0 shares the AMQP ports, plain and TLS: the 0-9-1 accept loop hands connections
@@ -455,8 +570,12 @@ pub struct Server {
     amqp_addrs: Vec<SocketAddr>,
     stomp_addr: Option<SocketAddr>,
     stomps_addr: Option<SocketAddr>,
+    stream_addr: Option<SocketAddr>,
+    stream_tls_addr: Option<SocketAddr>,
     mqtt_addrs: Vec<SocketAddr>,
     mqtts_addr: Option<SocketAddr>,
+    web_mqtt_addrs: Vec<SocketAddr>,
+    web_stomp_addrs: Vec<SocketAddr>,
     amqps_addr: Option<SocketAddr>,
     operator_addrs: OperatorAddrs,
     cluster: Option<cluster::ClusterNode>,
@@ -576,13 +695,18 @@ impl Server {
                 shutdown_rx.clone(),
             ));
         }
+        // One count for every STOMP listener, TCP, TLS and WebSocket alike.
+        let stomp_count: SharedCount = settings
+            .stomp
+            .max_connections
+            .map(|max| (max, Arc::new(std::sync::atomic::AtomicUsize::new(0))));
         let stomp_addr = match &settings.stomp.listener {
             Some(addr) => {
                 let (listener, bound) = bind("stomp", addr).await?;
                 listeners.spawn(warren_stomp::serve(
                     listener,
                     Arc::clone(&broker),
-                    stomp_listener_config(&settings),
+                    stomp_listener_config(&settings, &stomp_count),
                     shutdown_rx.clone(),
                 ));
                 Some(bound)
@@ -600,7 +724,7 @@ impl Server {
                     Arc::clone(&broker),
                     warren_stomp::ListenerConfig {
                         tls: Some(tls),
-                        ..stomp_listener_config(&settings)
+                        ..stomp_listener_config(&settings, &stomp_count)
                     },
                     shutdown_rx.clone(),
                 ));
@@ -608,8 +732,55 @@ impl Server {
             }
             None => None,
         };
-        let (mqtt_addrs, mqtts_addr) =
-            start_mqtt(&settings, &broker, &shutdown_rx, &mut listeners).await?;
+        let stream_addr = match &settings.stream.listener {
+            Some(addr) => {
+                let (listener, bound) = bind("stream", addr).await?;
+                listeners.spawn(warren_stream::serve(
+                    listener,
+                    Arc::clone(&broker),
+                    stream_listener_config(&settings),
+                    shutdown_rx.clone(),
+                ));
+                Some(bound)
+            }
+            None => None,
+        };
+        let stream_tls_addr = match &settings.stream.tls_listener {
+            Some(addr) => {
+                let tls =
+                    tls::listener_config("stream.listeners.ssl.default", &settings.ssl_options)
+                        .map_err(StartError::Tls)?;
+                let (listener, bound) = bind("stream/ssl", addr).await?;
+                listeners.spawn(warren_stream::serve(
+                    listener,
+                    Arc::clone(&broker),
+                    warren_stream::ListenerConfig {
+                        tls: Some(tls),
+                        ..stream_listener_config(&settings)
+                    },
+                    shutdown_rx.clone(),
+                ));
+                Some(bound)
+            }
+            None => None,
+        };
+        let mut web_mqtt_addrs = Vec::new();
+        let (mqtt_addrs, mqtts_addr) = start_mqtt(
+            &settings,
+            &broker,
+            &shutdown_rx,
+            &mut listeners,
+            &mut web_mqtt_addrs,
+        )
+        .await?;
+        let web_stomp_addrs = start_web_stomp(
+            &settings,
+            &broker,
+            &shutdown_rx,
+            &mut listeners,
+            &stomp_count,
+        )
+        .await?;
         let mut amqps_addr = None;
         if let Some(addr) = &settings.amqps_listener {
             let tls = tls::listener_config("listeners.ssl.default", &settings.ssl_options)
@@ -634,6 +805,10 @@ impl Server {
             ("mqtt/ssl", mqtts_addr.into_iter().collect()),
             ("stomp", stomp_addr.into_iter().collect()),
             ("stomp/ssl", stomps_addr.into_iter().collect()),
+            ("http/web-mqtt", web_mqtt_addrs.clone()),
+            ("http/web-stomp", web_stomp_addrs.clone()),
+            ("stream", stream_addr.into_iter().collect()),
+            ("stream/ssl", stream_tls_addr.into_iter().collect()),
         ]
         .into_iter()
         .flat_map(|(protocol, addrs)| {
@@ -660,8 +835,12 @@ impl Server {
             amqp_addrs,
             stomp_addr,
             stomps_addr,
+            stream_addr,
+            stream_tls_addr,
             mqtt_addrs,
             mqtts_addr,
+            web_mqtt_addrs,
+            web_stomp_addrs,
             amqps_addr,
             operator_addrs,
             cluster,
@@ -679,6 +858,18 @@ impl Server {
     /// (`stomp.listeners.tcp.default = none`).
     pub fn stomp_addr(&self) -> Option<SocketAddr> {
         self.stomp_addr
+    }
+
+    /// The stream protocol listener's address, unless it is disabled
+    /// (`stream.listeners.tcp.default = none`).
+    pub fn stream_addr(&self) -> Option<SocketAddr> {
+        self.stream_addr
+    }
+
+    /// The stream-protocol-over-TLS listener's address (`None` unless
+    /// `stream.listeners.ssl.default` is set).
+    pub fn stream_tls_addr(&self) -> Option<SocketAddr> {
+        self.stream_tls_addr
     }
 
     /// Every bound AMQP listener address.
@@ -700,6 +891,16 @@ impl Server {
     /// is set).
     pub fn stomps_addr(&self) -> Option<SocketAddr> {
         self.stomps_addr
+    }
+
+    /// The Web-MQTT listener's address (plain, else TLS), if `web_mqtt` is enabled.
+    pub fn web_mqtt_addr(&self) -> Option<SocketAddr> {
+        self.web_mqtt_addrs.first().copied()
+    }
+
+    /// The Web-STOMP listener's address (plain, else TLS), if `web_stomp` is enabled.
+    pub fn web_stomp_addr(&self) -> Option<SocketAddr> {
+        self.web_stomp_addrs.first().copied()
     }
 
     /// The MQTTS listener's address (`None` unless `mqtt.listeners.ssl.default` is set).

@@ -8,6 +8,8 @@ use crate::error::ConfigError;
 use crate::mqtt::MQTT_KEYS;
 use crate::settings::{Settings, KEYS};
 use crate::stomp::STOMP_KEYS;
+use crate::web::WEB_KEYS;
+use crate::stream::STREAM_KEYS;
 
 /// The usage text `--help` returns in [`ConfigError::HelpRequested`].
 pub fn usage() -> String {
@@ -26,6 +28,8 @@ pub fn usage() -> String {
             .chain(STOMP_KEYS)
             .chain(MQTT_KEYS)
             .chain(CLUSTER_KEYS)
+            .chain(WEB_KEYS)
+            .chain(STREAM_KEYS)
     };
     let width = keys().map(|(key, _)| key.len()).max().unwrap_or(0);
     for (key, description) in keys() {

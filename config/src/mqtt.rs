@@ -40,6 +40,9 @@ pub struct MqttSettings {
     /// `mqtt.max_packet_size`: the largest packet (remaining length) accepted from an
     /// authenticated client, in bytes. Default 268435455.
     pub max_packet_size: usize,
+    /// `mqtt.max_connections`: the most MQTT connections at once, on every MQTT listener
+    /// together (TCP, TLS, WebSocket); more get CONNACK "server unavailable". Default none.
+    pub max_connections: Option<usize>,
 }
 
 impl Default for MqttSettings {
@@ -56,6 +59,7 @@ impl Default for MqttSettings {
             exchange: "amq.topic".to_owned(),
             prefetch: 10,
             max_packet_size: MQTT_MAX_PACKET_SIZE_LIMIT,
+            max_connections: None,
         }
     }
 }
@@ -97,6 +101,10 @@ pub const MQTT_KEYS: &[(&str, &str)] = &[
     (
         "mqtt.max_packet_size",
         "largest MQTT packet, bytes, 1-268435455 (268435455)",
+    ),
+    (
+        "mqtt.max_connections",
+        "most MQTT connections, or infinity; more get CONNACK server unavailable (infinity)",
     ),
 ];
 
@@ -160,6 +168,16 @@ impl MqttSettings {
                     .ok()
                     .filter(|prefetch| *prefetch > 0)
                     .ok_or_else(|| invalid("an integer between 1 and 65535"))?;
+            }
+            "mqtt.max_connections" => {
+                self.max_connections = match value {
+                    "infinity" => None,
+                    _ => Some(
+                        value
+                            .parse()
+                            .map_err(|_| invalid("a number of connections or infinity"))?,
+                    ),
+                };
             }
             "mqtt.max_packet_size" => {
                 self.max_packet_size = value

@@ -13,6 +13,7 @@ use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
 use crate::mqtt::MqttSettings;
 use crate::stomp::StompSettings;
+use crate::stream::StreamProtocolSettings;
 
 /// RabbitMQ's (and so Warren's) smallest negotiable frame size.
 pub const FRAME_MIN_SIZE: u32 = 4096;
@@ -278,8 +279,14 @@ pub struct Settings {
     pub stomp: StompSettings,
     /// `node_name`, `cluster_name`, the `cluster.` keys and the seed list.
     pub cluster: ClusterSettings,
+    /// The `stream.` keys: the stream protocol listener (port 5552).
+    pub stream: StreamProtocolSettings,
     /// The `mqtt.*` keys: the MQTT listener.
     pub mqtt: MqttSettings,
+    /// The `web_mqtt.*` keys: MQTT over WebSocket.
+    pub web_mqtt: crate::web::WebSettings,
+    /// The `web_stomp.*` keys: STOMP over WebSocket.
+    pub web_stomp: crate::web::WebSettings,
     /// `msg_store_file_size_limit`: size at which the message store closes a segment file
     /// and starts a new one (RabbitMQ's key). Default 16 MiB.
     pub msg_store_file_size_limit: usize,
@@ -368,7 +375,10 @@ impl Default for Settings {
             disk_free_limit: DiskFreeLimit::Absolute(50_000_000),
             stomp: StompSettings::default(),
             cluster: ClusterSettings::default(),
+            stream: StreamProtocolSettings::default(),
             mqtt: MqttSettings::default(),
+            web_mqtt: crate::web::WebSettings::new(crate::web::WEB_MQTT_PORT),
+            web_stomp: crate::web::WebSettings::new(crate::web::WEB_STOMP_PORT),
             msg_store_file_size_limit: 16 * 1024 * 1024,
             msg_store_max_unwritten_bytes: 64 * 1024 * 1024,
             queue_max_in_memory_messages: 100_000,
@@ -893,6 +903,18 @@ impl Settings {
                     self.prometheus_enabled = enabled;
                 }
             }
+            "plugins.web_mqtt" | "plugins.web_stomp" => {
+                let enabled = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(invalid("true or false")),
+                };
+                if key == "plugins.web_mqtt" {
+                    self.web_mqtt.enabled = enabled;
+                } else {
+                    self.web_stomp.enabled = enabled;
+                }
+            }
             "plugins.consistent_hash_exchange" => {
                 self.consistent_hash_exchange = match value {
                     "true" => true,
@@ -1007,6 +1029,11 @@ impl Settings {
             }
             _ if key.starts_with("stomp.") => return self.stomp.set(key, value),
             _ if ClusterSettings::owns(key) => return self.cluster.set(key, value),
+            _ if key.starts_with("web_mqtt.") => return self.web_mqtt.set("web_mqtt", key, value),
+            _ if key.starts_with("web_stomp.") => {
+                return self.web_stomp.set("web_stomp", key, value)
+            }
+            _ if key.starts_with("stream.") => return self.stream.set(key, value),
             _ if key.starts_with("mqtt.") => {
                 return self.mqtt.set(key, value, parse_listener);
             }

@@ -43,6 +43,9 @@ pub struct StompSettings {
     /// and sends CONNECT without a `login` header logs in as the user its certificate names
     /// (`ssl_cert_login_from`), without a passcode. Default false.
     pub ssl_cert_login: bool,
+    /// `stomp.max_connections`: the most STOMP connections at once, on every STOMP listener
+    /// together (TCP, TLS, WebSocket); more get an ERROR frame at CONNECT. Default none.
+    pub max_connections: Option<usize>,
 }
 
 impl Default for StompSettings {
@@ -61,6 +64,7 @@ impl Default for StompSettings {
             default_nack_requeue: true,
             login_timeout: Duration::from_millis(10_000),
             ssl_cert_login: false,
+            max_connections: None,
         }
     }
 }
@@ -108,6 +112,10 @@ pub const STOMP_KEYS: &[(&str, &str)] = &[
     (
         "stomp.login_timeout",
         "milliseconds a STOMP client has to CONNECT (10000)",
+    ),
+    (
+        "stomp.max_connections",
+        "most STOMP connections, or infinity; more get an ERROR frame at CONNECT (infinity)",
     ),
     (
         "stomp.ssl_cert_login",
@@ -171,6 +179,16 @@ impl StompSettings {
             "stomp.implicit_connect" => self.implicit_connect = boolean()?,
             "stomp.default_nack_requeue" => self.default_nack_requeue = boolean()?,
             "stomp.ssl_cert_login" => self.ssl_cert_login = boolean()?,
+            "stomp.max_connections" => {
+                self.max_connections = match value {
+                    "infinity" => None,
+                    _ => Some(
+                        value
+                            .parse()
+                            .map_err(|_| invalid("a number of connections or infinity"))?,
+                    ),
+                };
+            }
             "stomp.max_frame_size" => self.max_frame_size = positive()?,
             "stomp.max_frame_size_unauthenticated" => {
                 self.max_frame_size_unauthenticated = positive()?

@@ -100,6 +100,9 @@ pub struct AcceptConfig {
     pub tls: Option<Arc<ServerConfig>>,
     /// How long a client has to complete the TLS handshake.
     pub handshake_timeout: Duration,
+    /// WebSocket: every connection completes a WebSocket handshake (after TLS, when set)
+    /// and is served as a [`ClientStream::Tunnel`] (Web-MQTT, Web-STOMP).
+    pub websocket: Option<Arc<crate::websocket::WebSocketConfig>>,
 }
 
 impl AcceptConfig {
@@ -116,7 +119,19 @@ impl AcceptConfig {
             connection_max,
             tls,
             handshake_timeout,
+            websocket: None,
         }
+    }
+
+    /// The same listener speaking WebSocket, logged as `protocol` (`web-mqtt`, ...).
+    pub fn with_websocket(
+        mut self,
+        protocol: &'static str,
+        websocket: crate::websocket::WebSocketConfig,
+    ) -> AcceptConfig {
+        self.protocol = protocol;
+        self.websocket = Some(Arc::new(websocket));
+        self
     }
 }
 
@@ -154,11 +169,33 @@ pub async fn serve_connections<F, Fut>(
                     }
                     let _ = stream.set_nodelay(true);
                     let serve = Arc::clone(&serve);
-                    match &acceptor {
-                        None => {
+                    match (&acceptor, &config.websocket) {
+                        (None, None) => {
                             connections.spawn(serve(ClientStream::Plain(stream), peer));
                         }
-                        Some(acceptor) => {
+                        (acceptor, Some(websocket)) => {
+                            let acceptor = acceptor.clone();
+                            let websocket = Arc::clone(websocket);
+                            let (protocol, timeout) = (config.protocol, config.handshake_timeout);
+                            let mut stopping = shutdown.clone();
+                            connections.spawn(async move {
+                                let handshake = websocket_handshake(stream, acceptor, &websocket);
+                                let handshake = tokio::select! {
+                                    result = tokio::time::timeout(timeout, handshake) => result,
+                                    _ = stopping.changed() => return,
+                                };
+                                match handshake {
+                                    Ok(Ok(stream)) => serve(stream, peer).await,
+                                    Ok(Err(error)) => {
+                                        tracing::warn!(protocol, %peer, "{error}");
+                                    }
+                                    Err(_) => {
+                                        tracing::warn!(protocol, %peer, "WebSocket handshake timed out");
+                                    }
+                                }
+                            });
+                        }
+                        (Some(acceptor), None) => {
                             let handshake = acceptor.accept(stream);
                             let (protocol, timeout) = (config.protocol, config.handshake_timeout);
                             let mut stopping = shutdown.clone();
@@ -194,6 +231,29 @@ pub async fn serve_connections<F, Fut>(
     }
     drop(listener);
     connections.all_ended().await;
+}
+
+/// TLS (when the listener has it), then the WebSocket handshake.
+async fn websocket_handshake(
+    stream: tokio::net::TcpStream,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    websocket: &crate::websocket::WebSocketConfig,
+) -> Result<ClientStream, String> {
+    let local = stream.local_addr().ok();
+    match acceptor {
+        None => {
+            let tunnel = crate::websocket::accept(stream, websocket, local, false).await?;
+            Ok(ClientStream::Tunnel(Box::new(tunnel)))
+        }
+        Some(acceptor) => {
+            let stream = acceptor
+                .accept(stream)
+                .await
+                .map_err(|error| format!("TLS handshake failed: {error}"))?;
+            let tunnel = crate::websocket::accept(stream, websocket, local, true).await?;
+            Ok(ClientStream::Tunnel(Box::new(tunnel)))
+        }
+    }
 }
 
 /// `EMFILE`: the process is out of file descriptors (the same number on Linux, the BSDs
@@ -256,6 +316,7 @@ mod tests {
             connection_max: Some(1),
             tls: None,
             handshake_timeout: Duration::from_secs(5),
+            websocket: None,
         };
         let connection_shutdown = shutdown.clone();
         let server = tokio::spawn(serve_connections(

@@ -282,6 +282,7 @@ impl Broker {
             for queue in vhost.queues() {
                 vhost.remove_queue(&queue);
             }
+            vhost.streams().delete_all();
             self.clear_vhost_parameters(name);
             let totals = vhost.totals();
             self.retired.lock().add(&totals);

@@ -38,9 +38,11 @@ pub mod routing;
 pub mod sasl;
 pub mod store;
 pub mod stream;
+pub mod stream_log;
 pub mod topic_access;
 pub mod value;
 pub mod vhost;
+pub mod websocket;
 
 pub use broker::Broker;
 pub use error::{CoreError, CoreResult, ErrorKind};

@@ -26,6 +26,9 @@ pub enum ClientStream {
     Plain(TcpStream),
     /// TLS over TCP (boxed: the rustls state is large and most connections are plain).
     Tls(Box<TlsStream<TcpStream>>),
+    /// A byte stream over another protocol (WebSocket, over plain TCP or TLS), read and
+    /// written through `AsyncRead`/`AsyncWrite` like TLS.
+    Tunnel(Box<dyn crate::websocket::Tunnel>),
 }
 
 impl ClientStream {
@@ -34,12 +37,17 @@ impl ClientStream {
         match self {
             ClientStream::Plain(stream) => stream.local_addr().ok(),
             ClientStream::Tls(stream) => stream.get_ref().0.local_addr().ok(),
+            ClientStream::Tunnel(stream) => stream.local_addr(),
         }
     }
 
     /// Whether the connection runs over TLS.
     pub fn is_tls(&self) -> bool {
-        matches!(self, ClientStream::Tls(_))
+        match self {
+            ClientStream::Plain(_) => false,
+            ClientStream::Tls(_) => true,
+            ClientStream::Tunnel(stream) => stream.is_tls(),
+        }
     }
 
     /// The client's certificate (its end-entity certificate), when it presented one. The
@@ -47,7 +55,7 @@ impl ClientStream {
     /// CA (`ssl_options.verify = verify_peer`), so a certificate here is a verified one.
     pub fn peer_certificate(&self) -> Option<CertificateDer<'static>> {
         match self {
-            ClientStream::Plain(_) => None,
+            ClientStream::Plain(_) | ClientStream::Tunnel(_) => None,
             ClientStream::Tls(stream) => stream
                 .get_ref()
                 .1
@@ -62,6 +70,13 @@ impl ClientStream {
         match self {
             ClientStream::Plain(stream) => plain(stream),
             ClientStream::Tls(stream) => tls(*stream),
+            ClientStream::Tunnel(stream) => {
+                let (reader, writer) = tokio::io::split(stream);
+                (
+                    Reader::Tunnel(reader),
+                    Writer::Tunnel(Box::new(tokio::sync::Mutex::new(writer))),
+                )
+            }
         }
     }
 }
@@ -80,6 +95,7 @@ impl ClientStream {
         match self {
             ClientStream::Plain(stream) => stream.read_buf(buffer).await,
             ClientStream::Tls(stream) => stream.read_buf(buffer).await,
+            ClientStream::Tunnel(stream) => stream.read_buf(buffer).await,
         }
     }
 
@@ -88,7 +104,9 @@ impl ClientStream {
     pub fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize> {
         match self {
             ClientStream::Plain(stream) => stream.try_write(bytes),
-            ClientStream::Tls(_) => Err(std::io::ErrorKind::WouldBlock.into()),
+            ClientStream::Tls(_) | ClientStream::Tunnel(_) => {
+                Err(std::io::ErrorKind::WouldBlock.into())
+            }
         }
     }
 
@@ -97,6 +115,10 @@ impl ClientStream {
         match self {
             ClientStream::Plain(stream) => stream.write_all(bytes).await,
             ClientStream::Tls(stream) => {
+                stream.write_all(bytes).await?;
+                stream.flush().await
+            }
+            ClientStream::Tunnel(stream) => {
                 stream.write_all(bytes).await?;
                 stream.flush().await
             }
@@ -114,6 +136,9 @@ impl ClientStream {
             ClientStream::Tls(stream) => {
                 let _ = Box::pin(stream.shutdown()).await;
             }
+            ClientStream::Tunnel(stream) => {
+                let _ = Box::pin(stream.shutdown()).await;
+            }
         }
     }
 }
@@ -124,6 +149,8 @@ pub enum Reader {
     Plain(OwnedReadHalf),
     /// TLS over TCP.
     Tls(ReadHalf<TlsStream<TcpStream>>),
+    /// A tunnelled byte stream (WebSocket).
+    Tunnel(ReadHalf<Box<dyn crate::websocket::Tunnel>>),
 }
 
 /// The write half of a client connection, shared by the writer task and the reader (which
@@ -134,6 +161,8 @@ pub enum Writer {
     /// TLS over TCP. rustls needs `&mut` to write, hence the lock (never contended: the
     /// outbox admits one writer at a time).
     Tls(Box<tokio::sync::Mutex<WriteHalf<TlsStream<TcpStream>>>>),
+    /// A tunnelled byte stream (WebSocket), locked like TLS.
+    Tunnel(Box<tokio::sync::Mutex<WriteHalf<Box<dyn crate::websocket::Tunnel>>>>),
 }
 
 /// Splits a plain socket.
@@ -169,6 +198,7 @@ impl Reader {
         match self {
             Reader::Plain(reader) => reader.read_exact(buffer).await.map(|_| ()),
             Reader::Tls(reader) => reader.read_exact(buffer).await.map(|_| ()),
+            Reader::Tunnel(reader) => reader.read_exact(buffer).await.map(|_| ()),
         }
     }
 
@@ -178,6 +208,7 @@ impl Reader {
         match self {
             Reader::Plain(reader) => reader.read(buffer).await,
             Reader::Tls(reader) => reader.read(buffer).await,
+            Reader::Tunnel(reader) => reader.read(buffer).await,
         }
     }
 
@@ -188,6 +219,12 @@ impl Reader {
         let reader = match self {
             Reader::Plain(reader) => reader,
             Reader::Tls(reader) => {
+                if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
+                    buffer.reserve(READ_CHUNK);
+                }
+                return reader.read_buf(buffer).await;
+            }
+            Reader::Tunnel(reader) => {
                 if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
                     buffer.reserve(READ_CHUNK);
                 }
@@ -241,6 +278,14 @@ impl Writer {
                 })
                 .await
             }
+            Writer::Tunnel(writer) => {
+                Box::pin(async move {
+                    let mut writer = writer.lock().await;
+                    writer.write_all(bytes).await?;
+                    writer.flush().await
+                })
+                .await
+            }
         }
     }
 
@@ -249,7 +294,7 @@ impl Writer {
     pub fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize> {
         match self {
             Writer::Plain(writer) => writer.try_write(bytes),
-            Writer::Tls(_) => Err(std::io::ErrorKind::WouldBlock.into()),
+            Writer::Tls(_) | Writer::Tunnel(_) => Err(std::io::ErrorKind::WouldBlock.into()),
         }
     }
 
@@ -261,6 +306,9 @@ impl Writer {
                 let _ = socket2::SockRef::from(writer.as_ref()).shutdown(std::net::Shutdown::Write);
             }
             Writer::Tls(writer) => {
+                let _ = writer.lock().await.shutdown().await;
+            }
+            Writer::Tunnel(writer) => {
                 let _ = writer.lock().await.shutdown().await;
             }
         }

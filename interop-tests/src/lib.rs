@@ -58,6 +58,7 @@ pub const TEST_LISTENERS: &[(&str, &str)] = &[
     ("listeners.tcp.default", "127.0.0.1:0"),
     ("mqtt.listeners.tcp.default", "127.0.0.1:0"),
     ("stomp.listeners.tcp.default", "127.0.0.1:0"),
+    ("stream.listeners.tcp.default", "127.0.0.1:0"),
     ("management.tcp.ip", "127.0.0.1"),
     ("management.tcp.port", "0"),
     ("prometheus.tcp.ip", "127.0.0.1"),
@@ -125,6 +126,13 @@ impl TestBroker {
         self.server
             .stomp_addr()
             .expect("the test broker listens for STOMP")
+    }
+
+    /// The stream protocol listener's address.
+    pub fn stream_addr(&self) -> SocketAddr {
+        self.server
+            .stream_addr()
+            .expect("the test broker listens for the stream protocol")
     }
 
     /// The MQTT listener's address.

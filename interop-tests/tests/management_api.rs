@@ -555,6 +555,7 @@ async fn overview_nodes_and_alarm_health_checks() {
         ("amqp", broker.addr().port()),
         ("mqtt", broker.mqtt_addr().port()),
         ("stomp", broker.stomp_addr().port()),
+        ("stream", broker.stream_addr().port()),
     ] {
         assert!(
             listeners

@@ -66,6 +66,9 @@ STOMP 1.2 mode (with a stomp:// --uri):
       --stomp-queue         one producer and one consumer on /queue/NAME (-u), the consumer
                             with client-individual acks and -q prefetch (default 200), the
                             producer asking a receipt every tenth of -c (default 1000)
+Stream protocol mode (with a stream:// --uri, port 5552):
+      --stream-queue        (re)creates stream NAME (-u), one producer publishing batches of 100
+                            with at most -c unconfirmed (default 10000), one consumer from first
 AMQP 1.0 mode (with an amqp10:// --uri; the queue is declared over AMQP 0-9-1 first):
       --amqp10-queue        one sender link to /queues/NAME (-u), unsettled, at most -c
                             unsettled transfers (default 1000) within its link credit, and one
@@ -109,6 +112,7 @@ pub enum Scheme {
     Mqtt,
     Stomp,
     Amqp10,
+    Stream,
 }
 
 /// Where to connect and as whom.
@@ -134,6 +138,7 @@ pub enum Mode {
     MqttQos1,
     StompQueue,
     Amqp10Queue,
+    StreamQueue,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -265,6 +270,7 @@ where
     let mut mqtt: Vec<Mode> = Vec::new();
     let mut stomp = false;
     let mut amqp10 = false;
+    let mut stream = false;
     let mut args = args.into_iter().map(Into::into);
     while let Some(arg) = args.next() {
         // --flag=value is accepted for long flags.
@@ -366,6 +372,7 @@ where
             "--mqtt-qos1" => mqtt.push(Mode::MqttQos1),
             "--stomp-queue" => stomp = true,
             "--amqp10-queue" => amqp10 = true,
+            "--stream-queue" => stream = true,
             "--amqp10-address-v1" => config.amqp10_address_v1 = true,
             "--amqp10-settled" => config.amqp10_settled = true,
             "--no-nodelay" => config.nodelay = false,
@@ -397,6 +404,14 @@ where
     if amqp10 && (stomp || rpc || churn || idle.is_some() || !mqtt.is_empty()) {
         return Err(invalid("--amqp10-queue excludes the other modes"));
     }
+    if stream != (config.uri.scheme == Scheme::Stream) {
+        return Err(invalid(
+            "--stream-queue goes with a stream:// --uri, and only with it",
+        ));
+    }
+    if stream && (stomp || amqp10 || rpc || churn || idle.is_some() || !mqtt.is_empty()) {
+        return Err(invalid("--stream-queue excludes the other modes"));
+    }
     if config.amqp10_address_v1 && !amqp10 {
         return Err(invalid("--amqp10-address-v1 goes with --amqp10-queue"));
     }
@@ -408,6 +423,7 @@ where
     config.mode = match (rpc, churn, idle) {
         _ if stomp => Mode::StompQueue,
         _ if amqp10 => Mode::Amqp10Queue,
+        _ if stream => Mode::StreamQueue,
         (false, false, None) if !mqtt.is_empty() => {
             if mqtt.len() > 1 {
                 return Err(invalid("choose one of the --mqtt-* modes"));
@@ -482,9 +498,11 @@ pub fn parse_uri(uri: &str) -> Result<Uri, ArgError> {
         (Scheme::Stomp, rest)
     } else if let Some(rest) = uri.strip_prefix("amqp10://") {
         (Scheme::Amqp10, rest)
+    } else if let Some(rest) = uri.strip_prefix("stream://") {
+        (Scheme::Stream, rest)
     } else {
         return Err(invalid(format!(
-            "URI must start with amqp://, amqp10://, mqtt:// or stomp:// (got '{uri}')"
+            "URI must start with amqp://, amqp10://, mqtt://, stomp:// or stream:// (got '{uri}')"
         )));
     };
     let (authority, path) = match rest.find('/') {
@@ -527,6 +545,7 @@ pub fn parse_uri(uri: &str) -> Result<Uri, ArgError> {
             Scheme::Amqp | Scheme::Amqp10 => 5672,
             Scheme::Mqtt => 1883,
             Scheme::Stomp => 61613,
+            Scheme::Stream => 5552,
         },
     };
     let host = if host.is_empty() {
@@ -724,6 +743,15 @@ mod tests {
         assert!(parse(&["--uri", "mqtt://h"]).is_err(), "no MQTT mode");
         assert!(parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--mqtt-fan-in"]).is_err());
         assert!(parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--rpc"]).is_err());
+    }
+
+    #[test]
+    fn stream_mode_goes_with_a_stream_uri() {
+        let c = parse(&["--uri", "stream://u:p@h/%2f", "--stream-queue", "-s", "12"]).unwrap();
+        assert_eq!((c.mode, c.uri.port, c.size), (Mode::StreamQueue, 5552, 12));
+        assert!(parse(&["--stream-queue"]).is_err());
+        assert!(parse(&["--uri", "stream://h"]).is_err());
+        assert!(parse(&["--uri", "stream://h", "--stream-queue", "--rpc"]).is_err());
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod mqtt;
 mod report;
 mod stats;
 mod stomp;
+mod stream;
 mod throughput;
 mod topology;
 
@@ -63,6 +64,7 @@ fn main() -> ExitCode {
             Mode::MqttQos1 => mqtt::qos1(config.clone(), shared.clone()).await,
             Mode::StompQueue => stomp::queue(config.clone(), shared.clone()).await,
             Mode::Amqp10Queue => amqp10::queue(config.clone(), shared.clone()).await,
+            Mode::StreamQueue => stream::queue(config.clone(), shared.clone()).await,
         }
     });
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));

@@ -73,6 +73,7 @@ impl MqttConn {
             last_will: None,
             username: Some(config.uri.user.clone()),
             password: Some(Bytes::from(config.uri.password.clone().into_bytes())),
+            properties: None,
         }))
         .await?;
         match conn.recv().await? {
@@ -93,6 +94,8 @@ impl MqttConn {
         self.send(&Packet::Subscribe(Subscribe {
             packet_id: 1,
             filters: vec![(filter.to_owned(), qos)],
+            options: Vec::new(),
+            properties: None,
         }))
         .await?;
         match self.recv().await? {
@@ -353,7 +356,7 @@ pub async fn qos1(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String
                     if let Packet::Publish(publish) = packet {
                         counters.delivered.fetch_add(1, Ordering::Relaxed);
                         if let Some(packet_id) = publish.packet_id {
-                            codec::encode(&Packet::PubAck(PubAck { packet_id }), &mut acks)
+                            codec::encode(&Packet::PubAck(PubAck::new(packet_id)), &mut acks)
                                 .map_err(|e| e.to_string())?;
                         }
                     }

@@ -132,6 +132,8 @@ pub struct VHost {
     /// The default exchange (also in `exchanges`), held here so that counting a publish to
     /// it needs no map lookup.
     default_exchange: Arc<Exchange>,
+    /// The vhost's streams (`crate::stream_log`), kept beside its classic queues.
+    streams: crate::stream_log::StreamRegistry,
 }
 
 /// The registry of plugin exchange types, by type name.
@@ -170,6 +172,13 @@ impl VHost {
             arguments: Table::new(),
             plugin: None,
         });
+        // Streams live beside the message store, one directory per vhost.
+        let streams = crate::stream_log::StreamRegistry::open(durability.store().map(|store| {
+            let data_dir = store.dir().parent().unwrap_or(store.dir());
+            data_dir
+                .join("streams")
+                .join(crate::stream_log::registry::encode_name(name))
+        }));
         let vhost = VHost {
             name: name.to_string(),
             exchanges: RwLock::new(HashMap::new()),
@@ -188,6 +197,7 @@ impl VHost {
             topic_permissions: Default::default(),
             retired: Default::default(),
             default_exchange: Arc::clone(&default_exchange),
+            streams,
         };
         {
             let mut exchanges = vhost.exchanges.write();
@@ -332,6 +342,11 @@ impl VHost {
     /// The queue called `name`.
     pub fn queue(&self, name: &str) -> Option<Arc<Queue>> {
         self.queues.read().get(name).cloned()
+    }
+
+    /// The vhost's streams.
+    pub fn streams(&self) -> &crate::stream_log::StreamRegistry {
+        &self.streams
     }
 
     /// All exchanges.

@@ -17,6 +17,21 @@ impl VHost {
                 consumer_count: 0,
             });
         }
+        let is_stream = request
+            .arguments
+            .get("x-queue-type")
+            .and_then(Value::as_str)
+            == Some("stream")
+            || (request.passive && self.streams.get(&request.name).is_some());
+        if is_stream {
+            return self.declare_stream_queue(actor.user, &request);
+        }
+        if self.streams.get(&request.name).is_some() {
+            return Err(CoreError::precondition_failed(format!(
+                "inequivalent arg 'x-queue-type' for {}: received none but current is the type 'stream'",
+                self.describe("queue", &request.name)
+            )));
+        }
         if request.passive {
             let queue = self.queue_or_404(&request.name)?;
             queue.check_exclusive_access(actor.connection_id)?;
@@ -185,6 +200,9 @@ impl VHost {
         if_empty: bool,
     ) -> CoreResult<u64> {
         self.check(actor.user, Access::Configure, ResourceKind::Queue, name)?;
+        if self.streams.delete(name) {
+            return Ok(0);
+        }
         let _replicated = match self.queue(name) {
             None => return Ok(0),
             Some(queue) if queue.is_node_local() => crate::replication::ReplicationPermit::none(),

@@ -124,6 +124,8 @@ async fn run_client(
         ClientStream::Plain(stream) => {
             run_connection(stream, peer, broker, config, shutdown, alarms).await
         }
+        // AMQP 0-9-1 is served over TCP and TLS only.
+        ClientStream::Tunnel(_) => {}
         ClientStream::Tls(mut tls) => {
             let mut header = [0u8; 8];
             match timeout(config.handshake_timeout, tls.read_exact(&mut header)).await {

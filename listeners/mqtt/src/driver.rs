@@ -21,7 +21,7 @@ use warren_core::flow::PublisherFlow;
 use warren_core::idmap::IdMap;
 use warren_core::stream::{ClientStream, TlsServerConfig};
 
-use crate::codec::decode;
+use crate::codec::{connect_protocol, decode_with, reason};
 use crate::outbox::{Outbox, Signal};
 use crate::session::{acknowledge_all, Control, End, MqttContext, Session};
 
@@ -36,6 +36,13 @@ pub struct ListenerConfig {
     pub connection_max: Option<usize>,
     /// TLS for an MQTTS listener (`mqtt.listeners.ssl.default`); plain MQTT when `None`.
     pub tls: Option<Arc<TlsServerConfig>>,
+    /// MQTT over WebSocket (Web-MQTT, `web_mqtt.*`): every connection completes a WebSocket
+    /// handshake first; the same codec and session serve it.
+    pub websocket: Option<warren_core::websocket::WebSocketConfig>,
+    /// `mqtt.max_connections`: the most MQTT connections at once across the listeners that
+    /// share this count; a connection beyond it is answered CONNACK "server unavailable"
+    /// (0x03; MQTT 5: 0x88) at CONNECT, not dropped.
+    pub max_connections: Option<(usize, Arc<std::sync::atomic::AtomicUsize>)>,
 }
 
 impl Default for ListenerConfig {
@@ -45,6 +52,8 @@ impl Default for ListenerConfig {
             takeover_timeout: Duration::from_secs(5),
             connection_max: None,
             tls: None,
+            websocket: None,
+            max_connections: None,
         }
     }
 }
@@ -66,12 +75,18 @@ struct Connections {
     next_key: AtomicU64,
     /// A resource alarm is in effect: publishers are not read.
     alarm: AtomicBool,
+    /// The count of MQTT connections shared by every listener (`mqtt.max_connections`),
+    /// kept by [`Registered`] so a connection carries nothing more for it.
+    shared_count: Option<Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 impl Connections {
     /// Registers a new connection's outbox; the returned guard unregisters it.
     fn register(self: &Arc<Self>, outbox: &Arc<Outbox>) -> Registered {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        if let Some(count) = &self.shared_count {
+            count.fetch_add(1, Ordering::AcqRel);
+        }
         self.live.lock().insert(key, Arc::downgrade(outbox));
         Registered {
             connections: Arc::clone(self),
@@ -101,6 +116,9 @@ struct Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
+        if let Some(count) = &self.connections.shared_count {
+            count.fetch_sub(1, Ordering::AcqRel);
+        }
         let mut live = self.connections.live.lock();
         live.remove(&self.key);
         if live.is_empty() {
@@ -121,18 +139,32 @@ pub async fn serve(
     let config = Arc::new(config);
     // One shared context: a session holds one pointer to it, not a copy of its four.
     let context = Arc::new(context);
-    let connections = Arc::new(Connections::default());
+    let connections = Arc::new(Connections {
+        shared_count: config
+            .max_connections
+            .as_ref()
+            .map(|(_, count)| Arc::clone(count)),
+        ..Connections::default()
+    });
     let alarmed = Arc::clone(&connections);
     context.broker.subscribe_alarms(Box::new(move |reason| {
         alarmed.alarm.store(reason.is_some(), Ordering::Release);
         alarmed.signal_all(Signal::AlarmChanged);
     }));
-    let accept = AcceptConfig::new(
+    let mut accept = AcceptConfig::new(
         ("mqtt", "mqtts"),
         config.tls.clone(),
         config.connection_max,
         config.connect_timeout,
     );
+    if let Some(websocket) = &config.websocket {
+        let protocol = if config.tls.is_some() {
+            "web-mqtts"
+        } else {
+            "web-mqtt"
+        };
+        accept = accept.with_websocket(protocol, websocket.clone());
+    }
     // Connections hold no shutdown receiver of their own (bytes per idle connection): they
     // are told through their outboxes, once here and, for one accepted while shutting
     // down, when it registers.
@@ -141,18 +173,26 @@ pub async fn serve(
     let accept_loop = serve_connections(listener, accept, shutdown.clone(), move |stream, peer| {
         let outbox = Outbox::new(context.config.prefetch);
         let registered = registry.register(&outbox);
+
         if *accepting.borrow() {
             outbox.signal(Signal::Shutdown);
         }
-        Connection::new(
+        let over_capacity = config
+            .max_connections
+            .as_ref()
+            .is_some_and(|(max, count)| count.load(Ordering::Acquire) > *max);
+        let mut connection = Connection::new(
             stream,
             peer,
             Arc::clone(&context),
             Arc::clone(&config),
             outbox,
             registered,
-        )
-        .run()
+        );
+        if over_capacity {
+            connection.session.refuse_over_capacity();
+        }
+        connection.run()
     });
     let tell_connections = async {
         while shutdown.changed().await.is_ok() && !*shutdown.borrow() {}
@@ -298,17 +338,22 @@ impl Connection {
             let signals = self.session.outbox().take_signals();
             if !signals.is_empty() {
                 if signals.contains(Signal::Shutdown) {
+                    self.session
+                        .server_disconnect(reason::SERVER_SHUTTING_DOWN, "server shutting down");
                     return End::Shutdown;
                 }
                 if signals.contains(Signal::Kick) {
-                    return End::Abnormal(
-                        "another connection took over the client identifier".into(),
-                    );
+                    let why = "another connection took over the client identifier";
+                    self.session
+                        .server_disconnect(reason::SESSION_TAKEN_OVER, why);
+                    return End::Abnormal(why.into());
                 }
                 // MQTT 3.1.1 has no way to tell the client why; like RabbitMQ, the will is
                 // published, since the client did not send DISCONNECT.
                 if signals.contains(Signal::OperatorClose) {
                     let reason = self.session.close_requested().unwrap_or_default();
+                    self.session
+                        .server_disconnect(reason::ADMINISTRATIVE_ACTION, &reason);
                     return End::Abnormal(format!("closed by an operator: {reason}"));
                 }
                 if signals.contains(Signal::AlarmChanged) {
@@ -381,11 +426,13 @@ impl Connection {
                         continue;
                     }
                     Woken::Deadline => {
-                        return End::Abnormal(if self.session.is_connected() {
-                            "keep-alive timeout: no packet for 1.5 keep-alive periods".into()
-                        } else {
-                            "no CONNECT within the connect timeout".into()
-                        });
+                        if self.session.is_connected() {
+                            let why = "keep-alive timeout: no packet for 1.5 keep-alive periods";
+                            self.session
+                                .server_disconnect(reason::KEEP_ALIVE_TIMEOUT, why);
+                            return End::Abnormal(why.into());
+                        }
+                        return End::Abnormal("no CONNECT within the connect timeout".into());
                     }
                 };
                 match read {
@@ -399,7 +446,15 @@ impl Connection {
             loop {
                 // The decoded packet is handled in this statement, so nothing of it is held
                 // across the takeover wait below.
-                let control = match decode(&mut self.buffer, self.session.max_packet_size()) {
+                if !self.session.is_connected() {
+                    // A CONNECT that fails to decode is refused in the client's protocol.
+                    if let Some(protocol) = connect_protocol(&self.buffer) {
+                        self.session.note_connect_protocol(protocol);
+                    }
+                }
+                let protocol = self.session.protocol();
+                let max_packet_size = self.session.max_packet_size();
+                let control = match decode_with(&mut self.buffer, max_packet_size, protocol) {
                     Ok(Some(packet)) => {
                         let session = &mut self.session;
                         let (control, congested) =

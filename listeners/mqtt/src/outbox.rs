@@ -24,8 +24,10 @@ use warren_core::queue_type::QueueInstance;
 use warren_core::value::Value;
 
 use crate::codec::{
-    self, encode_publish, filter_matches, routing_key_to_mqtt_topic, Packet, PubRel, QoS,
+    self, encode_publish, encode_publish_v5, filter_matches, publish_v5_size,
+    routing_key_to_mqtt_topic, Packet, ProtocolLevel, PubRel, QoS, SubscriptionOptions,
 };
+use crate::session::v5::{from_core, unix_ms, Outgoing};
 
 /// Above this many buffered bytes queues stop delivering until the driver drains the buffer,
 /// so a slow socket leaves messages in their queues instead of in memory here.
@@ -68,6 +70,106 @@ struct OutboxState {
     /// Allocated the first time one of its lists is needed: an idle subscriber never does.
     lists: Option<Box<Lists>>,
     closed: bool,
+    /// The protocol packets are encoded for: 3.1.1 until an MQTT 5 CONNECT says otherwise.
+    protocol: ProtocolLevel,
+    /// What MQTT 5 deliveries need; boxed, so a 3.1.1 connection carries one pointer.
+    v5: Option<Box<OutboundV5>>,
+}
+
+/// The client's MQTT 5 limits and the state of outgoing topic aliases.
+#[derive(Default)]
+pub struct OutboundV5 {
+    /// The highest topic alias the client accepts (0: none).
+    pub topic_alias_maximum: u16,
+    /// The largest packet the client accepts; larger deliveries are dropped (MQTT-3.1.2-25).
+    pub maximum_packet_size: Option<u32>,
+    /// Topics with the alias the client was told, in assignment order.
+    aliases: Vec<(String, u16)>,
+    /// The client's subscriptions with their MQTT 5 identifier and options, by filter (the
+    /// shared subscription's own filter for `$share/...`): every matching identifier is sent
+    /// with a delivery (MQTT-3.3.4-3), and the options decide no local and retain as
+    /// published.
+    subscriptions: Vec<OutboundSubscription>,
+    /// The connection's id: a message carrying it in [`NO_LOCAL_HEADER`] was published by
+    /// this connection.
+    connection_id: u64,
+}
+
+/// What a delivery needs to know of one MQTT 5 subscription.
+struct OutboundSubscription {
+    filter: String,
+    identifier: Option<u32>,
+    options: SubscriptionOptions,
+}
+
+/// The header a message published over MQTT with RETAIN set carries (for subscriptions with
+/// "retain as published").
+pub const RETAIN_HEADER: &str = "x-mqtt-retain";
+
+/// The header naming the connection that published a message, set only by an MQTT 5
+/// connection holding a "no local" subscription (the only case that reads it).
+pub const NO_LOCAL_HEADER: &str = "x-mqtt-publisher-connection";
+
+impl OutboundV5 {
+    /// The client's limits, before any alias or subscription identifier.
+    pub fn new(
+        topic_alias_maximum: u16,
+        maximum_packet_size: Option<u32>,
+        connection_id: u64,
+    ) -> OutboundV5 {
+        OutboundV5 {
+            topic_alias_maximum,
+            maximum_packet_size,
+            connection_id,
+            ..OutboundV5::default()
+        }
+    }
+
+    /// The alias for `topic`, and whether the client knows it already. A new alias is taken
+    /// while there are free ones; after that topics go out in full.
+    fn alias(&mut self, topic: &str) -> Option<(u16, bool)> {
+        if let Some((_, alias)) = self.aliases.iter().find(|(known, _)| known == topic) {
+            return Some((*alias, true));
+        }
+        let next = u16::try_from(self.aliases.len() + 1).ok()?;
+        if next > self.topic_alias_maximum {
+            return None;
+        }
+        self.aliases.push((topic.to_string(), next));
+        Some((next, false))
+    }
+
+    /// What the subscriptions matching a delivery of `message` to `topic` say: their
+    /// identifiers, whether it may go out (not when it is the connection's own and every
+    /// matching subscription is "no local"), and whether RETAIN stays set (a matching
+    /// subscription is "retain as published" and the message was published retained).
+    fn shape(&self, topic: &str, message: &Message) -> Option<(Vec<u32>, bool)> {
+        let headers = message.properties.headers.as_ref();
+        let own = headers
+            .and_then(|headers| headers.get(NO_LOCAL_HEADER))
+            .and_then(Value::as_i64)
+            .is_some_and(|origin| origin == self.connection_id as i64);
+        let retained = headers
+            .and_then(|headers| headers.get(RETAIN_HEADER))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let mut identifiers = Vec::new();
+        let mut matched = false;
+        let mut deliver = !own;
+        let mut retain = false;
+        for subscription in &self.subscriptions {
+            if !filter_matches(&subscription.filter, topic) {
+                continue;
+            }
+            matched = true;
+            deliver |= !subscription.options.no_local;
+            retain |= retained && subscription.options.retain_as_published;
+            identifiers.extend(subscription.identifier);
+        }
+        // No subscription of this session matches (a queue bound by an operator): deliver
+        // as 3.1.1 would.
+        (deliver || !matched).then_some((identifiers, retain))
+    }
 }
 
 /// The outbox's lists, which most connections never fill: boxed together, so an idle
@@ -176,11 +278,52 @@ impl Outbox {
                 prefetch: u32::from(prefetch.max(1)),
                 lists: None,
                 closed: false,
+                protocol: ProtocolLevel::V3_1_1,
+                v5: None,
             }),
             notify: Notify::new(),
             signals: AtomicU8::new(0),
             ended: AtomicBool::new(false),
         })
+    }
+
+    /// Encodes packets for `protocol` from now on (set as soon as CONNECT is read, so even a
+    /// refusing CONNACK has the client's format).
+    pub fn set_protocol(&self, protocol: ProtocolLevel) {
+        self.state.lock().protocol = protocol;
+    }
+
+    /// Applies an MQTT 5 client's limits: its receive maximum narrows the in-flight window,
+    /// its topic alias maximum and maximum packet size shape deliveries.
+    pub fn configure_v5(&self, receive_maximum: u16, limits: OutboundV5) {
+        let mut state = self.state.lock();
+        state.prefetch = state.prefetch.min(u32::from(receive_maximum.max(1)));
+        state.v5 = Some(Box::new(limits));
+    }
+
+    /// Records an MQTT 5 subscription's identifier and options for `filter`, or forgets the
+    /// subscription (`None`).
+    pub fn set_subscription(
+        &self,
+        filter: &str,
+        subscription: Option<(Option<u32>, SubscriptionOptions)>,
+    ) {
+        let mut state = self.state.lock();
+        if let Some(v5) = state.v5.as_deref_mut() {
+            v5.subscriptions.retain(|known| known.filter != filter);
+            if let Some((identifier, options)) = subscription {
+                v5.subscriptions.push(OutboundSubscription {
+                    filter: filter.to_string(),
+                    identifier,
+                    options,
+                });
+            }
+        }
+    }
+
+    /// The largest packet the client accepts, if it said.
+    pub fn client_maximum_packet_size(&self) -> Option<u32> {
+        self.state.lock().v5.as_deref()?.maximum_packet_size
     }
 
     /// Records that the session has ended (its client identifier may be taken over).
@@ -215,7 +358,8 @@ impl Outbox {
             return;
         }
         let was_empty = state.buffer.is_empty();
-        if let Err(error) = codec::encode(packet, &mut state.buffer) {
+        let protocol = state.protocol;
+        if let Err(error) = codec::encode_with(packet, &mut state.buffer, protocol) {
             // Only a broker bug can produce a packet the wire cannot carry.
             tracing::error!(packet = packet.packet_type().name(), %error, "could not encode packet");
         }
@@ -235,11 +379,9 @@ impl Outbox {
         }
         let was_empty = state.buffer.is_empty();
         let packet_id = (qos != QoS::AtMostOnce).then(|| state.allocate_packet_id());
-        let OutboxState {
-            buffer, in_flight, ..
-        } = &mut *state;
-        match encode_publish(buffer, topic, qos, packet_id, true, false, &message.body) {
-            Ok(()) => {
+        match state.encode_delivery(topic, qos, packet_id, (true, false), message) {
+            Ok(true) => {
+                let in_flight = &mut state.in_flight;
                 if let Some(packet_id) = packet_id {
                     in_flight.insert(
                         packet_id,
@@ -254,6 +396,7 @@ impl Outbox {
                     );
                 }
             }
+            Ok(false) => {}
             Err(error) => tracing::warn!(topic, %error, "retained message not sent"),
         }
         drop(state);
@@ -323,7 +466,7 @@ impl Outbox {
         }
         drop(state);
         for &packet_id in packet_ids {
-            self.send(&Packet::PubRel(PubRel { packet_id }));
+            self.send(&Packet::PubRel(PubRel::new(packet_id)));
         }
     }
 
@@ -467,6 +610,67 @@ impl OutboxState {
         }
     }
 
+    /// Writes one delivery: an MQTT 3.1.1 PUBLISH, or an MQTT 5 one with the message's
+    /// properties, a topic alias when the client accepts them, and the matching subscription
+    /// identifiers. `Ok(false)`: not sent, because the message expired or the packet is
+    /// larger than the client accepts (both are dropped, MQTT-3.3.2-5 and MQTT-3.1.2-25).
+    fn encode_delivery(
+        &mut self,
+        topic: &str,
+        qos: QoS,
+        packet_id: Option<u16>,
+        flags: (bool, bool),
+        message: &Message,
+    ) -> Result<bool, codec::EncodeError> {
+        let Some(v5) = self.v5.as_deref_mut() else {
+            encode_publish(
+                &mut self.buffer,
+                topic,
+                qos,
+                packet_id,
+                flags.0,
+                flags.1,
+                &message.body,
+            )?;
+            return Ok(true);
+        };
+        let mut properties = match from_core(message, unix_ms()) {
+            Outgoing::Deliver(properties) => properties,
+            Outgoing::Expired => return Ok(false),
+        };
+        let Some((identifiers, retain_as_published)) = v5.shape(topic, message) else {
+            return Ok(false);
+        };
+        let flags = (flags.0 || retain_as_published, flags.1);
+        if !identifiers.is_empty() {
+            properties.get_or_insert_default().subscription_identifiers = identifiers;
+        }
+        let size = publish_v5_size(topic, qos, message.body.len(), properties.as_deref())?;
+        if v5
+            .maximum_packet_size
+            .is_some_and(|maximum| size > maximum as usize)
+        {
+            return Ok(false);
+        }
+        let mut sent_topic = topic;
+        if let Some((alias, known)) = v5.alias(topic) {
+            properties.get_or_insert_default().topic_alias = Some(alias);
+            if known {
+                sent_topic = "";
+            }
+        }
+        encode_publish_v5(
+            &mut self.buffer,
+            sent_topic,
+            qos,
+            packet_id,
+            flags,
+            &message.body,
+            properties.as_deref(),
+        )?;
+        Ok(true)
+    }
+
     /// The lists, allocated on first use.
     fn lists(&mut self) -> &mut Lists {
         self.lists.get_or_insert_default()
@@ -559,20 +763,14 @@ impl DeliverySink for SubscriptionSink {
         }
         let packet_id = (qos != QoS::AtMostOnce).then(|| state.allocate_packet_id());
         let dup = delivery.redelivered && qos != QoS::AtMostOnce;
-        let OutboxState {
-            buffer,
-            in_flight,
-            drains,
-            ..
-        } = &mut *state;
-        let encoded = encode_publish(buffer, &topic, qos, packet_id, false, dup, &message.body);
+        let encoded = state.encode_delivery(&topic, qos, packet_id, (false, dup), message);
         if let Err(error) = &encoded {
             // A routing key longer than a topic can be: the message cannot reach MQTT.
             tracing::warn!(routing_key = %message.routing_key, %error, "delivery to MQTT dropped");
         }
         match packet_id {
-            Some(packet_id) if encoded.is_ok() => {
-                in_flight.insert(
+            Some(packet_id) if matches!(encoded, Ok(true)) => {
+                state.in_flight.insert(
                     packet_id,
                     InFlight {
                         queue: Some(delivery.queue),
@@ -580,7 +778,7 @@ impl DeliverySink for SubscriptionSink {
                         qos,
                         released: false,
                         counted,
-                        buffered_at: *drains,
+                        buffered_at: state.drains,
                     },
                 );
             }

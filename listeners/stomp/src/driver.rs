@@ -35,6 +35,12 @@ pub struct ListenerConfig {
     /// TLS (STOMP over TLS): every connection completes a TLS handshake first, within the
     /// login timeout.
     pub tls: Option<Arc<TlsServerConfig>>,
+    /// STOMP over WebSocket (Web-STOMP, `web_stomp.*`): every connection completes a
+    /// WebSocket handshake first; the same codec and session serve it.
+    pub websocket: Option<warren_core::websocket::WebSocketConfig>,
+    /// `stomp.max_connections`: the most STOMP connections at once across the listeners
+    /// that share this count; a connection beyond it gets an ERROR frame at CONNECT.
+    pub max_connections: Option<(usize, Arc<std::sync::atomic::AtomicUsize>)>,
 }
 
 impl Default for ListenerConfig {
@@ -44,7 +50,18 @@ impl Default for ListenerConfig {
             login_timeout: Duration::from_secs(10),
             connection_max: None,
             tls: None,
+            websocket: None,
+            max_connections: None,
         }
+    }
+}
+
+/// A connection counted against `stomp.max_connections`, uncounted on drop.
+struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -65,12 +82,20 @@ pub async fn serve(
 ) {
     let config = Arc::new(config);
     let alarm_rx = broker.alarm_watch();
-    let accept = AcceptConfig::new(
+    let mut accept = AcceptConfig::new(
         ("stomp", "stomps"),
         config.tls.clone(),
         config.connection_max,
         config.login_timeout,
     );
+    if let Some(websocket) = &config.websocket {
+        let protocol = if config.tls.is_some() {
+            "web-stomps"
+        } else {
+            "web-stomp"
+        };
+        accept = accept.with_websocket(protocol, websocket.clone());
+    }
     let connection_shutdown = shutdown.clone();
     serve_connections(listener, accept, shutdown, move |stream, peer| {
         run_connection(
@@ -116,6 +141,13 @@ pub async fn run_connection(
     if let Some(certificate) = &certificate {
         session.set_certificate(certificate);
     }
+    // Counted for `stomp.max_connections` until this function returns.
+    let _counted = config.max_connections.as_ref().map(|(max, count)| {
+        if count.fetch_add(1, std::sync::atomic::Ordering::AcqRel) >= *max {
+            session.refuse_over_capacity();
+        }
+        Counted(Arc::clone(count))
+    });
     let connection_id = session.connection_id();
     tracing::debug!(connection = connection_id, %peer, "accepted STOMP connection");
     let (heartbeat_tx, heartbeat_rx) = watch::channel(None);

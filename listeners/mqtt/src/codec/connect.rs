@@ -6,11 +6,18 @@
 //! name or password whose flag is set but whose bytes are missing is taken as absent (some
 //! old 3.1 clients sent the flags alone). The 23-byte client identifier limit of 3.1 is not
 //! enforced (see [`Connect`]).
+//!
+//! MQTT 5 (level 5) keeps the 3.1.1 rules and adds properties after the keep-alive and
+//! before the will topic; a password may come without a user name again (section 3.1.2.9
+//! of MQTT 5).
 
 use bytes::{BufMut, BytesMut};
 
 use super::error::{DecodeError, EncodeError};
-use super::packet::{ConnAck, Connect, ConnectReturnCode, LastWill, ProtocolLevel, QoS};
+use super::packet::{
+    ConnAck, Connect, ConnectReturnCode, LastWill, PacketType, ProtocolLevel, QoS,
+};
+use super::properties::{decode_properties, properties_size, write_properties, PropertyContext};
 use super::wire::{field_size, write_field, Reader};
 
 const FLAG_RESERVED: u8 = 0x01;
@@ -20,6 +27,25 @@ const WILL_QOS_SHIFT: u8 = 3;
 const FLAG_WILL_RETAIN: u8 = 0x20;
 const FLAG_PASSWORD: u8 = 0x40;
 const FLAG_USERNAME: u8 = 0x80;
+
+/// The protocol a CONNECT at the start of `bytes` asks for, read from its first bytes
+/// without decoding it: lets the server answer a CONNECT it cannot decode (too large,
+/// malformed properties) in the client's own protocol, as MQTT 5 asks (section 4.13.1).
+pub fn connect_protocol(bytes: &[u8]) -> Option<ProtocolLevel> {
+    if bytes.first()? >> 4 != PacketType::Connect as u8 {
+        return None;
+    }
+    let length_bytes = bytes[1..]
+        .iter()
+        .take(4)
+        .position(|byte| byte & 0x80 == 0)?
+        + 1;
+    let rest = bytes.get(1 + length_bytes..)?;
+    let name_len = usize::from(u16::from_be_bytes([*rest.first()?, *rest.get(1)?]));
+    let name = rest.get(2..2 + name_len)?;
+    let level = *rest.get(2 + name_len)?;
+    ProtocolLevel::from_name_and_level(name, level)
+}
 
 /// Parses a CONNECT body.
 pub(crate) fn decode_connect(reader: &mut Reader) -> Result<Connect, DecodeError> {
@@ -33,7 +59,9 @@ pub(crate) fn decode_connect(reader: &mut Reader) -> Result<Connect, DecodeError
             name: String::from_utf8_lossy(&name).into_owned(),
         });
     };
-    let is_3_1_1 = protocol == ProtocolLevel::V3_1_1;
+    let v5 = protocol.is_v5();
+    // The stricter rules of 3.1.1, which MQTT 5 keeps.
+    let is_3_1_1 = protocol != ProtocolLevel::V3_1;
 
     // 3.1.2.3 connect flags.
     let flags = reader.u8("connect flags")?;
@@ -62,7 +90,7 @@ pub(crate) fn decode_connect(reader: &mut Reader) -> Result<Connect, DecodeError
     };
     let username_flag = flags & FLAG_USERNAME != 0;
     let password_flag = flags & FLAG_PASSWORD != 0;
-    if is_3_1_1 && password_flag && !username_flag {
+    if protocol == ProtocolLevel::V3_1_1 && password_flag && !username_flag {
         return Err(DecodeError::malformed(
             "CONNECT password flag is set without the user name flag (MQTT-3.1.2-22)",
         ));
@@ -70,13 +98,35 @@ pub(crate) fn decode_connect(reader: &mut Reader) -> Result<Connect, DecodeError
 
     // 3.1.2.10 keep alive, then the payload in its fixed order (MQTT-3.1.3-1).
     let keep_alive = reader.u16("keep alive")?;
+    let properties = if v5 {
+        decode_properties(reader, PropertyContext::Connect)?
+    } else {
+        None
+    };
+    if properties
+        .as_deref()
+        .is_some_and(|p| p.authentication_data.is_some() && p.authentication_method.is_none())
+    {
+        return Err(DecodeError::Protocol {
+            code: super::reason::PROTOCOL_ERROR,
+            message: "CONNECT has authentication data without an authentication method \
+                      (section 3.1.2.11.10)"
+                .into(),
+        });
+    }
     let client_id = reader.string("client identifier")?;
     let last_will = if will_flag {
+        let will_properties = if v5 {
+            decode_properties(reader, PropertyContext::Will)?
+        } else {
+            None
+        };
         Some(LastWill {
             topic: reader.string("will topic")?,
             message: reader.binary("will message")?,
             qos: will_qos,
             retain: will_retain,
+            properties: will_properties,
         })
     } else {
         None
@@ -101,11 +151,13 @@ pub(crate) fn decode_connect(reader: &mut Reader) -> Result<Connect, DecodeError
         last_will,
         username,
         password,
+        properties,
     })
 }
 
-/// Parses a CONNACK body (exactly two bytes, checked from the fixed header).
-pub(crate) fn decode_connack(reader: &mut Reader) -> Result<ConnAck, DecodeError> {
+/// Parses a CONNACK body: two bytes (checked from the fixed header) in 3.1.1, and
+/// properties after them in MQTT 5.
+pub(crate) fn decode_connack(reader: &mut Reader, v5: bool) -> Result<ConnAck, DecodeError> {
     let flags = reader.u8("acknowledge flags")?;
     // 3.2.2.1: bits 7-1 are reserved. (In 3.1 the whole byte was reserved and zero.)
     if flags & 0xFE != 0 {
@@ -113,16 +165,24 @@ pub(crate) fn decode_connack(reader: &mut Reader) -> Result<ConnAck, DecodeError
             "CONNACK acknowledge flags have reserved bits set (section 3.2.2.1)",
         ));
     }
+    if v5 {
+        let reason_code = super::frame::read_reason_code(reader, PacketType::ConnAck)?;
+        let properties = decode_properties(reader, PropertyContext::ConnAck)?;
+        let code = ConnectReturnCode::from_reason_code(reason_code);
+        return Ok(ConnAck {
+            session_present: flags & 0x01 != 0,
+            code,
+            reason_code: (code.reason_code() != reason_code).then_some(reason_code),
+            properties,
+        });
+    }
     let code = reader.u8("return code")?;
     let Some(code) = ConnectReturnCode::from_u8(code) else {
         return Err(DecodeError::malformed(
             "CONNACK return code is reserved (section 3.2.2.3)",
         ));
     };
-    Ok(ConnAck {
-        session_present: flags & 0x01 != 0,
-        code,
-    })
+    Ok(ConnAck::new(flags & 0x01 != 0, code))
 }
 
 /// The size of a CONNECT body, validating what a sender must get right.
@@ -136,9 +196,16 @@ pub(crate) fn connect_body_len(connect: &Connect) -> Result<usize, EncodeError> 
         ));
     }
     // Name, level, flags, keep alive.
+    let v5 = connect.protocol.is_v5();
     let mut len = field_size("protocol name", connect.protocol.name().as_bytes())? + 1 + 1 + 2;
+    if v5 {
+        len += properties_size(connect.properties.as_deref())?;
+    }
     len += field_size("client identifier", connect.client_id.as_bytes())?;
     if let Some(will) = &connect.last_will {
+        if v5 {
+            len += properties_size(will.properties.as_deref())?;
+        }
         len += field_size("will topic", will.topic.as_bytes())?;
         len += field_size("will message", &will.message)?;
     }
@@ -173,8 +240,15 @@ pub(crate) fn write_connect_body(connect: &Connect, out: &mut BytesMut) {
     }
     out.put_u8(flags);
     out.put_u16(connect.keep_alive);
+    let v5 = connect.protocol.is_v5();
+    if v5 {
+        write_properties(out, connect.properties.as_deref());
+    }
     write_field(out, connect.client_id.as_bytes());
     if let Some(will) = &connect.last_will {
+        if v5 {
+            write_properties(out, will.properties.as_deref());
+        }
         write_field(out, will.topic.as_bytes());
         write_field(out, &will.message);
     }

@@ -36,14 +36,23 @@ pub enum DecodeError {
         /// The configured maximum.
         max: usize,
     },
-    /// A CONNECT for a protocol we do not speak: MQTT 5 (level 5), or any protocol name and
-    /// level other than "MQIsdp"/3 and "MQTT"/4. Answer CONNACK 0x01 and close
+    /// A CONNECT for a protocol we do not speak: any protocol name and level other than
+    /// "MQIsdp"/3, "MQTT"/4 and "MQTT"/5. Answer CONNACK 0x01 and close
     /// (MQTT-3.1.2-2).
     UnsupportedProtocol {
         /// The protocol level byte.
         level: u8,
         /// The protocol name, with invalid UTF-8 replaced, for the log.
         name: String,
+    },
+    /// An MQTT 5 rule broken that the spec answers with a reason code of its own rather than
+    /// "malformed packet": a duplicate property or a value out of range (0x82 protocol
+    /// error), topic alias 0 (0x94 topic alias invalid).
+    Protocol {
+        /// The MQTT 5 reason code to send in CONNACK or DISCONNECT.
+        code: u8,
+        /// What is wrong, for the log and the reason string.
+        message: Cow<'static, str>,
     },
     /// A UTF-8 string field that is not valid UTF-8 or contains U+0000; the spec makes the
     /// receiver close the connection (MQTT-1.5.3-1, MQTT-1.5.3-2).
@@ -71,6 +80,19 @@ impl DecodeError {
             _ => None,
         }
     }
+
+    /// The MQTT 5 reason code for this error, for the CONNACK or DISCONNECT an MQTT 5 client
+    /// is sent before the connection closes (section 4.13 of MQTT 5).
+    pub fn reason_code(&self) -> u8 {
+        match self {
+            DecodeError::Malformed(_) | DecodeError::InvalidUtf8 { .. } => {
+                super::reason::MALFORMED_PACKET
+            }
+            DecodeError::TooLarge { .. } => super::reason::PACKET_TOO_LARGE,
+            DecodeError::UnsupportedProtocol { .. } => super::reason::UNSUPPORTED_PROTOCOL_VERSION,
+            DecodeError::Protocol { code, .. } => *code,
+        }
+    }
 }
 
 impl fmt::Display for DecodeError {
@@ -82,15 +104,14 @@ impl fmt::Display for DecodeError {
                 "packet too large: remaining length of {size} bytes exceeds the maximum of \
                  {max} bytes"
             ),
-            DecodeError::UnsupportedProtocol { level: 5, .. } => f.write_str(
-                "MQTT 5 (protocol level 5) is not supported: this server speaks MQTT 3.1 and \
-                 3.1.1",
-            ),
             DecodeError::UnsupportedProtocol { level, name } => write!(
                 f,
                 "unsupported protocol {name:?} level {level}: expected \"MQTT\" level 4 \
-                 (MQTT 3.1.1) or \"MQIsdp\" level 3 (MQTT 3.1)"
+                 (MQTT 3.1.1), \"MQTT\" level 5 (MQTT 5.0) or \"MQIsdp\" level 3 (MQTT 3.1)"
             ),
+            DecodeError::Protocol { code, message } => {
+                write!(f, "protocol error (reason code {code:#04x}): {message}")
+            }
             DecodeError::InvalidUtf8 {
                 field,
                 problem: StringProblem::NotUtf8,

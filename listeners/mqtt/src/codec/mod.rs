@@ -1,4 +1,4 @@
-//! Sans-IO MQTT 3.1 / 3.1.1 codec: bytes in, typed packets out, and back. No sockets, no
+//! Sans-IO MQTT 3.1 / 3.1.1 / 5.0 codec: bytes in, typed packets out, and back. No sockets, no
 //! tokio, no broker state.
 //!
 //! Data flow on a connection:
@@ -26,19 +26,23 @@ mod connect;
 mod error;
 mod frame;
 mod packet;
+mod properties;
 mod publish;
+pub mod reason;
 mod subscribe;
 mod topic;
 mod wire;
 
+pub use connect::connect_protocol;
 pub use error::{DecodeError, EncodeError, StringProblem};
-pub use frame::{decode, encode};
+pub use frame::{decode, decode_with, encode, encode_with};
 pub use packet::{
     ConnAck, Connect, ConnectReturnCode, LastWill, Packet, PacketType, ProtocolLevel, PubAck,
-    PubComp, PubRec, PubRel, Publish, QoS, SubAck, Subscribe, SubscribeReturnCode, UnsubAck,
-    Unsubscribe,
+    PubComp, PubRec, PubRel, Publish, QoS, Reason, SubAck, Subscribe, SubscribeReturnCode,
+    SubscriptionOptions, UnsubAck, Unsubscribe,
 };
-pub use publish::encode_publish;
+pub use properties::{Properties, PropertyContext};
+pub use publish::{encode_publish, encode_publish_v5, publish_v5_size};
 pub use topic::{
     binding_key_to_mqtt_filter, filter_matches, mqtt_filter_to_binding_key,
     mqtt_topic_to_routing_key, routing_key_to_mqtt_topic, validate_topic_filter,
@@ -52,3 +56,5 @@ mod oracle_tests;
 pub(crate) mod prop_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod v5_tests;

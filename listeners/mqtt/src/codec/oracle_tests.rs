@@ -104,7 +104,9 @@ fn to_theirs(packet: &Packet) -> Option<v4::Packet> {
                     SubscribeReturnCode::Success(qos) => {
                         v4::SubscribeReasonCode::Success(their_qos(*qos))
                     }
-                    SubscribeReturnCode::Failure => v4::SubscribeReasonCode::Failure,
+                    SubscribeReturnCode::Failure | SubscribeReturnCode::Refused(_) => {
+                        v4::SubscribeReasonCode::Failure
+                    }
                 })
                 .collect(),
         }),
@@ -117,7 +119,9 @@ fn to_theirs(packet: &Packet) -> Option<v4::Packet> {
         }),
         Packet::PingReq => v4::Packet::PingReq,
         Packet::PingResp => v4::Packet::PingResp,
-        Packet::Disconnect => v4::Packet::Disconnect,
+        Packet::Disconnect(_) => v4::Packet::Disconnect,
+        // MQTT 5 only.
+        Packet::Auth(_) => return None,
     })
 }
 
@@ -223,6 +227,7 @@ fn mqttbytes_refuses_mqtt_3_1_which_we_accept() {
         last_will: None,
         username: None,
         password: None,
+        properties: None,
     });
     let mut bytes = BytesMut::new();
     encode(&connect, &mut bytes).unwrap();

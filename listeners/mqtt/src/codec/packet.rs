@@ -1,12 +1,18 @@
-//! The MQTT 3.1 / 3.1.1 control packets as typed values.
+//! The MQTT 3.1 / 3.1.1 / 5.0 control packets as typed values.
 //!
 //! Modelled on mqttbytes' v4 types, with two differences that matter to a broker: the
 //! protocol level is kept (3.1 and 3.1.1 clients differ in small ways the session must
 //! honour) and a PUBLISH packet identifier is an `Option`, present exactly when QoS > 0, so
-//! a QoS 0 message cannot carry a stale identifier by mistake. MQTT 5 would add a level and
-//! property fields; the enums here leave room for both.
+//! a QoS 0 message cannot carry a stale identifier by mistake.
+//!
+//! MQTT 5 shares the packets: its reason codes and [`Properties`] are extra fields, which a
+//! 3.1/3.1.1 encoding ignores and a 3.1/3.1.1 decoding leaves at their defaults (reason code
+//! 0, no properties). Properties are boxed and `None` when empty, so a packet without them
+//! costs one pointer.
 
 use bytes::Bytes;
+
+pub use super::properties::Properties;
 
 /// The protocol a client asked for in CONNECT (section 3.1.2.1 and 3.1.2.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -15,6 +21,8 @@ pub enum ProtocolLevel {
     V3_1,
     /// MQTT 3.1.1: protocol name "MQTT", level 4.
     V3_1_1,
+    /// MQTT 5.0: protocol name "MQTT", level 5.
+    V5,
 }
 
 impl ProtocolLevel {
@@ -23,6 +31,7 @@ impl ProtocolLevel {
         match self {
             ProtocolLevel::V3_1 => 3,
             ProtocolLevel::V3_1_1 => 4,
+            ProtocolLevel::V5 => 5,
         }
     }
 
@@ -30,8 +39,13 @@ impl ProtocolLevel {
     pub const fn name(self) -> &'static str {
         match self {
             ProtocolLevel::V3_1 => "MQIsdp",
-            ProtocolLevel::V3_1_1 => "MQTT",
+            ProtocolLevel::V3_1_1 | ProtocolLevel::V5 => "MQTT",
         }
+    }
+
+    /// Whether this is MQTT 5, whose packets carry reason codes and properties.
+    pub const fn is_v5(self) -> bool {
+        matches!(self, ProtocolLevel::V5)
     }
 
     /// The level for a protocol name and level byte, if we speak it. A mismatched pair
@@ -40,6 +54,7 @@ impl ProtocolLevel {
         match (name, level) {
             (b"MQIsdp", 3) => Some(ProtocolLevel::V3_1),
             (b"MQTT", 4) => Some(ProtocolLevel::V3_1_1),
+            (b"MQTT", 5) => Some(ProtocolLevel::V5),
             _ => None,
         }
     }
@@ -102,8 +117,10 @@ pub enum PacketType {
     PingReq = 12,
     /// Ping response.
     PingResp = 13,
-    /// Client is disconnecting.
+    /// Client or (MQTT 5) server is disconnecting.
     Disconnect = 14,
+    /// MQTT 5 enhanced authentication exchange (reserved in 3.1.1).
+    Auth = 15,
 }
 
 impl PacketType {
@@ -124,6 +141,7 @@ impl PacketType {
             12 => PacketType::PingReq,
             13 => PacketType::PingResp,
             14 => PacketType::Disconnect,
+            15 => PacketType::Auth,
             _ => return None,
         })
     }
@@ -145,6 +163,7 @@ impl PacketType {
             PacketType::PingReq => "PINGREQ",
             PacketType::PingResp => "PINGRESP",
             PacketType::Disconnect => "DISCONNECT",
+            PacketType::Auth => "AUTH",
         }
     }
 
@@ -204,8 +223,10 @@ pub enum Packet {
     PingReq,
     /// Ping response (section 3.13).
     PingResp,
-    /// Client is disconnecting (section 3.14).
-    Disconnect,
+    /// Client or server is disconnecting (section 3.14); MQTT 5 adds a reason.
+    Disconnect(Reason),
+    /// MQTT 5 authentication exchange (section 3.15 of MQTT 5).
+    Auth(Reason),
 }
 
 impl Packet {
@@ -225,7 +246,8 @@ impl Packet {
             Packet::UnsubAck(_) => PacketType::UnsubAck,
             Packet::PingReq => PacketType::PingReq,
             Packet::PingResp => PacketType::PingResp,
-            Packet::Disconnect => PacketType::Disconnect,
+            Packet::Disconnect(_) => PacketType::Disconnect,
+            Packet::Auth(_) => PacketType::Auth,
         }
     }
 }
@@ -245,14 +267,18 @@ pub struct Connect {
     /// The client identifier (section 3.1.3.1); may be empty in 3.1.1.
     pub client_id: String,
     /// Whether the session starts afresh and ends with the connection (section 3.1.2.4).
+    /// In MQTT 5 this bit is "clean start": the session starts afresh, and how long it
+    /// outlives the connection is the session expiry interval property.
     pub clean_session: bool,
     /// The message to publish if the connection ends without a DISCONNECT.
     pub last_will: Option<LastWill>,
     /// User name, if the user name flag was set.
     pub username: Option<String>,
     /// Password, if the password flag was set. Binary data, not a string (section 3.1.3.5).
-    /// In 3.1 a password may come without a user name; in 3.1.1 that is malformed.
+    /// In 3.1 and 5 a password may come without a user name; in 3.1.1 that is malformed.
     pub password: Option<Bytes>,
+    /// MQTT 5 CONNECT properties.
+    pub properties: Option<Box<Properties>>,
 }
 
 /// The will message of a CONNECT (section 3.1.2.5 to 3.1.2.7, 3.1.3.2, 3.1.3.3).
@@ -267,6 +293,8 @@ pub struct LastWill {
     pub qos: QoS,
     /// Whether the will is published retained.
     pub retain: bool,
+    /// MQTT 5 will properties (will delay, message expiry, content type, ...).
+    pub properties: Option<Box<Properties>>,
 }
 
 /// CONNACK return codes (section 3.2.2.3, table 3.1).
@@ -287,6 +315,36 @@ pub enum ConnectReturnCode {
 }
 
 impl ConnectReturnCode {
+    /// The MQTT 5 reason code that means the same (section 3.2.2.2 of MQTT 5).
+    pub const fn reason_code(self) -> u8 {
+        use super::reason;
+        match self {
+            ConnectReturnCode::Accepted => reason::SUCCESS,
+            ConnectReturnCode::UnacceptableProtocolVersion => reason::UNSUPPORTED_PROTOCOL_VERSION,
+            ConnectReturnCode::IdentifierRejected => reason::CLIENT_IDENTIFIER_NOT_VALID,
+            ConnectReturnCode::ServerUnavailable => reason::SERVER_UNAVAILABLE,
+            ConnectReturnCode::BadUserNamePassword => reason::BAD_USER_NAME_OR_PASSWORD,
+            ConnectReturnCode::NotAuthorized => reason::NOT_AUTHORIZED,
+        }
+    }
+
+    /// The 3.1.1 return code closest to an MQTT 5 reason code, for decoding a v5 CONNACK.
+    pub const fn from_reason_code(code: u8) -> Self {
+        use super::reason;
+        match code {
+            reason::SUCCESS => ConnectReturnCode::Accepted,
+            reason::UNSUPPORTED_PROTOCOL_VERSION => ConnectReturnCode::UnacceptableProtocolVersion,
+            reason::CLIENT_IDENTIFIER_NOT_VALID => ConnectReturnCode::IdentifierRejected,
+            reason::BAD_USER_NAME_OR_PASSWORD | reason::BAD_AUTHENTICATION_METHOD => {
+                ConnectReturnCode::BadUserNamePassword
+            }
+            reason::NOT_AUTHORIZED | reason::BANNED => ConnectReturnCode::NotAuthorized,
+            _ => ConnectReturnCode::ServerUnavailable,
+        }
+    }
+}
+
+impl ConnectReturnCode {
     /// The return code for its wire value; 6..=255 are reserved.
     pub const fn from_u8(value: u8) -> Option<Self> {
         Some(match value {
@@ -302,13 +360,35 @@ impl ConnectReturnCode {
 }
 
 /// CONNACK (section 3.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnAck {
     /// Whether the server resumed a stored session (3.1.1 only; MQTT 3.1 has no such bit
     /// and a 3.1 client must be sent `false`).
     pub session_present: bool,
     /// Accepted, or why not.
     pub code: ConnectReturnCode,
+    /// MQTT 5: the reason code to send instead of `code`'s, for reasons 3.1.1 has no code
+    /// for (0x95 packet too large, 0x81 malformed packet, ...). `None`: `code`'s.
+    pub reason_code: Option<u8>,
+    /// MQTT 5 CONNACK properties.
+    pub properties: Option<Box<Properties>>,
+}
+
+impl ConnAck {
+    /// A CONNACK with `code` and no MQTT 5 extras.
+    pub fn new(session_present: bool, code: ConnectReturnCode) -> ConnAck {
+        ConnAck {
+            session_present,
+            code,
+            reason_code: None,
+            properties: None,
+        }
+    }
+
+    /// The MQTT 5 reason code this CONNACK carries.
+    pub fn v5_reason_code(&self) -> u8 {
+        self.reason_code.unwrap_or(self.code.reason_code())
+    }
 }
 
 /// PUBLISH (section 3.3).
@@ -326,34 +406,97 @@ pub struct Publish {
     pub packet_id: Option<u16>,
     /// The application message, a zero-copy slice of the read buffer.
     pub payload: Bytes,
+    /// MQTT 5 PUBLISH properties. A decoded MQTT 5 PUBLISH may have an empty `topic` when
+    /// these carry a topic alias; the session resolves it.
+    pub properties: Option<Box<Properties>>,
 }
 
 /// PUBACK (section 3.4): QoS 1 acknowledgment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PubAck {
-    /// The identifier of the PUBLISH being acknowledged.
+    /// The packet identifier of the exchange.
     pub packet_id: u16,
+    /// MQTT 5 reason code (0: success); 3.1.1 has none.
+    pub reason_code: u8,
+    /// MQTT 5 properties (reason string, user properties).
+    pub properties: Option<Box<Properties>>,
+}
+
+impl PubAck {
+    /// A successful PUBACK for `packet_id`, without MQTT 5 extras.
+    pub const fn new(packet_id: u16) -> PubAck {
+        PubAck {
+            packet_id,
+            reason_code: 0,
+            properties: None,
+        }
+    }
 }
 
 /// PUBREC (section 3.5): QoS 2, first acknowledgment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PubRec {
-    /// The identifier of the PUBLISH being acknowledged.
+    /// The packet identifier of the exchange.
     pub packet_id: u16,
+    /// MQTT 5 reason code (0: success); 3.1.1 has none.
+    pub reason_code: u8,
+    /// MQTT 5 properties (reason string, user properties).
+    pub properties: Option<Box<Properties>>,
+}
+
+impl PubRec {
+    /// A successful PUBREC for `packet_id`, without MQTT 5 extras.
+    pub const fn new(packet_id: u16) -> PubRec {
+        PubRec {
+            packet_id,
+            reason_code: 0,
+            properties: None,
+        }
+    }
 }
 
 /// PUBREL (section 3.6): QoS 2, release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PubRel {
-    /// The identifier of the PUBLISH being released.
+    /// The packet identifier of the exchange.
     pub packet_id: u16,
+    /// MQTT 5 reason code (0: success); 3.1.1 has none.
+    pub reason_code: u8,
+    /// MQTT 5 properties (reason string, user properties).
+    pub properties: Option<Box<Properties>>,
+}
+
+impl PubRel {
+    /// A successful PUBREL for `packet_id`, without MQTT 5 extras.
+    pub const fn new(packet_id: u16) -> PubRel {
+        PubRel {
+            packet_id,
+            reason_code: 0,
+            properties: None,
+        }
+    }
 }
 
 /// PUBCOMP (section 3.7): QoS 2, completion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PubComp {
-    /// The identifier of the PUBLISH being completed.
+    /// The packet identifier of the exchange.
     pub packet_id: u16,
+    /// MQTT 5 reason code (0: success); 3.1.1 has none.
+    pub reason_code: u8,
+    /// MQTT 5 properties (reason string, user properties).
+    pub properties: Option<Box<Properties>>,
+}
+
+impl PubComp {
+    /// A successful PUBCOMP for `packet_id`, without MQTT 5 extras.
+    pub const fn new(packet_id: u16) -> PubComp {
+        PubComp {
+            packet_id,
+            reason_code: 0,
+            properties: None,
+        }
+    }
 }
 
 /// SUBSCRIBE (section 3.8).
@@ -366,6 +509,21 @@ pub struct Subscribe {
     /// [`validate_topic_filter`](super::validate_topic_filter) and answers a bad one with
     /// a failure return code or by closing the connection.
     pub filters: Vec<(String, QoS)>,
+    /// MQTT 5 subscription options, one per filter in `filters`' order; empty for 3.1.1.
+    pub options: Vec<SubscriptionOptions>,
+    /// MQTT 5 properties (subscription identifier, user properties).
+    pub properties: Option<Box<Properties>>,
+}
+
+/// The MQTT 5 subscription options besides the QoS (section 3.8.3.1 of MQTT 5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubscriptionOptions {
+    /// Do not deliver the client's own publishes to it.
+    pub no_local: bool,
+    /// Deliver with the RETAIN flag as published, not cleared.
+    pub retain_as_published: bool,
+    /// 0: send retained messages on subscribe; 1: only if the subscription is new; 2: never.
+    pub retain_handling: u8,
 }
 
 /// One SUBACK return code (section 3.9.3).
@@ -375,6 +533,9 @@ pub enum SubscribeReturnCode {
     Success(QoS),
     /// The subscription was refused (0x80).
     Failure,
+    /// MQTT 5: refused for a reason with its own code (0x87 not authorized, 0x8F topic
+    /// filter invalid, 0x9E, 0xA1, 0xA2, ...). A 3.1.1 SUBACK writes it as 0x80.
+    Refused(u8),
 }
 
 impl SubscribeReturnCode {
@@ -383,6 +544,7 @@ impl SubscribeReturnCode {
         match self {
             SubscribeReturnCode::Success(qos) => qos as u8,
             SubscribeReturnCode::Failure => 0x80,
+            SubscribeReturnCode::Refused(code) => code,
         }
     }
 
@@ -405,6 +567,8 @@ pub struct SubAck {
     pub packet_id: u16,
     /// One return code per filter, in the SUBSCRIBE's order (MQTT-3.9.3-1).
     pub return_codes: Vec<SubscribeReturnCode>,
+    /// MQTT 5 properties (reason string, user properties).
+    pub properties: Option<Box<Properties>>,
 }
 
 /// UNSUBSCRIBE (section 3.10).
@@ -414,11 +578,51 @@ pub struct Unsubscribe {
     pub packet_id: u16,
     /// At least one topic filter to remove.
     pub topics: Vec<String>,
+    /// MQTT 5 properties (user properties).
+    pub properties: Option<Box<Properties>>,
 }
 
 /// UNSUBACK (section 3.11).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnsubAck {
     /// The UNSUBSCRIBE's packet identifier.
     pub packet_id: u16,
+    /// MQTT 5: one reason code per filter, in the UNSUBSCRIBE's order; empty for 3.1.1.
+    pub reason_codes: Vec<u8>,
+    /// MQTT 5 properties (reason string, user properties).
+    pub properties: Option<Box<Properties>>,
+}
+
+impl UnsubAck {
+    /// An UNSUBACK without MQTT 5 extras.
+    pub const fn new(packet_id: u16) -> UnsubAck {
+        UnsubAck {
+            packet_id,
+            reason_codes: Vec::new(),
+            properties: None,
+        }
+    }
+}
+
+/// The reason and properties of an MQTT 5 DISCONNECT or AUTH. `Default` is a normal
+/// disconnection without properties, the only DISCONNECT 3.1.1 has.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reason {
+    /// The reason code (0: normal disconnection / success).
+    pub code: u8,
+    /// Properties (reason string, session expiry interval, server reference, ...).
+    pub properties: Option<Box<Properties>>,
+}
+
+impl Reason {
+    /// A reason code with a reason string.
+    pub fn with_string(code: u8, reason_string: impl Into<String>) -> Reason {
+        Reason {
+            code,
+            properties: Some(Box::new(Properties {
+                reason_string: Some(reason_string.into()),
+                ..Properties::default()
+            })),
+        }
+    }
 }

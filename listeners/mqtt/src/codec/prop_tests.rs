@@ -50,6 +50,7 @@ pub(crate) fn connect(
                 message,
                 qos,
                 retain,
+                properties: None,
             }
         });
     (
@@ -77,6 +78,7 @@ pub(crate) fn connect(
                     last_will,
                     username,
                     password,
+                    properties: None,
                 }
             },
         )
@@ -100,6 +102,7 @@ pub(crate) fn publish() -> impl Strategy<Value = Publish> {
                 topic,
                 packet_id: has_id.then_some(id),
                 payload,
+                properties: None,
             }
         })
 }
@@ -123,34 +126,43 @@ pub(crate) fn packet(
     prop_oneof![
         connect(protocol).prop_map(Packet::Connect),
         (any::<bool>(), connect_return_code()).prop_map(|(session_present, code)| {
-            Packet::ConnAck(ConnAck {
-                session_present,
-                code,
-            })
+            Packet::ConnAck(ConnAck::new(session_present, code))
         }),
         publish().prop_map(Packet::Publish),
         id.clone()
-            .prop_map(|packet_id| Packet::PubAck(PubAck { packet_id })),
+            .prop_map(|packet_id| Packet::PubAck(PubAck::new(packet_id))),
         id.clone()
-            .prop_map(|packet_id| Packet::PubRec(PubRec { packet_id })),
+            .prop_map(|packet_id| Packet::PubRec(PubRec::new(packet_id))),
         id.clone()
-            .prop_map(|packet_id| Packet::PubRel(PubRel { packet_id })),
+            .prop_map(|packet_id| Packet::PubRel(PubRel::new(packet_id))),
         id.clone()
-            .prop_map(|packet_id| Packet::PubComp(PubComp { packet_id })),
-        (id.clone(), vec((string_field(), qos()), 1..5))
-            .prop_map(|(packet_id, filters)| Packet::Subscribe(Subscribe { packet_id, filters })),
+            .prop_map(|packet_id| Packet::PubComp(PubComp::new(packet_id))),
+        (id.clone(), vec((string_field(), qos()), 1..5)).prop_map(|(packet_id, filters)| {
+            Packet::Subscribe(Subscribe {
+                packet_id,
+                filters,
+                options: Vec::new(),
+                properties: None,
+            })
+        }),
         (id.clone(), vec(return_code(), 1..5)).prop_map(|(packet_id, return_codes)| {
             Packet::SubAck(SubAck {
                 packet_id,
                 return_codes,
+                properties: None,
             })
         }),
-        (id.clone(), vec(string_field(), 1..5))
-            .prop_map(|(packet_id, topics)| Packet::Unsubscribe(Unsubscribe { packet_id, topics })),
-        id.prop_map(|packet_id| Packet::UnsubAck(UnsubAck { packet_id })),
+        (id.clone(), vec(string_field(), 1..5)).prop_map(
+            |(packet_id, topics)| Packet::Unsubscribe(Unsubscribe {
+                packet_id,
+                topics,
+                properties: None,
+            })
+        ),
+        id.prop_map(|packet_id| Packet::UnsubAck(UnsubAck::new(packet_id))),
         Just(Packet::PingReq),
         Just(Packet::PingResp),
-        Just(Packet::Disconnect),
+        Just(Packet::Disconnect(Reason::default())),
     ]
 }
 

@@ -74,9 +74,11 @@ fn mosquitto_pub_connect_with_will_username_password() {
                     message: Bytes::from_static(b"bye"),
                     qos: QoS::AtLeastOnce,
                     retain: false,
+                    properties: None,
                 }),
                 username: Some("user".into()),
                 password: Some(Bytes::from_static(b"pass")),
+                properties: None,
             }),
             Packet::Publish(Publish {
                 dup: false,
@@ -85,8 +87,9 @@ fn mosquitto_pub_connect_with_will_username_password() {
                 topic: "t".into(),
                 packet_id: Some(1),
                 payload: Bytes::from_static(b"hi"),
+                properties: None,
             }),
-            Packet::Disconnect,
+            Packet::Disconnect(Reason::default()),
         ]
     );
     // Our encoder produces the client's bytes exactly.
@@ -107,11 +110,12 @@ fn mosquitto_pub_mqtt_3_1_connect_is_accepted() {
             last_will: None,
             username: None,
             password: None,
+            properties: None,
         })
     );
     assert!(matches!(&packets[1], Packet::Publish(p) if p.topic == "a/b"
         && p.payload == "hello" && p.qos == QoS::AtMostOnce && p.packet_id.is_none()));
-    assert_eq!(packets[2], Packet::Disconnect);
+    assert_eq!(packets[2], Packet::Disconnect(Reason::default()));
     let again: Vec<u8> = packets.iter().flat_map(encoded).collect();
     assert_eq!(again, hex(MOSQUITTO_PUB_31));
 }
@@ -127,6 +131,8 @@ fn mosquitto_sub_subscribe_with_two_filters() {
                 ("a/+".into(), QoS::AtLeastOnce),
                 ("b/#".into(), QoS::AtLeastOnce)
             ],
+            options: Vec::new(),
+            properties: None,
         })
     );
     let again: Vec<u8> = packets.iter().flat_map(encoded).collect();
@@ -151,6 +157,8 @@ fn every_server_packet_encodes_to_known_bytes() {
             Packet::ConnAck(ConnAck {
                 session_present: false,
                 code: ConnectReturnCode::Accepted,
+                properties: None,
+                reason_code: None,
             }),
             "20020000",
         ),
@@ -158,6 +166,8 @@ fn every_server_packet_encodes_to_known_bytes() {
             Packet::ConnAck(ConnAck {
                 session_present: true,
                 code: ConnectReturnCode::Accepted,
+                properties: None,
+                reason_code: None,
             }),
             "20020100",
         ),
@@ -165,6 +175,8 @@ fn every_server_packet_encodes_to_known_bytes() {
             Packet::ConnAck(ConnAck {
                 session_present: false,
                 code: ConnectReturnCode::UnacceptableProtocolVersion,
+                properties: None,
+                reason_code: None,
             }),
             "20020001",
         ),
@@ -172,13 +184,43 @@ fn every_server_packet_encodes_to_known_bytes() {
             Packet::ConnAck(ConnAck {
                 session_present: false,
                 code: ConnectReturnCode::NotAuthorized,
+                properties: None,
+                reason_code: None,
             }),
             "20020005",
         ),
-        (Packet::PubAck(PubAck { packet_id: 1 }), "40020001"),
-        (Packet::PubRec(PubRec { packet_id: 0x1234 }), "50021234"),
-        (Packet::PubRel(PubRel { packet_id: 2 }), "62020002"),
-        (Packet::PubComp(PubComp { packet_id: 0xFFFF }), "7002ffff"),
+        (
+            Packet::PubAck(PubAck {
+                packet_id: 1,
+                properties: None,
+                reason_code: 0,
+            }),
+            "40020001",
+        ),
+        (
+            Packet::PubRec(PubRec {
+                packet_id: 0x1234,
+                properties: None,
+                reason_code: 0,
+            }),
+            "50021234",
+        ),
+        (
+            Packet::PubRel(PubRel {
+                packet_id: 2,
+                properties: None,
+                reason_code: 0,
+            }),
+            "62020002",
+        ),
+        (
+            Packet::PubComp(PubComp {
+                packet_id: 0xFFFF,
+                properties: None,
+                reason_code: 0,
+            }),
+            "7002ffff",
+        ),
         (
             Packet::SubAck(SubAck {
                 packet_id: 7,
@@ -188,6 +230,7 @@ fn every_server_packet_encodes_to_known_bytes() {
                     SubscribeReturnCode::Success(QoS::ExactlyOnce),
                     SubscribeReturnCode::Failure,
                 ],
+                properties: None,
             }),
             "9006000700010280",
         ),
@@ -195,13 +238,21 @@ fn every_server_packet_encodes_to_known_bytes() {
             Packet::Unsubscribe(Unsubscribe {
                 packet_id: 3,
                 topics: vec!["a/b".into()],
+                properties: None,
             }),
             "a207 0003 0003612f62",
         ),
-        (Packet::UnsubAck(UnsubAck { packet_id: 3 }), "b0020003"),
+        (
+            Packet::UnsubAck(UnsubAck {
+                packet_id: 3,
+                properties: None,
+                reason_codes: Vec::new(),
+            }),
+            "b0020003",
+        ),
         (Packet::PingReq, "c000"),
         (Packet::PingResp, "d000"),
-        (Packet::Disconnect, "e000"),
+        (Packet::Disconnect(Reason::default()), "e000"),
         (
             Packet::Publish(Publish {
                 dup: true,
@@ -210,6 +261,7 @@ fn every_server_packet_encodes_to_known_bytes() {
                 topic: "a".into(),
                 packet_id: Some(10),
                 payload: Bytes::from_static(b"x"),
+                properties: None,
             }),
             "3d06 000161 000a 78",
         ),
@@ -232,9 +284,11 @@ fn connect_flags_round_trip() {
             message: Bytes::new(),
             qos: QoS::ExactlyOnce,
             retain: true,
+            properties: None,
         }),
         username: Some("u".into()),
         password: None,
+        properties: None,
     };
     let bytes = encoded(&Packet::Connect(connect.clone()));
     // user name 0x80, will retain 0x20, will QoS 2 0x10, will 0x04.
@@ -262,6 +316,7 @@ fn encode_publish_hot_path_matches_encode() {
         topic: "a/b".into(),
         packet_id: Some(9),
         payload: Bytes::from_static(b"body"),
+        properties: None,
     }));
     assert_eq!(&fast[..], &slow[..]);
 }
@@ -299,7 +354,14 @@ fn encode_refuses_what_a_sender_must_not_send() {
             "topic name of 65536 bytes",
         ),
         (
-            encode(&Packet::PubAck(PubAck { packet_id: 0 }), &mut out),
+            encode(
+                &Packet::PubAck(PubAck {
+                    packet_id: 0,
+                    properties: None,
+                    reason_code: 0,
+                }),
+                &mut out,
+            ),
             "packet identifier 0",
         ),
         (
@@ -307,6 +369,8 @@ fn encode_refuses_what_a_sender_must_not_send() {
                 &Packet::Subscribe(Subscribe {
                     packet_id: 1,
                     filters: vec![],
+                    options: Vec::new(),
+                    properties: None,
                 }),
                 &mut out,
             ),
@@ -317,6 +381,7 @@ fn encode_refuses_what_a_sender_must_not_send() {
                 &Packet::Unsubscribe(Unsubscribe {
                     packet_id: 1,
                     topics: vec![],
+                    properties: None,
                 }),
                 &mut out,
             ),
@@ -327,6 +392,7 @@ fn encode_refuses_what_a_sender_must_not_send() {
                 &Packet::SubAck(SubAck {
                     packet_id: 1,
                     return_codes: vec![],
+                    properties: None,
                 }),
                 &mut out,
             ),
@@ -342,6 +408,7 @@ fn encode_refuses_what_a_sender_must_not_send() {
                     last_will: None,
                     username: None,
                     password: Some(Bytes::from_static(b"p")),
+                    properties: None,
                 }),
                 &mut out,
             ),
@@ -371,6 +438,7 @@ fn mqtt_3_1_connect_may_carry_a_password_without_a_user_name() {
         last_will: None,
         username: None,
         password: Some(Bytes::from_static(b"p")),
+        properties: None,
     };
     let bytes = encoded(&Packet::Connect(connect.clone()));
     assert_eq!(decode_one(&bytes), Packet::Connect(connect));
@@ -406,6 +474,7 @@ fn mqtt_3_1_client_ids_longer_than_23_bytes_are_accepted() {
         last_will: None,
         username: None,
         password: None,
+        properties: None,
     };
     assert_eq!(
         decode_one(&encoded(&Packet::Connect(connect.clone()))),
@@ -615,13 +684,7 @@ fn utf8_errors_name_the_field() {
 
 #[test]
 fn unsupported_protocols_are_answered_with_connack_1() {
-    for (name, level) in [
-        ("MQTT", 5),
-        ("MQTT", 3),
-        ("MQIsdp", 4),
-        ("MQTT", 6),
-        ("HTTP", 4),
-    ] {
+    for (name, level) in [("MQTT", 3), ("MQIsdp", 4), ("MQTT", 6), ("HTTP", 4)] {
         let error = decode_err(&connect_with(name, level, 0x02, "0001 63"));
         assert_eq!(
             error,
@@ -635,11 +698,11 @@ fn unsupported_protocols_are_answered_with_connack_1() {
             Some(ConnectReturnCode::UnacceptableProtocolVersion)
         );
     }
-    let mqtt5 = decode_err(&connect_with("MQTT", 5, 0x02, "00 0001 63"));
-    assert_eq!(
-        mqtt5.to_string(),
-        "MQTT 5 (protocol level 5) is not supported: this server speaks MQTT 3.1 and 3.1.1"
-    );
+    // MQTT 5 is spoken now: level 5 with an empty property list decodes.
+    let Packet::Connect(mqtt5) = decode_one(&connect_with("MQTT", 5, 0x02, "00 0001 63")) else {
+        panic!("expected CONNECT")
+    };
+    assert_eq!(mqtt5.protocol, ProtocolLevel::V5);
 }
 
 #[test]

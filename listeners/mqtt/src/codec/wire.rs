@@ -58,6 +58,41 @@ impl Reader {
         Ok(self.rest.get_u16())
     }
 
+    pub(crate) fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+        if self.rest.len() < 4 {
+            return Err(self.truncated(field));
+        }
+        Ok(self.rest.get_u32())
+    }
+
+    /// An MQTT 5 variable byte integer (section 1.5.5 of MQTT 5): one to four bytes, seven
+    /// bits each. Running out of bytes, or a fourth byte with its continuation bit, is
+    /// malformed.
+    pub(crate) fn variable_integer(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+        match read_remaining_length(&self.rest)? {
+            RemainingLength::Complete { value, bytes } => {
+                self.rest.advance(bytes);
+                Ok(value as u32)
+            }
+            RemainingLength::Incomplete => Err(self.truncated(field)),
+        }
+    }
+
+    /// Splits off the next `len` bytes as a reader of their own (an MQTT 5 property list).
+    pub(crate) fn sub_reader(
+        &mut self,
+        len: usize,
+        field: &'static str,
+    ) -> Result<Reader, DecodeError> {
+        if self.rest.len() < len {
+            return Err(self.truncated(field));
+        }
+        Ok(Reader {
+            rest: self.rest.split_to(len),
+            packet: self.packet,
+        })
+    }
+
     /// A packet identifier, which must not be 0 (MQTT-2.3.1-1).
     pub(crate) fn packet_id(&mut self) -> Result<u16, DecodeError> {
         let id = self.u16("packet identifier")?;
@@ -168,6 +203,11 @@ pub(crate) fn write_remaining_length(out: &mut BytesMut, mut len: usize) {
         }
         out.put_u8(byte | 0x80);
     }
+}
+
+/// Writes an MQTT 5 variable byte integer (at most [`MAX_REMAINING_LENGTH`]).
+pub(crate) fn write_variable_integer(out: &mut BytesMut, value: u32) {
+    write_remaining_length(out, value as usize);
 }
 
 /// Checks a remaining length fits the protocol's limit.

@@ -29,10 +29,48 @@ impl Session {
             last_will,
             username,
             password,
+            properties,
         } = connect;
+        let v5 = protocol.is_v5().then(|| {
+            // From here on the client's packets are read, and ours written, as MQTT 5.
+            self.protocol = protocol;
+            self.outbox.set_protocol(protocol);
+            Box::new(super::v5_session::SessionV5::from_connect(
+                properties.as_deref(),
+            ))
+        });
+        if self.over_capacity {
+            return self.refuse(
+                ConnectReturnCode::ServerUnavailable,
+                "mqtt.max_connections is reached",
+            );
+        }
+        if let Some(method) = properties
+            .as_deref()
+            .and_then(|p| p.authentication_method.as_deref())
+        {
+            // No enhanced authentication (section 4.12 of MQTT 5).
+            return self.refuse_with(
+                ConnectReturnCode::BadUserNamePassword,
+                crate::codec::reason::BAD_AUTHENTICATION_METHOD,
+                &format!("authentication method {method:?} is not supported"),
+            );
+        }
+        // MQTT 5: clean start discards a stored session, and the session expiry interval
+        // says whether the session outlives the connection; 3.1.1's clean session is both.
+        let clean_start = clean_session;
+        let clean_session = match &v5 {
+            Some(v5) => v5.session_expiry == 0,
+            None => clean_session,
+        };
         if let Some(will) = &last_will {
             if let Err(problem) = validate_topic_name(&will.topic) {
-                return self.protocol_error(&format!("will topic {:?}: {problem}", will.topic));
+                let text = format!("will topic {:?}: {problem}", will.topic);
+                return self.refuse_with(
+                    ConnectReturnCode::ServerUnavailable,
+                    crate::codec::reason::TOPIC_NAME_INVALID,
+                    &text,
+                );
             }
         }
         // The will lives as long as the connection: copy it out of the read buffer, which
@@ -41,8 +79,19 @@ impl Session {
             message: bytes::Bytes::copy_from_slice(&will.message),
             ..will
         });
+        let mut v5 = v5;
+        if let Some(v5) = v5.as_deref_mut() {
+            v5.will_delay = last_will
+                .as_ref()
+                .and_then(|will| will.properties.as_deref())
+                .and_then(|p| p.will_delay_interval)
+                .unwrap_or(0);
+        }
         let client_id = if client_id.is_empty() {
-            if !clean_session {
+            if let Some(v5) = v5.as_deref_mut() {
+                // MQTT 5 lets the server assign one whatever the session (section 3.1.3.1).
+                v5.assigned_client_identifier = true;
+            } else if !clean_session {
                 // MQTT-3.1.3-8: a persistent session needs an identifier to resume by.
                 return self.refuse(
                     ConnectReturnCode::IdentifierRejected,
@@ -149,6 +198,8 @@ impl Session {
             user: user.into_boxed_str(),
             client_id,
             clean_session,
+            clean_start,
+            v5,
             protocol,
             keep_alive,
             will: last_will.map(Box::new),
@@ -160,6 +211,11 @@ impl Session {
             accepted: false,
             session_present: false,
         }));
+        if protocol.is_v5() {
+            let (receive_maximum, limits) =
+                super::v5_session::outbound_limits(properties.as_deref(), self.connection_id);
+            self.outbox.configure_v5(receive_maximum, limits);
+        }
         match takeover {
             Some(takeover) => {
                 tracing::info!(
@@ -198,7 +254,7 @@ impl Session {
                 })
                 .collect();
         let retained = &self.context.retained;
-        if connected.clean_session {
+        if connected.clean_start {
             // A clean session starts afresh: whatever a previous session left goes
             // (MQTT-3.1.2-6).
             for (_, queue) in &existing_queues {
@@ -258,11 +314,18 @@ impl Session {
         ));
         // MQTT 3.1 has no session-present flag; its byte must be 0.
         let session_present =
-            connected.session_present && connected.protocol == crate::codec::ProtocolLevel::V3_1_1;
-        self.outbox.send(&Packet::ConnAck(ConnAck {
-            session_present,
-            code: ConnectReturnCode::Accepted,
-        }));
+            connected.session_present && connected.protocol != crate::codec::ProtocolLevel::V3_1;
+        let mut connack = ConnAck::new(session_present, ConnectReturnCode::Accepted);
+        if let Some(v5) = connected.v5.as_deref() {
+            let assigned = v5
+                .assigned_client_identifier
+                .then_some(connected.client_id.as_str());
+            connack.properties = Some(Box::new(super::v5_session::connack_properties(
+                self.context.config.max_packet_size,
+                assigned,
+            )));
+        }
+        self.outbox.send(&Packet::ConnAck(connack));
         tracing::debug!(
             connection = connection_id,
             client_id = %connected.client_id,
@@ -276,7 +339,7 @@ impl Session {
         // PUBREL again for QoS 2 deliveries released before the client went away, before
         // any new delivery.
         self.outbox.resume_released(&resume_released);
-        if !connected.clean_session {
+        if !connected.clean_start {
             for (qos, _) in existing_queues {
                 if let Err(reason) = self.ensure_consumer(qos) {
                     tracing::warn!(
@@ -291,15 +354,27 @@ impl Session {
 
     /// Refuses CONNECT with a return code and closes (MQTT-3.2.2-5).
     fn refuse(&mut self, code: ConnectReturnCode, reason: &str) -> Control {
+        self.refuse_with(code, code.reason_code(), reason)
+    }
+
+    /// Refuses CONNECT with `code` (3.1.1) or `reason_code` (MQTT 5, with the reason as its
+    /// reason string) and closes.
+    fn refuse_with(&mut self, code: ConnectReturnCode, reason_code: u8, reason: &str) -> Control {
         tracing::warn!(
             connection = self.connection_id,
             code = code as u8,
+            reason_code,
             "MQTT connection refused: {reason}"
         );
-        self.outbox.send(&Packet::ConnAck(ConnAck {
-            session_present: false,
-            code,
-        }));
+        let mut connack = ConnAck::new(false, code);
+        if self.protocol.is_v5() {
+            connack.reason_code = Some(reason_code);
+            connack.properties = Some(Box::new(crate::codec::Properties {
+                reason_string: Some(reason.to_string()),
+                ..crate::codec::Properties::default()
+            }));
+        }
+        self.outbox.send(&Packet::ConnAck(connack));
         Control::Close(End::Abnormal(reason.to_string()))
     }
 
@@ -405,6 +480,7 @@ fn register_connection(
             protocol: match connected.protocol {
                 crate::codec::ProtocolLevel::V3_1 => "MQTT 3.1",
                 crate::codec::ProtocolLevel::V3_1_1 => "MQTT 3.1.1",
+                crate::codec::ProtocolLevel::V5 => "MQTT 5.0",
             }
             .to_string(),
             user: connected.user.to_string(),

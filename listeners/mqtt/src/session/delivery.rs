@@ -17,7 +17,7 @@ use crate::outbox::Received;
 impl Session {
     /// PUBREC: the client received QoS 2 delivery `packet_id`.
     pub(super) fn delivery_received(&mut self, packet_id: u16) -> Control {
-        let pubrel = Packet::PubRel(PubRel { packet_id });
+        let pubrel = Packet::PubRel(PubRel::new(packet_id));
         let settle = match self.outbox.received(packet_id) {
             Received::Released(settle) => settle,
             Received::Again => {

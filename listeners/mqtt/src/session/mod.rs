@@ -25,9 +25,12 @@ mod connect;
 mod delivery;
 mod publish;
 pub mod registry;
+mod shared;
 mod subscribe;
 #[cfg(test)]
 mod tests;
+pub mod v5;
+mod v5_session;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -43,7 +46,7 @@ use warren_core::retained::RetainedStore;
 use warren_core::vhost::VHost;
 use warren_core::Broker;
 
-use crate::codec::{DecodeError, LastWill, Packet, ProtocolLevel, QoS};
+use crate::codec::{reason, DecodeError, LastWill, Packet, ProtocolLevel, QoS, Reason};
 use crate::outbox::Outbox;
 use registry::{ClientRegistry, Takeover};
 
@@ -141,7 +144,14 @@ struct Connected {
     vhost: Arc<VHost>,
     user: Box<str>,
     client_id: String,
+    /// Whether the session ends with the connection: 3.1.1's clean session, or an MQTT 5
+    /// session expiry interval of 0.
     clean_session: bool,
+    /// Whether a stored session is discarded on connect: 3.1.1's clean session, MQTT 5's
+    /// clean start.
+    clean_start: bool,
+    /// MQTT 5 session state; boxed, so a 3.1.1 connection carries one pointer.
+    v5: Option<Box<v5_session::SessionV5>>,
     protocol: ProtocolLevel,
     keep_alive: u16,
     /// Boxed: most clients set no will, and an idle connection should not carry room for one.
@@ -185,6 +195,11 @@ pub struct Session {
     held_acks: Option<Box<VecDeque<HeldAck>>>,
     /// Whether the connection runs over TLS (shown to operators).
     tls: bool,
+    /// The protocol the client's CONNECT asked for (3.1.1 until then): how the driver
+    /// decodes its packets.
+    protocol: ProtocolLevel,
+    /// `mqtt.max_connections` was reached when this connection came: CONNECT is refused.
+    over_capacity: bool,
 }
 
 /// What CONNECT needs from the socket: boxed, and dropped once the connection is registered,
@@ -232,7 +247,60 @@ impl Session {
             registration: None,
             held_acks: None,
             tls: false,
+            protocol: ProtocolLevel::V3_1_1,
+            over_capacity: false,
         }
+    }
+
+    /// Makes CONNECT answer "server unavailable" (`mqtt.max_connections` is reached).
+    pub fn refuse_over_capacity(&mut self) {
+        self.over_capacity = true;
+    }
+
+    /// The protocol the client speaks: decode its packets with it.
+    pub fn protocol(&self) -> ProtocolLevel {
+        self.protocol
+    }
+
+    /// Records the protocol of a CONNECT that could not be decoded, read from its first
+    /// bytes, so the refusal is an MQTT 5 CONNACK with a reason code for an MQTT 5 client.
+    pub fn note_connect_protocol(&mut self, protocol: ProtocolLevel) {
+        if self.connected.is_none() {
+            self.protocol = protocol;
+            self.outbox.set_protocol(protocol);
+        }
+    }
+
+    /// Tells an MQTT 5 client why the server closes the connection (DISCONNECT with a
+    /// reason code, section 3.14 of MQTT 5); nothing for 3.1.1, which has no such packet.
+    pub fn server_disconnect(&mut self, code: u8, reason_string: &str) {
+        if !self.protocol.is_v5() {
+            return;
+        }
+        if !self.is_connected() {
+            // Before CONNACK the answer is a refusing CONNACK (MQTT-3.2.2-7 of MQTT 5).
+            if self.connected.is_none() {
+                let mut connack = crate::codec::ConnAck::new(
+                    false,
+                    crate::codec::ConnectReturnCode::ServerUnavailable,
+                );
+                connack.reason_code = Some(code);
+                self.outbox.send(&Packet::ConnAck(connack));
+            }
+            return;
+        }
+        if let Some(connected) = self.connected.as_deref_mut() {
+            if let Some(v5) = connected.v5.as_deref_mut() {
+                if v5.disconnect_sent {
+                    return;
+                }
+                v5.disconnect_sent = true;
+            }
+        }
+        self.outbox.send(&Packet::Disconnect(Reason::with_string(
+            code,
+            reason_string,
+        )));
     }
 
     /// The handshake details, created when first set.
@@ -413,7 +481,8 @@ impl Session {
         self.published
     }
 
-    /// The largest packet to accept now: small until CONNECT succeeded.
+    /// The largest packet to accept now: small until CONNECT succeeded. (A remaining
+    /// length, as the codec checks it; MQTT 5 clients are told the whole packet's size.)
     pub fn max_packet_size(&self) -> usize {
         if self.is_connected() {
             self.context.config.max_packet_size
@@ -430,10 +499,25 @@ impl Session {
                 self.connect(connect)
             }
             Packet::Connect(_) => self.protocol_error("second CONNECT (MQTT-3.1.0-2)"),
+            Packet::Auth(_) => {
+                // No enhanced authentication: CONNECT without an authentication method
+                // makes any AUTH a protocol error (MQTT-4.12.0-6 of MQTT 5).
+                self.violation(
+                    reason::PROTOCOL_ERROR,
+                    "AUTH without an authentication method in CONNECT (MQTT-4.12.0-6)",
+                )
+            }
             _ if !connected => self.protocol_error(&format!(
                 "first packet is {}, not CONNECT (MQTT-3.1.0-1)",
                 packet.packet_type().name()
             )),
+            Packet::Publish(publish) if self.protocol.is_v5() => {
+                self.published = true;
+                match self.publish_v5(publish) {
+                    Ok(publish) => self.publish(publish),
+                    Err(control) => control,
+                }
+            }
             Packet::Publish(publish) => {
                 self.published = true;
                 self.publish(publish)
@@ -454,9 +538,35 @@ impl Session {
                 self.outbox.send(&Packet::PingResp);
                 Control::Continue
             }
-            Packet::Disconnect => {
-                // A clean DISCONNECT discards the will (MQTT-3.14.4-3).
+            Packet::Disconnect(reason) => {
+                // A clean DISCONNECT discards the will (MQTT-3.14.4-3), unless an MQTT 5
+                // client asks for it with 0x04.
                 if let Some(connected) = self.connected.as_deref_mut() {
+                    if let Some(v5) = connected.v5.as_deref_mut() {
+                        if let Some(expiry) = reason
+                            .properties
+                            .as_deref()
+                            .and_then(|p| p.session_expiry_interval)
+                        {
+                            // MQTT-3.14.2-2: a session that ended with its connection cannot
+                            // be given a lifetime at the end.
+                            if v5.session_expiry == 0 && expiry != 0 {
+                                return self.violation(
+                                    reason::PROTOCOL_ERROR,
+                                    "DISCONNECT sets a session expiry interval after CONNECT \
+                                     set 0 (MQTT-3.14.2-2)",
+                                );
+                            }
+                            v5.session_expiry = expiry;
+                            // An expiry of 0 at the end ends the session with the connection.
+                            connected.clean_session = expiry == 0;
+                        }
+                    }
+                    if reason.code == reason::DISCONNECT_WITH_WILL {
+                        return Control::Close(End::Abnormal(
+                            "client disconnected with the will (0x04)".into(),
+                        ));
+                    }
                     connected.will = None;
                 }
                 Control::Close(End::Disconnect)
@@ -470,21 +580,39 @@ impl Session {
 
     /// Handles a packet that could not be decoded: an unsupported protocol in CONNECT gets
     /// CONNACK 0x01 (MQTT-3.1.2-2); everything else just closes.
+    ///
+    /// An MQTT 5 client is told why first: a CONNACK with the error's reason code while
+    /// connecting, a DISCONNECT with it after (0x81 malformed, 0x82 protocol error, 0x94
+    /// topic alias invalid, 0x95 packet too large, ...).
     pub fn handle_decode_error(&mut self, error: &DecodeError) -> Control {
         if self.connected.is_none() {
             if let Some(code) = error.connack_code() {
                 tracing::warn!(connection = self.connection_id, %error, "MQTT connection refused");
-                self.outbox.send(&Packet::ConnAck(crate::codec::ConnAck {
-                    session_present: false,
-                    code,
-                }));
+                // The client's protocol is unknown: answer in 3.1.1's format, which is
+                // what Mosquitto and RabbitMQ do.
+                self.outbox.set_protocol(ProtocolLevel::V3_1_1);
+                self.outbox
+                    .send(&Packet::ConnAck(crate::codec::ConnAck::new(false, code)));
                 return Control::Close(End::Abnormal(error.to_string()));
             }
         }
-        self.protocol_error(&error.to_string())
+        self.violation(error.reason_code(), &error.to_string())
     }
 
+    /// Closes the connection for a broken rule; an MQTT 5 client is told `code` first.
+    fn violation(&mut self, code: u8, reason: &str) -> Control {
+        self.server_disconnect(code, reason);
+        self.close_abnormally(reason)
+    }
+
+    /// Closes the connection for a protocol violation (an MQTT 5 client gets DISCONNECT
+    /// 0x82).
     fn protocol_error(&mut self, reason: &str) -> Control {
+        self.violation(reason::PROTOCOL_ERROR, reason)
+    }
+
+    /// Logs why the connection closes and closes it.
+    fn close_abnormally(&mut self, reason: &str) -> Control {
         tracing::warn!(
             connection = self.connection_id,
             client_id = self.client_id().unwrap_or(""),
@@ -522,6 +650,7 @@ impl Session {
         let Some(mut connected) = self.connected.take() else {
             return;
         };
+        let mut delayed_will = None;
         if !connected.accepted {
             // Refused or still waiting for a takeover: nothing was set up.
             if let Some(ended) = connected.ended.take() {
@@ -543,13 +672,25 @@ impl Session {
                 "MQTT connection ended abnormally: {reason}"
             );
             if let Some(will) = connected.will.take() {
-                self.publish_will(&mut connected, *will);
+                match v5_session::will_delay(&connected) {
+                    // MQTT 5 will delay: published later unless the client is back by then
+                    // (section 3.1.3.2.2); the session is stored first, below.
+                    Some(delay) => delayed_will = Some((delay, will)),
+                    None => self.publish_will(&mut connected, *will),
+                }
             }
         }
         for subscription in connected.consumers.iter_mut().filter_map(Option::take) {
             connected
                 .vhost
                 .cancel(&subscription.queue, subscription.consumer_id);
+        }
+        // A shared subscription's consumer goes first, so what this member had in flight
+        // is requeued below to the group's other members.
+        if let Some(v5) = connected.v5.as_deref_mut() {
+            for shared in v5.shared.drain(..) {
+                connected.vhost.cancel(&shared.queue, shared.consumer_id);
+            }
         }
         settle_grouped(leftovers.to_ack, Settlement::Ack);
         // QoS 2 deliveries the client has (PUBREC) whose PUBREL was waiting for the disk:
@@ -575,7 +716,13 @@ impl Session {
             for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
                 let name = queue_name(&connected.client_id, qos);
                 if let Some(queue) = connected.vhost.queue(&name) {
-                    if queue.config().exclusive_owner == Some(self.connection_id) {
+                    // Also the durable queues of an MQTT 5 session that was resumed (or
+                    // given expiry 0 at DISCONNECT) and now ends, unless another connection
+                    // took the client identifier over.
+                    let ours = queue.config().exclusive_owner == Some(self.connection_id)
+                        || (connected.v5.is_some()
+                            && self.context.registry.is_held_by(&key, self.connection_id));
+                    if ours {
                         connected.vhost.remove_queue(&queue);
                     }
                 }
@@ -593,6 +740,16 @@ impl Session {
         self.context.registry.release(&key, self.connection_id);
         // Dropping the sender tells a connection taking over that this one is done.
         connected.ended = None;
+        if let Some((delay, will)) = delayed_will {
+            v5_session::publish_will_later(
+                &self.context,
+                self.connection_id,
+                connected,
+                key,
+                delay,
+                *will,
+            );
+        }
     }
 }
 

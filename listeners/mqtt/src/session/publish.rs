@@ -24,6 +24,7 @@ impl Session {
             topic,
             packet_id,
             payload,
+            properties,
         } = publish;
         let Some(connected) = self.connected.as_deref_mut() else {
             return Control::Close(super::End::Abnormal("PUBLISH before CONNECT".into()));
@@ -33,22 +34,25 @@ impl Session {
             // until PUBREL, and answer a re-sent PUBLISH with PUBREC only.
             let packet_id = packet_id.unwrap_or(0);
             if connected.inbound_qos2.contains(&packet_id) {
-                self.acknowledge_publish(None, 0, Packet::PubRec(PubRec { packet_id }));
+                self.acknowledge_publish(None, 0, Packet::PubRec(PubRec::new(packet_id)));
                 return Control::Continue;
             }
         }
+        let message = (topic.as_str(), payload, properties.as_deref());
         let durable_seq = match route_publish(
             &self.context,
             self.connection_id,
             connected,
-            &topic,
-            payload,
+            message,
             qos,
             retain,
             dup,
         ) {
             Ok(durable_seq) => durable_seq,
-            Err(reason) => return self.protocol_error(&reason),
+            Err(reason) => {
+                let code = super::v5_session::publish_refusal_code(&reason);
+                return self.violation(code, &reason);
+            }
         };
         // A retained publish (or clear) is acknowledged once the retained store has it on
         // disk too.
@@ -64,7 +68,7 @@ impl Session {
                 self.acknowledge_publish(
                     durable_seq,
                     retained_seq,
-                    Packet::PubAck(PubAck { packet_id }),
+                    Packet::PubAck(PubAck::new(packet_id)),
                 );
             }
             (QoS::ExactlyOnce, Some(packet_id)) => {
@@ -85,7 +89,7 @@ impl Session {
                 self.acknowledge_publish(
                     durable_seq,
                     retained_seq,
-                    Packet::PubRec(PubRec { packet_id }),
+                    Packet::PubRec(PubRec::new(packet_id)),
                 );
             }
             _ => {}
@@ -111,7 +115,7 @@ impl Session {
             }
         }
         // Answered even for an unknown identifier (MQTT-4.3.3-2 lets the client finish).
-        self.acknowledge_publish(None, retained_seq, Packet::PubComp(PubComp { packet_id }));
+        self.acknowledge_publish(None, retained_seq, Packet::PubComp(PubComp::new(packet_id)));
         Control::Continue
     }
 
@@ -122,12 +126,13 @@ impl Session {
             message,
             qos,
             retain,
+            properties,
         } = will;
+        let message = (topic.as_str(), message, properties.as_deref());
         if let Err(reason) = route_publish(
             &self.context,
             self.connection_id,
             connected,
-            &topic,
             message,
             qos,
             retain,
@@ -145,14 +150,13 @@ impl Session {
 /// Routes one MQTT message through the exchange, retaining it first if asked. Returns the
 /// store sequence number to wait for when a durable queue took the (persistent) message.
 /// Errors are the reason to close the connection (no permission, payload too large, no
-/// exchange).
+/// exchange). The message is its topic, payload and MQTT 5 properties.
 #[allow(clippy::too_many_arguments)]
-fn route_publish(
+pub(super) fn route_publish(
     context: &super::MqttContext,
     connection_id: u64,
     connected: &mut Connected,
-    topic: &str,
-    payload: Bytes,
+    (topic, payload, v5_properties): (&str, Bytes, Option<&crate::codec::Properties>),
     qos: QoS,
     retain: bool,
     dup: bool,
@@ -187,15 +191,25 @@ fn route_publish(
     let mut headers = Table::new();
     headers.insert(PUBLISH_QOS_HEADER, publish_qos_value(qos));
     headers.insert(DUP_HEADER, Value::Bool(dup));
+    crate::session::v5_session::mark_origin(connected, retain, &mut headers);
+    let mut properties = Properties {
+        // RabbitMQ: QoS 0 is transient, QoS 1 and 2 are persistent.
+        delivery_mode: Some(if qos == QoS::AtMostOnce { 1 } else { 2 }),
+        ..Properties::default()
+    };
+    if let Some(v5_properties) = v5_properties {
+        super::v5::to_core(
+            v5_properties,
+            &mut properties,
+            &mut headers,
+            super::v5::unix_ms(),
+        );
+    }
+    properties.headers = Some(headers);
     let message = Arc::new(Message {
         exchange: Arc::from(config.exchange.as_str()),
         routing_key: Arc::from(routing_key),
-        properties: Properties {
-            headers: Some(headers),
-            // RabbitMQ: QoS 0 is transient, QoS 1 and 2 are persistent.
-            delivery_mode: Some(if qos == QoS::AtMostOnce { 1 } else { 2 }),
-            ..Properties::default()
-        },
+        properties,
         encoded_properties: None,
         // Copied so a message waiting in a queue does not pin the connection's read buffer.
         body: Bytes::copy_from_slice(&payload),

@@ -154,6 +154,20 @@ impl ClientRegistry {
         self.state.lock().sessions.remove(key)
     }
 
+    /// Whether `connection_id` holds `key` now.
+    pub fn is_held_by(&self, key: &ClientKey, connection_id: u64) -> bool {
+        self.state
+            .lock()
+            .holders
+            .get(key)
+            .is_some_and(|holder| holder.connection_id == connection_id)
+    }
+
+    /// Whether a connection holds `key` now.
+    pub fn is_held(&self, key: &ClientKey) -> bool {
+        self.state.lock().holders.contains_key(key)
+    }
+
     /// How many client identifiers are connected.
     pub fn connected(&self) -> usize {
         self.state.lock().holders.len()

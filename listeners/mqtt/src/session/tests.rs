@@ -46,6 +46,7 @@ fn connect_packet(client_id: &str, clean_session: bool, will: Option<LastWill>) 
         last_will: will,
         username: Some("guest".into()),
         password: Some(Bytes::from_static(b"guest")),
+        properties: None,
     })
 }
 
@@ -67,6 +68,8 @@ fn accepted(session_present: bool) -> Packet {
     Packet::ConnAck(ConnAck {
         session_present,
         code: ConnectReturnCode::Accepted,
+        properties: None,
+        reason_code: None,
     })
 }
 
@@ -78,6 +81,7 @@ fn publish(topic: &str, qos: QoS, packet_id: Option<u16>, payload: &'static [u8]
         topic: topic.into(),
         packet_id,
         payload: Bytes::from_static(payload),
+        properties: None,
     })
 }
 
@@ -85,6 +89,8 @@ fn subscribe(filter: &str, qos: QoS) -> Packet {
     Packet::Subscribe(Subscribe {
         packet_id: 1,
         filters: vec![(filter.into(), qos)],
+        options: Vec::new(),
+        properties: None,
     })
 }
 
@@ -139,7 +145,9 @@ fn an_empty_client_id_needs_a_clean_session() {
         sent(&outbox),
         vec![Packet::ConnAck(ConnAck {
             session_present: false,
-            code: ConnectReturnCode::IdentifierRejected
+            code: ConnectReturnCode::IdentifierRejected,
+            properties: None,
+            reason_code: None
         })]
     );
     let (mut session, outbox) = super::tests::session(&context);
@@ -161,6 +169,7 @@ fn a_subscription_is_a_bound_queue_and_receives_its_own_publishes() {
         Packet::SubAck(SubAck {
             packet_id: 1,
             return_codes: vec![SubscribeReturnCode::Success(QoS::AtLeastOnce)],
+            properties: None,
         })
     );
     let delivered = packets
@@ -174,7 +183,11 @@ fn a_subscription_is_a_bound_queue_and_receives_its_own_publishes() {
         (delivered.topic.as_str(), delivered.qos),
         ("s/1", QoS::AtLeastOnce)
     );
-    assert!(packets.contains(&Packet::PubAck(crate::codec::PubAck { packet_id: 9 })));
+    assert!(packets.contains(&Packet::PubAck(crate::codec::PubAck {
+        packet_id: 9,
+        properties: None,
+        reason_code: 0
+    })));
     let vhost = context.broker.vhost("/").unwrap();
     let queue = vhost.queue("mqtt-subscription-cqos1").expect("declared");
     assert_eq!(
@@ -204,7 +217,13 @@ fn a_resent_qos2_publish_is_not_routed_twice() {
     assert_eq!(deliveries, 1);
     let pubrecs = packets
         .iter()
-        .filter(|p| **p == Packet::PubRec(PubRec { packet_id: 3 }))
+        .filter(|p| {
+            **p == Packet::PubRec(PubRec {
+                packet_id: 3,
+                properties: None,
+                reason_code: 0,
+            })
+        })
         .count();
     assert_eq!(pubrecs, 2);
 }
@@ -220,11 +239,12 @@ fn the_will_goes_out_on_an_abnormal_end_only() {
         message: Bytes::from_static(text),
         qos: QoS::AtMostOnce,
         retain: false,
+        properties: None,
     };
     let (mut polite, _) = session(&context);
     let _ = polite.handle_packet(connect_packet("polite", true, Some(will(b"polite"))));
     assert!(matches!(
-        polite.handle_packet(Packet::Disconnect),
+        polite.handle_packet(Packet::Disconnect(crate::codec::Reason::default())),
         Control::Close(End::Disconnect)
     ));
     polite.terminate(End::Disconnect);
@@ -259,9 +279,13 @@ fn a_released_qos2_delivery_gets_pubrel_again_after_reconnect() {
         .expect("a QoS 2 delivery");
     let _ = first.handle_packet(Packet::PubRec(PubRec {
         packet_id: delivered,
+        properties: None,
+        reason_code: 0,
     }));
     assert!(sent(&outbox).contains(&Packet::PubRel(PubRel {
-        packet_id: delivered
+        packet_id: delivered,
+        properties: None,
+        reason_code: 0
     })));
     first.terminate(End::Abnormal("gone before PUBCOMP".into()));
 
@@ -270,11 +294,15 @@ fn a_released_qos2_delivery_gets_pubrel_again_after_reconnect() {
     let packets = sent(&outbox);
     assert_eq!(packets[0], accepted(true));
     assert!(packets.contains(&Packet::PubRel(PubRel {
-        packet_id: delivered
+        packet_id: delivered,
+        properties: None,
+        reason_code: 0
     })));
     assert_eq!(outbox.in_flight_count(), 1);
     let _ = second.handle_packet(Packet::PubComp(PubComp {
         packet_id: delivered,
+        properties: None,
+        reason_code: 0,
     }));
     assert_eq!(outbox.in_flight_count(), 0);
     // The message was settled at PUBREC: nothing is redelivered.
@@ -301,10 +329,15 @@ fn subscriptions_are_rebuilt_from_bindings_when_no_session_was_stored() {
     let _ = second.handle_packet(Packet::Unsubscribe(Unsubscribe {
         packet_id: 2,
         topics: vec!["a/+/c".into()],
+        properties: None,
     }));
     assert_eq!(
         sent(&outbox),
-        vec![Packet::UnsubAck(UnsubAck { packet_id: 2 })]
+        vec![Packet::UnsubAck(UnsubAck {
+            packet_id: 2,
+            properties: None,
+            reason_codes: Vec::new()
+        })]
     );
     let exchange = context
         .broker
@@ -528,6 +561,8 @@ fn a_persistent_session_settles_and_sends_pubrel_once_the_record_is_on_disk() {
 
     let _ = first.handle_packet(Packet::PubRec(PubRec {
         packet_id: delivered,
+        properties: None,
+        reason_code: 0,
     }));
     assert_eq!(disk.outbound_qos2_pending("/", "q2d"), vec![delivered]);
     assert!(
@@ -542,7 +577,9 @@ fn a_persistent_session_settles_and_sends_pubrel_once_the_record_is_on_disk() {
     assert_eq!(
         sent(&outbox),
         vec![Packet::PubRel(PubRel {
-            packet_id: delivered
+            packet_id: delivered,
+            properties: None,
+            reason_code: 0
         })]
     );
     assert_eq!(queue.stats().unacknowledged, 0);
@@ -557,12 +594,16 @@ fn a_persistent_session_settles_and_sends_pubrel_once_the_record_is_on_disk() {
         vec![
             accepted(true),
             Packet::PubRel(PubRel {
-                packet_id: delivered
+                packet_id: delivered,
+                properties: None,
+                reason_code: 0
             })
         ]
     );
     let _ = second.handle_packet(Packet::PubComp(PubComp {
         packet_id: delivered,
+        properties: None,
+        reason_code: 0,
     }));
     assert!(disk.outbound_qos2_pending("/", "q2d").is_empty());
     assert_eq!(outbox.in_flight_count(), 0);
@@ -574,6 +615,8 @@ fn pubrec_held_for_the_disk_is_settled_when_the_connection_ends() {
         qos2_delivery_on_manual_disk("q2e");
     let _ = session_a.handle_packet(Packet::PubRec(PubRec {
         packet_id: delivered,
+        properties: None,
+        reason_code: 0,
     }));
     session_a.terminate(End::Abnormal("gone".into()));
     // The client has the message: it is not requeued, only its PUBREL is owed.

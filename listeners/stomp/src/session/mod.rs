@@ -163,6 +163,8 @@ pub struct Session {
     /// sequence number to wait for, 0 for none; receipt id). A receipt never overtakes an
     /// earlier one, so a RECEIPT still means every earlier frame was handled.
     pending_receipts: VecDeque<(u64, String)>,
+    /// `stomp.max_connections` was reached when this connection came: CONNECT is refused.
+    over_capacity: bool,
 }
 
 impl Session {
@@ -207,6 +209,7 @@ impl Session {
             operator_wake: Arc::new(Notify::new()),
             last_durable_seq: 0,
             pending_receipts: VecDeque::new(),
+            over_capacity: false,
         }
     }
 
@@ -438,7 +441,18 @@ impl Session {
         Control::Close
     }
 
+    /// Makes CONNECT answer an ERROR frame (`stomp.max_connections` is reached).
+    pub fn refuse_over_capacity(&mut self) {
+        self.over_capacity = true;
+    }
+
     fn connect(&mut self, frame: Frame, implicit: bool) -> Result<Outcome, StompError> {
+        if self.over_capacity {
+            return Err(StompError::new(
+                "Bad CONNECT",
+                "stomp.max_connections is reached: too many STOMP connections",
+            ));
+        }
         let version = negotiate_version(frame.header("accept-version"), &Version::ALL)
             .map_err(|text| StompError::version_mismatch(&text))?;
         let frame = if version == Version::V1_0 {

@@ -8,6 +8,7 @@ mod paging;
 mod parameters;
 mod resources;
 mod runtime;
+mod streams;
 mod topology;
 
 use std::net::SocketAddr;

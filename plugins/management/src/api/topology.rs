@@ -240,13 +240,23 @@ impl Management {
             ("GET", []) | ("GET", [_]) => self.list_per_vhost(caller, path.first().copied(), |v| {
                 let mut queues = v.queues();
                 queues.sort_by(|a, b| a.name().cmp(b.name()));
-                queues
+                let mut listed: Vec<(String, Json)> = queues
                     .iter()
-                    .map(|q| self.queue_json(v, q, ranges))
-                    .collect()
+                    .map(|q| (q.name().to_string(), self.queue_json(v, q, ranges)))
+                    .collect();
+                listed.extend(
+                    v.streams()
+                        .list()
+                        .iter()
+                        .map(|log| (log.name().to_string(), self.stream_json(v, log))),
+                );
+                listed.sort_by(|a, b| a.0.cmp(&b.0));
+                listed.into_iter().map(|(_, json)| json).collect()
             }),
             ("GET", [vhost, name]) => self.show_in_vhost(caller, vhost, |v| {
-                v.queue(name).map(|q| self.queue_json(v, &q, ranges))
+                v.queue(name)
+                    .map(|q| self.queue_json(v, &q, ranges))
+                    .or_else(|| v.streams().get(name).map(|log| self.stream_json(v, &log)))
             }),
             ("GET", [vhost, name, "bindings"]) => self.show_in_vhost(caller, vhost, |v| {
                 v.queue(name)?;
@@ -287,7 +297,7 @@ impl Management {
                 }
             }),
             ("DELETE", [vhost, name]) => self.act_in_vhost(caller, vhost, |target| {
-                if target.queue(name).is_none() {
+                if target.queue(name).is_none() && target.streams().get(name).is_none() {
                     return not_found();
                 }
                 let if_unused = request.query_param("if-unused").as_deref() == Some("true");

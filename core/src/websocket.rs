@@ -1,0 +1,201 @@
+//! WebSocket as one more byte stream under the existing codecs (Web-MQTT, Web-STOMP): the
+//! server handshake (path and subprotocol checked), then [`WebSocketBytes`], which reads the
+//! payloads of data messages as one byte stream and writes each write as one message. MQTT
+//! and STOMP allow a packet or frame to span messages and a message to hold several, so
+//! the protocols' codecs see exactly what they see on TCP; nothing protocol-specific is
+//! here.
+//!
+//! Pings are answered by tungstenite on the next read or flush; a Close message, like the
+//! end of the TCP stream, reads as the end of the stream.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes};
+use futures_util::{Sink, Stream};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+/// What a WebSocket listener accepts.
+#[derive(Debug, Clone)]
+pub struct WebSocketConfig {
+    /// The request path (`/ws`); other paths get 404.
+    pub path: String,
+    /// The subprotocols this listener speaks, in preference order (`mqtt`; `v12.stomp`, ...).
+    /// The first one the client offers is selected; a client that offers none is accepted
+    /// without one (browsers' plain `new WebSocket(url)`); one that offers only others gets
+    /// 400.
+    pub subprotocols: Vec<&'static str>,
+    /// Write text messages when the bytes are UTF-8 (Web-STOMP's default `ws_frame = text`);
+    /// binary messages otherwise.
+    pub text_frames: bool,
+}
+
+/// A byte stream that is not a bare socket: a listener reads and writes it through
+/// `AsyncRead`/`AsyncWrite` (a WebSocket today).
+pub trait Tunnel: AsyncRead + AsyncWrite + Send + Unpin {
+    /// The broker's end of the underlying socket.
+    fn local_addr(&self) -> Option<SocketAddr>;
+    /// Whether the underlying socket runs TLS.
+    fn is_tls(&self) -> bool;
+}
+
+/// A WebSocket connection read and written as bytes.
+pub struct WebSocketBytes<S> {
+    inner: WebSocketStream<S>,
+    /// What is left of the last message read.
+    pending: Bytes,
+    local: Option<SocketAddr>,
+    tls: bool,
+    text_frames: bool,
+}
+
+/// Completes the server handshake on `stream` (already TLS when `tls`): checks the path and
+/// selects the subprotocol. Errors are for the log.
+// The handshake callback's error type is tungstenite's HTTP response.
+#[allow(clippy::result_large_err)]
+pub async fn accept<S>(
+    stream: S,
+    config: &WebSocketConfig,
+    local: Option<SocketAddr>,
+    tls: bool,
+) -> Result<WebSocketBytes<S>, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let callback = |request: &Request, mut response: Response| -> Result<Response, ErrorResponse> {
+        if request.uri().path() != config.path {
+            return Err(refusal(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "no WebSocket endpoint at {}; use {}",
+                    request.uri().path(),
+                    config.path
+                ),
+            ));
+        }
+        let offered: Vec<String> = request
+            .headers()
+            .get_all("sec-websocket-protocol")
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .map(|name| name.trim().to_ascii_lowercase())
+            .filter(|name| !name.is_empty())
+            .collect();
+        if offered.is_empty() {
+            return Ok(response);
+        }
+        match config
+            .subprotocols
+            .iter()
+            .find(|ours| offered.iter().any(|theirs| theirs == *ours))
+        {
+            Some(selected) => {
+                response
+                    .headers_mut()
+                    .insert("sec-websocket-protocol", HeaderValue::from_static(selected));
+                Ok(response)
+            }
+            None => Err(refusal(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "none of the subprotocols {offered:?} is spoken here; expected one of {:?}",
+                    config.subprotocols
+                ),
+            )),
+        }
+    };
+    let inner = tokio_tungstenite::accept_hdr_async(stream, callback)
+        .await
+        .map_err(|error| format!("WebSocket handshake failed: {error}"))?;
+    Ok(WebSocketBytes {
+        inner,
+        pending: Bytes::new(),
+        local,
+        tls,
+        text_frames: config.text_frames,
+    })
+}
+
+/// An HTTP refusal of the handshake with `text` as its body.
+fn refusal(status: StatusCode, text: String) -> ErrorResponse {
+    let mut response = ErrorResponse::new(Some(text));
+    *response.status_mut() = status;
+    response
+}
+
+fn io_error(error: tokio_tungstenite::tungstenite::Error) -> std::io::Error {
+    use tokio_tungstenite::tungstenite::Error;
+    match error {
+        Error::ConnectionClosed | Error::AlreadyClosed => std::io::ErrorKind::BrokenPipe.into(),
+        Error::Io(error) => error,
+        other => std::io::Error::other(other),
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for WebSocketBytes<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        loop {
+            if !self.pending.is_empty() {
+                let take = self.pending.len().min(buf.remaining());
+                buf.put_slice(&self.pending[..take]);
+                self.pending.advance(take);
+                return Poll::Ready(Ok(()));
+            }
+            match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
+                Some(Ok(Message::Binary(data))) => self.pending = data,
+                Some(Ok(Message::Text(text))) => self.pending = Bytes::from(text),
+                // The end of the stream: nothing put into `buf`.
+                Some(Ok(Message::Close(_))) | None => return Poll::Ready(Ok(())),
+                // Pings are answered by tungstenite; pongs and raw frames carry nothing.
+                Some(Ok(_)) => continue,
+                Some(Err(error)) => return Poll::Ready(Err(io_error(error))),
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for WebSocketBytes<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        ready!(Pin::new(&mut self.inner).poll_ready(cx)).map_err(io_error)?;
+        let message = match std::str::from_utf8(bytes) {
+            Ok(text) if self.text_frames => Message::text(text),
+            _ => Message::Binary(Bytes::copy_from_slice(bytes)),
+        };
+        Pin::new(&mut self.inner)
+            .start_send(message)
+            .map_err(io_error)?;
+        Poll::Ready(Ok(bytes.len()))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx).map_err(io_error)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_close(cx).map_err(io_error)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Tunnel for WebSocketBytes<S> {
+    fn local_addr(&self) -> Option<SocketAddr> {
+        self.local
+    }
+
+    fn is_tls(&self) -> bool {
+        self.tls
+    }
+}

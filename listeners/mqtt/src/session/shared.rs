@@ -1,0 +1,174 @@
+//! MQTT 5 shared subscriptions, `$share/GROUP/filter` (section 4.8.2 of MQTT 5).
+//!
+//! Each group and filter has one queue, `mqtt-shared-GROUP-filter`, bound to the MQTT
+//! exchange with the filter's binding key. Every member consumes it, so the core's
+//! round-robin spreads the group's messages across its members, each message to one. A
+//! member that leaves cancels its consumer first and then requeues what it had in flight,
+//! which the queue hands to the remaining members. The queue is auto-delete: it goes with
+//! the group's last member. Retained messages are not sent on subscribe (MQTT 4.8.2).
+
+use std::sync::Arc;
+
+use warren_core::access::{Access, ResourceKind};
+use warren_core::consumer::ConsumerSpec;
+use warren_core::exchange::DestinationName;
+use warren_core::queue::Queue;
+use warren_core::topic_access::TopicVariables;
+use warren_core::value::Table;
+use warren_core::vhost::{Actor, QueueDeclare};
+
+use super::Session;
+use crate::codec::{mqtt_filter_to_binding_key, reason, validate_topic_filter, QoS};
+use crate::outbox::SubscriptionSink;
+
+/// One shared subscription a member holds.
+pub(super) struct SharedSubscription {
+    /// The filter as subscribed, `$share/GROUP/filter`.
+    pub(super) filter: String,
+    /// The group's queue.
+    pub(super) queue: Arc<Queue>,
+    /// This member's consumer of it.
+    pub(super) consumer_id: u64,
+}
+
+/// Why a subscription is refused: an MQTT 5 reason code and the text for the log.
+pub(super) type Refusal = (u8, String);
+
+/// The share name and the filter of `$share/GROUP/filter`; `None` for other filters, an
+/// error (reason code and text) for a malformed shared filter (MQTT-4.8.2-1, MQTT-4.8.2-2).
+pub(super) fn parse_shared(filter: &str) -> Option<Result<(&str, &str), Refusal>> {
+    let rest = filter.strip_prefix("$share/")?;
+    let Some((group, inner)) = rest.split_once('/') else {
+        return Some(Err((
+            reason::TOPIC_FILTER_INVALID,
+            format!("shared subscription {filter:?} has no topic filter after its share name"),
+        )));
+    };
+    if group.is_empty() || group.contains(['+', '#']) {
+        return Some(Err((
+            reason::TOPIC_FILTER_INVALID,
+            format!("share name {group:?} is empty or has a wildcard (MQTT-4.8.2-2)"),
+        )));
+    }
+    if let Err(problem) = validate_topic_filter(inner) {
+        return Some(Err((reason::TOPIC_FILTER_INVALID, problem.to_string())));
+    }
+    Some(Ok((group, inner)))
+}
+
+/// The queue of a shared subscription group's filter.
+pub fn shared_queue_name(group: &str, filter: &str) -> String {
+    format!("mqtt-shared-{group}-{filter}")
+}
+
+impl Session {
+    /// Joins the group of `$share/GROUP/inner`, declaring and binding its queue if this is
+    /// the group's first member.
+    pub(super) fn add_shared_subscription(
+        &mut self,
+        filter: &str,
+        (group, inner): (&str, &str),
+        qos: QoS,
+    ) -> Result<QoS, (u8, String)> {
+        let connection_id = self.connection_id;
+        let exchange = self.context.config.exchange.clone();
+        let outbox = Arc::clone(&self.outbox);
+        let connected = self
+            .connected
+            .as_deref_mut()
+            .ok_or((reason::UNSPECIFIED_ERROR, "not connected".to_string()))?;
+        let not_authorized = |message: String| (reason::NOT_AUTHORIZED, message);
+        let name = shared_queue_name(group, inner);
+        let binding_key = mqtt_filter_to_binding_key(inner);
+        let variables = TopicVariables::mqtt(&connected.client_id);
+        connected
+            .vhost
+            .check(&connected.user, Access::Read, ResourceKind::Queue, &name)
+            .map_err(|e| not_authorized(e.message))?;
+        connected
+            .vhost
+            .check_topic(
+                &connected.user,
+                Access::Read,
+                &exchange,
+                &binding_key,
+                &variables,
+            )
+            .map_err(|e| not_authorized(e.message))?;
+        let v5 = connected.v5.get_or_insert_default();
+        if v5.shared.iter().any(|shared| shared.filter == filter) {
+            return Ok(qos);
+        }
+        let actor = Actor {
+            user: &connected.user,
+            connection_id,
+        };
+        let failed = |message: String| (reason::UNSPECIFIED_ERROR, message);
+        connected
+            .vhost
+            .declare_queue(
+                actor,
+                QueueDeclare {
+                    name: name.clone(),
+                    passive: false,
+                    durable: false,
+                    exclusive: false,
+                    auto_delete: true,
+                    arguments: Table::new(),
+                },
+            )
+            .map_err(|e| failed(e.message))?;
+        connected
+            .vhost
+            .bind_in_context(
+                actor,
+                &variables,
+                &exchange,
+                DestinationName::Queue(name.clone()),
+                &binding_key,
+                Table::new(),
+            )
+            .map_err(|e| failed(e.message))?;
+        let queue = connected
+            .vhost
+            .queue_for(actor, &name, Access::Read)
+            .map_err(|e| failed(e.message))?;
+        let sink = SubscriptionSink::new(outbox, Arc::clone(&queue), qos);
+        let spec = ConsumerSpec {
+            tag: Arc::from(connected.client_id.as_str()),
+            connection_id,
+            needs_settlement: qos != QoS::AtMostOnce,
+            exclusive: false,
+            priority: 0,
+            arguments: Table::new(),
+        };
+        let consumer_id = connected
+            .vhost
+            .consume(&queue, spec, sink)
+            .map_err(|e| failed(e.message))?;
+        if let Some(v5) = connected.v5.as_deref_mut() {
+            v5.shared.push(SharedSubscription {
+                filter: filter.to_string(),
+                queue,
+                consumer_id,
+            });
+        }
+        Ok(qos)
+    }
+
+    /// Leaves a shared subscription; whether this member held it.
+    pub(super) fn remove_shared_subscription(&mut self, filter: &str) -> bool {
+        let Some(connected) = self.connected.as_deref_mut() else {
+            return false;
+        };
+        let Some(v5) = connected.v5.as_deref_mut() else {
+            return false;
+        };
+        let Some(position) = v5.shared.iter().position(|shared| shared.filter == filter) else {
+            return false;
+        };
+        let shared = v5.shared.remove(position);
+        connected.vhost.cancel(&shared.queue, shared.consumer_id);
+        true
+    }
+}

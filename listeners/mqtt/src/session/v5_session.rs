@@ -1,0 +1,299 @@
+//! The MQTT 5 parts of a session: what CONNECT asked for, CONNACK's properties, and the
+//! checks an MQTT 5 PUBLISH goes through before the shared publish path (topic aliases,
+//! receive maximum, payload format).
+
+use super::shared::SharedSubscription;
+use super::{Control, Session};
+use crate::codec::{
+    reason, Packet, Properties, PubAck, PubRec, Publish, QoS, MAX_REMAINING_LENGTH,
+};
+use crate::outbox::OutboundV5;
+use warren_core::value::{Table, Value};
+
+/// The highest topic alias a client may use towards the server (RabbitMQ's default
+/// `mqtt.topic_alias_maximum`).
+pub const TOPIC_ALIAS_MAXIMUM: u16 = 16;
+
+/// The most QoS 1/2 publishes a client may have unacknowledged towards the server. Above
+/// it the client is disconnected with 0x93 (MQTT-3.3.4-9).
+pub const RECEIVE_MAXIMUM: u16 = 1024;
+
+/// A session expiry interval meaning "never" (section 3.1.2.11.2).
+pub const SESSION_NEVER_EXPIRES: u32 = u32::MAX;
+
+/// What an MQTT 5 session keeps beside the 3.1.1 state.
+#[derive(Default)]
+pub(super) struct SessionV5 {
+    /// Seconds the session outlives the connection (0: it ends with it).
+    pub(super) session_expiry: u32,
+    /// Whether the server made up the client identifier (sent back in CONNACK).
+    pub(super) assigned_client_identifier: bool,
+    /// Topic aliases the client set, by alias.
+    pub(super) aliases: Vec<(u16, String)>,
+    /// Shared subscriptions (`$share/GROUP/filter`) this member holds.
+    pub(super) shared: Vec<SharedSubscription>,
+    /// A DISCONNECT went out: nothing more is said to the client.
+    pub(super) disconnect_sent: bool,
+    /// Set once the client holds a "no local" subscription: its publishes then carry the
+    /// connection's id, so its own deliveries can tell them apart.
+    pub(super) no_local_origin: Option<u64>,
+    /// The will delay interval in seconds (0: publish the will at once).
+    pub(super) will_delay: u32,
+}
+
+impl SessionV5 {
+    /// The state for a CONNECT's properties.
+    pub(super) fn from_connect(properties: Option<&Properties>) -> SessionV5 {
+        SessionV5 {
+            session_expiry: properties
+                .and_then(|p| p.session_expiry_interval)
+                .unwrap_or(0),
+            ..SessionV5::default()
+        }
+    }
+}
+
+/// The client's limits on what the server sends, from its CONNECT: receive maximum
+/// (65535 when absent), topic alias maximum (0) and maximum packet size (none).
+pub(super) fn outbound_limits(
+    properties: Option<&Properties>,
+    connection_id: u64,
+) -> (u16, OutboundV5) {
+    let receive_maximum = properties
+        .and_then(|p| p.receive_maximum)
+        .unwrap_or(u16::MAX);
+    let limits = OutboundV5::new(
+        properties.and_then(|p| p.topic_alias_maximum).unwrap_or(0),
+        properties.and_then(|p| p.maximum_packet_size),
+        connection_id,
+    );
+    (receive_maximum, limits)
+}
+
+/// CONNACK's properties: what the server accepts and offers (section 3.2.2.3 of MQTT 5).
+pub(super) fn connack_properties(
+    max_packet_size: usize,
+    assigned_client_identifier: Option<&str>,
+) -> Properties {
+    Properties {
+        receive_maximum: Some(RECEIVE_MAXIMUM),
+        topic_alias_maximum: Some(TOPIC_ALIAS_MAXIMUM),
+        // The codec bounds the remaining length; a client counts the whole packet, fixed
+        // header (at most 5 bytes) included.
+        maximum_packet_size: (max_packet_size < MAX_REMAINING_LENGTH)
+            .then(|| u32::try_from(max_packet_size + 5).unwrap_or(u32::MAX)),
+        retain_available: Some(1),
+        wildcard_subscription_available: Some(1),
+        subscription_identifier_available: Some(1),
+        shared_subscription_available: Some(1),
+        assigned_client_identifier: assigned_client_identifier.map(str::to_string),
+        ..Properties::default()
+    }
+}
+
+impl Session {
+    /// Records that the client holds a "no local" subscription.
+    pub(super) fn note_no_local(&mut self) {
+        let connection_id = self.connection_id;
+        if let Some(v5) = self
+            .connected
+            .as_deref_mut()
+            .and_then(|connected| connected.v5.as_deref_mut())
+        {
+            v5.no_local_origin = Some(connection_id);
+        }
+    }
+
+    /// The MQTT 5 checks of an incoming PUBLISH, and its topic alias resolved. `Err` is
+    /// what to do instead of publishing: the client was answered (a refusing PUBACK/PUBREC)
+    /// or is disconnected with the reason code.
+    pub(super) fn publish_v5(&mut self, mut publish: Publish) -> Result<Publish, Control> {
+        let unacknowledged = self.unacknowledged_inbound();
+        let Some(connected) = self.connected.as_deref_mut() else {
+            return Err(Control::Close(super::End::Abnormal(
+                "PUBLISH before CONNECT".into(),
+            )));
+        };
+        let properties = publish.properties.as_deref();
+        if properties.is_some_and(|p| !p.subscription_identifiers.is_empty()) {
+            return Err(self.violation(
+                reason::PROTOCOL_ERROR,
+                "PUBLISH from a client carries a subscription identifier (MQTT-3.3.4-6)",
+            ));
+        }
+        if let Some(alias) = properties.and_then(|p| p.topic_alias) {
+            if alias > TOPIC_ALIAS_MAXIMUM {
+                return Err(self.violation(
+                    reason::TOPIC_ALIAS_INVALID,
+                    &format!(
+                        "topic alias {alias} is above the topic alias maximum \
+                         {TOPIC_ALIAS_MAXIMUM} (MQTT-3.3.2-9)"
+                    ),
+                ));
+            }
+            let v5 = connected.v5.get_or_insert_default();
+            if publish.topic.is_empty() {
+                match v5.aliases.iter().find(|(known, _)| *known == alias) {
+                    Some((_, topic)) => publish.topic.clone_from(topic),
+                    None => {
+                        return Err(self.violation(
+                            reason::PROTOCOL_ERROR,
+                            &format!("topic alias {alias} was never set (section 3.3.2.3.4)"),
+                        ))
+                    }
+                }
+            } else {
+                v5.aliases.retain(|(known, _)| *known != alias);
+                v5.aliases.push((alias, publish.topic.clone()));
+            }
+        }
+        let fresh = match (publish.qos, publish.packet_id) {
+            (QoS::AtMostOnce, _) | (_, None) => false,
+            (QoS::AtLeastOnce, Some(_)) => true,
+            (QoS::ExactlyOnce, Some(id)) => !connected.inbound_qos2.contains(&id),
+        };
+        if fresh && unacknowledged >= usize::from(RECEIVE_MAXIMUM) {
+            return Err(self.violation(
+                reason::RECEIVE_MAXIMUM_EXCEEDED,
+                &format!(
+                    "more than the receive maximum of {RECEIVE_MAXIMUM} QoS 1/2 publishes \
+                     unacknowledged (MQTT-3.3.4-9)"
+                ),
+            ));
+        }
+        let properties = publish.properties.as_deref();
+        if properties.and_then(|p| p.payload_format_indicator) == Some(1)
+            && std::str::from_utf8(&publish.payload).is_err()
+        {
+            let text = "payload format indicator says UTF-8, the payload is not (MQTT-3.3.2-4)";
+            return Err(self.refuse_publish(&publish, reason::PAYLOAD_FORMAT_INVALID, text));
+        }
+        Ok(publish)
+    }
+
+    /// Answers a PUBLISH the server will not take: PUBACK or PUBREC with `code` for QoS 1
+    /// and 2, DISCONNECT for QoS 0, which has no acknowledgement to carry it.
+    pub(super) fn refuse_publish(&mut self, publish: &Publish, code: u8, text: &str) -> Control {
+        tracing::warn!(
+            connection = self.connection_id,
+            client_id = self.client_id().unwrap_or(""),
+            topic = %publish.topic,
+            "MQTT publish refused: {text}"
+        );
+        let properties = Some(Box::new(Properties {
+            reason_string: Some(text.to_string()),
+            ..Properties::default()
+        }));
+        match (publish.qos, publish.packet_id) {
+            (QoS::AtLeastOnce, Some(packet_id)) => {
+                self.acknowledge_publish(
+                    None,
+                    0,
+                    Packet::PubAck(PubAck {
+                        packet_id,
+                        reason_code: code,
+                        properties,
+                    }),
+                );
+                Control::Continue
+            }
+            (QoS::ExactlyOnce, Some(packet_id)) => {
+                self.acknowledge_publish(
+                    None,
+                    0,
+                    Packet::PubRec(PubRec {
+                        packet_id,
+                        reason_code: code,
+                        properties,
+                    }),
+                );
+                Control::Continue
+            }
+            _ => self.violation(code, text),
+        }
+    }
+
+    /// QoS 1/2 publishes of the client not yet acknowledged: QoS 2 ones until PUBREL, and
+    /// acknowledgements held for the disk.
+    fn unacknowledged_inbound(&self) -> usize {
+        let qos2 = self
+            .connected
+            .as_deref()
+            .map_or(0, |connected| connected.inbound_qos2.len());
+        qos2 + self.held_acks.as_deref().map_or(0, |held| held.len())
+    }
+}
+
+/// How long an MQTT 5 will waits after the connection ended: the will delay interval, or
+/// the session expiry interval when that is shorter (MQTT-3.1.3-9). `None`: at once.
+pub(super) fn will_delay(connected: &super::Connected) -> Option<std::time::Duration> {
+    let v5 = connected.v5.as_deref()?;
+    let seconds = v5.will_delay.min(v5.session_expiry);
+    // Without a runtime (unit tests) there is no timer: at once.
+    (seconds > 0 && tokio::runtime::Handle::try_current().is_ok())
+        .then(|| std::time::Duration::from_secs(u64::from(seconds)))
+}
+
+/// Publishes a delayed will after `delay`, unless a connection holds the client identifier
+/// again by then (the client came back, MQTT 3.1.3.2.2). Runs as a task of its own: the
+/// ended session's state goes with it.
+pub(super) fn publish_will_later(
+    context: &std::sync::Arc<super::MqttContext>,
+    connection_id: u64,
+    mut connected: Box<super::Connected>,
+    key: super::registry::ClientKey,
+    delay: std::time::Duration,
+    will: crate::codec::LastWill,
+) {
+    let context = std::sync::Arc::clone(context);
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        if context.registry.is_held(&key) {
+            tracing::debug!(client_id = %key.1, "MQTT will not published: the client is back");
+            return;
+        }
+        let crate::codec::LastWill {
+            topic,
+            message,
+            qos,
+            retain,
+            properties,
+        } = will;
+        let message = (topic.as_str(), message, properties.as_deref());
+        let published = super::publish::route_publish(
+            &context,
+            connection_id,
+            &mut connected,
+            message,
+            qos,
+            retain,
+            false,
+        );
+        if let Err(reason) = published {
+            tracing::warn!(client_id = %key.1, "MQTT delayed will not published: {reason}");
+        }
+    });
+}
+
+/// Marks a published message for MQTT 5 subscription options: RETAIN (for "retain as
+/// published"), and the publishing connection when it holds a "no local" subscription.
+pub(super) fn mark_origin(connected: &super::Connected, retain: bool, headers: &mut Table) {
+    if retain {
+        headers.insert(crate::outbox::RETAIN_HEADER, Value::Bool(true));
+    }
+    if let Some(origin) = connected.v5.as_deref().and_then(|v5| v5.no_local_origin) {
+        headers.insert(crate::outbox::NO_LOCAL_HEADER, Value::I64(origin as i64));
+    }
+}
+
+/// The MQTT 5 reason code for a publish the core refused, from its message (permission
+/// refusals say "refused", size refusals "larger than").
+pub(super) fn publish_refusal_code(reason: &str) -> u8 {
+    if reason.contains("larger than configured max size") {
+        reason::PACKET_TOO_LARGE
+    } else if reason.contains("refused") {
+        reason::NOT_AUTHORIZED
+    } else {
+        reason::UNSPECIFIED_ERROR
+    }
+}

@@ -1,0 +1,267 @@
+//! Subscriptions: Subscribe, Credit, Unsubscribe, offsets (StoreOffset, QueryOffset,
+//! ResolveOffsetSpec), and [`Session::pump`], which turns credit into `Deliver` frames of
+//! whole chunks.
+
+use std::sync::Arc;
+
+use warren_core::access::Access;
+use warren_core::stream_log::{ChunkFilter, OffsetSpec, StreamLog, StreamReader};
+
+use super::{error_code, Control, Session, SubscriptionChange};
+use crate::codec::{code, encode, key, OffsetSpecification, Request};
+
+/// One subscription.
+pub(super) struct Subscription {
+    pub stream: String,
+    pub log: Arc<StreamLog>,
+    pub reader: StreamReader,
+    /// Chunks the client will still take.
+    pub credit: u32,
+    /// Caught up with the stream's end when last read.
+    pub caught_up: bool,
+}
+
+fn offset_spec(offset: OffsetSpecification) -> OffsetSpec {
+    match offset {
+        OffsetSpecification::First => OffsetSpec::First,
+        OffsetSpecification::Last => OffsetSpec::Last,
+        OffsetSpecification::Next => OffsetSpec::Next,
+        OffsetSpecification::Offset(offset) => OffsetSpec::Offset(offset),
+        OffsetSpecification::Timestamp(timestamp) => OffsetSpec::Timestamp(timestamp),
+    }
+}
+
+/// The chunk filter of `filter.N` / `match-unfiltered` properties, if any.
+fn chunk_filter(properties: &[(String, String)]) -> Option<ChunkFilter> {
+    let values: Vec<String> = properties
+        .iter()
+        .filter(|(k, _)| k.starts_with("filter."))
+        .map(|(_, v)| v.clone())
+        .collect();
+    let match_unfiltered = properties
+        .iter()
+        .any(|(k, v)| k == "match-unfiltered" && v == "true");
+    (!values.is_empty()).then_some(ChunkFilter {
+        values,
+        match_unfiltered,
+    })
+}
+
+impl Session {
+    pub(super) fn handle_subscription_command(&mut self, request: Request) -> Control {
+        match request {
+            Request::Subscribe {
+                correlation_id,
+                subscription_id,
+                stream,
+                offset,
+                credit,
+                properties,
+            } => {
+                let answer = self.subscribe(subscription_id, &stream, offset, credit, &properties);
+                encode::response(&mut self.out, key::SUBSCRIBE, correlation_id, answer);
+            }
+            Request::Credit {
+                subscription_id,
+                credit,
+            } => match self.subscriptions.get_mut(&subscription_id) {
+                Some(subscription) => {
+                    subscription.credit = subscription.credit.saturating_add(u32::from(credit))
+                }
+                None => encode::credit_response(
+                    &mut self.out,
+                    code::SUBSCRIPTION_ID_DOES_NOT_EXIST,
+                    subscription_id,
+                ),
+            },
+            Request::Unsubscribe {
+                correlation_id,
+                subscription_id,
+            } => {
+                let answer = match self.subscriptions.remove(&subscription_id) {
+                    Some(_) => {
+                        self.changes
+                            .push(SubscriptionChange::Ended(subscription_id));
+                        code::OK
+                    }
+                    None => code::SUBSCRIPTION_ID_DOES_NOT_EXIST,
+                };
+                encode::response(&mut self.out, key::UNSUBSCRIBE, correlation_id, answer);
+            }
+            Request::StoreOffset {
+                reference,
+                stream,
+                offset,
+            } => {
+                // No response in the protocol: a refused store is only logged.
+                let (vhost, user) = self.vhost();
+                match vhost.stream_for(user, Access::Read, &stream) {
+                    Ok(log) if !reference.is_empty() => log.store_offset(&reference, offset),
+                    Ok(_) => tracing::debug!(%stream, "StoreOffset without a reference ignored"),
+                    Err(error) => tracing::info!(%stream, %error, "StoreOffset refused"),
+                }
+            }
+            Request::QueryOffset {
+                correlation_id,
+                reference,
+                stream,
+            } => {
+                let (vhost, user) = self.vhost();
+                let (answer, offset) = match vhost.stream_for(user, Access::Read, &stream) {
+                    Ok(log) => match log.query_offset(&reference) {
+                        Some(offset) => (code::OK, offset),
+                        None => (code::NO_OFFSET, 0),
+                    },
+                    Err(error) => (error_code(&error), 0),
+                };
+                encode::response_u64(
+                    &mut self.out,
+                    key::QUERY_OFFSET,
+                    correlation_id,
+                    answer,
+                    offset,
+                );
+            }
+            Request::ResolveOffsetSpec {
+                correlation_id,
+                stream,
+                offset,
+                ..
+            } => {
+                let (vhost, user) = self.vhost();
+                let (answer, resolved) = match vhost.stream_for(user, Access::Read, &stream) {
+                    Ok(log) => match log.resolve(offset_spec(offset)) {
+                        Ok(resolved) => (code::OK, resolved),
+                        Err(error) => {
+                            tracing::warn!(%stream, %error, "cannot resolve an offset");
+                            (code::INTERNAL_ERROR, 0)
+                        }
+                    },
+                    Err(error) => (error_code(&error), 0),
+                };
+                encode::resolved_offset(&mut self.out, correlation_id, answer, resolved);
+            }
+            other => {
+                tracing::debug!(peer = %self.peer, request = ?other, "unexpected stream command");
+                self.close(code::UNKNOWN_FRAME, "unexpected command");
+                return Control::Close;
+            }
+        }
+        Control::Continue
+    }
+
+    fn subscribe(
+        &mut self,
+        subscription_id: u8,
+        stream: &str,
+        offset: OffsetSpecification,
+        credit: u16,
+        properties: &[(String, String)],
+    ) -> u16 {
+        if self.subscriptions.contains_key(&subscription_id) {
+            return code::SUBSCRIPTION_ID_ALREADY_EXISTS;
+        }
+        if properties
+            .iter()
+            .any(|(k, v)| k == "single-active-consumer" && v == "true")
+        {
+            // Refused rather than silently served as an ordinary consumer.
+            tracing::info!(%stream, "single active consumer on streams is not supported yet");
+            return code::PRECONDITION_FAILED;
+        }
+        let (vhost, user) = self.vhost();
+        let log = match vhost.stream_for(user, Access::Read, stream) {
+            Ok(log) => log,
+            Err(error) => return error_code(&error),
+        };
+        let reader = match log.reader(offset_spec(offset)) {
+            Ok(reader) => reader.with_filter(chunk_filter(properties)),
+            Err(error) => {
+                tracing::warn!(%stream, %error, "cannot read stream");
+                return code::INTERNAL_ERROR;
+            }
+        };
+        self.changes.push(SubscriptionChange::Started(
+            subscription_id,
+            log.subscribe(),
+        ));
+        self.subscriptions.insert(
+            subscription_id,
+            Subscription {
+                stream: stream.to_owned(),
+                log,
+                reader,
+                credit: u32::from(credit),
+                caught_up: false,
+            },
+        );
+        code::OK
+    }
+
+    /// Marks every subscription as worth reading again (the driver calls it when a
+    /// watched stream committed something).
+    pub fn streams_moved(&mut self) {
+        for subscription in self.subscriptions.values_mut() {
+            subscription.caught_up = false;
+        }
+    }
+
+    /// Writes `Deliver` frames for subscriptions with credit until the output holds
+    /// `budget` bytes. Returns whether some subscription could send more right away.
+    /// Subscriptions and publishers of deleted streams get a `MetadataUpdate` and end.
+    pub fn pump(&mut self, budget: usize) -> bool {
+        let mut gone = Vec::new();
+        let mut more = false;
+        for (id, subscription) in self.subscriptions.iter_mut() {
+            if subscription.reader.is_deleted() {
+                gone.push((*id, subscription.stream.clone()));
+                continue;
+            }
+            while subscription.credit > 0 && !subscription.caught_up {
+                if self.out.len() >= budget {
+                    more = true;
+                    break;
+                }
+                match subscription.reader.next_chunk() {
+                    Ok(Some(chunk)) => {
+                        let committed = subscription
+                            .log
+                            .stats()
+                            .last_chunk_offset
+                            .unwrap_or(chunk.header.first_offset);
+                        encode::deliver_chunk(
+                            &mut self.out,
+                            self.deliver_version,
+                            *id,
+                            committed,
+                            &chunk,
+                        );
+                        subscription.credit -= 1;
+                    }
+                    Ok(None) => subscription.caught_up = true,
+                    Err(error) => {
+                        tracing::error!(stream = %subscription.stream, %error, "stream read failed");
+                        gone.push((*id, subscription.stream.clone()));
+                        break;
+                    }
+                }
+            }
+        }
+        for (id, stream) in gone {
+            self.subscriptions.remove(&id);
+            self.changes.push(SubscriptionChange::Ended(id));
+            encode::metadata_update(&mut self.out, code::STREAM_NOT_AVAILABLE, &stream);
+        }
+        let deleted: Vec<(u8, String)> = self
+            .publishers
+            .iter()
+            .filter(|(_, p)| p.log.is_deleted())
+            .map(|(id, p)| (*id, p.log.name().to_owned()))
+            .collect();
+        for (id, stream) in deleted {
+            self.publishers.remove(&id);
+            encode::metadata_update(&mut self.out, code::STREAM_NOT_AVAILABLE, &stream);
+        }
+        more
+    }
+}

@@ -1,0 +1,44 @@
+//! Streams in `/api/queues`: each stream of a vhost is listed as a queue of type `stream`
+//! with its first and last offset, segment count and bytes on disk.
+
+use serde_json::{json, Value as Json};
+use warren_core::stream_log::StreamLog;
+use warren_core::vhost::VHost;
+
+use super::Management;
+
+impl Management {
+    pub(crate) fn stream_json(&self, vhost: &VHost, log: &StreamLog) -> Json {
+        let stats = log.stats();
+        let settings = log.settings();
+        let arguments: serde_json::Map<String, Json> = settings
+            .arguments
+            .iter()
+            .map(|(key, value)| (key.clone(), Json::String(value.clone())))
+            .collect();
+        let messages = stats.next_offset.saturating_sub(stats.first_offset);
+        json!({
+            "name": log.name(),
+            "vhost": vhost.name(),
+            "durable": true,
+            "auto_delete": false,
+            "exclusive": false,
+            "arguments": arguments,
+            "type": "stream",
+            "node": self.node_name,
+            "state": "running",
+            "policy": Json::Null,
+            "consumers": 0,
+            "messages": messages,
+            "messages_ready": messages,
+            "messages_unacknowledged": 0,
+            "first_offset": stats.first_offset,
+            "last_offset": stats.next_offset.checked_sub(1),
+            "committed_offset": stats.last_chunk_offset,
+            "segments": stats.segments,
+            "disk_bytes": stats.bytes,
+            // A stream with neither x-max-length-bytes nor x-max-age grows forever.
+            "retention_unbounded": settings.unbounded(),
+        })
+    }
+}
