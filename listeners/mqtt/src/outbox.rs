@@ -770,6 +770,7 @@ impl DeliverySink for SubscriptionSink {
         }
         match packet_id {
             Some(packet_id) if matches!(encoded, Ok(true)) => {
+                let buffered_at = state.drains;
                 state.in_flight.insert(
                     packet_id,
                     InFlight {
@@ -778,7 +779,7 @@ impl DeliverySink for SubscriptionSink {
                         qos,
                         released: false,
                         counted,
-                        buffered_at: state.drains,
+                        buffered_at,
                     },
                 );
             }

@@ -113,6 +113,7 @@ pub async fn serve(
         connection_max: endpoint.limits.max_connections,
         tls,
         handshake_timeout: TLS_HANDSHAKE_TIMEOUT,
+        websocket: None,
     };
     let endpoint = Arc::new(endpoint);
     let connection_shutdown = shutdown.clone();
@@ -127,6 +128,8 @@ pub async fn serve(
                 ClientStream::Tls(stream) => {
                     serve_connection(stream, peer, &endpoint, shutdown).await
                 }
+                // This listener sets no WebSocket handshake, so no connection is a tunnel.
+                ClientStream::Tunnel(_) => {}
             }
         }
     })
