@@ -8,8 +8,8 @@ use crate::error::ConfigError;
 use crate::mqtt::MQTT_KEYS;
 use crate::settings::{Settings, KEYS};
 use crate::stomp::STOMP_KEYS;
-use crate::web::WEB_KEYS;
 use crate::stream::STREAM_KEYS;
+use crate::web::WEB_KEYS;
 
 /// The usage text `--help` returns in [`ConfigError::HelpRequested`].
 pub fn usage() -> String {

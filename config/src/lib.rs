@@ -24,8 +24,8 @@ mod listen_addr;
 mod mqtt;
 mod settings;
 mod stomp;
-mod web;
 mod stream;
+mod web;
 
 pub use cli::usage;
 pub use cluster::{ClusterSettings, NodeAddress, CHANGE_TIMEOUT_LIMIT, CLUSTER_KEYS, CLUSTER_PORT};
@@ -42,5 +42,5 @@ pub use settings::{
     Settings, SslOptions, AUTH_MECHANISMS, FRAME_MIN_SIZE, KEYS, MAX_MESSAGE_SIZE_LIMIT,
 };
 pub use stomp::{StompSettings, STOMP_KEYS, STOMP_PORT};
-pub use web::{WebSettings, WEB_KEYS, WEB_MQTT_PORT, WEB_STOMP_PORT};
 pub use stream::{StreamProtocolSettings, STREAM_KEYS, STREAM_PORT};
+pub use web::{WebSettings, WEB_KEYS, WEB_MQTT_PORT, WEB_STOMP_PORT};
