@@ -308,12 +308,13 @@ const APPLIED_GLOBAL_PARAMETERS: [&str; 1] = ["cluster_name"];
 
 /// `topic_permissions` entries: `{user, vhost, exchange, write, read}`, compiled (so a bad
 /// pattern is refused before anything is applied).
-/// The queue types an import can create. Quorum queues and streams do not exist yet: an
-/// import naming them is refused whole, naming the queue and the type, rather than serving a
-/// classic queue under the name (which would then export differently from what was
-/// imported). This list and [`check_queue_types`] are the one place that decides; once a
-/// type exists, list it here and the queue is declared with its `x-queue-type`.
-const IMPORTABLE_QUEUE_TYPES: &[&str] = &["classic"];
+/// The queue types an import can create: classic queues and streams (declared with their
+/// `x-queue-type`). Quorum queues cannot be declared yet: an import naming one is refused
+/// whole, naming the queue and the type, rather than serving a classic queue under the name
+/// (which would then export differently from what was imported). This list and
+/// [`check_queue_types`] are the one place that decides; once quorum queues can be
+/// declared, list the type here.
+const IMPORTABLE_QUEUE_TYPES: &[&str] = &["classic", "stream"];
 
 /// The type a definitions entry gives its queue: the `x-queue-type` argument, else `type`.
 fn declared_queue_type(queue: &warren_config::QueueDefinition) -> Option<String> {

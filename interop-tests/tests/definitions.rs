@@ -161,7 +161,7 @@ async fn bad_definitions_stop_start_up_naming_the_path_and_problem() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quorum_and_stream_queues_refuse_start_up_naming_the_queue_and_the_type() {
+async fn quorum_queues_refuse_start_up_naming_the_queue_and_the_type() {
     // RabbitMQ's own export, with its quorum queue: refused whole, not served as classic.
     let exported = std::fs::read_to_string(rabbitmq_definitions_fixture()).expect("fixture");
     let (path, error) = start_error(&exported).await;
@@ -172,13 +172,13 @@ async fn quorum_and_stream_queues_refuse_start_up_naming_the_queue_and_the_type(
         ),
         "{error}"
     );
-    // A stream named only by its x-queue-type argument.
+    // A quorum queue named only by its x-queue-type argument.
     let (_, error) = start_error(
-        r#"{"queues": [{"name": "log", "vhost": "/", "durable": true, "auto_delete": false, "arguments": {"x-queue-type": "stream"}}]}"#,
+        r#"{"queues": [{"name": "jobs", "vhost": "/", "durable": true, "auto_delete": false, "arguments": {"x-queue-type": "quorum"}}]}"#,
     )
     .await;
     assert!(
-        error.contains("queue 'log' in vhost '/' has type 'stream'"),
+        error.contains("queue 'jobs' in vhost '/' has type 'quorum'"),
         "{error}"
     );
 }

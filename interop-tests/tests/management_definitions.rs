@@ -184,3 +184,66 @@ async fn an_import_naming_a_quorum_queue_is_refused_and_classic_types_round_trip
     assert_eq!(queue("plain")["arguments"], serde_json::json!({}));
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_in_definitions_is_created_as_a_stream_and_exported_with_its_type() {
+    let broker = TestBroker::start().await;
+    // Named by `type` only, and by `x-queue-type` only, as RabbitMQ exports and as hand-written
+    // documents often do.
+    let document = r#"{
+        "queues": [
+            {"name": "audit", "vhost": "/", "durable": true, "auto_delete": false,
+             "type": "stream", "arguments": {"x-max-length-bytes": 20000000, "x-max-age": "7D"}},
+            {"name": "events", "vhost": "/", "durable": true, "auto_delete": false,
+             "arguments": {"x-queue-type": "stream"}}
+        ]
+    }"#;
+    let imported = broker
+        .api_as_guest("POST", "/api/definitions", Some(document))
+        .await;
+    assert_eq!(imported.status, 204, "{}", imported.text());
+    let listed = broker
+        .api_as_guest("GET", "/api/queues/%2F/audit", None)
+        .await;
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    assert_eq!(listed.json()["type"], "stream");
+    assert!(
+        broker.broker().vhost("/").unwrap().queue("audit").is_none(),
+        "no classic queue under the stream's name"
+    );
+
+    let exported = broker
+        .api_as_guest("GET", "/api/definitions", None)
+        .await
+        .json();
+    let queue = |name: &str| {
+        exported["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["name"] == name)
+            .unwrap_or_else(|| panic!("{name} exported"))
+            .clone()
+    };
+    assert_eq!(queue("audit")["type"], "stream");
+    assert_eq!(queue("audit")["arguments"]["x-queue-type"], "stream");
+    assert_eq!(
+        queue("audit")["arguments"]["x-max-length-bytes"],
+        20_000_000
+    );
+    assert_eq!(queue("audit")["arguments"]["x-max-age"], "7D");
+    assert_eq!(queue("events")["type"], "stream");
+
+    // The export imports again into a fresh broker as the same streams.
+    let again = TestBroker::start().await;
+    let reimported = again
+        .api_as_guest("POST", "/api/definitions", Some(&exported.to_string()))
+        .await;
+    assert_eq!(reimported.status, 204, "{}", reimported.text());
+    let listed = again
+        .api_as_guest("GET", "/api/queues/%2F/events", None)
+        .await;
+    assert_eq!(listed.json()["type"], "stream");
+    again.shutdown().await;
+    broker.shutdown().await;
+}

@@ -478,6 +478,9 @@ impl Management {
                     "type": super::topology::queue_type(&queue),
                 }));
             }
+            for stream in vhost.streams().list() {
+                queues.push(exported_stream(name, &stream));
+            }
             let mut vhost_exchanges = vhost.exchanges();
             vhost_exchanges.sort_by(|a, b| a.name().cmp(b.name()));
             for exchange in vhost_exchanges {
@@ -639,4 +642,27 @@ fn policy_from_json(name: &str, body: &Json, operator: bool) -> Result<Policy, R
         apply_to
     };
     Policy::new(name, pattern, apply_to, priority, definition, operator).map_err(core_error)
+}
+
+/// A stream as RabbitMQ exports it: a durable queue of type `stream` whose arguments carry
+/// `x-queue-type` and the retention it was declared with (byte counts as numbers, as they
+/// were given), so that importing the export declares the same stream.
+fn exported_stream(vhost: &str, stream: &warren_core::stream_log::StreamLog) -> Json {
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("x-queue-type".to_string(), Json::from("stream"));
+    for (key, value) in &stream.settings().arguments {
+        let value = match value.parse::<i64>() {
+            Ok(number) if key != "x-max-age" => Json::from(number),
+            _ => Json::from(value.as_str()),
+        };
+        arguments.insert(key.clone(), value);
+    }
+    json!({
+        "name": stream.name(),
+        "vhost": vhost,
+        "durable": true,
+        "auto_delete": false,
+        "arguments": arguments,
+        "type": "stream",
+    })
 }
