@@ -2,6 +2,10 @@
 //! listener: creating streams, publishing with and without a producer name, deduplication
 //! across a producer restart, consuming from every offset specification, offset tracking,
 //! retention by size, permissions, and streams seen as queues by the management API.
+//!
+//! Every test runs on a multi-threaded runtime: the client's `Producer` closes itself with a
+//! blocking `block_on` in `Drop`, which deadlocks a current-thread runtime when a failing
+//! assertion drops an unclosed producer.
 
 use std::time::Duration;
 
@@ -93,7 +97,7 @@ async fn publish(environment: &Environment, stream: &str, name: Option<&str>, bo
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_published_with_and_without_a_producer_name_are_consumed_from_first() {
     let broker = TestBroker::start().await;
     let environment = environment(&broker).await;
@@ -127,7 +131,7 @@ async fn messages_published_with_and_without_a_producer_name_are_consumed_from_f
     consumer.handle().close().await.expect("closed");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_named_producer_is_deduplicated_across_a_restart() {
     let broker = TestBroker::start().await;
     let environment = environment(&broker).await;
@@ -184,7 +188,7 @@ async fn a_named_producer_is_deduplicated_across_a_restart() {
     nothing_more(&mut consumer).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_offset_specification_starts_where_it_says() {
     let broker = TestBroker::start().await;
     let environment = environment(&broker).await;
@@ -230,7 +234,7 @@ async fn every_offset_specification_starts_where_it_says() {
     assert_eq!(take(&mut first, 1).await, vec![(5, "t5".into())]);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_named_consumer_stores_and_queries_its_offset() {
     let broker = TestBroker::start().await;
     let environment = environment(&broker).await;
@@ -274,7 +278,7 @@ async fn a_named_consumer_stores_and_queries_its_offset() {
     assert_eq!(take(&mut resumed, 1).await, vec![(2, "z".into())]);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_by_size_drops_the_oldest_segments() {
     let broker = TestBroker::start().await;
     let environment = environment(&broker).await;
@@ -311,7 +315,7 @@ async fn retention_by_size_drops_the_oldest_segments() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_are_queues_of_their_vhost_in_the_management_api() {
     let broker = TestBroker::start().await;
     let environment = environment(&broker).await;
@@ -352,7 +356,7 @@ async fn streams_are_queues_of_their_vhost_in_the_management_api() {
     publish(&environment, "declared", None, &["via the API"]).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permissions_are_checked_as_rabbitmq_checks_them_on_streams() {
     let broker = TestBroker::start().await;
     let core = broker.broker();
@@ -403,7 +407,7 @@ fn body_as_key(message: &Message) -> String {
     String::from_utf8_lossy(message.data().unwrap_or_default()).into_owned()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_super_stream_routes_by_binding_key_to_its_partitions() {
     use rabbitmq_stream_client::types::{RoutingKeyRoutingStrategy, RoutingStrategy};
     let broker = TestBroker::start().await;
@@ -465,7 +469,7 @@ async fn a_super_stream_routes_by_binding_key_to_its_partitions() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn amqp_clients_declare_see_and_delete_streams_as_queues() {
     use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
     use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
