@@ -465,31 +465,50 @@ pub async fn queue(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), Strin
     let credit = u32::from(if config.qos == 0 { 200 } else { config.qos });
     let window = config.confirm.unwrap_or(1000).max(1) as u64;
     let counters = Arc::new(Counters::default());
-    let mut receiver = Amqp10Conn::open(&config, "warren-perf-receiver").await?;
     let settled = config.amqp10_settled;
-    receiver.attach(Role::Receiver, &address, settled).await?;
-    let mut sender = Amqp10Conn::open(&config, "warren-perf-sender").await?;
-    sender.attach(Role::Sender, &address, settled).await?;
-    let max_body = sender.remote_max_frame as usize - 64;
-    if config.size > max_body {
-        return Err(format!(
-            "-s {}: the tool sends single-frame messages, at most {max_body} bytes here",
-            config.size
-        ));
-    }
-
     let mut tasks = tokio::task::JoinSet::new();
-    {
-        let (counters, shared) = (counters.clone(), shared.clone());
-        tasks.spawn(async move { receive(receiver, credit, settled, &counters, &shared).await });
-    }
-    {
-        let (counters, shared, config) = (counters.clone(), shared.clone(), config.clone());
-        tasks.spawn(async move { send(sender, window, &config, &counters, &shared).await });
+    if config.amqp10_fe2o3 {
+        let (c, a, n, s) = (
+            config.clone(),
+            address.clone(),
+            counters.clone(),
+            shared.clone(),
+        );
+        tasks.spawn(crate::amqp10_fe2o3::receive(c, a, credit, n, s));
+        let (c, a, n, s) = (
+            config.clone(),
+            address.clone(),
+            counters.clone(),
+            shared.clone(),
+        );
+        tasks.spawn(crate::amqp10_fe2o3::send(c, a, n, s));
+    } else {
+        let mut receiver = Amqp10Conn::open(&config, "warren-perf-receiver").await?;
+        receiver.attach(Role::Receiver, &address, settled).await?;
+        let mut sender = Amqp10Conn::open(&config, "warren-perf-sender").await?;
+        sender.attach(Role::Sender, &address, settled).await?;
+        let max_body = sender.remote_max_frame as usize - 64;
+        if config.size > max_body {
+            return Err(format!(
+                "-s {}: the tool sends single-frame messages, at most {max_body} bytes here",
+                config.size
+            ));
+        }
+        {
+            let (counters, shared) = (counters.clone(), shared.clone());
+            tasks
+                .spawn(async move { receive(receiver, credit, settled, &counters, &shared).await });
+        }
+        {
+            let (counters, shared, config) = (counters.clone(), shared.clone(), config.clone());
+            tasks.spawn(async move { send(sender, window, &config, &counters, &shared).await });
+        }
     }
     let v = if config.amqp10_address_v1 { "v1" } else { "v2" };
     let settlement = if settled { "pre-settled" } else { "unsettled" };
-    let nodelay = if config.nodelay {
+    let nodelay = if config.amqp10_fe2o3 {
+        ", fe2o3-amqp Connection::open (no TCP_NODELAY)"
+    } else if config.nodelay {
         ""
     } else {
         ", no TCP_NODELAY"

@@ -79,6 +79,8 @@ AMQP 1.0 mode (with an amqp10:// --uri; the queue is declared over AMQP 0-9-1 fi
                             -c does not apply
       --no-nodelay          leave Nagle's algorithm on (no TCP_NODELAY), as fe2o3-amqp's
                             Connection::open does; with --batch 1 one transfer per write
+      --amqp10-fe2o3        drive both links with the fe2o3-amqp client (its default
+                            Connection::open, so Nagle on; credit -q; each send awaited)
 Other:
       --broker-pid PID      report the broker's CPU time (from /proc/PID/stat) per message
       --threads N           tokio worker threads (default: number of CPUs)
@@ -184,6 +186,8 @@ pub struct Config {
     pub amqp10_address_v1: bool,
     /// `--amqp10-settled`: both AMQP 1.0 links pre-settled.
     pub amqp10_settled: bool,
+    /// `--amqp10-fe2o3`: drive the links with the fe2o3-amqp client instead of the tool's own.
+    pub amqp10_fe2o3: bool,
     /// `false` with `--no-nodelay`: AMQP 1.0 sockets keep Nagle's algorithm on.
     pub nodelay: bool,
 }
@@ -223,6 +227,7 @@ impl Default for Config {
             source_addrs: 1,
             amqp10_address_v1: false,
             amqp10_settled: false,
+            amqp10_fe2o3: false,
             nodelay: true,
         }
     }
@@ -375,6 +380,7 @@ where
             "--stream-queue" => stream = true,
             "--amqp10-address-v1" => config.amqp10_address_v1 = true,
             "--amqp10-settled" => config.amqp10_settled = true,
+            "--amqp10-fe2o3" => config.amqp10_fe2o3 = true,
             "--no-nodelay" => config.nodelay = false,
             "--source-addrs" => {
                 config.source_addrs = number::<u8>(&flag, &value(&flag)?)?.max(1);
@@ -415,9 +421,9 @@ where
     if config.amqp10_address_v1 && !amqp10 {
         return Err(invalid("--amqp10-address-v1 goes with --amqp10-queue"));
     }
-    if (config.amqp10_settled || !config.nodelay) && !amqp10 {
+    if (config.amqp10_settled || !config.nodelay || config.amqp10_fe2o3) && !amqp10 {
         return Err(invalid(
-            "--amqp10-settled and --no-nodelay go with --amqp10-queue",
+            "--amqp10-settled, --no-nodelay and --amqp10-fe2o3 go with --amqp10-queue",
         ));
     }
     config.mode = match (rpc, churn, idle) {
@@ -805,6 +811,9 @@ mod tests {
         assert!(settled.amqp10_settled && !settled.nodelay);
         assert!(Config::default().nodelay);
         assert!(parse(&["--amqp10-settled"]).is_err());
+        assert!(parse(&["--amqp10-fe2o3"]).is_err());
+        let fe2o3 = parse(&["--uri", "amqp10://h", "--amqp10-queue", "--amqp10-fe2o3"]).unwrap();
+        assert!(fe2o3.amqp10_fe2o3);
         assert_eq!(v1.uri.port, 5673);
         assert!(parse(&["--amqp10-queue"]).is_err(), "amqp:// URI");
         assert!(parse(&["--uri", "amqp10://h"]).is_err(), "no mode");

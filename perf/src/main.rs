@@ -3,6 +3,7 @@
 //! that the tool is not the bottleneck. See README.md and `--help`.
 
 mod amqp10;
+mod amqp10_fe2o3;
 mod args;
 mod client;
 mod modes;
