@@ -56,7 +56,13 @@ struct Inner {
     entries: BTreeMap<u64, Entry<TypeConfig>>,
     last_purged: Option<LogId<u64>>,
     vote: VoteFile,
+    /// When the commit-index hint was last written to the vote file.
+    committed_saved_at: Option<std::time::Instant>,
 }
+
+/// How often at most the commit-index hint is written: a rename per commit cost more than
+/// the log's own fdatasync on a busy disk, and a stale hint is only re-learned from the leader.
+const COMMITTED_SAVE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The durable log; clones share it (openraft reads through one while it appends through
 /// another).
@@ -162,6 +168,7 @@ impl LogStore {
                 entries,
                 last_purged,
                 vote,
+                committed_saved_at: None,
             })),
         })
     }
@@ -271,6 +278,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     ) -> Result<(), StorageError<u64>> {
         let mut inner = self.inner.lock();
         inner.vote.committed = committed;
+        let now = std::time::Instant::now();
+        let due = inner
+            .committed_saved_at
+            .is_none_or(|at| now.duration_since(at) >= COMMITTED_SAVE_INTERVAL);
+        if !due {
+            return Ok(());
+        }
+        inner.committed_saved_at = Some(now);
         Self::save_vote_file(&inner, false)
     }
 

@@ -140,6 +140,8 @@ pub struct MetadataStore {
     peer_info: RwLock<BTreeMap<String, Json>>,
     /// Serialises membership changes on the leader.
     membership_lock: tokio::sync::Mutex<()>,
+    /// Serialises leadership checks; holds when the last successful one started.
+    leadership_check: tokio::sync::Mutex<Option<Instant>>,
 }
 
 /// Why the store could not start.
@@ -213,6 +215,7 @@ impl MetadataStore {
             runtime: Handle::current(),
             peer_info: RwLock::default(),
             membership_lock: tokio::sync::Mutex::new(()),
+            leadership_check: tokio::sync::Mutex::new(None),
         });
         transport.set_handler(store.handler());
         broker.set_replicator(Arc::clone(&store) as Arc<dyn TopologyReplicator>);
@@ -448,10 +451,7 @@ impl MetadataStore {
         if !self.majority_reachable() {
             return Err("a majority of the voters is not reachable".into());
         }
-        self.raft
-            .ensure_linearizable()
-            .await
-            .map_err(|e| format!("leadership not confirmed by a majority: {e}"))?;
+        self.confirm_leadership().await?;
         match self.raft.client_write(command).await {
             Ok(_) => {
                 // Followers learn the new commit index with the next append: send it now, so
@@ -470,6 +470,24 @@ impl MetadataStore {
             )),
             Err(error) => Err(error.to_string()),
         }
+    }
+
+    /// openraft's leadership check (heartbeats acknowledged by a quorum), shared by the
+    /// changes that arrive together: a change may rely on a check that *started* after it
+    /// arrived, so concurrent changes cost one or two rounds instead of one each.
+    async fn confirm_leadership(&self) -> Result<(), String> {
+        let arrived = Instant::now();
+        let mut last_confirmed = self.leadership_check.lock().await;
+        if last_confirmed.is_some_and(|started| started >= arrived) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        self.raft
+            .ensure_linearizable()
+            .await
+            .map_err(|e| format!("leadership not confirmed by a majority: {e}"))?;
+        *last_confirmed = Some(started);
+        Ok(())
     }
 
     /// Sends `method` to the leader (or runs `local` when this node leads), retrying while

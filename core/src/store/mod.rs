@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::watch;
@@ -144,6 +145,11 @@ impl Durability {
         }
     }
 }
+
+/// The gap left after a definitions write, as a multiple of its duration (see
+/// [`Writer::definitions_due`]), and its ceiling.
+const DEFINITIONS_GAP_FACTOR: u32 = 4;
+const MAX_DEFINITIONS_GAP: Duration = Duration::from_secs(1);
 
 /// What the writer does with a message's reference count.
 #[derive(Debug, Clone, Copy)]
@@ -461,6 +467,10 @@ struct Writer {
     size: u64,
     next_segment: u64,
     written_generation: u64,
+    /// When the definitions were last written, and how long to leave them before the next
+    /// rewrite when only the topology moved (see [`Writer::definitions_due`]).
+    definitions_written_at: Option<Instant>,
+    definitions_gap: Duration,
     /// The open segment, opened for reading (paged-out messages are read through it).
     reader: Option<Arc<File>>,
     /// The first store id filed under the open segment in [`Locations`], once it has one.
@@ -482,6 +492,8 @@ impl Writer {
             size: 0,
             next_segment: next,
             written_generation: 0,
+            definitions_written_at: None,
+            definitions_gap: Duration::ZERO,
             reader: None,
             reader_segment: None,
         };
@@ -518,6 +530,19 @@ impl Writer {
         Ok(())
     }
 
+    /// With no message waiting, how much longer a topology-only change should wait before
+    /// the definitions are rewritten (`None`: now). The file is rewritten whole, so a stream
+    /// of declarations against thousands of queues would otherwise rewrite it back to back;
+    /// leaving a gap of a few times the last write's duration keeps that under a fifth of one
+    /// core and gathers the changes into one write. A message to confirm never waits for it.
+    fn definitions_due(&self) -> Option<Duration> {
+        let written_at = self.definitions_written_at?;
+        let ready_at = written_at + self.definitions_gap;
+        ready_at
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
+    }
+
     fn run(&mut self, shared: &Shared) {
         let mut spare = Vec::new();
         let mut events_spare = Vec::new();
@@ -528,8 +553,17 @@ impl Writer {
                     let idle = pending.buffer.is_empty() && pending.events.is_empty();
                     let topology_moved = shared.topology_generation.load(Ordering::Acquire)
                         != self.written_generation;
-                    if !idle || pending.stopping || topology_moved {
+                    if !idle || pending.stopping {
                         break;
+                    }
+                    if topology_moved {
+                        match self.definitions_due() {
+                            None => break,
+                            Some(left) => {
+                                shared.wake.wait_for(&mut pending, left);
+                                continue;
+                            }
+                        }
                     }
                     shared.wake.wait(&mut pending);
                 }
@@ -544,6 +578,7 @@ impl Writer {
                 if let Some(write_definitions) = shared.definitions.lock().as_ref() {
                     // Like messages: nothing is confirmed before the queues it sits in are
                     // on disk, so a failed write is retried (given up only at shutdown).
+                    let started = Instant::now();
                     let mut attempts = 0u32;
                     while let Err(error) = write_definitions() {
                         attempts += 1;
@@ -555,6 +590,10 @@ impl Writer {
                         }
                         std::thread::sleep(std::time::Duration::from_millis(100));
                     }
+                    let now = Instant::now();
+                    self.definitions_gap = (now.duration_since(started) * DEFINITIONS_GAP_FACTOR)
+                        .min(MAX_DEFINITIONS_GAP);
+                    self.definitions_written_at = Some(now);
                 }
                 self.written_generation = generation;
             }

@@ -453,3 +453,50 @@ fn the_core_publish_stores_persistent_messages_of_durable_queues_and_says_what_t
     let (_, recovered) = open(&dir);
     assert_eq!(bodies(&recovered, "q"), [("kept".to_string(), false)]);
 }
+
+#[test]
+fn a_burst_of_topology_changes_is_gathered_into_few_definitions_writes_and_a_confirm_waits_for_the_last(
+) {
+    let dir = TempDir::new("definitions-gap");
+    let (store, _) = open(&dir);
+    let writes = Arc::new(AtomicUsize::new(0));
+    let written_generation = Arc::new(AtomicU64::new(0));
+    {
+        let (writes, written, generation) = (
+            Arc::clone(&writes),
+            Arc::clone(&written_generation),
+            Arc::clone(store.topology_generation()),
+        );
+        // A writer as slow as a large definitions file: 5 ms a write.
+        store.set_definitions_writer(Box::new(move || {
+            let seen = generation.load(Ordering::Acquire);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            written.store(seen, Ordering::Release);
+            writes.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }));
+    }
+    let changes = 200;
+    let started = std::time::Instant::now();
+    for _ in 0..changes {
+        store.topology_generation().fetch_add(1, Ordering::Release);
+        store.wake();
+        std::thread::sleep(std::time::Duration::from_micros(500));
+    }
+    let last = store.topology_generation().load(Ordering::Acquire);
+    // A message now: its confirm comes only after the definitions of the last change.
+    let seq = store.publish(&message("after"), &[&queue("q")]).1;
+    flush(&store, seq);
+    assert!(
+        written_generation.load(Ordering::Acquire) >= last,
+        "confirmed before the definitions of the last change were written"
+    );
+    // Each write (5 ms) is followed by a gap of 4 times its duration: at most one write per
+    // 25 ms of the burst, where back-to-back rewrites would make one per 5 ms.
+    let elapsed_ms = started.elapsed().as_millis() as usize;
+    let writes = writes.load(Ordering::Relaxed);
+    assert!(
+        writes <= elapsed_ms / 20 + 2,
+        "{writes} definitions writes for {changes} changes in {elapsed_ms} ms"
+    );
+}
