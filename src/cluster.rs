@@ -66,11 +66,13 @@ pub async fn start(
     // listener's port.
     let address = ListenAddr::new(host.clone(), bound.port()).to_socket_addr_string();
     let cluster_id = Arc::new(RwLock::new(String::new()));
-    let transport = Transport::new(
-        TransportConfig::new(name.clone(), secret),
-        Arc::clone(&cluster_id),
-        shutdown.clone(),
-    );
+    let mut transport_config = TransportConfig::new(name.clone(), secret);
+    if settings.cluster.ssl.enabled() {
+        let tls =
+            crate::tls::cluster_link_tls(&settings.cluster.ssl).map_err(StartError::Cluster)?;
+        transport_config.tls = Some(tls);
+    }
+    let transport = Transport::new(transport_config, Arc::clone(&cluster_id), shutdown.clone());
     tasks.spawn(Arc::clone(&transport).serve(listener));
     let export = {
         let broker = Arc::clone(broker);

@@ -161,3 +161,63 @@ fn build(
     })?;
     Ok(Arc::new(config))
 }
+
+/// TLS for the inter-node links (`cluster.ssl_options.*`): the node's certificate for both
+/// ends, and the cluster's CA to check every peer with, dialled or dialling. All three files
+/// are needed; a missing one stops start-up naming the key.
+pub fn cluster_link_tls(
+    ssl: &warren_config::ClusterSsl,
+) -> Result<warren_cluster::transport::LinkTls, String> {
+    let missing = |key: &str| format!("inter-node TLS needs cluster.ssl_options.{key}");
+    let certfile = ssl.certfile.as_deref().ok_or_else(|| missing("certfile"))?;
+    let keyfile = ssl.keyfile.as_deref().ok_or_else(|| missing("keyfile"))?;
+    let cacertfile = ssl
+        .cacertfile
+        .as_deref()
+        .ok_or_else(|| missing("cacertfile"))?;
+    let identity = Identity {
+        certfile: ("cluster.ssl_options.certfile", certfile),
+        keyfile: ("cluster.ssl_options.keyfile", keyfile),
+    };
+    let verification = PeerVerification {
+        cacertfile: Some(cacertfile.to_path_buf()),
+        verify_peer: true,
+        fail_if_no_peer_cert: true,
+    };
+    let server = build(
+        &identity,
+        client_verifier("cluster.ssl_options", &verification)?,
+    )?;
+    let mut roots = RootCertStore::empty();
+    for certificate in read_certificates("cluster.ssl_options.cacertfile", cacertfile)? {
+        roots.add(certificate).map_err(|e| {
+            format!(
+                "cluster.ssl_options.cacertfile: bad CA certificate in {}: {e}",
+                cacertfile.display()
+            )
+        })?;
+    }
+    let certificates = read_certificates("cluster.ssl_options.certfile", certfile)?;
+    let key = PrivateKeyDer::from_pem_file(keyfile).map_err(|e| {
+        format!(
+            "cluster.ssl_options.keyfile: cannot read a private key from {}: {e}",
+            keyfile.display()
+        )
+    })?;
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| format!("TLS configuration: {e}"))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certificates, key)
+        .map_err(|e| {
+            format!(
+                "certificate {} and key {} do not make a usable pair: {e}",
+                certfile.display(),
+                keyfile.display()
+            )
+        })?;
+    Ok(warren_cluster::transport::LinkTls {
+        server,
+        client: Arc::new(client),
+    })
+}

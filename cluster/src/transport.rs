@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use parking_lot::{Mutex, RwLock};
 use rand::RngCore;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -56,6 +56,27 @@ impl std::fmt::Display for CallError {
 
 impl std::error::Error for CallError {}
 
+/// A link's byte stream: plain TCP, or TLS over it (`cluster.ssl_options.*`).
+trait LinkIo: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> LinkIo for T {}
+type LinkStream = Box<dyn LinkIo>;
+
+/// TLS on the inter-node links: every node presents its certificate and checks its peer's
+/// against the cluster's CA, in both directions; the HMAC handshake then runs inside.
+#[derive(Clone)]
+pub struct LinkTls {
+    /// What a node accepting a link presents and how it checks the dialling node.
+    pub server: Arc<tokio_rustls::rustls::ServerConfig>,
+    /// What a dialling node presents and how it checks the node it dials.
+    pub client: Arc<tokio_rustls::rustls::ClientConfig>,
+}
+
+impl std::fmt::Debug for LinkTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LinkTls")
+    }
+}
+
 /// The transport's settings.
 #[derive(Debug, Clone)]
 pub struct TransportConfig {
@@ -71,6 +92,8 @@ pub struct TransportConfig {
     pub max_frame: usize,
     /// Time allowed for a handshake.
     pub handshake_timeout: Duration,
+    /// TLS on every link, when set.
+    pub tls: Option<LinkTls>,
 }
 
 impl TransportConfig {
@@ -83,6 +106,7 @@ impl TransportConfig {
             queue_capacity: 256,
             max_frame: codec::DEFAULT_MAX_FRAME,
             handshake_timeout: Duration::from_secs(3),
+            tls: None,
         }
     }
 }
@@ -321,14 +345,26 @@ impl Transport {
     }
 
     /// The listener's side of one connection: handshake, then answer pings and requests.
-    async fn serve_connection(self: Arc<Self>, mut stream: TcpStream, address: SocketAddr) {
+    async fn serve_connection(self: Arc<Self>, stream: TcpStream, address: SocketAddr) {
         let mut buffer = BytesMut::with_capacity(4096);
-        let handshake = tokio::time::timeout(
-            self.config.handshake_timeout,
-            self.accept_handshake(&mut stream, &mut buffer, address),
-        )
+        let handshake = tokio::time::timeout(self.config.handshake_timeout, async {
+            let mut stream: LinkStream = match &self.config.tls {
+                None => Box::new(stream),
+                Some(tls) => {
+                    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&tls.server));
+                    match acceptor.accept(stream).await {
+                        Ok(stream) => Box::new(stream),
+                        Err(error) => return Err(format!("TLS handshake failed: {error}")),
+                    }
+                }
+            };
+            let accepted = self
+                .accept_handshake(&mut stream, &mut buffer, address)
+                .await?;
+            Ok((stream, accepted))
+        })
         .await;
-        let (peer, link) = match handshake {
+        let (stream, (peer, link)) = match handshake {
             Ok(Ok(accepted)) => accepted,
             Ok(Err(reason)) => {
                 tracing::warn!(peer = %address, "refused a cluster connection: {reason}");
@@ -340,7 +376,7 @@ impl Transport {
             }
         };
         tracing::debug!(node = %peer, link = link.name(), "cluster link accepted");
-        let (mut reader, mut writer) = stream.into_split();
+        let (mut reader, mut writer) = tokio::io::split(stream);
         let (replies, mut outgoing) = mpsc::channel::<Frame>(self.config.queue_capacity);
         let writer_task = tokio::spawn(async move {
             let mut out = BytesMut::new();
@@ -408,7 +444,7 @@ impl Transport {
 
     async fn accept_handshake(
         &self,
-        stream: &mut TcpStream,
+        stream: &mut LinkStream,
         buffer: &mut BytesMut,
         address: SocketAddr,
     ) -> Result<(String, LinkKind), String> {
@@ -480,7 +516,7 @@ impl Transport {
     /// The dialer's side of the handshake.
     async fn dial_handshake(
         &self,
-        stream: &mut TcpStream,
+        stream: &mut LinkStream,
         buffer: &mut BytesMut,
         peer: &str,
         link: LinkKind,
@@ -631,11 +667,33 @@ impl LinkTask {
         }
     }
 
-    async fn open(&self, address: &str) -> Result<(TcpStream, BytesMut), String> {
-        let mut stream = TcpStream::connect(address)
+    async fn open(&self, address: &str) -> Result<(LinkStream, BytesMut), String> {
+        let tcp = TcpStream::connect(address)
             .await
             .map_err(|e| format!("connect to {address}: {e}"))?;
-        let _ = stream.set_nodelay(true);
+        let _ = tcp.set_nodelay(true);
+        let mut stream: LinkStream = match &self.transport.config.tls {
+            None => Box::new(tcp),
+            Some(tls) => {
+                // The peer's certificate must name the host it is dialled by.
+                let host = address
+                    .rsplit_once(':')
+                    .map_or(address, |(host, _)| host)
+                    .trim_start_matches('[')
+                    .trim_end_matches(']');
+                let name = tokio_rustls::rustls::pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|e| format!("TLS to {address}: bad host name: {e}"))?;
+                let connector = tokio_rustls::TlsConnector::from(Arc::clone(&tls.client));
+                let stream = tokio::time::timeout(
+                    self.transport.config.handshake_timeout,
+                    connector.connect(name, tcp),
+                )
+                .await
+                .map_err(|_| format!("TLS to {address}: no handshake in time"))?
+                .map_err(|e| format!("TLS to {address}: {e}"))?;
+                Box::new(stream)
+            }
+        };
         let mut buffer = BytesMut::with_capacity(4096);
         self.transport
             .dial_handshake(&mut stream, &mut buffer, &self.peer, self.kind)
@@ -646,12 +704,12 @@ impl LinkTask {
     /// Moves frames both ways until the connection breaks; returns why it did.
     async fn pump(
         &self,
-        stream: TcpStream,
+        stream: LinkStream,
         mut buffer: BytesMut,
         outgoing: &mut mpsc::Receiver<Frame>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> String {
-        let (mut reader, mut writer) = stream.into_split();
+        let (mut reader, mut writer) = tokio::io::split(stream);
         let period = self.transport.config.ping_period;
         let mut ping = tokio::time::interval(period);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -733,7 +791,7 @@ impl LinkTask {
 }
 
 async fn read_frame(
-    stream: &mut TcpStream,
+    stream: &mut LinkStream,
     buffer: &mut BytesMut,
     max: usize,
 ) -> Result<Frame, String> {
@@ -748,13 +806,13 @@ async fn read_frame(
     }
 }
 
-async fn write_frame(stream: &mut TcpStream, frame: &Frame) -> Result<(), String> {
+async fn write_frame(stream: &mut LinkStream, frame: &Frame) -> Result<(), String> {
     let mut out = BytesMut::new();
     codec::encode(frame, &mut out);
     stream.write_all(&out).await.map_err(|e| e.to_string())
 }
 
-async fn refuse(stream: &mut TcpStream, reason: &str) {
+async fn refuse(stream: &mut LinkStream, reason: &str) {
     let _ = write_frame(
         stream,
         &Frame::Refused {

@@ -100,6 +100,29 @@ pub struct ClusterSettings {
     /// `cluster.change_timeout`: milliseconds a metadata change waits for a majority before
     /// it is refused; at most 10 s. Default 5 s.
     pub change_timeout: Option<Duration>,
+    /// `cluster.ssl_options.*`: TLS on the inter-node links.
+    pub ssl: ClusterSsl,
+}
+
+/// `cluster.ssl_options.*`: TLS on every inter-node link. Both ends present a certificate
+/// and check the other's against `cacertfile` (there is no unverified inter-node TLS:
+/// `verify` only takes `verify_peer` and `fail_if_no_peer_cert` only `true`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterSsl {
+    /// `cluster.ssl_options.certfile`: this node's PEM certificate chain; naming the host of
+    /// its node name (an IP or DNS subject alternative name), which peers check.
+    pub certfile: Option<PathBuf>,
+    /// `cluster.ssl_options.keyfile`: its PEM private key.
+    pub keyfile: Option<PathBuf>,
+    /// `cluster.ssl_options.cacertfile`: the PEM CA certificates that sign the nodes'.
+    pub cacertfile: Option<PathBuf>,
+}
+
+impl ClusterSsl {
+    /// Whether inter-node TLS is on (any of its files is set).
+    pub fn enabled(&self) -> bool {
+        self.certfile.is_some() || self.keyfile.is_some() || self.cacertfile.is_some()
+    }
 }
 
 /// The clustering keys, with what they set; shown by `--help`.
@@ -123,6 +146,26 @@ pub const CLUSTER_KEYS: &[(&str, &str)] = &[
     (
         "cluster.change_timeout",
         "ms a metadata change waits for a majority before it is refused, <= 10000 (5000)",
+    ),
+    (
+        "cluster.ssl_options.certfile",
+        "PEM certificate of this node for TLS on inter-node links (with keyfile, cacertfile)",
+    ),
+    (
+        "cluster.ssl_options.keyfile",
+        "PEM private key for inter-node TLS",
+    ),
+    (
+        "cluster.ssl_options.cacertfile",
+        "PEM CA certificates every node's certificate is checked against",
+    ),
+    (
+        "cluster.ssl_options.verify",
+        "verify_peer (the only value: inter-node TLS always checks peers)",
+    ),
+    (
+        "cluster.ssl_options.fail_if_no_peer_cert",
+        "true (the only value: a node without a certificate is refused)",
     ),
     (
         "cluster_formation.classic_config.nodes.<N>",
@@ -196,6 +239,33 @@ impl ClusterSettings {
                 }
                 self.secret_file = Some(PathBuf::from(value));
             }
+            "cluster.ssl_options.certfile"
+            | "cluster.ssl_options.keyfile"
+            | "cluster.ssl_options.cacertfile" => {
+                if value.is_empty() {
+                    return Err(invalid("a file path"));
+                }
+                let path = Some(PathBuf::from(value));
+                match key.rsplit('.').next() {
+                    Some("certfile") => self.ssl.certfile = path,
+                    Some("keyfile") => self.ssl.keyfile = path,
+                    _ => self.ssl.cacertfile = path,
+                }
+            }
+            "cluster.ssl_options.verify" => {
+                if value != "verify_peer" {
+                    return Err(invalid(
+                        "verify_peer (inter-node TLS always checks the peer's certificate)",
+                    ));
+                }
+            }
+            "cluster.ssl_options.fail_if_no_peer_cert" => {
+                if value != "true" {
+                    return Err(invalid(
+                        "true (inter-node TLS refuses a node without a certificate)",
+                    ));
+                }
+            }
             "cluster.change_timeout" => {
                 let millis: u64 = value
                     .parse()
@@ -233,6 +303,43 @@ impl ClusterSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inter_node_tls_takes_three_files_and_only_verifying_modes() {
+        let mut cluster = ClusterSettings::default();
+        assert!(!cluster.ssl.enabled());
+        cluster
+            .set("cluster.ssl_options.certfile", "/etc/warren/node.pem")
+            .unwrap();
+        cluster
+            .set("cluster.ssl_options.keyfile", "/etc/warren/node.key")
+            .unwrap();
+        cluster
+            .set("cluster.ssl_options.cacertfile", "/etc/warren/ca.pem")
+            .unwrap();
+        cluster
+            .set("cluster.ssl_options.verify", "verify_peer")
+            .unwrap();
+        cluster
+            .set("cluster.ssl_options.fail_if_no_peer_cert", "true")
+            .unwrap();
+        assert!(cluster.ssl.enabled());
+        assert_eq!(
+            cluster.ssl.keyfile.as_deref(),
+            Some(std::path::Path::new("/etc/warren/node.key"))
+        );
+        assert!(cluster
+            .set("cluster.ssl_options.verify", "verify_none")
+            .is_err());
+        assert!(cluster
+            .set("cluster.ssl_options.fail_if_no_peer_cert", "false")
+            .is_err());
+        assert!(cluster.set("cluster.ssl_options.certfile", "").is_err());
+        assert!(matches!(
+            cluster.set("cluster.ssl_options.password", "x"),
+            Err(ConfigError::UnknownKey { .. })
+        ));
+    }
 
     #[test]
     fn node_addresses_take_an_optional_port() {

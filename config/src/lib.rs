@@ -28,7 +28,9 @@ mod stream;
 mod web;
 
 pub use cli::usage;
-pub use cluster::{ClusterSettings, NodeAddress, CHANGE_TIMEOUT_LIMIT, CLUSTER_KEYS, CLUSTER_PORT};
+pub use cluster::{
+    ClusterSettings, ClusterSsl, NodeAddress, CHANGE_TIMEOUT_LIMIT, CLUSTER_KEYS, CLUSTER_PORT,
+};
 pub use definitions::{
     json_args_to_table, json_to_value, BindingDefinition, Definitions, DefinitionsError,
     DestinationType, ExchangeDefinition, PermissionDefinition, PluginExchange, QueueDefinition,

@@ -105,6 +105,30 @@ impl Pki {
         )
     }
 
+    /// A cluster node's certificate for `host` (an IP or DNS subject alternative name, usable
+    /// to serve and to dial), written as `<stem>.pem` and `<stem>-key.pem`; signed by the
+    /// test CA or self-signed (which the other nodes must refuse). Returns both paths.
+    pub fn node_certificate(&self, stem: &str, host: &str, signed_by_ca: bool) -> (String, String) {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(vec![host.to_string()]).expect("params");
+        params.distinguished_name = DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, host);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let certificate = if signed_by_ca {
+            params.signed_by(&key, &self.ca, &self.ca_key)
+        } else {
+            params.self_signed(&key)
+        }
+        .expect("node certificate");
+        let (cert, key_path) = (format!("{stem}.pem"), format!("{stem}-key.pem"));
+        std::fs::write(self.dir.join(&cert), certificate.pem()).expect("write");
+        std::fs::write(self.dir.join(&key_path), key.serialize_pem()).expect("write");
+        (self.path(&cert), self.path(&key_path))
+    }
+
     /// A client configuration that trusts the test CA and presents `identity`, if any.
     pub fn client_config(&self, identity: Option<Identity>) -> Arc<ClientConfig> {
         self.client_config_for(&[&TLS13, &TLS12], identity)

@@ -19,6 +19,7 @@ use warren_interop_tests::cluster::{
     node_host, node_name, set_mode, Proxy, ProxyMode, TestCluster,
 };
 use warren_interop_tests::process::warren_binary;
+use warren_interop_tests::tls::Pki;
 use warren_interop_tests::TempDir;
 
 /// How long three nodes may take to form (the first test run may also build the binary).
@@ -518,6 +519,67 @@ async fn a_node_with_another_secret_is_refused_and_both_sides_log_why() {
     );
     let (_, nodes) = cluster.api(1, "GET", "/api/nodes", None).await;
     assert_eq!(nodes.as_array().map(Vec::len), Some(1), "{nodes}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_form_over_tls_links_and_a_node_whose_certificate_the_ca_did_not_sign_is_refused() {
+    let pki = Pki::new("cluster-links");
+    let mut cluster = TestCluster::new(3);
+    for node in 0..3 {
+        // The third node's certificate is self-signed: the others must not let it in.
+        let (certfile, keyfile) =
+            pki.node_certificate(&format!("node{node}"), &node_host(node), node < 2);
+        cluster.set(node, &format!("cluster.ssl_options.certfile={certfile}"));
+        cluster.set(node, &format!("cluster.ssl_options.keyfile={keyfile}"));
+        cluster.set(
+            node,
+            &format!("cluster.ssl_options.cacertfile={}", pki.path("ca.pem")),
+        );
+        cluster.set(node, "cluster.ssl_options.verify=verify_peer");
+    }
+    cluster.start_some(&[0, 1]);
+    cluster.wait_formed(2, FORM_LIMIT).await;
+    cluster.start(2);
+    let (status, _) = cluster
+        .api(1, "PUT", "/api/vhosts/over-tls", Some("{}"))
+        .await;
+    assert!(status == 201 || status == 204, "PUT vhost: {status}");
+    wait_for_vhost(&cluster, 0, "over-tls", Duration::from_secs(5)).await;
+    // A plain connection to a node's cluster port gets at most a TLS alert record
+    // (content type 21), then the node closes it.
+    let mut plain = tokio::net::TcpStream::connect(cluster.cluster_addr(0))
+        .await
+        .expect("connects");
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = plain.write_all(b"not a TLS client hello").await;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), plain.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the node kept a plain connection open");
+    assert!(
+        answer.is_empty() || answer[0] == 21,
+        "a plain client got something other than a TLS alert: {answer:?}"
+    );
+    // The self-signed node is refused by both: it never becomes a member, and the TLS
+    // failure is logged.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refused = "refused a cluster connection: TLS handshake failed";
+    while !cluster
+        .node(0)
+        .log()
+        .iter()
+        .any(|line| line.contains(refused))
+    {
+        assert!(Instant::now() < deadline, "{:#?}", cluster.node(0).log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, status) = cluster.api(0, "GET", "/api/cluster-status", None).await;
+    let members: Vec<String> = status["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(members, vec![node_name(0), node_name(1)], "{status}");
 }
 
 #[test]
