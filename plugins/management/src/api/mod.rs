@@ -3,9 +3,12 @@
 //! the handlers in the sibling modules. Every handler reads or changes the core directly;
 //! JSON field names are RabbitMQ's so existing tools parse them.
 
+mod browse;
 mod json;
+mod limits;
 mod paging;
 mod parameters;
+mod requests;
 mod resources;
 mod runtime;
 mod streams;
@@ -182,15 +185,6 @@ pub(crate) fn core_error(error: CoreError) -> Response {
         ErrorKind::Unavailable => self::error(503, "unavailable", error.message),
         _ => bad_request(error.message),
     }
-}
-
-/// Parses a JSON body; an empty body is an empty object.
-pub(crate) fn body_json(request: &Request) -> Result<Json, Response> {
-    if request.body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(json!({}));
-    }
-    serde_json::from_slice(&request.body)
-        .map_err(|e| bad_request(format!("body is not valid JSON: {e}")))
 }
 
 /// Whether answering `request` may take long: listings (`GET /api/KIND` and
@@ -392,6 +386,9 @@ impl Management {
             (_, ["topic-permissions", ..]) => need(Role::Administrator)
                 .unwrap_or_else(|| self.topic_permissions(request, &path[1..])),
             (_, ["parameters", ..]) => self.runtime_parameters(request, &path[1..], caller),
+            (_, ["vhost-limits", ..]) => self.vhost_limits_api(request, &path[1..], caller),
+            (_, ["user-limits", ..]) => need(Role::Administrator)
+                .unwrap_or_else(|| self.user_limits_api(request, &path[1..])),
             (_, ["global-parameters", ..]) => need(Role::Administrator)
                 .unwrap_or_else(|| self.global_parameters(request, &path[1..])),
             (_, ["policies", ..]) => self.policies(request, &path[1..], caller, false),
