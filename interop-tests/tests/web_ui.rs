@@ -444,6 +444,9 @@ async fn drive(driver: &Driver, chromium: &Path) {
         vhost.queue("ui.queue").is_none()
     })
     .await;
+    // The page goes back to the list once the DELETE is answered; navigating before that
+    // would be overtaken by it.
+    wait_for_text(&client, "#page-title", "Queues").await;
 
     // Admin: users, virtual hosts, permissions, topic permissions, policies, definitions.
     goto(&client, &base, "#/admin/users", "Admin").await;
@@ -618,9 +621,12 @@ async fn drive(driver: &Driver, chromium: &Path) {
 const LOAD_LIMIT: Duration = Duration::from_secs(5);
 
 /// Opens `url` (a full page load: the UI's files, the login from the session, the API
-/// calls) and waits until `ready` (a JavaScript expression) holds; the time it took.
+/// calls) and waits until `ready` (a JavaScript expression) holds; the time it took. The
+/// page is left for `about:blank` first, so that the same URL twice is a new load and not
+/// a same-document fragment change.
 async fn load_time(client: &Client, url: &str, ready: &str) -> Duration {
     let script = format!("return Boolean({ready});");
+    client.goto("about:blank").await.expect("leave the page");
     let started = std::time::Instant::now();
     client.goto(url).await.expect("navigate");
     loop {
