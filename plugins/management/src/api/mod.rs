@@ -90,6 +90,17 @@ pub trait ClusterView: Send + Sync {
     fn status(&self) -> Json;
     /// `forget_cluster_node`: removes a member, through the leader.
     fn forget(&self, node: &str) -> Result<(), String>;
+    /// The home node of a replicated queue (the node it was declared on), shown as the
+    /// queue's `node` in listings as RabbitMQ shows it; `None` for a queue the metadata log
+    /// did not declare (node-local ones), which lives on this node.
+    fn home_of(&self, _vhost: &str, _queue: &str) -> Option<String> {
+        None
+    }
+    /// The cluster's permanent id (it does not change with `cluster_name`), for
+    /// `rabbitmq_identity_info`'s `rabbitmq_cluster_permanent_id`.
+    fn cluster_id(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The RabbitMQ version whose management API and metric names Warren follows; tools that

@@ -115,7 +115,7 @@ impl Management {
             "exclusive": config.exclusive_owner.is_some(),
             "arguments": table_to_json(&config.arguments),
             "type": queue_type(queue),
-            "node": self.node_name,
+            "node": self.queue_node(vhost.name(), &config.name),
             "state": "running",
             "policy": policy,
             "consumers": stats.consumers,
@@ -125,6 +125,15 @@ impl Management {
             object.extend(lengths);
         }
         json
+    }
+
+    /// The node a queue lives on: its home node when the cluster's metadata log declared
+    /// it, else this node.
+    pub(crate) fn queue_node(&self, vhost: &str, queue: &str) -> String {
+        self.cluster
+            .as_ref()
+            .and_then(|cluster| cluster.home_of(vhost, queue))
+            .unwrap_or_else(|| self.node_name.clone())
     }
 
     pub(crate) fn binding_json(&self, vhost: &str, binding: &Binding) -> Json {
