@@ -359,6 +359,21 @@ async fn vhost_and_user_limits_are_kept_listed_and_exported_in_rabbitmqs_shape()
         ok(&broker, "GET", "/api/user-limits", None).await,
         json!([])
     );
+    // A deleted user's limits go with it: the same name made again has none.
+    let user = r#"{"password":"pw","tags":""}"#;
+    ok(&broker, "PUT", "/api/users/brief", Some(user)).await;
+    let limit = r#"{"value": 2}"#;
+    ok(
+        &broker,
+        "PUT",
+        "/api/user-limits/brief/max-connections",
+        Some(limit),
+    )
+    .await;
+    ok(&broker, "DELETE", "/api/users/brief", None).await;
+    ok(&broker, "PUT", "/api/users/brief", Some(user)).await;
+    let after = ok(&broker, "GET", "/api/user-limits", None).await;
+    assert_eq!(after, json!([]));
 
     // Only administrators change limits.
     ok(

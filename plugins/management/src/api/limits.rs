@@ -58,6 +58,27 @@ impl Management {
             .unwrap_or_default()
     }
 
+    /// Drops a deleted user's limits, as RabbitMQ deletes them with the user record (a user
+    /// made again later starts without them).
+    pub(crate) fn forget_user_limits(&self, user: &str) {
+        let mut all = self.user_limits();
+        if all.remove(user).is_none() {
+            return;
+        }
+        let result = if all.is_empty() {
+            self.broker
+                .try_clear_global_parameter(USER_LIMITS_PARAMETER)
+                .map(|_| ())
+        } else {
+            self.broker
+                .try_set_global_parameter(USER_LIMITS_PARAMETER, Json::Object(all).to_string())
+                .map(|_| ())
+        };
+        if let Err(error) = result {
+            tracing::warn!(%user, %error, "the deleted user's limits were not removed");
+        }
+    }
+
     /// `/api/vhost-limits[/VHOST[/NAME]]`: listing for the vhosts the caller sees, changes
     /// for administrators.
     pub(crate) fn vhost_limits_api(

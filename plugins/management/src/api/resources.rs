@@ -251,6 +251,7 @@ impl Management {
                     Err(error) => return super::core_error(error),
                 };
                 if deleted {
+                    self.forget_user_limits(name);
                     for connection in self.broker.connections().list() {
                         if connection.info.user == *name {
                             self.broker
