@@ -720,7 +720,7 @@ async fn measure_loads(driver: &Driver, chromium: &Path) {
         (
             "connections",
             "#/connections".to_string(),
-            format!("document.querySelectorAll('table[aria-label=Connections] tbody tr').length >= {CONNECTIONS}"),
+            format!("document.querySelectorAll('table[aria-label=Connections] tbody tr').length === 100 && document.getElementById('connection-page').textContent.includes('({CONNECTIONS} connections)')"),
         ),
         (
             "channels",
@@ -759,6 +759,14 @@ async fn measure_loads(driver: &Driver, chromium: &Path) {
             "the {name} page took {took:?} with {QUEUES} queues and {CONNECTIONS} connections"
         );
     }
+    // The next page of connections is there too.
+    goto(&client, &base, "#/connections", "Connections").await;
+    click(
+        &client,
+        "nav[aria-label='Pages of connections'] button:last-child",
+    )
+    .await;
+    wait_for_text(&client, "#connection-page", "Page 2 of 10").await;
     screenshot(&client, "load-connections").await;
     eprintln!(
         "web UI page loads with {QUEUES} queues and {CONNECTIONS} connections: {}",

@@ -5,7 +5,7 @@
 
 const MANAGEMENT_TAGS = ['management', 'policymaker', 'monitoring', 'administrator'];
 const REFRESH_MS = 5000;
-const state = { auth: null, user: null, timer: null, queues: { page: 1, size: 50, sort: 'name', reverse: false, name: '', regex: false } };
+const state = { auth: null, user: null, timer: null, queues: { page: 1, size: 50, sort: 'name', reverse: false, name: '', regex: false }, connections: { page: 1, size: 100 } };
 
 // ---- small DOM helpers (text only: broker names never become markup) ----
 function h(tag, attrs, ...children) {
@@ -288,9 +288,22 @@ async function showOverview(view) {
 
 // ---- Connections and channels ----
 async function showConnections(view) {
+  const c = state.connections;
   const render = async () => {
-    const connections = await api('GET', '/api/connections');
-    titled(view, 'Connections', table([
+    let listing;
+    try {
+      listing = await api('GET', `/api/connections?${new URLSearchParams({ page: c.page, page_size: c.size, sort: 'name' })}`);
+    } catch (error) {
+      if (error.message === 'page_out_of_range' && c.page > 1) { c.page = 1; return render(); }
+      throw error;
+    }
+    const connections = listing.items;
+    // One page at a time, so a thousand connections stay quick to show.
+    const pager = h('nav', { class: 'toolbar', 'aria-label': 'Pages of connections' },
+      h('button', { type: 'button', class: 'secondary', disabled: listing.page <= 1, onclick: () => { c.page -= 1; render(); } }, 'Previous page'),
+      h('span', { id: 'connection-page' }, `Page ${listing.page} of ${listing.page_count} (${listing.total_count} connections)`),
+      h('button', { type: 'button', class: 'secondary', disabled: listing.page >= listing.page_count, onclick: () => { c.page += 1; render(); } }, 'Next page'));
+    titled(view, 'Connections', pager, table([
       { title: 'Name', cell: (c) => c.name },
       { title: 'Protocol', cell: (c) => c.protocol },
       { title: 'User', cell: (c) => c.user },
