@@ -340,6 +340,26 @@ async fn vhost_and_user_limits_are_kept_listed_and_exported_in_rabbitmqs_shape()
         ok(&broker, "GET", "/api/user-limits/guest", None).await[0]["value"]["max-channels"],
         64
     );
+    // In the user record, where RabbitMQ shows them and exports them.
+    let guest = ok(&broker, "GET", "/api/users/guest", None).await;
+    assert_eq!(guest["limits"], json!({"max-channels": 64}), "{guest}");
+    let definitions = ok(&broker, "GET", "/api/definitions", None).await;
+    let exported = definitions["users"]
+        .as_array()
+        .and_then(|users| users.iter().find(|u| u["name"] == "guest"))
+        .cloned()
+        .unwrap_or_else(|| panic!("guest exported: {definitions}"));
+    assert_eq!(exported["limits"], json!({"max-channels": 64}));
+    // A RabbitMQ definitions file's users[].limits are imported.
+    let imported = r#"{"users": [{"name": "limited", "password_hash": "", "tags": "",
+        "limits": {"max-connections": 3}}]}"#;
+    ok(&broker, "POST", "/api/definitions", Some(imported)).await;
+    let limited = ok(&broker, "GET", "/api/user-limits/limited", None).await;
+    assert_eq!(
+        limited,
+        json!([{"user": "limited", "value": {"max-connections": 3}}])
+    );
+    ok(&broker, "DELETE", "/api/users/limited", None).await;
     let wrong = broker
         .api_as_guest(
             "PUT",

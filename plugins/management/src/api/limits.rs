@@ -11,6 +11,7 @@
 
 use serde_json::{json, Map, Value as Json};
 use warren_core::parameters::RuntimeParameter;
+use warren_core::Broker;
 
 use super::requests::{self, LimitBody};
 use super::{bad_request, not_authorized, not_found, Caller, Management, Role};
@@ -39,6 +40,43 @@ fn known(name: &str, allowed: &[&str], what: &str) -> Result<(), Response> {
     }
 }
 
+/// Every user's limits as kept (`{"user": {"max-connections": N}}`).
+pub fn user_limits_of(broker: &Broker) -> Map<String, Json> {
+    broker
+        .global_parameter(USER_LIMITS_PARAMETER)
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default()
+}
+
+/// Sets the limits of the users named (a definitions import's `users[].limits`, RabbitMQ's
+/// place for them), replacing what each of them had; other users' limits stay. A user given
+/// empty limits has none afterwards.
+pub fn import_user_limits(
+    broker: &Broker,
+    users: &[(String, Map<String, Json>)],
+) -> warren_core::CoreResult<()> {
+    if users.is_empty() {
+        return Ok(());
+    }
+    let mut all = user_limits_of(broker);
+    for (user, limits) in users {
+        if limits.is_empty() {
+            all.remove(user);
+        } else {
+            all.insert(user.clone(), Json::Object(limits.clone()));
+        }
+    }
+    if all.is_empty() {
+        broker
+            .try_clear_global_parameter(USER_LIMITS_PARAMETER)
+            .map(|_| ())
+    } else {
+        broker
+            .try_set_global_parameter(USER_LIMITS_PARAMETER, Json::Object(all).to_string())
+            .map(|_| ())
+    }
+}
+
 impl Management {
     /// The limits of `vhost`, as an object (empty when none are set).
     fn vhost_limits(&self, vhost: &str) -> Map<String, Json> {
@@ -51,11 +89,8 @@ impl Management {
     }
 
     /// Every user's limits: `{"user": {"max-connections": N}}`.
-    fn user_limits(&self) -> Map<String, Json> {
-        self.broker
-            .global_parameter(USER_LIMITS_PARAMETER)
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or_default()
+    pub(crate) fn user_limits(&self) -> Map<String, Json> {
+        user_limits_of(&self.broker)
     }
 
     /// Drops a deleted user's limits, as RabbitMQ deletes them with the user record (a user

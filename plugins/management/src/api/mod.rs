@@ -27,6 +27,7 @@ use warren_core::{Broker, CoreError, ErrorKind};
 use crate::http::{Request, Response};
 
 pub use json::{table_to_json, value_to_json};
+pub use limits::{import_user_limits, user_limits_of, USER_LIMITS_PARAMETER};
 
 /// Imports a definitions document (the JSON body of `POST /api/definitions`): validates all
 /// of it first, applies nothing on error, and returns the reason a user can act on.

@@ -137,7 +137,7 @@ impl Management {
         }
     }
 
-    fn user_json(user: &User) -> Json {
+    fn user_json(&self, user: &User) -> Json {
         let (hash, algorithm) = match &user.password {
             Some(hash) => (hash.to_base64(), hash.algorithm.rabbit_name()),
             None => (String::new(), HashingAlgorithm::Sha256.rabbit_name()),
@@ -147,7 +147,8 @@ impl Management {
             "password_hash": hash,
             "hashing_algorithm": algorithm,
             "tags": user.tags,
-            "limits": {},
+            // RabbitMQ's place for a user's limits (max-connections, max-channels).
+            "limits": self.user_limits().remove(&user.name).unwrap_or_else(|| json!({})),
         })
     }
 
@@ -159,7 +160,7 @@ impl Management {
                     self.broker
                         .users()
                         .iter()
-                        .map(|u| Self::user_json(u))
+                        .map(|u| self.user_json(u))
                         .collect(),
                 ),
             ),
@@ -175,12 +176,12 @@ impl Management {
                     .users()
                     .iter()
                     .filter(|u| vhosts.iter().all(|v| v.permissions(&u.name).is_none()))
-                    .map(|u| Self::user_json(u))
+                    .map(|u| self.user_json(u))
                     .collect();
                 Response::json(200, &Json::Array(users))
             }
             ("GET", [name]) => match self.broker.user(name) {
-                Some(user) => Response::json(200, &Self::user_json(&user)),
+                Some(user) => Response::json(200, &self.user_json(&user)),
                 None => not_found(),
             },
             ("GET", [name, "permissions"]) => {
@@ -499,7 +500,7 @@ impl Management {
                         .users()
                         .iter()
                         .filter(|u| !u.name.starts_with('\u{0}'))
-                        .map(|u| Self::user_json(u))
+                        .map(|u| self.user_json(u))
                         .collect(),
                 ),
             );
