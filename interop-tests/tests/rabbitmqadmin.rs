@@ -154,6 +154,16 @@ async fn rabbitmqadmin_declares_lists_publishes_gets_exports_and_imports() {
     assert_eq!(lines.next(), Some("name\tmessages"), "{queues}");
     let rows: Vec<&str> = lines.collect();
     assert!(rows.iter().any(|r| r.starts_with("admin.q\t")), "{queues}");
+    // With columns, rabbitmqadmin asks the API for only those fields (`?columns=`).
+    let narrow = admin.json(&["list", "queues", "name", "messages"]).await;
+    for queue in narrow.as_array().expect("a list") {
+        let keys: Vec<&String> = queue.as_object().expect("an object").keys().collect();
+        assert!(
+            keys.iter().all(|k| *k == "name" || *k == "messages")
+                && keys.contains(&&"name".to_string()),
+            "only the columns asked for: {queue}"
+        );
+    }
     let exchanges = admin.json(&["list", "exchanges"]).await;
     let names: Vec<&str> = exchanges
         .as_array()

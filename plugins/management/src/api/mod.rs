@@ -4,6 +4,7 @@
 //! JSON field names are RabbitMQ's so existing tools parse them.
 
 mod browse;
+mod columns;
 mod json;
 mod limits;
 mod paging;
@@ -295,7 +296,7 @@ impl Management {
         }
         let response = self.route(&request, path, &caller);
         if request.method == "GET" {
-            paging::page_listing(&request, response)
+            columns::select_columns(&request, paging::page_listing(&request, response))
         } else {
             response
         }
