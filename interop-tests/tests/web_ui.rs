@@ -448,6 +448,52 @@ async fn drive(driver: &Driver, chromium: &Path) {
     // would be overtaken by it.
     wait_for_text(&client, "#page-title", "Queues").await;
 
+    // A stream is browsed from an offset.
+    api(
+        "PUT",
+        "/api/queues/%2F/ui.stream",
+        r#"{"durable":true,"arguments":{"x-queue-type":"stream"}}"#,
+    )
+    .await;
+    let stream_addr = broker.stream_addr();
+    let environment = rabbitmq_stream_client::Environment::builder()
+        .host(&stream_addr.ip().to_string())
+        .port(stream_addr.port())
+        .build()
+        .await
+        .expect("stream client connects");
+    let producer = environment
+        .producer()
+        .build("ui.stream")
+        .await
+        .expect("producer");
+    for body in ["record zero", "record one", "record two"] {
+        let message = rabbitmq_stream_client::types::Message::builder()
+            .body(body.as_bytes().to_vec())
+            .build();
+        assert!(producer
+            .send_with_confirm(message)
+            .await
+            .expect("sent")
+            .confirmed());
+    }
+    producer.close().await.expect("producer closed");
+    goto(&client, &base, "#/queues/%2F/ui.stream", "Queue ui.stream").await;
+    fill(&client, "#browse-from", "1").await;
+    fill(&client, "#browse-count", "1").await;
+    click(
+        &client,
+        "form[aria-label='Browse messages'] button[type=submit]",
+    )
+    .await;
+    let browsed = wait_for_text(&client, "#browse-result", "record one").await;
+    assert!(browsed.contains("Offset 1"), "{browsed}");
+    assert!(
+        !browsed.contains("record two"),
+        "one record asked for: {browsed}"
+    );
+    screenshot(&client, "stream-browse").await;
+
     // Admin: users, virtual hosts, permissions, topic permissions, policies, definitions.
     goto(&client, &base, "#/admin/users", "Admin").await;
     wait_for_text(&client, "[role=tabpanel] table", "notags").await;

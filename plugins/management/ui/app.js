@@ -5,7 +5,7 @@
 
 const MANAGEMENT_TAGS = ['management', 'policymaker', 'monitoring', 'administrator'];
 const REFRESH_MS = 5000;
-const state = { auth: null, user: null, timer: null, queues: { page: 1, size: 50, sort: 'name', reverse: false, name: '', regex: false }, connections: { page: 1, size: 100 } };
+const state = { auth: null, user: null, timer: null, queues: { page: 1, size: 50, sort: 'name', reverse: false, name: '', regex: false }, connections: { page: 1, size: 100 }, generation: 0 };
 
 // ---- small DOM helpers (text only: broker names never become markup) ----
 function h(tag, attrs, ...children) {
@@ -132,6 +132,7 @@ function logout() {
   state.auth = null;
   state.user = null;
   stopRefresh();
+  state.generation += 1;
   $('nav').hidden = true;
   $('who').hidden = true;
   $('page').hidden = true;
@@ -158,7 +159,8 @@ function stopRefresh() {
   if (state.timer) clearInterval(state.timer);
   state.timer = null;
 }
-function every(render) {
+function every(view, render) {
+  if (!view.current()) return;
   stopRefresh();
   state.timer = setInterval(() => render().catch(() => {}), REFRESH_MS);
 }
@@ -171,7 +173,15 @@ async function route() {
     if (link.dataset.page === page) link.setAttribute('aria-current', 'page');
     else link.removeAttribute('aria-current');
   }
-  const view = $('page');
+  // Each visit renders through its own view: a render that finishes after the user went to
+  // another page (a slow listing, the re-render after a purge) is dropped instead of
+  // replacing the page now shown.
+  const generation = ++state.generation;
+  const element = $('page');
+  const view = {
+    current: () => generation === state.generation,
+    replaceChildren: (...children) => { if (generation === state.generation) element.replaceChildren(...children); },
+  };
   const pages = { overview: showOverview, connections: showConnections, channels: showChannels, exchanges: showExchanges, queues: showQueues, admin: showAdmin };
   const show = pages[page] || showOverview;
   try {
@@ -283,7 +293,7 @@ async function showOverview(view) {
       ], overview.listeners || [], { label: 'Listeners' }));
   };
   await render();
-  every(render);
+  every(view, render);
 }
 
 // ---- Connections and channels ----
@@ -320,7 +330,7 @@ async function showConnections(view) {
     ], connections, { label: 'Connections', empty: 'No connections.' }));
   };
   await render();
-  every(render);
+  every(view, render);
 }
 async function showChannels(view) {
   const render = async () => {
@@ -336,7 +346,7 @@ async function showChannels(view) {
     ], channels, { label: 'Channels', empty: 'No channels.' }));
   };
   await render();
-  every(render);
+  every(view, render);
 }
 
 // ---- Exchanges ----
