@@ -202,7 +202,8 @@ pub(crate) fn core_error(error: CoreError) -> Response {
 
 /// Whether answering `request` may take long: listings (`GET /api/KIND` and
 /// `GET /api/KIND/VHOST`, the overview, which walk every queue), definitions export and
-/// import. Reading, declaring or deleting one object is cheap.
+/// import, and browsing a queue (it reads paged-out bodies and stream chunks from disk).
+/// Reading, declaring or deleting one object is cheap.
 pub fn is_heavy(request: &Request) -> bool {
     let segments: Vec<&str> = request
         .path
@@ -211,6 +212,7 @@ pub fn is_heavy(request: &Request) -> bool {
         .collect();
     match segments.as_slice() {
         ["api", "definitions", ..] => true,
+        ["api", "queues", _, _, "browse"] => true,
         ["api", ..] => request.method == "GET" && segments.len() <= 3,
         _ => false,
     }
@@ -528,5 +530,29 @@ impl Management {
             return Err(not_authorized("User not authorised to access virtual host"));
         }
         Ok(vhost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str) -> Request {
+        Request {
+            method: "GET".into(),
+            path: path.into(),
+            query: String::new(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn listings_definitions_and_browsing_run_off_the_protocol_workers() {
+        assert!(is_heavy(&get("/api/queues")));
+        assert!(is_heavy(&get("/api/definitions")));
+        assert!(is_heavy(&get("/api/queues/%2F/q/browse")));
+        assert!(!is_heavy(&get("/api/queues/%2F/q")));
+        assert!(!is_heavy(&get("/api/queues/%2F/q/bindings")));
     }
 }
