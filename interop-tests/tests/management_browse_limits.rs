@@ -486,3 +486,42 @@ async fn request_bodies_that_do_not_fit_are_400s_naming_the_field() {
     let queue = broker.broker().vhost("/").unwrap().queue("texts").unwrap();
     assert!(!queue.config().durable, "durable=\"false\" is honoured");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browsing_reads_paged_out_bodies_back_from_the_store() {
+    let broker = TestBroker::start_with(&[("queue_max_in_memory_messages", "5")]).await;
+    ok(
+        &broker,
+        "PUT",
+        "/api/queues/%2F/deep",
+        Some(r#"{"durable":true}"#),
+    )
+    .await;
+    for n in 1..=20 {
+        let body = json!({"routing_key": "deep", "payload": format!("m{n}"),
+            "payload_encoding": "string", "properties": {"delivery_mode": 2}});
+        ok(
+            &broker,
+            "POST",
+            "/api/exchanges/%2F/amq.default/publish",
+            Some(&body.to_string()),
+        )
+        .await;
+    }
+    let stats = lapin_common::stats(&broker, "deep");
+    assert_eq!(stats.ready, 20);
+    assert!(
+        stats.paged_out > 0,
+        "bodies beyond 5 are on disk only: {stats:?}"
+    );
+    let deep = ok(
+        &broker,
+        "GET",
+        "/api/queues/%2F/deep/browse?position=15&count=3",
+        None,
+    )
+    .await;
+    assert_eq!(payloads(&deep), ["m15", "m16", "m17"], "{deep}");
+    assert_eq!(deep[0]["properties"]["delivery_mode"], 2);
+    assert_eq!(lapin_common::stats(&broker, "deep").ready, 20);
+}
