@@ -150,6 +150,14 @@ impl ClusterView for View {
         self.0.status_json()
     }
 
+    fn home_of(&self, vhost: &str, queue: &str) -> Option<String> {
+        self.0.home_of(vhost, queue)
+    }
+
+    fn cluster_id(&self) -> Option<String> {
+        Some(self.0.cluster_id())
+    }
+
     fn forget(&self, node: &str) -> Result<(), String> {
         let store = Arc::clone(&self.0);
         let node = node.to_string();

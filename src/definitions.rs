@@ -134,6 +134,14 @@ fn apply_parsed(
     for user in users {
         broker.try_put_user(user).map_err(failed)?;
     }
+    // Users' `limits` (RabbitMQ keeps them in the user record; Warren in a global parameter,
+    // see docs/operations.md).
+    let user_limits: Vec<(String, serde_json::Map<String, serde_json::Value>)> = definitions
+        .users
+        .iter()
+        .filter_map(|user| Some((user.name.clone(), user.limits.as_object()?.clone())))
+        .collect();
+    warren_management::api::import_user_limits(broker, &user_limits).map_err(failed)?;
     for (p, granted) in permissions {
         broker
             .vhost(&p.vhost)

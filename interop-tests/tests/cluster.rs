@@ -328,6 +328,58 @@ async fn three_nodes_form_one_cluster_and_what_one_node_makes_is_usable_on_the_o
         assert!(Instant::now() < deadline, "{overview}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+
+    // Listings on every node show a queue on its home node, as RabbitMQ's do: billing was
+    // declared through node 2.
+    for node in 0..3 {
+        let (status, queues) = cluster.api(node, "GET", "/api/queues/orders", None).await;
+        assert_eq!(status, 200, "{queues}");
+        let billing = queues
+            .as_array()
+            .and_then(|list| list.iter().find(|q| q["name"] == "billing"))
+            .unwrap_or_else(|| panic!("billing listed on node {node}: {queues}"));
+        assert_eq!(billing["node"], node_name(1).as_str(), "on node {node}");
+    }
+    // Prometheus identity per node: its own name, the cluster's current name, and one
+    // permanent id for the whole cluster (the cluster id, which set_cluster_name keeps).
+    let (_, status) = cluster.api(0, "GET", "/api/cluster-status", None).await;
+    let cluster_id = status["cluster_id"]
+        .as_str()
+        .expect("cluster id")
+        .to_string();
+    assert!(!cluster_id.is_empty(), "{status}");
+    for node in 0..3 {
+        let addr = cluster.node(node).listener_addr("prometheus").to_string();
+        // The new cluster name reaches each node once it applied the change.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let identity = loop {
+            let scraped = warren_management::http::send(&addr, "GET", "/metrics", None, None)
+                .await
+                .expect("scrape");
+            let identity = scraped
+                .text()
+                .lines()
+                .find(|line| line.starts_with("rabbitmq_identity_info{"))
+                .map(str::to_string)
+                .unwrap_or_default();
+            if identity.contains("orders-cluster") || Instant::now() > deadline {
+                break identity;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(
+            identity.contains(&format!("rabbitmq_node=\"{}\"", node_name(node))),
+            "{identity}"
+        );
+        assert!(
+            identity.contains("rabbitmq_cluster=\"orders-cluster\""),
+            "{identity}"
+        );
+        assert!(
+            identity.contains(&format!("rabbitmq_cluster_permanent_id=\"{cluster_id}\"")),
+            "{identity}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

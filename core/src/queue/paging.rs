@@ -97,6 +97,21 @@ impl Queue {
             .collect()
     }
 
+    /// Up to `limit` ready messages starting `skip` messages after the head, in delivery
+    /// order, without taking them: the management API's browse by position. Each comes with
+    /// whether it was delivered before. Only the entries asked for are copied out of the
+    /// lock; a paged-out body is read back from the store after it is released.
+    pub fn peek(&self, skip: usize, limit: usize) -> Vec<(Arc<Message>, bool)> {
+        let entries: Vec<ReadyMessage> = {
+            let state = self.state.lock();
+            state.ready.iter().skip(skip).take(limit).cloned().collect()
+        };
+        entries
+            .iter()
+            .filter_map(|ready| Some((self.page_in(ready)?, ready.redelivered)))
+            .collect()
+    }
+
     pub(super) fn page_in(&self, ready: &ReadyMessage) -> Option<Arc<Message>> {
         if !ready.paged {
             return Some(Arc::clone(&ready.message));

@@ -490,3 +490,35 @@ fn a_classic_queue_resolves_modify_as_rabbitmq_4_does() {
     let (third, _) = q.get(true).unwrap();
     assert_eq!(third.delivery_count, 1);
 }
+
+#[test]
+fn peek_reads_by_position_without_taking_and_shows_redeliveries() {
+    let queue = queue(false);
+    for body in ["a", "b", "c", "d"] {
+        queue.enqueue(message(body));
+    }
+    let bodies = |peeked: Vec<(Arc<Message>, bool)>| -> Vec<(Bytes, bool)> {
+        peeked
+            .into_iter()
+            .map(|(m, redelivered)| (m.body.clone(), redelivered))
+            .collect()
+    };
+    assert_eq!(
+        bodies(queue.peek(1, 2)),
+        [(Bytes::from("b"), false), (Bytes::from("c"), false)]
+    );
+    assert_eq!(bodies(queue.peek(3, 10)), [(Bytes::from("d"), false)]);
+    assert!(queue.peek(4, 10).is_empty());
+    assert_eq!(queue.stats().ready, 4, "peeking takes nothing");
+    // A message taken and requeued is back at the head, marked redelivered; one still
+    // unacknowledged is not ready and not peeked.
+    let (first, _) = queue.get(true).unwrap();
+    let (second, _) = queue.get(true).unwrap();
+    queue.settle(&[first.id], Settlement::Requeue);
+    assert_eq!(
+        bodies(queue.peek(0, 2)),
+        [(Bytes::from("a"), true), (Bytes::from("c"), false)]
+    );
+    queue.settle(&[second.id], Settlement::Ack);
+    assert_eq!(queue.stats().ready, 3);
+}

@@ -119,12 +119,22 @@ pub fn render(management: &Management, per_object: bool) -> String {
         "untyped",
         "RabbitMQ node & cluster identity info",
     );
+    // As RabbitMQ labels it: the node, the cluster's current name (`set_cluster_name`
+    // changes it) and an id that stays when the name changes (the cluster id when
+    // clustered; a single node has only its configured name).
+    let cluster_name = management.effective_cluster_name();
+    let permanent_id = management
+        .cluster
+        .as_ref()
+        .and_then(|cluster| cluster.cluster_id())
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(|| management.cluster_name.clone());
     out.sample(
         "rabbitmq_identity_info",
         &[
             ("rabbitmq_node", &management.node_name),
-            ("rabbitmq_cluster", &management.cluster_name),
-            ("rabbitmq_cluster_permanent_id", &management.cluster_name),
+            ("rabbitmq_cluster", &cluster_name),
+            ("rabbitmq_cluster_permanent_id", &permanent_id),
         ],
         1,
     );

@@ -5,7 +5,7 @@
 
 const MANAGEMENT_TAGS = ['management', 'policymaker', 'monitoring', 'administrator'];
 const REFRESH_MS = 5000;
-const state = { auth: null, user: null, timer: null, queues: { page: 1, size: 50, sort: 'name', reverse: false, name: '', regex: false } };
+const state = { auth: null, user: null, timer: null, queues: { page: 1, size: 50, sort: 'name', reverse: false, name: '', regex: false }, connections: { page: 1, size: 100 }, generation: 0 };
 
 // ---- small DOM helpers (text only: broker names never become markup) ----
 function h(tag, attrs, ...children) {
@@ -132,6 +132,7 @@ function logout() {
   state.auth = null;
   state.user = null;
   stopRefresh();
+  state.generation += 1;
   $('nav').hidden = true;
   $('who').hidden = true;
   $('page').hidden = true;
@@ -158,7 +159,8 @@ function stopRefresh() {
   if (state.timer) clearInterval(state.timer);
   state.timer = null;
 }
-function every(render) {
+function every(view, render) {
+  if (!view.current()) return;
   stopRefresh();
   state.timer = setInterval(() => render().catch(() => {}), REFRESH_MS);
 }
@@ -171,7 +173,15 @@ async function route() {
     if (link.dataset.page === page) link.setAttribute('aria-current', 'page');
     else link.removeAttribute('aria-current');
   }
-  const view = $('page');
+  // Each visit renders through its own view: a render that finishes after the user went to
+  // another page (a slow listing, the re-render after a purge) is dropped instead of
+  // replacing the page now shown.
+  const generation = ++state.generation;
+  const element = $('page');
+  const view = {
+    current: () => generation === state.generation,
+    replaceChildren: (...children) => { if (generation === state.generation) element.replaceChildren(...children); },
+  };
   const pages = { overview: showOverview, connections: showConnections, channels: showChannels, exchanges: showExchanges, queues: showQueues, admin: showAdmin };
   const show = pages[page] || showOverview;
   try {
@@ -283,14 +293,27 @@ async function showOverview(view) {
       ], overview.listeners || [], { label: 'Listeners' }));
   };
   await render();
-  every(render);
+  every(view, render);
 }
 
 // ---- Connections and channels ----
 async function showConnections(view) {
+  const c = state.connections;
   const render = async () => {
-    const connections = await api('GET', '/api/connections');
-    titled(view, 'Connections', table([
+    let listing;
+    try {
+      listing = await api('GET', `/api/connections?${new URLSearchParams({ page: c.page, page_size: c.size, sort: 'name' })}`);
+    } catch (error) {
+      if (error.message === 'page_out_of_range' && c.page > 1) { c.page = 1; return render(); }
+      throw error;
+    }
+    const connections = listing.items;
+    // One page at a time, so a thousand connections stay quick to show.
+    const pager = h('nav', { class: 'toolbar', 'aria-label': 'Pages of connections' },
+      h('button', { type: 'button', class: 'secondary', disabled: listing.page <= 1, onclick: () => { c.page -= 1; render(); } }, 'Previous page'),
+      h('span', { id: 'connection-page' }, `Page ${listing.page} of ${listing.page_count} (${listing.total_count} connections)`),
+      h('button', { type: 'button', class: 'secondary', disabled: listing.page >= listing.page_count, onclick: () => { c.page += 1; render(); } }, 'Next page'));
+    titled(view, 'Connections', pager, table([
       { title: 'Name', cell: (c) => c.name },
       { title: 'Protocol', cell: (c) => c.protocol },
       { title: 'User', cell: (c) => c.user },
@@ -307,7 +330,7 @@ async function showConnections(view) {
     ], connections, { label: 'Connections', empty: 'No connections.' }));
   };
   await render();
-  every(render);
+  every(view, render);
 }
 async function showChannels(view) {
   const render = async () => {
@@ -323,7 +346,7 @@ async function showChannels(view) {
     ], channels, { label: 'Channels', empty: 'No channels.' }));
   };
   await render();
-  every(render);
+  every(view, render);
 }
 
 // ---- Exchanges ----
@@ -399,6 +422,16 @@ async function showExchange(view, vhost, name) {
     } }, 'Delete this exchange') : null);
 }
 
+// ---- Messages (get and browse answers) ----
+function messageList(messages, heading, empty) {
+  if (!messages.length) return h('p', {}, empty);
+  return h('div', {}, messages.map((m, i) => h('div', { class: 'message' },
+    h('h3', {}, heading(m, i)),
+    h('dl', { class: 'props' }, h('dt', {}, 'Exchange'), h('dd', {}, m.exchange || '(AMQP default)'), h('dt', {}, 'Routing key'), h('dd', {}, m.routing_key),
+      h('dt', {}, 'Redelivered'), h('dd', {}, String(m.redelivered)), h('dt', {}, 'Properties'), h('dd', {}, JSON.stringify(m.properties || {})),
+      h('dt', {}, `Payload (${m.payload_bytes} bytes, ${m.payload_encoding})`), h('dd', {}, h('pre', { class: 'payload' }, m.payload))))));
+}
+
 // ---- Queues ----
 async function showQueues(view, rest) {
   if (rest.length >= 2) return showQueue(view, rest[0], rest[1]);
@@ -453,7 +486,7 @@ async function showQueues(view, rest) {
 }
 async function showQueue(view, vhost, name) {
   const path = `/api/queues/${enc(vhost)}/${enc(name)}`;
-  const [queue, bindings, consumers] = await Promise.all([api('GET', path), api('GET', `${path}/bindings`), api('GET', `/api/consumers/${enc(vhost)}`)]);
+  const [queue, bindings, consumers] = await Promise.all([api('GET', path), api('GET', `${path}/bindings`).catch(() => []), api('GET', `/api/consumers/${enc(vhost)}`)]);
   const mine = consumers.filter((c) => c.queue && c.queue.name === name);
   const count = h('input', { id: 'get-count', type: 'number', min: '1', value: '1' });
   const ackmode = h('select', { id: 'get-ackmode' },
@@ -465,12 +498,19 @@ async function showQueue(view, vhost, name) {
   const getForm = h('form', { class: 'inline', 'aria-label': 'Get messages', onsubmit: async (event) => {
     event.preventDefault();
     const messages = await act('Fetched', () => api('POST', `${path}/get`, { count: Number(count.value), ackmode: ackmode.value, encoding: 'auto', truncate: 50000 }));
-    got.replaceChildren(messages.length ? h('div', {}, messages.map((m, i) => h('div', { class: 'message' },
-      h('h3', {}, `Message ${i + 1}`),
-      h('dl', { class: 'props' }, h('dt', {}, 'Exchange'), h('dd', {}, m.exchange || '(AMQP default)'), h('dt', {}, 'Routing key'), h('dd', {}, m.routing_key),
-        h('dt', {}, 'Redelivered'), h('dd', {}, String(m.redelivered)), h('dt', {}, 'Properties'), h('dd', {}, JSON.stringify(m.properties || {})),
-        h('dt', {}, `Payload (${m.payload_bytes} bytes, ${m.payload_encoding})`), h('dd', {}, h('pre', { class: 'payload' }, m.payload)))))) : h('p', {}, 'Queue is empty.'));
+    got.replaceChildren(messageList(messages, (m, i) => `Message ${i + 1}`, 'Queue is empty.'));
   } }, field('Messages', count), field('Ack mode', ackmode), h('button', { type: 'submit' }, 'Get messages'));
+  const isStream = queue.type === 'stream';
+  const from = h('input', { id: 'browse-from', type: 'number', min: isStream ? '0' : '1', value: isStream ? String(queue.first_offset || 0) : '1' });
+  const browseCount = h('input', { id: 'browse-count', type: 'number', min: '1', max: '1000', value: '10' });
+  const browsed = h('div', { id: 'browse-result', role: 'status' });
+  const browseForm = h('form', { class: 'inline', 'aria-label': 'Browse messages', onsubmit: async (event) => {
+    event.preventDefault();
+    const query = new URLSearchParams({ count: browseCount.value, encoding: 'auto', truncate: 50000 });
+    query.set(isStream ? 'offset' : 'position', from.value);
+    const messages = await act('Browsed', () => api('GET', `${path}/browse?${query}`));
+    browsed.replaceChildren(messageList(messages, (m) => (isStream ? `Offset ${m.offset}` : `Position ${m.position}`), 'No messages there.'));
+  } }, field(isStream ? 'From offset' : 'From position', from), field('Messages', browseCount), h('button', { type: 'submit' }, 'Browse messages'));
   const stats = queue.message_stats || {};
   titled(view, `Queue ${name}`,
     h('p', {}, h('a', { href: '#/queues' }, 'All queues')),
@@ -494,9 +534,14 @@ async function showQueue(view, vhost, name) {
       { title: 'Arguments', narrow: true, cell: (b) => JSON.stringify(b.arguments || {}) },
     ], bindings, { label: 'Bindings' }),
     h('h2', {}, 'Publish a message'), publishForm(vhost, '', name),
-    h('h2', {}, 'Get messages'),
-    h('p', { class: 'note' }, 'Getting a message takes it from the queue (with requeue it goes back as redelivered). Browsing without consuming needs the queue-type interface and is not offered yet.'),
-    getForm, got,
+    h('h2', {}, 'Browse messages'),
+    h('p', { class: 'note' }, isStream
+      ? 'Reads records from an offset without consuming anything.'
+      : 'Reads ready messages from a position (1 is the head) without consuming them: nothing is taken, redelivered or reordered.'),
+    browseForm, browsed,
+    isStream ? null : h('h2', {}, 'Get messages'),
+    isStream ? null : h('p', { class: 'note' }, 'Getting a message takes it from the queue (with requeue it goes back as redelivered).'),
+    isStream ? null : getForm, isStream ? null : got,
     h('h2', {}, 'Purge and delete'),
     h('div', { class: 'toolbar' },
       h('button', { type: 'button', class: 'secondary', id: 'queue-purge', onclick: async () => {
@@ -510,7 +555,7 @@ async function showQueue(view, vhost, name) {
 }
 
 // ---- Admin ----
-const ADMIN_TABS = [['users', 'Users'], ['vhosts', 'Virtual hosts'], ['permissions', 'Permissions'], ['topic-permissions', 'Topic permissions'], ['policies', 'Policies'], ['operator-policies', 'Operator policies'], ['definitions', 'Definitions']];
+const ADMIN_TABS = [['users', 'Users'], ['vhosts', 'Virtual hosts'], ['permissions', 'Permissions'], ['topic-permissions', 'Topic permissions'], ['policies', 'Policies'], ['operator-policies', 'Operator policies'], ['limits', 'Limits'], ['definitions', 'Definitions']];
 async function showAdmin(view, rest) {
   const tabs = has('administrator') ? ADMIN_TABS : ADMIN_TABS.filter(([id]) => id === 'policies');
   const current = tabs.some(([id]) => id === rest[0]) ? rest[0] : tabs[0][0];
@@ -520,7 +565,7 @@ async function showAdmin(view, rest) {
   const panel = h('div', { role: 'tabpanel', 'aria-labelledby': `tab-${current}` });
   titled(view, 'Admin', bar, panel);
   const again = () => showAdmin(view, [current]);
-  const sections = { users: adminUsers, vhosts: adminVhosts, permissions: adminPermissions, 'topic-permissions': adminTopicPermissions, policies: (p, a) => adminPolicies(p, a, false), 'operator-policies': (p, a) => adminPolicies(p, a, true), definitions: adminDefinitions };
+  const sections = { users: adminUsers, vhosts: adminVhosts, permissions: adminPermissions, 'topic-permissions': adminTopicPermissions, policies: (p, a) => adminPolicies(p, a, false), 'operator-policies': (p, a) => adminPolicies(p, a, true), limits: adminLimits, definitions: adminDefinitions };
   await sections[current](panel, again);
 }
 async function adminUsers(panel, again) {
@@ -623,6 +668,41 @@ async function adminPolicies(panel, again, operator) {
     await act(`Saved ${kind} ${name.value}`, () => api('PUT', `${base}/${enc(vhost.value)}/${enc(name.value)}`, { pattern: pattern.value, definition: parsed, priority: Number(priority.value), 'apply-to': applyTo.value }));
     await again();
   } }, field('Virtual host', vhost), field('Name', name), field('Pattern', pattern), field('Apply to', applyTo), field('Priority', priority), field('Definition (JSON)', definition), h('button', { type: 'submit' }, `Save ${kind}`)));
+}
+async function adminLimits(panel, again) {
+  const [vhostLimits, userLimits, vhosts, users] = await Promise.all([api('GET', '/api/vhost-limits'), api('GET', '/api/user-limits'), vhostNames(), api('GET', '/api/users')]);
+  const flatten = (list, key) => list.flatMap((entry) => Object.entries(entry.value || {}).map(([name, value]) => ({ owner: entry[key], name, value })));
+  const vhost = vhostSelect(vhosts, 'vhost-limit-vhost');
+  const vhostLimit = h('select', { id: 'vhost-limit-name' }, ['max-connections', 'max-queues'].map((n) => h('option', { value: n }, n)));
+  const vhostValue = h('input', { id: 'vhost-limit-value', type: 'number', required: true });
+  const user = h('select', { id: 'user-limit-user' }, users.map((u) => h('option', { value: u.name }, u.name)));
+  const userLimit = h('select', { id: 'user-limit-name' }, ['max-connections', 'max-channels'].map((n) => h('option', { value: n }, n)));
+  const userValue = h('input', { id: 'user-limit-value', type: 'number', required: true });
+  const clear = (base, owner, name, what) => h('button', { type: 'button', class: 'danger', 'aria-label': `Clear ${name} of ${what} ${owner}`, onclick: async () => {
+    await act(`Cleared ${name} of ${owner}`, () => api('DELETE', `${base}/${enc(owner)}/${enc(name)}`));
+    await again();
+  } }, 'Clear');
+  panel.replaceChildren(h('h2', {}, 'Virtual host limits'),
+    h('p', { class: 'note' }, 'A negative value means no limit. Warren keeps, exports and shows limits; it does not enforce them yet.'),
+    table([
+      { title: 'Virtual host', cell: (l) => l.owner }, { title: 'Limit', cell: (l) => l.name }, { title: 'Value', num: true, cell: (l) => number(l.value) },
+      { title: 'Actions', cell: (l) => clear('/api/vhost-limits', l.owner, l.name, 'virtual host') },
+    ], flatten(vhostLimits, 'vhost'), { label: 'Virtual host limits', empty: 'No virtual host limits.' }),
+    h('form', { class: 'inline', 'aria-label': 'Set a virtual host limit', onsubmit: async (event) => {
+      event.preventDefault();
+      await act(`Set ${vhostLimit.value} of ${vhost.value}`, () => api('PUT', `/api/vhost-limits/${enc(vhost.value)}/${enc(vhostLimit.value)}`, { value: Number(vhostValue.value) }));
+      await again();
+    } }, field('Virtual host', vhost), field('Limit', vhostLimit), field('Value', vhostValue), h('button', { type: 'submit' }, 'Set limit')),
+    h('h2', {}, 'User limits'),
+    table([
+      { title: 'User', cell: (l) => l.owner }, { title: 'Limit', cell: (l) => l.name }, { title: 'Value', num: true, cell: (l) => number(l.value) },
+      { title: 'Actions', cell: (l) => clear('/api/user-limits', l.owner, l.name, 'user') },
+    ], flatten(userLimits, 'user'), { label: 'User limits', empty: 'No user limits.' }),
+    h('form', { class: 'inline', 'aria-label': 'Set a user limit', onsubmit: async (event) => {
+      event.preventDefault();
+      await act(`Set ${userLimit.value} of ${user.value}`, () => api('PUT', `/api/user-limits/${enc(user.value)}/${enc(userLimit.value)}`, { value: Number(userValue.value) }));
+      await again();
+    } }, field('User', user), field('Limit', userLimit), field('Value', userValue), h('button', { type: 'submit' }, 'Set limit')));
 }
 async function adminDefinitions(panel, again) {
   const file = h('input', { id: 'definitions-file', type: 'file', accept: '.json,application/json' });

@@ -3,9 +3,13 @@
 //! the handlers in the sibling modules. Every handler reads or changes the core directly;
 //! JSON field names are RabbitMQ's so existing tools parse them.
 
+mod browse;
+mod columns;
 mod json;
+mod limits;
 mod paging;
 mod parameters;
+mod requests;
 mod resources;
 mod runtime;
 mod streams;
@@ -24,6 +28,7 @@ use warren_core::{Broker, CoreError, ErrorKind};
 use crate::http::{Request, Response};
 
 pub use json::{table_to_json, value_to_json};
+pub use limits::{import_user_limits, user_limits_of, USER_LIMITS_PARAMETER};
 
 /// Imports a definitions document (the JSON body of `POST /api/definitions`): validates all
 /// of it first, applies nothing on error, and returns the reason a user can act on.
@@ -87,6 +92,17 @@ pub trait ClusterView: Send + Sync {
     fn status(&self) -> Json;
     /// `forget_cluster_node`: removes a member, through the leader.
     fn forget(&self, node: &str) -> Result<(), String>;
+    /// The home node of a replicated queue (the node it was declared on), shown as the
+    /// queue's `node` in listings as RabbitMQ shows it; `None` for a queue the metadata log
+    /// did not declare (node-local ones), which lives on this node.
+    fn home_of(&self, _vhost: &str, _queue: &str) -> Option<String> {
+        None
+    }
+    /// The cluster's permanent id (it does not change with `cluster_name`), for
+    /// `rabbitmq_identity_info`'s `rabbitmq_cluster_permanent_id`.
+    fn cluster_id(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The RabbitMQ version whose management API and metric names Warren follows; tools that
@@ -184,18 +200,10 @@ pub(crate) fn core_error(error: CoreError) -> Response {
     }
 }
 
-/// Parses a JSON body; an empty body is an empty object.
-pub(crate) fn body_json(request: &Request) -> Result<Json, Response> {
-    if request.body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(json!({}));
-    }
-    serde_json::from_slice(&request.body)
-        .map_err(|e| bad_request(format!("body is not valid JSON: {e}")))
-}
-
 /// Whether answering `request` may take long: listings (`GET /api/KIND` and
 /// `GET /api/KIND/VHOST`, the overview, which walk every queue), definitions export and
-/// import. Reading, declaring or deleting one object is cheap.
+/// import, and browsing a queue (it reads paged-out bodies and stream chunks from disk).
+/// Reading, declaring or deleting one object is cheap.
 pub fn is_heavy(request: &Request) -> bool {
     let segments: Vec<&str> = request
         .path
@@ -204,6 +212,7 @@ pub fn is_heavy(request: &Request) -> bool {
         .collect();
     match segments.as_slice() {
         ["api", "definitions", ..] => true,
+        ["api", "queues", _, _, "browse"] => true,
         ["api", ..] => request.method == "GET" && segments.len() <= 3,
         _ => false,
     }
@@ -289,7 +298,7 @@ impl Management {
         }
         let response = self.route(&request, path, &caller);
         if request.method == "GET" {
-            paging::page_listing(&request, response)
+            columns::select_columns(&request, paging::page_listing(&request, response))
         } else {
             response
         }
@@ -392,6 +401,9 @@ impl Management {
             (_, ["topic-permissions", ..]) => need(Role::Administrator)
                 .unwrap_or_else(|| self.topic_permissions(request, &path[1..])),
             (_, ["parameters", ..]) => self.runtime_parameters(request, &path[1..], caller),
+            (_, ["vhost-limits", ..]) => self.vhost_limits_api(request, &path[1..], caller),
+            (_, ["user-limits", ..]) => need(Role::Administrator)
+                .unwrap_or_else(|| self.user_limits_api(request, &path[1..])),
             (_, ["global-parameters", ..]) => need(Role::Administrator)
                 .unwrap_or_else(|| self.global_parameters(request, &path[1..])),
             (_, ["policies", ..]) => self.policies(request, &path[1..], caller, false),
@@ -518,5 +530,29 @@ impl Management {
             return Err(not_authorized("User not authorised to access virtual host"));
         }
         Ok(vhost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str) -> Request {
+        Request {
+            method: "GET".into(),
+            path: path.into(),
+            query: String::new(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn listings_definitions_and_browsing_run_off_the_protocol_workers() {
+        assert!(is_heavy(&get("/api/queues")));
+        assert!(is_heavy(&get("/api/definitions")));
+        assert!(is_heavy(&get("/api/queues/%2F/q/browse")));
+        assert!(!is_heavy(&get("/api/queues/%2F/q")));
+        assert!(!is_heavy(&get("/api/queues/%2F/q/bindings")));
     }
 }

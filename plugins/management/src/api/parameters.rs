@@ -6,9 +6,8 @@ use warren_core::parameters::RuntimeParameter;
 use warren_core::topic_access::TopicPermission;
 use warren_core::vhost::VHost;
 
-use super::{
-    bad_request, body_json, created_or_updated, not_authorized, not_found, Caller, Management, Role,
-};
+use super::requests::{self, TopicPermissionBody, ValueBody};
+use super::{bad_request, created_or_updated, not_authorized, not_found, Caller, Management, Role};
 use crate::http::{Request, Response};
 
 /// A value the core keeps as JSON text, back as JSON.
@@ -69,7 +68,7 @@ impl Management {
                 }
             }
             ("PUT", [vhost, user]) => {
-                let body = match body_json(request) {
+                let body: TopicPermissionBody = match requests::parse(request) {
                     Ok(body) => body,
                     Err(response) => return response,
                 };
@@ -77,13 +76,7 @@ impl Management {
                 else {
                     return bad_request("vhost_or_user_not_found");
                 };
-                let field = |key: &str| body.get(key).and_then(Json::as_str);
-                let (Some(exchange), Some(write), Some(read)) =
-                    (field("exchange"), field("write"), field("read"))
-                else {
-                    return bad_request("exchange, write and read are required strings");
-                };
-                match TopicPermission::new(user, vhost, exchange, write, read) {
+                match TopicPermission::new(user, vhost, &body.exchange, &body.write, &body.read) {
                     Ok(permission) => match found.try_set_topic_permission(user, permission) {
                         Ok(created) => created_or_updated(created),
                         Err(error) => super::core_error(error),
@@ -157,13 +150,11 @@ impl Management {
                 if let Err(response) = self.usable_vhost(caller, vhost) {
                     return response;
                 }
-                let body = match body_json(request) {
+                let body: ValueBody = match requests::parse(request) {
                     Ok(body) => body,
                     Err(response) => return response,
                 };
-                let Some(value) = body.get("value") else {
-                    return bad_request("value is required");
-                };
+                let value = &body.value;
                 let created = self.broker.set_parameter(RuntimeParameter {
                     vhost: vhost.to_string(),
                     component: component.to_string(),
@@ -229,13 +220,11 @@ impl Management {
                 None => not_found(),
             },
             ("PUT", [name]) => {
-                let body = match body_json(request) {
+                let body: ValueBody = match requests::parse(request) {
                     Ok(body) => body,
                     Err(response) => return response,
                 };
-                let Some(value) = body.get("value") else {
-                    return bad_request("value is required");
-                };
+                let value = &body.value;
                 match self
                     .broker
                     .try_set_global_parameter(name, value.to_string())

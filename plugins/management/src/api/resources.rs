@@ -10,29 +10,11 @@ use warren_core::policy::Policy;
 use warren_core::vhost::VHost;
 
 use super::json::table_to_json;
-use super::{
-    bad_request, body_json, core_error, created_or_updated, not_found, Caller, Management, Role,
-};
+use super::requests::{self, PermissionBody, PolicyBody, UserBody, VhostBody};
+use super::{bad_request, core_error, created_or_updated, not_found, Caller, Management, Role};
 use crate::http::{Request, Response};
 
 /// Tags as RabbitMQ accepts them: an array, or a comma-separated string.
-fn tags_from_json(value: Option<&Json>) -> Vec<String> {
-    match value {
-        Some(Json::Array(items)) => items
-            .iter()
-            .filter_map(Json::as_str)
-            .map(str::to_string)
-            .collect(),
-        Some(Json::String(text)) => text
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_string)
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 impl Management {
     pub(crate) fn vhost_json(&self, vhost: &VHost, ranges: &crate::rates::Ranges) -> Json {
         let (mut ready, mut unacked) = (0, 0);
@@ -109,19 +91,16 @@ impl Management {
                 if !caller.is(Role::Administrator) {
                     return super::not_authorized("Not administrator user");
                 }
-                let body = match body_json(request) {
+                let body: VhostBody = match requests::parse(request) {
                     Ok(body) => body,
                     Err(response) => return response,
                 };
-                let queue_type = body
-                    .get("default_queue_type")
-                    .and_then(Json::as_str)
-                    .map(str::to_string);
-                let (vhost, created) = match self.broker.try_add_vhost(name, queue_type) {
-                    Ok(added) => added,
-                    Err(error) => return super::core_error(error),
-                };
-                if let Some(tracing) = body.get("tracing").and_then(Json::as_bool) {
+                let (vhost, created) =
+                    match self.broker.try_add_vhost(name, body.default_queue_type) {
+                        Ok(added) => added,
+                        Err(error) => return super::core_error(error),
+                    };
+                if let Some(tracing) = body.tracing {
                     vhost.set_tracing(tracing);
                 }
                 if created {
@@ -158,7 +137,7 @@ impl Management {
         }
     }
 
-    fn user_json(user: &User) -> Json {
+    fn user_json(&self, user: &User) -> Json {
         let (hash, algorithm) = match &user.password {
             Some(hash) => (hash.to_base64(), hash.algorithm.rabbit_name()),
             None => (String::new(), HashingAlgorithm::Sha256.rabbit_name()),
@@ -168,7 +147,8 @@ impl Management {
             "password_hash": hash,
             "hashing_algorithm": algorithm,
             "tags": user.tags,
-            "limits": {},
+            // RabbitMQ's place for a user's limits (max-connections, max-channels).
+            "limits": self.user_limits().remove(&user.name).unwrap_or_else(|| json!({})),
         })
     }
 
@@ -180,7 +160,7 @@ impl Management {
                     self.broker
                         .users()
                         .iter()
-                        .map(|u| Self::user_json(u))
+                        .map(|u| self.user_json(u))
                         .collect(),
                 ),
             ),
@@ -196,12 +176,12 @@ impl Management {
                     .users()
                     .iter()
                     .filter(|u| vhosts.iter().all(|v| v.permissions(&u.name).is_none()))
-                    .map(|u| Self::user_json(u))
+                    .map(|u| self.user_json(u))
                     .collect();
                 Response::json(200, &Json::Array(users))
             }
             ("GET", [name]) => match self.broker.user(name) {
-                Some(user) => Response::json(200, &Self::user_json(&user)),
+                Some(user) => Response::json(200, &self.user_json(&user)),
                 None => not_found(),
             },
             ("GET", [name, "permissions"]) => {
@@ -233,20 +213,18 @@ impl Management {
                 Response::json(200, &Json::Array(list))
             }
             ("PUT", [name]) => {
-                let body = match body_json(request) {
+                let body: UserBody = match requests::parse(request) {
                     Ok(body) => body,
                     Err(response) => return response,
                 };
                 let existing = self.broker.user(name);
-                let password = match (body.get("password"), body.get("password_hash")) {
-                    (Some(Json::String(password)), _) => Some(PasswordHash::new(password)),
-                    (_, Some(Json::String(hash))) if hash.is_empty() => {
-                        Some(PasswordHash::no_password())
-                    }
-                    (_, Some(Json::String(hash))) => {
+                let password = match (&body.password, &body.password_hash) {
+                    (Some(password), _) => Some(PasswordHash::new(password)),
+                    (_, Some(hash)) if hash.is_empty() => Some(PasswordHash::no_password()),
+                    (_, Some(hash)) => {
                         let algorithm = body
-                            .get("hashing_algorithm")
-                            .and_then(Json::as_str)
+                            .hashing_algorithm
+                            .as_deref()
                             .unwrap_or(HashingAlgorithm::Sha256.rabbit_name());
                         match PasswordHash::from_rabbit(algorithm, hash) {
                             Ok(hash) => Some(hash),
@@ -254,7 +232,6 @@ impl Management {
                         }
                     }
                     (None, None) => existing.as_ref().and_then(|u| u.password.clone()),
-                    _ => return bad_request("password and password_hash must be strings"),
                 };
                 if existing.is_none() && password.is_none() {
                     return bad_request("Must provide a password_hash or password");
@@ -262,7 +239,7 @@ impl Management {
                 let user = User {
                     name: name.to_string(),
                     password,
-                    tags: tags_from_json(body.get("tags")),
+                    tags: body.tags.0,
                 };
                 if let Err(error) = self.broker.try_put_user(user) {
                     return super::core_error(error);
@@ -275,6 +252,7 @@ impl Management {
                     Err(error) => return super::core_error(error),
                 };
                 if deleted {
+                    self.forget_user_limits(name);
                     for connection in self.broker.connections().list() {
                         if connection.info.user == *name {
                             self.broker
@@ -310,7 +288,7 @@ impl Management {
                 None => not_found(),
             },
             ("PUT", [vhost, user]) => {
-                let body = match body_json(request) {
+                let body: PermissionBody = match requests::parse(request) {
                     Ok(body) => body,
                     Err(response) => return response,
                 };
@@ -318,13 +296,7 @@ impl Management {
                 else {
                     return bad_request("vhost_or_user_not_found");
                 };
-                let field = |key: &str| body.get(key).and_then(Json::as_str).map(str::to_string);
-                let (Some(configure), Some(write), Some(read)) =
-                    (field("configure"), field("write"), field("read"))
-                else {
-                    return bad_request("configure, write and read are required strings");
-                };
-                match Permissions::new(&configure, &write, &read) {
+                match Permissions::new(&body.configure, &body.write, &body.read) {
                     Ok(permissions) => {
                         let created = found.permissions(user).is_none();
                         match found.try_set_permissions(user, permissions) {
@@ -391,11 +363,11 @@ impl Management {
                     Ok(target) => target,
                     Err(response) => return response,
                 };
-                let body = match body_json(request) {
+                let body: PolicyBody = match requests::parse(request) {
                     Ok(body) => body,
                     Err(response) => return response,
                 };
-                match policy_from_json(name, &body, operator) {
+                match policy_from_body(name, body, operator) {
                     Ok(policy) => {
                         let created = !target.policies(operator).iter().any(|p| p.name == *name);
                         match target.try_set_policy(policy, operator) {
@@ -528,7 +500,7 @@ impl Management {
                         .users()
                         .iter()
                         .filter(|u| !u.name.starts_with('\u{0}'))
-                        .map(|u| Self::user_json(u))
+                        .map(|u| self.user_json(u))
                         .collect(),
                 ),
             );
@@ -624,24 +596,24 @@ pub(crate) fn policy_json(vhost: &str, policy: &Policy) -> Json {
 }
 
 /// A policy from the body of `PUT /api/policies/VHOST/NAME`.
-fn policy_from_json(name: &str, body: &Json, operator: bool) -> Result<Policy, Response> {
-    let pattern = body
-        .get("pattern")
-        .and_then(Json::as_str)
-        .ok_or_else(|| bad_request("pattern is required"))?;
-    let apply_to = body.get("apply-to").and_then(Json::as_str).unwrap_or("all");
-    let priority = body.get("priority").and_then(Json::as_i64).unwrap_or(0);
-    let priority = i32::try_from(priority).map_err(|_| bad_request("priority is out of range"))?;
-    let definition = match body.get("definition") {
-        Some(Json::Object(map)) => json_args_to_table(map),
-        _ => return Err(bad_request("definition must be an object")),
-    };
-    let apply_to = if operator && apply_to == "all" {
+fn policy_from_body(name: &str, body: PolicyBody, operator: bool) -> Result<Policy, Response> {
+    let priority =
+        i32::try_from(body.priority).map_err(|_| bad_request("priority: out of range"))?;
+    let definition = json_args_to_table(&body.definition);
+    let apply_to = if operator && body.apply_to == "all" {
         "queues"
     } else {
-        apply_to
+        body.apply_to.as_str()
     };
-    Policy::new(name, pattern, apply_to, priority, definition, operator).map_err(core_error)
+    Policy::new(
+        name,
+        &body.pattern,
+        apply_to,
+        priority,
+        definition,
+        operator,
+    )
+    .map_err(core_error)
 }
 
 /// A stream as RabbitMQ exports it: a durable queue of type `stream` whose arguments carry

@@ -18,9 +18,11 @@ use warren_core::vhost::{
 use warren_core::ErrorKind;
 
 use super::json::table_to_json;
-use super::{
-    bad_request, body_json, core_error, created_or_updated, not_found, Caller, Management,
+use super::requests::{
+    self, AckMode, BindingBody, Encoding, ExchangeBody, GetBody, PayloadEncoding, PropertiesBody,
+    PublishBody, QueueBody,
 };
+use super::{bad_request, core_error, created_or_updated, not_found, Caller, Management};
 use crate::http::{percent_encode, Request, Response};
 use crate::rates::Ranges;
 
@@ -29,17 +31,6 @@ fn actor(caller: &Caller) -> Actor<'_> {
         user: &caller.user.name,
         connection_id: BROKER_CONNECTION,
     }
-}
-
-fn object(body: &Json, key: &str) -> serde_json::Map<String, Json> {
-    body.get(key)
-        .and_then(Json::as_object)
-        .cloned()
-        .unwrap_or_default()
-}
-
-fn flag(body: &Json, key: &str, default: bool) -> bool {
-    body.get(key).and_then(Json::as_bool).unwrap_or(default)
 }
 
 /// RabbitMQ's `properties_key` for a binding: the escaped routing key (`~` for an empty one)
@@ -124,7 +115,7 @@ impl Management {
             "exclusive": config.exclusive_owner.is_some(),
             "arguments": table_to_json(&config.arguments),
             "type": queue_type(queue),
-            "node": self.node_name,
+            "node": self.queue_node(vhost.name(), &config.name),
             "state": "running",
             "policy": policy,
             "consumers": stats.consumers,
@@ -134,6 +125,15 @@ impl Management {
             object.extend(lengths);
         }
         json
+    }
+
+    /// The node a queue lives on: its home node when the cluster's metadata log declared
+    /// it, else this node.
+    pub(crate) fn queue_node(&self, vhost: &str, queue: &str) -> String {
+        self.cluster
+            .as_ref()
+            .and_then(|cluster| cluster.home_of(vhost, queue))
+            .unwrap_or_else(|| self.node_name.clone())
     }
 
     pub(crate) fn binding_json(&self, vhost: &str, binding: &Binding) -> Json {
@@ -189,24 +189,21 @@ impl Management {
                     Some(Json::Array(list))
                 }),
             ("PUT", [vhost, name]) => self.act_in_vhost(caller, vhost, |target| {
-                let body = match body_json(request) {
+                let body: ExchangeBody = match requests::parse(request) {
                     Ok(body) => body,
                     Err(response) => return response,
-                };
-                let Some(kind) = body.get("type").and_then(Json::as_str) else {
-                    return bad_request("type is required");
                 };
                 let created = target.exchange(name).is_none();
                 let result = target.declare_exchange(
                     actor(caller),
                     ExchangeDeclare {
                         name: name.to_string(),
-                        kind: kind.to_string(),
+                        kind: body.kind,
                         passive: false,
-                        durable: flag(&body, "durable", true),
-                        auto_delete: flag(&body, "auto_delete", false),
-                        internal: flag(&body, "internal", false),
-                        arguments: json_args_to_table(&object(&body, "arguments")),
+                        durable: body.durable,
+                        auto_delete: body.auto_delete,
+                        internal: body.internal,
+                        arguments: json_args_to_table(&body.arguments),
                     },
                 );
                 match result {
@@ -269,12 +266,12 @@ impl Management {
                 Some(Json::Array(list))
             }),
             ("PUT", [vhost, name]) => self.act_in_vhost(caller, vhost, |target| {
-                let body = match body_json(request) {
+                let body: QueueBody = match requests::parse(request) {
                     Ok(body) => body,
                     Err(response) => return response,
                 };
-                let mut arguments = json_args_to_table(&object(&body, "arguments"));
-                if let Some(kind) = body.get("type").and_then(Json::as_str) {
+                let mut arguments = json_args_to_table(&body.arguments);
+                if let Some(kind) = body.kind.as_deref() {
                     if arguments.get("x-queue-type").is_none() && kind != "classic" {
                         arguments.insert("x-queue-type", Value::string(kind));
                     }
@@ -285,9 +282,9 @@ impl Management {
                     QueueDeclare {
                         name: name.to_string(),
                         passive: false,
-                        durable: flag(&body, "durable", true),
+                        durable: body.durable,
                         exclusive: false,
-                        auto_delete: flag(&body, "auto_delete", false),
+                        auto_delete: body.auto_delete,
                         arguments,
                     },
                 );
@@ -314,6 +311,7 @@ impl Management {
                 }
             }),
             ("POST", [vhost, name, "get"]) => self.get_messages(request, caller, vhost, name),
+            ("GET", [vhost, name, "browse"]) => self.browse(request, caller, vhost, name),
             _ => not_found(),
         }
     }
@@ -403,15 +401,12 @@ impl Management {
         };
         match (request.method.as_str(), properties) {
             ("POST", None) => {
-                let body = match body_json(request) {
+                let body: BindingBody = match requests::parse(request) {
                     Ok(body) => body,
                     Err(response) => return response,
                 };
-                let routing_key = body
-                    .get("routing_key")
-                    .and_then(Json::as_str)
-                    .unwrap_or_default();
-                let arguments = json_args_to_table(&object(&body, "arguments"));
+                let routing_key = body.routing_key.as_str();
+                let arguments = json_args_to_table(&body.arguments);
                 let binding = Binding {
                     source: source.to_string(),
                     destination: destination_name.clone(),
@@ -473,25 +468,18 @@ impl Management {
             Ok(target) => target,
             Err(response) => return response,
         };
-        let body = match body_json(request) {
+        let body: PublishBody = match requests::parse(request) {
             Ok(body) => body,
             Err(response) => return response,
         };
-        let routing_key = body
-            .get("routing_key")
-            .and_then(Json::as_str)
-            .unwrap_or_default();
-        let payload = body
-            .get("payload")
-            .and_then(Json::as_str)
-            .unwrap_or_default();
-        let payload = match body.get("payload_encoding").and_then(Json::as_str) {
-            None | Some("string") => payload.as_bytes().to_vec(),
-            Some("base64") => match base64::engine::general_purpose::STANDARD.decode(payload) {
-                Ok(bytes) => bytes,
-                Err(e) => return bad_request(format!("payload is not base64: {e}")),
-            },
-            Some(other) => return bad_request(format!("unknown payload_encoding '{other}'")),
+        let payload = match body.payload_encoding {
+            PayloadEncoding::String => body.payload.into_bytes(),
+            PayloadEncoding::Base64 => {
+                match base64::engine::general_purpose::STANDARD.decode(&body.payload) {
+                    Ok(bytes) => bytes,
+                    Err(e) => return bad_request(format!("payload: not base64: {e}")),
+                }
+            }
         };
         let exchange_name = if exchange == "amq.default" {
             ""
@@ -500,8 +488,8 @@ impl Management {
         };
         let message = Arc::new(Message {
             exchange: exchange_name.into(),
-            routing_key: routing_key.into(),
-            properties: properties_from_json(&object(&body, "properties")),
+            routing_key: body.routing_key.into(),
+            properties: properties_from_body(body.properties.unwrap_or_default()),
             encoded_properties: None,
             body: Bytes::from(payload),
         });
@@ -540,26 +528,20 @@ impl Management {
             Ok(target) => target,
             Err(response) => return response,
         };
-        let body = match body_json(request) {
+        let body: GetBody = match requests::parse(request) {
             Ok(body) => body,
             Err(response) => return response,
         };
-        let count = body.get("count").and_then(Json::as_u64).unwrap_or(1);
-        let settlement = match body.get("ackmode").and_then(Json::as_str) {
-            Some("ack_requeue_true") | Some("reject_requeue_true") => Settlement::Requeue,
-            Some("ack_requeue_false") => Settlement::Ack,
-            Some("reject_requeue_false") => Settlement::Reject,
-            _ => return bad_request("ackmode must be ack_requeue_true, ack_requeue_false, reject_requeue_true or reject_requeue_false"),
+        let count = body.count;
+        let settlement = match body.ackmode {
+            AckMode::AckRequeueTrue | AckMode::RejectRequeueTrue => Settlement::Requeue,
+            AckMode::AckRequeueFalse => Settlement::Ack,
+            AckMode::RejectRequeueFalse => Settlement::Reject,
         };
-        let base64_encoding = match body.get("encoding").and_then(Json::as_str) {
-            None | Some("auto") => false,
-            Some("base64") => true,
-            Some(other) => return bad_request(format!("unknown encoding '{other}'")),
-        };
+        let encoding = body.encoding;
         let truncate = body
-            .get("truncate")
-            .and_then(Json::as_u64)
-            .map(|t| t as usize);
+            .truncate
+            .map(|t| usize::try_from(t).unwrap_or(usize::MAX));
         let queue = match target.queue_for(actor(caller), name, Access::Read) {
             Ok(queue) => queue,
             Err(e) => return core_error(e),
@@ -570,28 +552,13 @@ impl Management {
             let Some((delivery, remaining)) = queue.get(true) else {
                 break;
             };
-            let message = &delivery.message;
-            let mut body_bytes: &[u8] = &message.body;
-            if let Some(limit) = truncate {
-                body_bytes = &body_bytes[..body_bytes.len().min(limit)];
-            }
-            let (payload, encoding) = match std::str::from_utf8(body_bytes) {
-                Ok(text) if !base64_encoding => (text.to_string(), "string"),
-                _ => (
-                    base64::engine::general_purpose::STANDARD.encode(body_bytes),
-                    "base64",
-                ),
-            };
-            list.push(json!({
-                "payload_bytes": message.body.len(),
-                "redelivered": delivery.redelivered,
-                "exchange": &*message.exchange,
-                "routing_key": &*message.routing_key,
-                "message_count": remaining,
-                "properties": properties_to_json(&message.properties),
-                "payload": payload,
-                "payload_encoding": encoding,
-            }));
+            list.push(message_json(
+                &delivery.message,
+                delivery.redelivered,
+                remaining,
+                encoding,
+                truncate,
+            ));
             taken.push(delivery.id);
         }
         if !taken.is_empty() {
@@ -601,32 +568,54 @@ impl Management {
     }
 }
 
-fn properties_from_json(object: &serde_json::Map<String, Json>) -> Properties {
-    let text = |key: &str| object.get(key).and_then(Json::as_str).map(str::to_string);
+/// One message as `/get` and `/browse` answer it (RabbitMQ's `/get` shape): payload as text
+/// when it is UTF-8 and `auto` was asked, else base64, cut at `truncate` bytes.
+pub(crate) fn message_json(
+    message: &Message,
+    redelivered: bool,
+    message_count: u64,
+    encoding: Encoding,
+    truncate: Option<usize>,
+) -> Json {
+    let mut body_bytes: &[u8] = &message.body;
+    if let Some(limit) = truncate {
+        body_bytes = &body_bytes[..body_bytes.len().min(limit)];
+    }
+    let (payload, payload_encoding) = match std::str::from_utf8(body_bytes) {
+        Ok(text) if encoding == Encoding::Auto => (text.to_string(), "string"),
+        _ => (
+            base64::engine::general_purpose::STANDARD.encode(body_bytes),
+            "base64",
+        ),
+    };
+    json!({
+        "payload_bytes": message.body.len(),
+        "redelivered": redelivered,
+        "exchange": &*message.exchange,
+        "routing_key": &*message.routing_key,
+        "message_count": message_count,
+        "properties": properties_to_json(&message.properties),
+        "payload": payload,
+        "payload_encoding": payload_encoding,
+    })
+}
+
+fn properties_from_body(body: PropertiesBody) -> Properties {
     Properties {
-        content_type: text("content_type"),
-        content_encoding: text("content_encoding"),
-        headers: object
-            .get("headers")
-            .and_then(Json::as_object)
-            .map(json_args_to_table),
-        delivery_mode: object
-            .get("delivery_mode")
-            .and_then(Json::as_u64)
-            .map(|v| v as u8),
-        priority: object
-            .get("priority")
-            .and_then(Json::as_u64)
-            .map(|v| v as u8),
-        correlation_id: text("correlation_id"),
-        reply_to: text("reply_to"),
-        expiration: text("expiration"),
-        message_id: text("message_id"),
-        timestamp: object.get("timestamp").and_then(Json::as_u64),
-        message_type: text("type"),
-        user_id: text("user_id"),
-        app_id: text("app_id"),
-        cluster_id: text("cluster_id"),
+        content_type: body.content_type,
+        content_encoding: body.content_encoding,
+        headers: body.headers.as_ref().map(json_args_to_table),
+        delivery_mode: body.delivery_mode,
+        priority: body.priority,
+        correlation_id: body.correlation_id,
+        reply_to: body.reply_to,
+        expiration: body.expiration,
+        message_id: body.message_id,
+        timestamp: body.timestamp,
+        message_type: body.message_type,
+        user_id: body.user_id,
+        app_id: body.app_id,
+        cluster_id: body.cluster_id,
     }
 }
 
