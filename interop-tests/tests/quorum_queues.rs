@@ -1,0 +1,349 @@
+//! Quorum queues on a single node through lapin: declaration with RabbitMQ 4.x's refusals
+//! (exclusive, non-durable, auto-delete, bad arguments, global QoS), confirms after commit,
+//! consume with manual acks and requeues (redelivered flag, `x-delivery-count`), the
+//! delivery limit dead-lettering with reason `delivery_limit`, and a SIGKILL of the real
+//! `warren` process losing no confirmed message and redelivering the unacknowledged ones.
+
+use std::path::Path;
+use std::time::Duration;
+
+use futures_lite::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
+    BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use warren_interop_tests::process::WarrenProcess;
+use warren_interop_tests::{TempDir, TestBroker};
+
+mod lapin_common;
+
+use lapin_common::{amqp_error, args, deaths, text};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn quorum(extra: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut entries = vec![("x-queue-type", text("quorum"))];
+    entries.extend(extra.iter().cloned());
+    args(&entries)
+}
+
+fn durable() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    }
+}
+
+async fn open(url: &str) -> (Connection, Channel) {
+    let connection = Connection::connect(url, ConnectionProperties::default())
+        .await
+        .expect("connects");
+    let channel = connection.create_channel().await.expect("channel");
+    (connection, channel)
+}
+
+/// Publishes persistent `bodies` with confirms; every one must be acked.
+async fn publish_confirmed(channel: &Channel, queue: &str, bodies: &[Vec<u8>]) {
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
+    let mut confirms = Vec::new();
+    for body in bodies {
+        confirms.push(
+            channel
+                .basic_publish(
+                    "".into(),
+                    queue.into(),
+                    BasicPublishOptions::default(),
+                    body,
+                    BasicProperties::default().with_delivery_mode(2),
+                )
+                .await
+                .expect("publish"),
+        );
+    }
+    for confirm in confirms {
+        assert!(
+            confirm.await.expect("confirm").is_ack(),
+            "confirmed with an ack"
+        );
+    }
+}
+
+fn delivery_count(properties: &BasicProperties) -> Option<i64> {
+    match properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get("x-delivery-count"))
+    {
+        None => None,
+        Some(AMQPValue::LongLongInt(n)) => Some(*n),
+        Some(other) => panic!("x-delivery-count is a long, got {other:?}"),
+    }
+}
+
+async fn refused(
+    connection: &Connection,
+    name: &str,
+    options: QueueDeclareOptions,
+    arguments: FieldTable,
+) -> (u16, String) {
+    let channel = connection.create_channel().await.expect("channel");
+    let error = channel
+        .queue_declare(name.into(), options, arguments)
+        .await
+        .expect_err("refused");
+    amqp_error(&error)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declare_refusals_confirms_consume_requeue_and_the_delivery_limit() {
+    tokio::time::timeout(LIMIT, async {
+        let broker = TestBroker::start().await;
+        let (connection, channel) = open(&broker.url()).await;
+        channel
+            .queue_declare("jobs".into(), durable(), quorum(&[]))
+            .await
+            .expect("declares a quorum queue");
+        // Redeclared the same: fine; as classic: the type is part of equivalence.
+        channel
+            .queue_declare("jobs".into(), durable(), quorum(&[]))
+            .await
+            .expect("redeclares");
+        let (code, text) = refused(&connection, "jobs", durable(), args(&[("x-queue-type", lapin_common::text("classic"))])).await;
+        assert_eq!(code, 406, "{text}");
+        assert!(text.contains("inequivalent arg 'x-queue-type'"), "{text}");
+
+        let (code, text) = refused(
+            &connection,
+            "qx",
+            QueueDeclareOptions { exclusive: true, ..durable() },
+            quorum(&[]),
+        )
+        .await;
+        assert_eq!((code, text.as_str()), (406, "PRECONDITION_FAILED - invalid property 'exclusive-owner' for queue 'qx' in vhost '/'"));
+        let (code, text) = refused(&connection, "qt", QueueDeclareOptions::default(), quorum(&[])).await;
+        assert_eq!((code, text.as_str()), (406, "PRECONDITION_FAILED - invalid property 'non-durable' for queue 'qt' in vhost '/'"));
+        let (code, text) = refused(
+            &connection,
+            "qa",
+            QueueDeclareOptions { auto_delete: true, ..durable() },
+            quorum(&[]),
+        )
+        .await;
+        assert_eq!((code, text.as_str()), (406, "PRECONDITION_FAILED - invalid property 'auto-delete' for queue 'qa' in vhost '/'"));
+        let (code, text) = refused(&connection, "qp", durable(), quorum(&[("x-max-priority", AMQPValue::LongInt(300))])).await;
+        assert_eq!(code, 406, "{text}");
+        assert!(text.contains("x-max-priority"), "{text}");
+
+        // Confirms come after the commit; then a consumer gets every body in order.
+        let bodies: Vec<Vec<u8>> = (0..20).map(|i| format!("job-{i}").into_bytes()).collect();
+        publish_confirmed(&channel, "jobs", &bodies).await;
+        let declared = channel
+            .queue_declare("jobs".into(), QueueDeclareOptions { passive: true, ..durable() }, FieldTable::default())
+            .await
+            .expect("passive");
+        assert_eq!(declared.message_count(), 20);
+
+        let consumer_channel = connection.create_channel().await.expect("channel");
+        consumer_channel
+            .basic_qos(5, BasicQosOptions::default())
+            .await
+            .expect("qos");
+        let mut consumer = consumer_channel
+            .basic_consume("jobs".into(), "c1".into(), BasicConsumeOptions::default(), FieldTable::default())
+            .await
+            .expect("consume");
+        let first = consumer.next().await.expect("a delivery").expect("ok");
+        assert_eq!(first.data, b"job-0");
+        assert!(!first.redelivered);
+        assert_eq!(delivery_count(&first.properties), None);
+        // basic.reject-style requeue through nack: back at the head, redelivered.
+        first
+            .nack(BasicNackOptions { multiple: false, requeue: true })
+            .await
+            .expect("nack");
+        let mut received = Vec::new();
+        let mut redelivered = Vec::new();
+        while received.len() < 20 {
+            let delivery = consumer.next().await.expect("a delivery").expect("ok");
+            received.push(String::from_utf8(delivery.data.clone()).expect("utf-8"));
+            redelivered.push(delivery.redelivered);
+            delivery.ack(BasicAckOptions::default()).await.expect("ack");
+        }
+        // Jobs 1-4 were already in flight (prefetch 5); job-0 went back to the head, so
+        // it comes next, redelivered, before job-5.
+        let expected: Vec<String> = [1, 2, 3, 4, 0]
+            .into_iter()
+            .chain(5..20)
+            .map(|i| format!("job-{i}"))
+            .collect();
+        assert_eq!(received, expected);
+        let flags: Vec<bool> = (0..20).map(|i| i == 4).collect();
+        assert_eq!(redelivered, flags, "only the nacked message comes back redelivered");
+
+        // basic.qos global=true is refused for quorum queues, as RabbitMQ refuses it.
+        let global = connection.create_channel().await.expect("channel");
+        global
+            .basic_qos(10, BasicQosOptions { global: true })
+            .await
+            .expect("qos");
+        let error = global
+            .basic_consume("jobs".into(), "g".into(), BasicConsumeOptions::default(), FieldTable::default())
+            .await
+            .expect_err("global qos refused");
+        let (code, text) = amqp_error(&error);
+        assert_eq!((code, text.as_str()), (540, "NOT_IMPLEMENTED - queue 'jobs' in vhost '/' does not support global qos"));
+        drop(connection);
+
+        // The delivery limit: past x-delivery-limit failed deliveries the message is
+        // dead-lettered with reason delivery_limit.
+        let (_connection, channel) = open(&broker.url()).await;
+        channel
+            .queue_declare("poison-dlq".into(), QueueDeclareOptions::default(), FieldTable::default())
+            .await
+            .expect("dlq");
+        channel
+            .queue_declare(
+                "work".into(),
+                durable(),
+                quorum(&[
+                    ("x-delivery-limit", AMQPValue::LongInt(1)),
+                    ("x-dead-letter-exchange", lapin_common::text("")),
+                    ("x-dead-letter-routing-key", lapin_common::text("poison-dlq")),
+                ]),
+            )
+            .await
+            .expect("work");
+        publish_confirmed(&channel, "work", &[b"poison".to_vec()]).await;
+        for expected in [None, Some(1)] {
+            let message = channel
+                .basic_get("work".into(), BasicGetOptions::default())
+                .await
+                .expect("get")
+                .expect("a message in work");
+            assert_eq!(message.delivery.data, b"poison");
+            assert_eq!(message.delivery.redelivered, expected.is_some());
+            assert_eq!(delivery_count(&message.delivery.properties), expected);
+            // basic.reject with requeue counts as a failed delivery.
+            message
+                .delivery
+                .reject(lapin::options::BasicRejectOptions { requeue: true })
+                .await
+                .expect("reject");
+        }
+        let mut dead = None;
+        for _ in 0..100 {
+            dead = channel
+                .basic_get("poison-dlq".into(), BasicGetOptions { no_ack: true })
+                .await
+                .expect("get");
+            if dead.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let dead = dead.expect("dead-lettered into poison-dlq");
+        assert_eq!(dead.delivery.data, b"poison");
+        assert_eq!(
+            deaths(&dead.delivery.properties),
+            vec![("work".to_string(), "delivery_limit".to_string(), 1)]
+        );
+        assert!(channel
+            .basic_get("work".into(), BasicGetOptions::default())
+            .await
+            .expect("get")
+            .is_none());
+    })
+    .await
+    .expect("bounded");
+}
+
+async fn start(dir: &Path) -> WarrenProcess {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || WarrenProcess::start(&dir, &[]))
+        .await
+        .expect("start task")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_loses_no_confirmed_message_and_redelivers_the_unacknowledged() {
+    tokio::time::timeout(LIMIT, async {
+        let dir = TempDir::new("quorum-kill");
+        let warren = start(dir.path()).await;
+        let (connection, channel) = open(&warren.url()).await;
+        channel
+            .queue_declare("orders".into(), durable(), quorum(&[]))
+            .await
+            .expect("declares");
+        let bodies: Vec<Vec<u8>> = (0..200)
+            .map(|i| format!("order-{i}").into_bytes())
+            .collect();
+        publish_confirmed(&channel, "orders", &bodies).await;
+        // Ten delivered and not acknowledged when the node dies.
+        let consumer_channel = connection.create_channel().await.expect("channel");
+        consumer_channel
+            .basic_qos(10, BasicQosOptions::default())
+            .await
+            .expect("qos");
+        let mut consumer = consumer_channel
+            .basic_consume(
+                "orders".into(),
+                "c".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("consume");
+        for i in 0..10 {
+            let delivery = consumer.next().await.expect("a delivery").expect("ok");
+            assert_eq!(delivery.data, format!("order-{i}").into_bytes());
+        }
+        warren.kill();
+        drop(consumer);
+        drop(connection);
+
+        let warren = start(dir.path()).await;
+        let (_connection, channel) = open(&warren.url()).await;
+        let declared = channel
+            .queue_declare("orders".into(), durable(), quorum(&[]))
+            .await
+            .expect("the quorum queue is back");
+        assert_eq!(
+            declared.message_count(),
+            200,
+            "every confirmed message survived"
+        );
+        let mut consumer = channel
+            .basic_consume(
+                "orders".into(),
+                "after".into(),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..BasicConsumeOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("consume");
+        let mut received = Vec::new();
+        while received.len() < 200 {
+            let delivery = consumer.next().await.expect("a delivery").expect("ok");
+            received.push((
+                String::from_utf8(delivery.data.clone()).expect("utf-8"),
+                delivery.redelivered,
+            ));
+        }
+        let expected: Vec<(String, bool)> =
+            (0..200).map(|i| (format!("order-{i}"), i < 10)).collect();
+        assert_eq!(
+            received, expected,
+            "in order, the unacknowledged ten redelivered"
+        );
+    })
+    .await
+    .expect("bounded");
+}
