@@ -347,3 +347,130 @@ async fn sigkill_loses_no_confirmed_message_and_redelivers_the_unacknowledged() 
     .await
     .expect("bounded");
 }
+
+/// Seed 000's program shape against a quorum queue: a topic exchange bound to it, mandatory
+/// publishes with confirms (the unroutable one returned, then confirmed), prefetch 200 and
+/// manual acks; the queue and its binding come back after a SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_exchange_mandatory_returns_prefetch_200_and_the_binding_survives_sigkill() {
+    tokio::time::timeout(LIMIT, async {
+        use lapin::options::{ExchangeDeclareOptions, QueueBindOptions};
+        use lapin::Confirmation;
+        let dir = TempDir::new("quorum-topic");
+        let warren = start(dir.path()).await;
+        let (_connection, channel) = open(&warren.url()).await;
+        channel
+            .exchange_declare(
+                "events".into(),
+                lapin::ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("exchange");
+        channel
+            .queue_declare("events.orders".into(), durable(), quorum(&[]))
+            .await
+            .expect("queue");
+        channel
+            .queue_bind(
+                "events.orders".into(),
+                "events".into(),
+                "orders.#".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("bind");
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirm.select");
+        let mandatory = BasicPublishOptions {
+            mandatory: true,
+            ..BasicPublishOptions::default()
+        };
+        // The unroutable one first (lapin pairs a basic.return with the next ack it reads).
+        let unroutable = channel
+            .basic_publish(
+                "events".into(),
+                "payments.created".into(),
+                mandatory,
+                b"nobody listens",
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .expect("publish");
+        match unroutable.await.expect("confirm") {
+            Confirmation::Ack(Some(returned)) => {
+                assert_eq!(returned.reply_code, 312);
+                assert_eq!(returned.data, b"nobody listens");
+            }
+            other => panic!("the unroutable publish is returned, then confirmed: {other:?}"),
+        }
+        let mut confirms = Vec::new();
+        for i in 0..500 {
+            confirms.push(
+                channel
+                    .basic_publish(
+                        "events".into(),
+                        format!("orders.created.{i}").as_str().into(),
+                        mandatory,
+                        format!("event-{i}").as_bytes(),
+                        BasicProperties::default().with_delivery_mode(2),
+                    )
+                    .await
+                    .expect("publish"),
+            );
+        }
+        for (i, confirm) in confirms.into_iter().enumerate() {
+            let confirmation = confirm.await.expect("confirm");
+            assert!(
+                matches!(confirmation, Confirmation::Ack(None)),
+                "publish {i}: {confirmation:?}"
+            );
+        }
+        warren.kill();
+
+        let warren = start(dir.path()).await;
+        let (_connection, channel) = open(&warren.url()).await;
+        channel
+            .basic_qos(200, BasicQosOptions::default())
+            .await
+            .expect("qos");
+        let mut consumer = channel
+            .basic_consume(
+                "events.orders".into(),
+                "worker".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("consume");
+        for i in 0..500 {
+            let delivery = consumer.next().await.expect("a delivery").expect("ok");
+            assert_eq!(delivery.data, format!("event-{i}").into_bytes());
+            assert!(!delivery.redelivered);
+            delivery.ack(BasicAckOptions::default()).await.expect("ack");
+        }
+        // The binding came back with the queue: a new publish still reaches it.
+        channel
+            .basic_publish(
+                "events".into(),
+                "orders.after".into(),
+                BasicPublishOptions::default(),
+                b"after restart",
+                BasicProperties::default(),
+            )
+            .await
+            .expect("publish");
+        let delivery = consumer.next().await.expect("a delivery").expect("ok");
+        assert_eq!(delivery.data, b"after restart");
+        delivery.ack(BasicAckOptions::default()).await.expect("ack");
+    })
+    .await
+    .expect("bounded");
+}
