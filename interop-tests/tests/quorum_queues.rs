@@ -474,3 +474,95 @@ async fn topic_exchange_mandatory_returns_prefetch_200_and_the_binding_survives_
     .await
     .expect("bounded");
 }
+
+/// `x-overflow: reject-publish` nacks what the queue refused (the state machine decides it at
+/// commit, so the confirm waits for that answer), and a channel closed with unacknowledged
+/// deliveries returns them, redelivered, to the next consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reject_publish_nacks_and_a_closed_channel_returns_its_unacknowledged() {
+    tokio::time::timeout(LIMIT, async {
+        let broker = TestBroker::start().await;
+        let (connection, channel) = open(&broker.url()).await;
+        channel
+            .queue_declare(
+                "bounded".into(),
+                durable(),
+                quorum(&[
+                    ("x-max-length", AMQPValue::LongInt(2)),
+                    ("x-overflow", lapin_common::text("reject-publish")),
+                ]),
+            )
+            .await
+            .expect("declare");
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirm.select");
+        let mut acks = Vec::new();
+        for i in 0..5 {
+            let confirm = channel
+                .basic_publish(
+                    "".into(),
+                    "bounded".into(),
+                    BasicPublishOptions::default(),
+                    format!("m{i}").as_bytes(),
+                    BasicProperties::default().with_delivery_mode(2),
+                )
+                .await
+                .expect("publish");
+            acks.push(confirm.await.expect("confirm").is_ack());
+        }
+        // RabbitMQ 4.3 takes the publish that crosses the limit (overshoot by one).
+        assert_eq!(acks, vec![true, true, true, false, false]);
+
+        let first = connection.create_channel().await.expect("channel");
+        first
+            .basic_qos(2, BasicQosOptions::default())
+            .await
+            .expect("qos");
+        let mut consumer = first
+            .basic_consume(
+                "bounded".into(),
+                "a".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("consume");
+        for i in 0..2 {
+            let delivery = consumer.next().await.expect("a delivery").expect("ok");
+            assert_eq!(delivery.data, format!("m{i}").into_bytes());
+        }
+        first.close(200, "bye".into()).await.expect("close");
+
+        let second = connection.create_channel().await.expect("channel");
+        let mut consumer = second
+            .basic_consume(
+                "bounded".into(),
+                "b".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("consume");
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            let delivery = consumer.next().await.expect("a delivery").expect("ok");
+            got.push((
+                String::from_utf8(delivery.data.clone()).expect("utf-8"),
+                delivery.redelivered,
+            ));
+            delivery.ack(BasicAckOptions::default()).await.expect("ack");
+        }
+        assert_eq!(
+            got,
+            vec![
+                ("m0".to_string(), true),
+                ("m1".to_string(), true),
+                ("m2".to_string(), false)
+            ]
+        );
+    })
+    .await
+    .expect("bounded");
+}

@@ -127,6 +127,7 @@ impl QueueBackend for QuorumBackend {
             arguments: declaration.arguments.clone(),
             vhost: declaration.vhost.clone(),
             store: self.store.clone(),
+            reject_publish: config.overflow == warren_core::queue::Overflow::RejectPublish,
             ops,
             machine: OnceLock::new(),
             local: Mutex::new(Local::default()),
@@ -151,6 +152,8 @@ enum Op {
     Publish {
         message: Arc<Message>,
         hold: Option<u64>,
+        /// For a reject-publish queue: the caller waits for the state machine's answer.
+        answer: Option<std::sync::mpsc::Sender<Option<Reply>>>,
     },
     Attach {
         local: u64,
@@ -201,6 +204,8 @@ pub struct QuorumQueueHandle {
     arguments: Table,
     vhost: Weak<VHost>,
     store: Option<Arc<MessageStore>>,
+    /// `x-overflow: reject-publish`: publishes wait for their answer (see `publish`).
+    reject_publish: bool,
     ops: mpsc::UnboundedSender<Op>,
     /// The member's state machine once it started (counters are read from it).
     machine: OnceLock<crate::QueueStateMachine>,
@@ -348,6 +353,27 @@ impl QueueInstance for QuorumQueueHandle {
     }
 
     fn publish(&self, message: Arc<Message>) -> Published {
+        if self.reject_publish && multi_threaded() {
+            // Only the applied command knows whether reject-publish took it, and a refused
+            // publish must be nacked, not confirmed: wait for the commit here (the cost is
+            // this queue type's with this overflow mode only).
+            let (answer, reply) = std::sync::mpsc::channel();
+            self.send(Op::Publish {
+                message,
+                hold: None,
+                answer: Some(answer),
+            });
+            let reply =
+                tokio::task::block_in_place(|| reply.recv_timeout(GET_BOUND).ok().flatten());
+            let outcome = match reply {
+                Some(Reply::Enqueued { .. } | Reply::Duplicate) => EnqueueOutcome::Enqueued,
+                _ => EnqueueOutcome::Rejected,
+            };
+            return Published {
+                outcome,
+                durable_seq: None,
+            };
+        }
         if let Some(machine) = self.machine.get() {
             if machine.with_queue(|q| q.is_rejecting()) {
                 // reject-publish is refusing (read from the applied state): nacked now.
@@ -358,7 +384,11 @@ impl QueueInstance for QuorumQueueHandle {
             }
         }
         let hold = self.store.as_ref().map(|store| store.hold());
-        self.send(Op::Publish { message, hold });
+        self.send(Op::Publish {
+            message,
+            hold,
+            answer: None,
+        });
         Published {
             outcome: EnqueueOutcome::Enqueued,
             durable_seq: hold,
@@ -478,8 +508,7 @@ impl QueueInstance for QuorumQueueHandle {
     }
 
     fn get(&self, needs_settlement: bool) -> Option<(Delivery, u64)> {
-        let multi_threaded = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let multi_threaded = multi_threaded();
         let (reply, answer) = std::sync::mpsc::channel();
         self.send(Op::Dequeue {
             command: Command::Dequeue {
@@ -568,6 +597,12 @@ impl Local {
     }
 }
 
+/// Whether the caller runs on a multi-threaded tokio runtime (where it may block in place).
+fn multi_threaded() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
 /// The effects pump's target: the handle, while it lives.
 struct Effects(Weak<QuorumQueueHandle>);
 
@@ -605,7 +640,11 @@ impl Driver {
                 Op::Command(command) => {
                     let _ = write(&raft, command).await;
                 }
-                Op::Publish { message, hold } => {
+                Op::Publish {
+                    message,
+                    hold,
+                    answer,
+                } => {
                     let reply = write(
                         &raft,
                         Command::Enqueue {
@@ -616,11 +655,18 @@ impl Driver {
                     .await;
                     let store = self.queue.upgrade().and_then(|q| q.store.clone());
                     tokio::spawn(async move {
-                        if let Some(reply) = reply {
-                            let _ = reply.await;
-                        }
+                        let applied = match reply {
+                            Some(reply) => match reply.await {
+                                Ok(Ok(response)) => Some(response.data.0),
+                                _ => None,
+                            },
+                            None => None,
+                        };
                         if let (Some(store), Some(seq)) = (store, hold) {
                             store.release(seq);
+                        }
+                        if let Some(answer) = answer {
+                            let _ = answer.send(applied);
                         }
                     });
                 }
