@@ -184,6 +184,8 @@ struct Pending {
     holds: std::collections::BTreeSet<u64>,
     /// The highest sequence number the writer made durable.
     written_seq: u64,
+    /// The writer holds a batch it has not finished (even one of events only).
+    writing: bool,
 }
 
 impl Pending {
@@ -369,7 +371,7 @@ impl MessageStore {
         pending.last_seq += 1;
         let seq = pending.last_seq;
         pending.holds.insert(seq);
-        if pending.buffer.is_empty() && pending.events.is_empty() && pending.in_flight == 0 {
+        if pending.buffer.is_empty() && pending.events.is_empty() && !pending.writing {
             // Nothing unwritten is outstanding, so nothing but this hold (which is no write)
             // stands between the durable number and `seq`.
             pending.written_seq = seq;
@@ -596,6 +598,7 @@ impl Writer {
                 let events =
                     std::mem::replace(&mut pending.events, std::mem::take(&mut events_spare));
                 pending.in_flight = buffer.len();
+                pending.writing = true;
                 (buffer, events, pending.last_seq, pending.stopping)
             };
             let generation = shared.topology_generation.load(Ordering::Acquire);
@@ -646,6 +649,7 @@ impl Writer {
             {
                 let mut pending = shared.pending.lock();
                 pending.in_flight = 0;
+                pending.writing = false;
                 if written && pending.buffer.is_empty() && pending.events.is_empty() {
                     // Nothing was submitted meanwhile: every sequence number taken since the
                     // batch (holds only) is written too, and only its hold keeps it back.
