@@ -384,11 +384,22 @@ impl QueueInstance for QuorumQueueHandle {
             }
         }
         let hold = self.store.as_ref().map(|store| store.hold());
-        self.send(Op::Publish {
+        let sent = self.ops.send(Op::Publish {
             message,
             hold,
             answer: None,
         });
+        if sent.is_err() {
+            // The member is gone (it did not start, or the queue was deleted): refused, and
+            // the hold released at once so no other confirm waits behind it.
+            if let (Some(store), Some(seq)) = (&self.store, hold) {
+                store.release(seq);
+            }
+            return Published {
+                outcome: EnqueueOutcome::Rejected,
+                durable_seq: None,
+            };
+        }
         Published {
             outcome: EnqueueOutcome::Enqueued,
             durable_seq: hold,
@@ -631,6 +642,26 @@ impl Driver {
             Ok(group) => group,
             Err(error) => {
                 tracing::error!(queue = %name, %error, "quorum queue member did not start");
+                // Nothing will commit. Later publishes are refused (the channel closes);
+                // those already queued keep their holds: releasing them would confirm
+                // messages no log has, and a confirm must mean the message is safe (their
+                // publishers, and confirms queued behind them, wait instead: the node's disk
+                // is failing, the log above says so).
+                self.ops.close();
+                while let Ok(op) = self.ops.try_recv() {
+                    match op {
+                        Op::Publish {
+                            answer: Some(answer),
+                            ..
+                        } => {
+                            let _ = answer.send(None);
+                        }
+                        Op::Dequeue { reply, .. } => {
+                            let _ = reply.send(None);
+                        }
+                        _ => {}
+                    }
+                }
                 return;
             }
         };
@@ -662,7 +693,8 @@ impl Driver {
                             },
                             None => None,
                         };
-                        if let (Some(store), Some(seq)) = (store, hold) {
+                        // Released only once committed: a confirm means the log has it.
+                        if let (Some(store), Some(seq), true) = (store, hold, applied.is_some()) {
                             store.release(seq);
                         }
                         if let Some(answer) = answer {
@@ -714,6 +746,9 @@ impl Driver {
                     });
                 }
                 Op::Delete => {
+                    // A barrier: once this commits, every earlier publish has been applied
+                    // and its hold released, so no confirm waits on a stopped member.
+                    let _ = group.propose(Command::Tick, Duration::from_secs(5)).await;
                     let dir = self.wal.group_dir(self.group);
                     group.stop().await;
                     self.wal.remove_group(self.group, None);
