@@ -566,3 +566,73 @@ async fn reject_publish_nacks_and_a_closed_channel_returns_its_unacknowledged() 
     .await
     .expect("bounded");
 }
+
+/// STOMP reaches a quorum queue through the queue-type interface: SEND receipts after the
+/// commit, a `client-individual` subscription with a prefetch, NACK returning the message
+/// redelivered, ACK settling it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stomp_sends_subscribes_nacks_and_acks_on_a_quorum_queue() {
+    use warren_interop_tests::stomp::StompClient;
+    tokio::time::timeout(LIMIT, async {
+        let broker = TestBroker::start().await;
+        let (_connection, channel) = open(&broker.url()).await;
+        channel
+            .queue_declare("stomp-jobs".into(), durable(), quorum(&[]))
+            .await
+            .expect("declare");
+        let mut client = StompClient::connect(broker.stomp_addr(), "1.2").await;
+        for body in ["a", "b", "c"] {
+            client
+                .send("/amq/queue/stomp-jobs", body, &[("persistent", "true")])
+                .await;
+        }
+        let jobs = broker
+            .broker()
+            .vhost("/")
+            .and_then(|v| v.typed_queue("stomp-jobs"))
+            .expect("the quorum queue");
+        assert_eq!(jobs.info().ready, 3, "each receipt came after its commit");
+        client
+            .subscribe(
+                "/amq/queue/stomp-jobs",
+                "s",
+                "client-individual",
+                &[("prefetch-count", "3")],
+            )
+            .await;
+        let first = client.expect_message().await;
+        assert_eq!(first.text(), "a");
+        let (header, value) = client.ack_headers(&first);
+        let value = value.to_string();
+        client.request("NACK", &[(header, value.as_str())]).await;
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            let message = client.expect_message().await;
+            got.push((
+                message.text(),
+                message.header("redelivered") == Some("true"),
+            ));
+            let (header, value) = client.ack_headers(&message);
+            let value = value.to_string();
+            client.request("ACK", &[(header, value.as_str())]).await;
+        }
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                ("a".to_string(), true),
+                ("b".to_string(), false),
+                ("c".to_string(), false)
+            ]
+        );
+        for _ in 0..100 {
+            if jobs.info().ready == 0 && jobs.info().unacknowledged == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!((jobs.info().ready, jobs.info().unacknowledged), (0, 0));
+    })
+    .await
+    .expect("bounded");
+}
