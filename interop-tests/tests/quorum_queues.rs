@@ -636,3 +636,50 @@ async fn stomp_sends_subscribes_nacks_and_acks_on_a_quorum_queue() {
     .await
     .expect("bounded");
 }
+
+/// A policy set after the declaration reaches the quorum queue (`Configure`): a lower
+/// `max-length` drops from the head at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_set_later_applies_to_a_quorum_queue() {
+    tokio::time::timeout(LIMIT, async {
+        let broker = TestBroker::start().await;
+        let (_connection, channel) = open(&broker.url()).await;
+        channel
+            .queue_declare("capped".into(), durable(), quorum(&[]))
+            .await
+            .expect("declare");
+        let bodies: Vec<Vec<u8>> = (0..5).map(|i| format!("m{i}").into_bytes()).collect();
+        publish_confirmed(&channel, "capped", &bodies).await;
+        let mut definition = warren_core::value::Table::new();
+        definition.insert("max-length", warren_core::value::Value::I64(2));
+        let vhost = broker.broker().vhost("/").expect("vhost");
+        vhost.set_policy(
+            warren_core::policy::Policy::new(
+                "cap",
+                "^capped$",
+                "quorum_queues",
+                1,
+                definition,
+                false,
+            )
+            .expect("valid policy"),
+            false,
+        );
+        let queue = vhost.typed_queue("capped").expect("the quorum queue");
+        for _ in 0..100 {
+            if queue.info().ready == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(queue.info().ready, 2);
+        let first = channel
+            .basic_get("capped".into(), BasicGetOptions { no_ack: true })
+            .await
+            .expect("get")
+            .expect("a message");
+        assert_eq!(first.delivery.data, b"m3", "drop-head dropped the oldest");
+    })
+    .await
+    .expect("bounded");
+}

@@ -127,7 +127,10 @@ impl QueueBackend for QuorumBackend {
             arguments: declaration.arguments.clone(),
             vhost: declaration.vhost.clone(),
             store: self.store.clone(),
-            reject_publish: config.overflow == warren_core::queue::Overflow::RejectPublish,
+            reject_publish: std::sync::atomic::AtomicBool::new(
+                config.overflow == warren_core::queue::Overflow::RejectPublish,
+            ),
+            settings: Mutex::new(config.clone()),
             ops,
             machine: OnceLock::new(),
             local: Mutex::new(Local::default()),
@@ -205,7 +208,10 @@ pub struct QuorumQueueHandle {
     vhost: Weak<VHost>,
     store: Option<Arc<MessageStore>>,
     /// `x-overflow: reject-publish`: publishes wait for their answer (see `publish`).
-    reject_publish: bool,
+    reject_publish: std::sync::atomic::AtomicBool,
+    /// The settings last given to the state machine (declaration plus policies), so a
+    /// policy change proposes `Configure` only when they change.
+    settings: Mutex<QuorumConfig>,
     ops: mpsc::UnboundedSender<Op>,
     /// The member's state machine once it started (counters are read from it).
     machine: OnceLock<crate::QueueStateMachine>,
@@ -353,7 +359,11 @@ impl QueueInstance for QuorumQueueHandle {
     }
 
     fn publish(&self, message: Arc<Message>) -> Published {
-        if self.reject_publish && multi_threaded() {
+        if self
+            .reject_publish
+            .load(std::sync::atomic::Ordering::Relaxed)
+            && multi_threaded()
+        {
             // Only the applied command knows whether reject-publish took it, and a refused
             // publish must be nacked, not confirmed: wait for the commit here (the cost is
             // this queue type's with this overflow mode only).
@@ -584,6 +594,24 @@ impl QueueInstance for QuorumQueueHandle {
 
     fn arguments(&self) -> Table {
         self.arguments.clone()
+    }
+
+    fn apply_policies(&self, policy: Option<&Table>, operator: Option<&Table>) {
+        let Ok(declared) = QuorumConfig::from_arguments(&self.name, &self.arguments) else {
+            return;
+        };
+        let settings = declared.with_policies(&self.arguments, policy, operator);
+        let mut current = self.settings.lock();
+        if *current != settings {
+            self.reject_publish.store(
+                settings.overflow == warren_core::queue::Overflow::RejectPublish,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            *current = settings.clone();
+            drop(current);
+            // Lower limits apply at once; the name and single-active-consumer stay.
+            self.send(Op::Command(Command::Configure(settings)));
+        }
     }
 
     fn delete(&self) -> u64 {

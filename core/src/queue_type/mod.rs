@@ -209,6 +209,12 @@ pub trait QueueInstance: Send + Sync {
         Ok(())
     }
 
+    /// The policy and operator policy that apply to the queue now (their definitions), after
+    /// a policy changed. Classic queues are updated by the vhost itself.
+    fn apply_policies(&self, policy: Option<&Table>, operator: Option<&Table>) {
+        let _ = (policy, operator);
+    }
+
     /// The vhost removed the queue: drop its messages and its state on disk, cancel its
     /// consumers. Returns the ready messages dropped.
     fn delete(&self) -> u64 {

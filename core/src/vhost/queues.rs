@@ -218,8 +218,8 @@ impl VHost {
             let policies = self.policies.read();
             let operators = self.operator_policies.read();
             (
-                select(&policies, |p| p.matches_queue(&name)).map(|p| p.definition.clone()),
-                select(&operators, |p| p.matches_queue(&name)).map(|p| p.definition.clone()),
+                select(&policies, |p| p.matches_quorum_queue(&name)).map(|p| p.definition.clone()),
+                select(&operators, |p| p.matches_quorum_queue(&name)).map(|p| p.definition.clone()),
             )
         };
         let queue = queue_type.declare(
