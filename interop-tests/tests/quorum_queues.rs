@@ -683,3 +683,40 @@ async fn a_policy_set_later_applies_to_a_quorum_queue() {
     .await
     .expect("bounded");
 }
+
+/// Deleting a quorum queue drops its messages and its Raft state: declared again under the
+/// same name it starts empty and works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_quorum_queue_declared_again_starts_empty() {
+    tokio::time::timeout(LIMIT, async {
+        let broker = TestBroker::start().await;
+        let (_connection, channel) = open(&broker.url()).await;
+        for round in 0..3 {
+            let declared = channel
+                .queue_declare("again".into(), durable(), quorum(&[]))
+                .await
+                .expect("declare");
+            assert_eq!(declared.message_count(), 0, "round {round} starts empty");
+            let bodies: Vec<Vec<u8>> = (0..3)
+                .map(|i| format!("r{round}-{i}").into_bytes())
+                .collect();
+            publish_confirmed(&channel, "again", &bodies).await;
+            let first = channel
+                .basic_get("again".into(), BasicGetOptions { no_ack: true })
+                .await
+                .expect("get")
+                .expect("a message");
+            assert_eq!(first.delivery.data, format!("r{round}-0").into_bytes());
+            let deleted = channel
+                .queue_delete(
+                    "again".into(),
+                    lapin::options::QueueDeleteOptions::default(),
+                )
+                .await
+                .expect("delete");
+            assert_eq!(deleted, 2);
+        }
+    })
+    .await
+    .expect("bounded");
+}

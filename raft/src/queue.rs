@@ -166,8 +166,10 @@ enum Op {
         command: Command,
         reply: std::sync::mpsc::Sender<Option<Reply>>,
     },
-    /// The queue was deleted: stop the member and drop its state on disk.
-    Delete,
+    /// The queue was deleted: stop the member and drop its state on disk, then say so.
+    Delete {
+        done: std::sync::mpsc::Sender<()>,
+    },
 }
 
 /// A consumer attached through this handle.
@@ -624,7 +626,16 @@ impl QueueInstance for QuorumQueueHandle {
         for sink in sinks {
             sink.cancelled();
         }
-        self.send(Op::Delete);
+        let (done, finished) = std::sync::mpsc::channel();
+        self.send(Op::Delete { done });
+        // Wait for the member to be gone and its directory removed, so a queue declared
+        // again under the name (the same group id) does not open the old state.
+        let wait = || {
+            let _ = finished.recv_timeout(GET_BOUND);
+        };
+        if multi_threaded() {
+            tokio::task::block_in_place(wait);
+        }
         ready
     }
 }
@@ -773,7 +784,7 @@ impl Driver {
                         let _ = reply.send(answer);
                     });
                 }
-                Op::Delete => {
+                Op::Delete { done } => {
                     // A barrier: once this commits, every earlier publish has been applied
                     // and its hold released, so no confirm waits on a stopped member.
                     let _ = group.propose(Command::Tick, Duration::from_secs(5)).await;
@@ -785,6 +796,7 @@ impl Driver {
                             tracing::warn!(queue = %name, %error, "cannot remove a deleted quorum queue's state");
                         }
                     }
+                    let _ = done.send(());
                     return;
                 }
             }
