@@ -20,8 +20,33 @@ pub fn apply_definitions(
     settings: &Settings,
 ) -> Result<(), String> {
     let definitions = Definitions::from_file(path).map_err(|e| e.to_string())?;
-    apply_parsed(broker, &definitions, settings, &path.display().to_string())?;
+    apply_parsed(
+        broker,
+        &definitions,
+        settings,
+        &path.display().to_string(),
+        IMPORTABLE_QUEUE_TYPES,
+    )?;
     tracing::info!(path = %path.display(), "definitions loaded");
+    Ok(())
+}
+
+/// Applies the definitions this node saved in its data directory (`persistence.rs`): as
+/// [`apply_definitions`], and its quorum queues are reopened from their Raft logs.
+pub fn apply_saved_definitions(
+    broker: &Arc<Broker>,
+    path: &Path,
+    settings: &Settings,
+) -> Result<(), String> {
+    let definitions = Definitions::from_file(path).map_err(|e| e.to_string())?;
+    apply_parsed(
+        broker,
+        &definitions,
+        settings,
+        &path.display().to_string(),
+        SAVED_QUEUE_TYPES,
+    )?;
+    tracing::info!(path = %path.display(), "saved definitions loaded");
     Ok(())
 }
 
@@ -36,7 +61,13 @@ pub fn import_definitions(
 ) -> Result<(), String> {
     let text = std::str::from_utf8(json).map_err(|_| format!("{source}: not UTF-8 text"))?;
     let definitions = Definitions::from_json_str(text).map_err(|e| format!("{source}: {e}"))?;
-    apply_parsed(broker, &definitions, settings, source)?;
+    apply_parsed(
+        broker,
+        &definitions,
+        settings,
+        source,
+        IMPORTABLE_QUEUE_TYPES,
+    )?;
     tracing::info!(source, "definitions imported");
     Ok(())
 }
@@ -46,6 +77,7 @@ fn apply_parsed(
     definitions: &Definitions,
     settings: &Settings,
     path: &str,
+    queue_types: &[&str],
 ) -> Result<(), String> {
     // Vhosts and users that exist already may be named without being declared (the
     // default ones at boot, everything when importing into a running broker).
@@ -98,7 +130,7 @@ fn apply_parsed(
     let parameters = parse_parameters(definitions).map_err(|e| format!("{path}: {e}"))?;
     let global_parameters =
         parse_global_parameters(definitions).map_err(|e| format!("{path}: {e}"))?;
-    check_queue_types(definitions).map_err(|e| format!("{path}: {e}"))?;
+    check_queue_types(definitions, queue_types).map_err(|e| format!("{path}: {e}"))?;
     let known_vhost = |name: &str| {
         vhost_names.contains(&name) || definitions.vhosts.iter().any(|v| v.name == name)
     };
@@ -324,6 +356,11 @@ const APPLIED_GLOBAL_PARAMETERS: [&str; 1] = ["cluster_name"];
 /// declared, list the type here.
 const IMPORTABLE_QUEUE_TYPES: &[&str] = &["classic", "stream"];
 
+/// The queue types the node's own saved definitions may hold: its quorum queues too, whose
+/// state is in their Raft logs (an import of RabbitMQ's quorum queues, whose messages are
+/// not, is still refused above).
+const SAVED_QUEUE_TYPES: &[&str] = &["classic", "stream", "quorum"];
+
 /// The type a definitions entry gives its queue: the `x-queue-type` argument, else `type`.
 fn declared_queue_type(queue: &warren_config::QueueDefinition) -> Option<String> {
     queue
@@ -335,10 +372,10 @@ fn declared_queue_type(queue: &warren_config::QueueDefinition) -> Option<String>
 }
 
 /// Refuses definitions with a queue of a type Warren cannot create yet.
-fn check_queue_types(definitions: &Definitions) -> Result<(), String> {
+fn check_queue_types(definitions: &Definitions, allowed: &[&str]) -> Result<(), String> {
     for queue in &definitions.queues {
         if let Some(queue_type) = declared_queue_type(queue) {
-            if !IMPORTABLE_QUEUE_TYPES.contains(&queue_type.as_str()) {
+            if !allowed.contains(&queue_type.as_str()) {
                 return Err(format!(
                     "queue '{}' in vhost '{}' has type '{queue_type}', which Warren does not support yet (only {}); nothing was imported",
                     queue.name,

@@ -583,6 +583,9 @@ pub struct Server {
     listeners: JoinSet<()>,
 }
 
+/// The quorum queues' shared write-ahead log and group state, inside `data_dir`.
+pub const QUORUM_DIR: &str = "quorum";
+
 impl Server {
     /// Builds the broker from `settings`, binds every listener and starts serving.
     /// Each bound listener is logged as `listening protocol=amqp addr=HOST:PORT`.
@@ -602,7 +605,25 @@ impl Server {
                 settings.data_dir.display()
             ))
         })?;
-        broker.attach_store(store);
+        broker.attach_store(Arc::clone(&store));
+        // Quorum queues: one Raft group per queue, every group logging into this node's
+        // shared WAL (data_dir/quorum; docs/quorum-queues.md).
+        let (wal, wal_report) = warren_raft::Wal::open(
+            settings.data_dir.join(QUORUM_DIR),
+            warren_raft::WalOptions::default(),
+        )
+        .map_err(|error| {
+            StartError::Storage(format!(
+                "cannot open the quorum queue log in {}: {error}",
+                settings.data_dir.join(QUORUM_DIR).display()
+            ))
+        })?;
+        tracing::debug!(?wal_report, "quorum queue log recovered");
+        broker.set_queue_backend(Arc::new(warren_raft::QuorumBackend::new(
+            wal.clone(),
+            Some(store),
+            tokio::runtime::Handle::current(),
+        )));
         // Queues declared from now on page or hold their publishers back beyond these.
         broker.queue_memory_limits().set(
             settings.queue_max_in_memory_messages,
@@ -622,7 +643,8 @@ impl Server {
         broker.set_loopback_users(settings.loopback_users.iter().cloned());
         let saved = persistence::definitions_path(&settings.data_dir);
         if saved.exists() {
-            apply_definitions(&broker, &saved, &settings).map_err(StartError::Definitions)?;
+            definitions::apply_saved_definitions(&broker, &saved, &settings)
+                .map_err(StartError::Definitions)?;
         }
         if let Some(path) = &settings.load_definitions {
             apply_definitions(&broker, path, &settings).map_err(StartError::Definitions)?;

@@ -189,6 +189,17 @@ pub fn snapshot(broker: &Broker) -> Json {
                 "arguments": table_to_json(&config.arguments),
             }));
         }
+        // Quorum queues: their declarations here, their messages in their Raft logs.
+        for queue in vhost.typed_queues() {
+            durable_queues.push(queue.name().to_string());
+            queues.push(json!({
+                "name": queue.name(),
+                "vhost": vhost_name,
+                "durable": true,
+                "auto_delete": false,
+                "arguments": table_to_json(&queue.arguments()),
+            }));
+        }
         for exchange in &all_exchanges {
             if !exchange.config().durable || exchange.name().is_empty() {
                 continue;

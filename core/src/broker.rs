@@ -118,6 +118,12 @@ impl Broker {
         self.durability.attach(store)
     }
 
+    /// Installs what makes quorum queues on this node (the server's `warren_raft`
+    /// backend). Install before declaring anything; false if one was installed already.
+    pub fn set_queue_backend(&self, backend: Arc<dyn crate::queue_type::QueueBackend>) -> bool {
+        self.durability.set_queue_backend(backend)
+    }
+
     /// How much each queue keeps in memory (`queue_max_in_memory_messages`,
     /// `queue_max_in_memory_bytes`): beyond it persistent messages of durable queues are paged
     /// to disk and publishers of anything else are held back (see [`crate::flow`]).

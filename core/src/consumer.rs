@@ -26,6 +26,13 @@ pub trait DeliverySink: Send + Sync {
 
     /// The server cancelled the consumer (its queue was deleted).
     fn cancelled(&self);
+
+    /// The consumer's prefetch window (AMQP 0-9-1 `basic.qos`), for queue types that keep
+    /// each consumer's credit in their own replicated state (quorum queues) and so must
+    /// check out no more than the listener will take. `None`: unlimited or not known.
+    fn prefetch(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// One message handed to a consumer or to a basic.get.

@@ -178,6 +178,15 @@ impl Policy {
         ) && self.regex.is_match(name)
     }
 
+    /// Whether the policy applies to the quorum queue `name` (`apply-to` queues,
+    /// quorum_queues or all).
+    pub fn matches_quorum_queue(&self, name: &str) -> bool {
+        matches!(
+            self.apply_to,
+            ApplyTo::Queues | ApplyTo::QuorumQueues | ApplyTo::All
+        ) && self.regex.is_match(name)
+    }
+
     /// Whether the policy applies to the exchange `name`.
     pub fn matches_exchange(&self, name: &str) -> bool {
         matches!(self.apply_to, ApplyTo::Exchanges | ApplyTo::All) && self.regex.is_match(name)

@@ -24,6 +24,7 @@
 pub mod group;
 pub mod log_store;
 pub mod propose;
+pub mod queue;
 mod record;
 mod serde_impls;
 pub mod state_machine;
@@ -37,6 +38,7 @@ use warren_core::quorum::{Command, Reply};
 pub use group::{EffectSink, QueueGroup};
 pub use log_store::GroupLogStore;
 pub use propose::{propose, ProposeError};
+pub use queue::QuorumBackend;
 pub use state_machine::QueueStateMachine;
 pub use wal::{Wal, WalOptions};
 

@@ -716,12 +716,26 @@ async fn confirmed_publishes_survive_the_leaders_node_and_unsettled_ones_come_ba
         TIMEOUT,
     )
     .await;
-    assert!(matches!(drained, Ok(Reply::Attached { .. })), "{drained:?}");
+    let Ok(Reply::Attached {
+        consumer: drain, ..
+    }) = drained
+    else {
+        panic!("{drained:?}");
+    };
     let mut bodies = Vec::new();
     let mut redelivered = Vec::new();
     while let Ok((_, effects)) = receiver.try_recv() {
         for effect in effects {
-            if let Effect::Deliver { delivered, .. } = effect {
+            // Only the drain's: this member may apply the doomed consumer's attach (and
+            // emit its deliveries) after the channel was emptied above.
+            if let Effect::Deliver {
+                consumer,
+                delivered,
+            } = effect
+            {
+                if consumer != drain {
+                    continue;
+                }
                 let body: u64 = String::from_utf8(delivered.message.body.to_vec())
                     .unwrap()
                     .parse()

@@ -323,6 +323,9 @@ pub struct Queue {
     /// Allocated the first time the queue goes over its limits (or someone asks): most
     /// queues never do.
     flow: OnceLock<Arc<QueueFlow>>,
+    /// Set on the stand-in a queue of another type (quorum) has in bindings: routing hands
+    /// what reaches it to that queue (see [`Queue::forward`]).
+    forward: OnceLock<Arc<dyn crate::queue_type::QueueInstance>>,
 }
 
 static NEXT_CONSUMER_ID: AtomicU64 = AtomicU64::new(1);
@@ -355,6 +358,30 @@ impl Queue {
     /// are ignored here.
     pub fn new(config: QueueConfig) -> Arc<Queue> {
         Self::in_vhost(config, Weak::new())
+    }
+
+    /// The queue of another type this stand-in forwards to, if it is one: exchanges bind
+    /// classic queues by `Arc<Queue>` (a binding target stays two words), so a quorum
+    /// queue is bound through a stand-in that holds no messages.
+    pub fn forward(&self) -> Option<&Arc<dyn crate::queue_type::QueueInstance>> {
+        self.forward.get()
+    }
+
+    /// A stand-in for `target` in bindings (see [`Queue::forward`]).
+    pub(crate) fn stand_in(
+        target: Arc<dyn crate::queue_type::QueueInstance>,
+        vhost: &str,
+    ) -> Arc<Queue> {
+        let queue = Queue::new(QueueConfig {
+            name: target.name().to_string(),
+            vhost: vhost.to_string(),
+            durable: target.durable(),
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments: Table::new(),
+        });
+        let _ = queue.forward.set(target);
+        queue
     }
 
     /// A new, empty queue that dead-letters through `vhost`.
@@ -391,6 +418,7 @@ impl Queue {
             store: OnceLock::new(),
             memory_limits,
             flow: OnceLock::new(),
+            forward: OnceLock::new(),
         })
     }
 

@@ -142,4 +142,28 @@ impl QueueInstance for Queue {
     fn info(&self) -> QueueStats {
         self.stats()
     }
+
+    fn arguments(&self) -> Table {
+        self.config().arguments.clone()
+    }
+
+    fn durable(&self) -> bool {
+        self.config().durable
+    }
+
+    fn auto_delete(&self) -> bool {
+        self.config().auto_delete
+    }
+
+    fn exclusive_owner(&self) -> Option<u64> {
+        self.config().exclusive_owner
+    }
+
+    fn check_exclusive_access(&self, connection_id: u64) -> CoreResult<()> {
+        Queue::check_exclusive_access(self, connection_id)
+    }
+
+    fn delete(&self) -> u64 {
+        self.mark_deleted()
+    }
 }

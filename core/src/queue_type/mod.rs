@@ -10,17 +10,64 @@
 //!
 //! Classic queues ([`crate::queue::Queue`]) are the first implementation.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::consumer::{ConsumerSpec, Delivery, DeliverySink};
-use crate::error::CoreResult;
+use crate::error::{CoreError, CoreResult};
 use crate::message::Message;
 use crate::queue::{ConsumerRemoval, EnqueueOutcome, QueueStats, Settlement};
+use crate::store::Durability;
 use crate::value::Table;
+use crate::vhost::VHost;
 
 mod classic;
+mod quorum;
 
 pub use classic::CLASSIC;
+pub use quorum::QUORUM;
+
+/// A declaration the vhost has checked (permissions, name, the type's arguments and
+/// capabilities) and hands to [`QueueType::declare`] to make the queue.
+#[derive(Debug, Clone)]
+pub struct Declaration {
+    /// The queue's name.
+    pub name: String,
+    /// The vhost it lives in, for dead-lettering through it.
+    pub vhost: Weak<VHost>,
+    /// The vhost's name.
+    pub vhost_name: String,
+    /// Durable flag (always true for quorum queues).
+    pub durable: bool,
+    /// The declaration's arguments.
+    pub arguments: Table,
+    /// The arguments combined with the policy and operator policy that apply now.
+    pub policy: Option<Table>,
+    /// The operator policy's definition, if one applies.
+    pub operator_policy: Option<Table>,
+}
+
+/// What makes the queues of a type whose queues live outside the core (quorum queues on
+/// Raft groups in `warren-raft`): the server installs one per broker with
+/// [`Durability::set_queue_backend`].
+pub trait QueueBackend: Send + Sync {
+    /// Makes (or, after a restart, reopens from disk) the queue `declaration` describes.
+    fn declare(
+        &self,
+        queue_type: &'static dyn QueueType,
+        declaration: Declaration,
+    ) -> CoreResult<Arc<dyn QueueInstance>>;
+}
+
+/// What [`QueueInstance::publish`] did with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// Taken or refused (reject-publish).
+    pub outcome: EnqueueOutcome,
+    /// A sequence number of the message store to wait for before confirming (a replicated
+    /// queue holds one until the publish is committed; see
+    /// [`crate::store::MessageStore::hold`]).
+    pub durable_seq: Option<u64>,
+}
 
 /// What queues of a type support, asked by listeners and the vhost instead of matching on
 /// the type's name.
@@ -63,10 +110,25 @@ pub trait QueueType: Send + Sync + 'static {
 
     /// The arguments a redeclaration must repeat with the same values.
     fn equivalence_arguments(&self) -> &'static [&'static str];
+
+    /// Makes a queue of this type. Classic queues are made by the vhost itself (it keeps
+    /// them as `Arc<Queue>` for its publish fast path) and refuse here; other types make
+    /// theirs through the broker's [`QueueBackend`].
+    fn declare(
+        &self,
+        durability: &Durability,
+        declaration: Declaration,
+    ) -> CoreResult<Arc<dyn QueueInstance>> {
+        let _ = (durability, declaration);
+        Err(CoreError::new(
+            crate::error::ErrorKind::InternalError,
+            format!("queues of type '{}' are made by the vhost", self.name()),
+        ))
+    }
 }
 
 /// The queue types this broker knows, by `x-queue-type` name. A new type adds itself here.
-pub const BUILT_IN: &[&dyn QueueType] = &[&CLASSIC];
+pub const BUILT_IN: &[&dyn QueueType] = &[&CLASSIC, &QUORUM];
 
 /// The queue type called `name`, if this broker has it.
 pub fn lookup(name: &str) -> Option<&'static dyn QueueType> {
@@ -111,6 +173,53 @@ pub trait QueueInstance: Send + Sync {
 
     /// Counters for the API and metrics.
     fn info(&self) -> QueueStats;
+
+    /// Takes a routed message that no message-store record backs (the vhost writes the
+    /// store only for classic queues) and says what its publisher waits for.
+    fn publish(&self, message: Arc<Message>) -> Published {
+        Published {
+            outcome: self.enqueue(message, 0),
+            durable_seq: None,
+        }
+    }
+
+    /// The declaration's arguments (for redeclaration checks and the definitions file).
+    fn arguments(&self) -> Table {
+        Table::new()
+    }
+
+    /// Whether the queue survives a restart.
+    fn durable(&self) -> bool {
+        true
+    }
+
+    /// Whether the queue is deleted when its last consumer goes.
+    fn auto_delete(&self) -> bool {
+        false
+    }
+
+    /// The connection an exclusive queue belongs to.
+    fn exclusive_owner(&self) -> Option<u64> {
+        None
+    }
+
+    /// Refuses a connection other than an exclusive queue's owner (405 RESOURCE_LOCKED).
+    fn check_exclusive_access(&self, connection_id: u64) -> CoreResult<()> {
+        let _ = connection_id;
+        Ok(())
+    }
+
+    /// The policy and operator policy that apply to the queue now (their definitions), after
+    /// a policy changed. Classic queues are updated by the vhost itself.
+    fn apply_policies(&self, policy: Option<&Table>, operator: Option<&Table>) {
+        let _ = (policy, operator);
+    }
+
+    /// The vhost removed the queue: drop its messages and its state on disk, cancel its
+    /// consumers. Returns the ready messages dropped.
+    fn delete(&self) -> u64 {
+        self.purge()
+    }
 }
 
 impl std::fmt::Debug for dyn QueueInstance {

@@ -207,6 +207,20 @@ impl QuorumQueue {
         }
     }
 
+    /// The owners (connections, channels) of the consumers attached now: a member that
+    /// restarts proposes `Down` for each, since none of them survived the restart.
+    pub fn owners(&self) -> Vec<u64> {
+        let mut owners: Vec<u64> = self.consumers.values().map(|c| c.owner).collect();
+        owners.sort_unstable();
+        owners.dedup();
+        owners
+    }
+
+    /// Whether `x-overflow: reject-publish` refuses publishes now.
+    pub fn is_rejecting(&self) -> bool {
+        self.rejecting
+    }
+
     /// The queue's settings.
     pub fn config(&self) -> &QuorumConfig {
         &self.config

@@ -82,6 +82,8 @@ pub struct Durability {
     /// The clock queues read for expiry; set once, before queues exist (tests pass tokio's
     /// paused clock or a manual one), the process's monotonic clock otherwise.
     clock: std::sync::OnceLock<crate::clock::Clock>,
+    /// Makes the queues of replicated types (quorum queues), installed by the server.
+    queue_backend: std::sync::OnceLock<Arc<dyn crate::queue_type::QueueBackend>>,
 }
 
 impl Durability {
@@ -108,6 +110,16 @@ impl Durability {
     /// Attaches the store; false if one was attached already.
     pub fn attach(&self, store: Arc<MessageStore>) -> bool {
         self.store.set(store).is_ok()
+    }
+
+    /// Installs what makes quorum queues on this node; false if one was installed already.
+    pub fn set_queue_backend(&self, backend: Arc<dyn crate::queue_type::QueueBackend>) -> bool {
+        self.queue_backend.set(backend).is_ok()
+    }
+
+    /// What makes quorum queues on this node, once installed.
+    pub fn queue_backend(&self) -> Option<&Arc<dyn crate::queue_type::QueueBackend>> {
+        self.queue_backend.get()
     }
 
     /// Installs the cluster's replicator; false if one was installed already.
@@ -173,6 +185,23 @@ struct Pending {
     in_flight: usize,
     flow_blocked: bool,
     stopping: bool,
+    /// Sequence numbers taken with [`MessageStore::hold`] and not released: the durable
+    /// sequence number stays below the lowest of them.
+    holds: std::collections::BTreeSet<u64>,
+    /// The highest sequence number the writer made durable.
+    written_seq: u64,
+    /// The writer holds a batch it has not finished (even one of events only).
+    writing: bool,
+}
+
+impl Pending {
+    /// The durable sequence number to publish: what is written, capped below the lowest hold.
+    fn durable_seq(&self) -> u64 {
+        match self.holds.first() {
+            Some(&held) => self.written_seq.min(held - 1),
+            None => self.written_seq,
+        }
+    }
 }
 
 struct Shared {
@@ -337,6 +366,38 @@ impl MessageStore {
             });
         });
         (id, seq)
+    }
+
+    /// Takes a sequence number that is not durable until [`MessageStore::release`] is called
+    /// with it (and everything before it is written). A replicated queue takes one per publish
+    /// and releases it once the publish is committed, so every listener holds its confirm
+    /// exactly as it holds one for the disk, with no change to how it waits.
+    pub fn hold(&self) -> u64 {
+        let mut pending = self.shared.pending.lock();
+        pending.last_seq += 1;
+        let seq = pending.last_seq;
+        pending.holds.insert(seq);
+        if pending.buffer.is_empty() && pending.events.is_empty() && !pending.writing {
+            // Nothing unwritten is outstanding, so nothing but this hold (which is no write)
+            // stands between the durable number and `seq`.
+            pending.written_seq = seq;
+        }
+        seq
+    }
+
+    /// Releases a sequence number taken with [`MessageStore::hold`].
+    pub fn release(&self, seq: u64) {
+        let mut pending = self.shared.pending.lock();
+        if pending.holds.remove(&seq) {
+            let durable = pending.durable_seq();
+            self.shared.durable.send_if_modified(|current| {
+                let moved = durable > *current;
+                if moved {
+                    *current = durable;
+                }
+                moved
+            });
+        }
     }
 
     /// Records that messages left `queue` for good (ack, reject, expiry, purge, deletion).
@@ -571,6 +632,7 @@ impl Writer {
                 let events =
                     std::mem::replace(&mut pending.events, std::mem::take(&mut events_spare));
                 pending.in_flight = buffer.len();
+                pending.writing = true;
                 (buffer, events, pending.last_seq, pending.stopping)
             };
             let generation = shared.topology_generation.load(Ordering::Acquire);
@@ -600,7 +662,18 @@ impl Writer {
             let (written, base) = self.append_until_written(&buffer, stopping);
             if written {
                 self.note_locations(shared, &events, base);
-                shared.durable.send_replace(seq);
+                let durable = {
+                    let mut pending = shared.pending.lock();
+                    pending.written_seq = pending.written_seq.max(seq);
+                    pending.durable_seq()
+                };
+                shared.durable.send_if_modified(|current| {
+                    let moved = durable > *current;
+                    if moved {
+                        *current = durable;
+                    }
+                    moved
+                });
             }
             for event in events.drain(..) {
                 self.account(event);
@@ -615,6 +688,20 @@ impl Writer {
             {
                 let mut pending = shared.pending.lock();
                 pending.in_flight = 0;
+                pending.writing = false;
+                if written && pending.buffer.is_empty() && pending.events.is_empty() {
+                    // Nothing was submitted meanwhile: every sequence number taken since the
+                    // batch (holds only) is written too, and only its hold keeps it back.
+                    pending.written_seq = pending.last_seq;
+                    let durable = pending.durable_seq();
+                    shared.durable.send_if_modified(|current| {
+                        let moved = durable > *current;
+                        if moved {
+                            *current = durable;
+                        }
+                        moved
+                    });
+                }
                 if pending.flow_blocked && pending.buffer.len() <= shared.max_unwritten / 2 {
                     pending.flow_blocked = false;
                     shared.flow.send_replace(false);

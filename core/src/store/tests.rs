@@ -500,3 +500,29 @@ fn a_burst_of_topology_changes_is_gathered_into_few_definitions_writes_and_a_con
         "{writes} definitions writes for {changes} changes in {elapsed_ms} ms"
     );
 }
+
+#[test]
+fn a_held_sequence_number_keeps_the_durable_one_below_it_until_released() {
+    let dir = TempDir::new("hold");
+    let (store, _) = open(&dir);
+    let (_, first) = store.publish(&message("a"), &[&queue("q")]);
+    flush(&store, first);
+    let held = store.hold();
+    assert!(held > first);
+    // A write after the hold is made durable, but the durable number stays below the hold.
+    let (_, after) = store.publish(&message("b"), &[&queue("q")]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while store.durable_seq() < held - 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(store.durable_seq(), held - 1);
+    store.release(held);
+    flush(&store, after);
+    assert!(store.durable_seq() >= after);
+    // A hold with nothing unwritten is durable as soon as it is released.
+    let alone = store.hold();
+    assert!(store.durable_seq() < alone);
+    store.release(alone);
+    assert_eq!(store.durable_seq(), alone);
+}

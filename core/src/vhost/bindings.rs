@@ -51,6 +51,11 @@ impl VHost {
         let _topology = self.topology.lock();
         // Re-check under the topology lock: the destination may have been deleted meanwhile.
         let still_there = match &target {
+            Target::Queue(q) if q.forward().is_some() => self
+                .stand_ins
+                .read()
+                .get(q.name())
+                .is_some_and(|c| Arc::ptr_eq(c, q)),
             Target::Queue(q) => self.queue(q.name()).is_some_and(|c| Arc::ptr_eq(&c, q)),
             Target::Exchange(x) => self.exchange(x).is_some(),
         };
@@ -140,9 +145,14 @@ impl VHost {
         let target = match &destination {
             DestinationName::Queue(name) => {
                 self.check(actor.user, Access::Write, ResourceKind::Queue, name)?;
-                let queue = self.queue_or_404(name)?;
-                queue.check_exclusive_access(actor.connection_id)?;
-                Target::Queue(queue)
+                match self.stand_ins.read().get(name).cloned() {
+                    Some(stand_in) => Target::Queue(stand_in),
+                    None => {
+                        let queue = self.queue_or_404(name)?;
+                        queue.check_exclusive_access(actor.connection_id)?;
+                        Target::Queue(queue)
+                    }
+                }
             }
             DestinationName::Exchange(name) => {
                 if name.is_empty() {

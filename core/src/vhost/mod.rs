@@ -6,7 +6,7 @@
 //! the publish path never takes; routing only takes read locks.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Weak};
 
 use base64::Engine;
@@ -19,6 +19,7 @@ use crate::error::{resource, CoreError, CoreResult, ErrorKind};
 use crate::exchange::{Binding, DestinationName, Exchange, ExchangeConfig, ExchangeKind, Target};
 use crate::policy::{select, Policy};
 use crate::queue::{ConsumerRemoval, Queue, QueueConfig};
+use crate::queue_type::QueueInstance;
 use crate::replication::TopologyChange;
 use crate::routing::headers::validate_x_match;
 use crate::store::Durability;
@@ -105,6 +106,15 @@ pub struct VHost {
     name: String,
     exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
     queues: RwLock<HashMap<String, Arc<Queue>>>,
+    /// Queues of the other types (quorum), made by [`crate::queue_type::QueueType::declare`]
+    /// and held through the queue-type interface. Classic queues stay in `queues` as the
+    /// concrete type, which keeps their publish path free of dynamic calls.
+    typed: RwLock<HashMap<String, Arc<dyn QueueInstance>>>,
+    /// Each typed queue's stand-in in bindings ([`Queue::forward`]).
+    stand_ins: RwLock<HashMap<String, Arc<Queue>>>,
+    /// How many queues `typed` holds: the default exchange looks there only when non-zero
+    /// (one relaxed load on the publish path).
+    typed_count: AtomicUsize,
     permissions: RwLock<HashMap<String, Arc<Permissions>>>,
     topology: Mutex<()>,
     /// This vhost, for queues that route their dead letters through it.
@@ -183,6 +193,9 @@ impl VHost {
             name: name.to_string(),
             exchanges: RwLock::new(HashMap::new()),
             queues: RwLock::new(HashMap::new()),
+            typed: RwLock::new(HashMap::new()),
+            stand_ins: RwLock::new(HashMap::new()),
+            typed_count: AtomicUsize::new(0),
             permissions: RwLock::new(HashMap::new()),
             topology: Mutex::new(()),
             me: Weak::new(),
@@ -305,6 +318,9 @@ impl VHost {
         for queue in self.queues() {
             queues.add_queue(&queue.stats());
         }
+        for queue in self.typed_queues() {
+            queues.add_queue(&queue.info());
+        }
         crate::counters::NodeTotals {
             messages: self.counters.snapshot(),
             queues,
@@ -342,6 +358,30 @@ impl VHost {
     /// The queue called `name`.
     pub fn queue(&self, name: &str) -> Option<Arc<Queue>> {
         self.queues.read().get(name).cloned()
+    }
+
+    /// The queue of a type other than classic (quorum) called `name`.
+    pub fn typed_queue(&self, name: &str) -> Option<Arc<dyn QueueInstance>> {
+        if self.typed_count.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.typed.read().get(name).cloned()
+    }
+
+    /// Every queue of a type other than classic (quorum), sorted by name.
+    pub fn typed_queues(&self) -> Vec<Arc<dyn QueueInstance>> {
+        let mut all: Vec<_> = self.typed.read().values().cloned().collect();
+        all.sort_by(|a, b| a.name().cmp(b.name()));
+        all
+    }
+
+    /// The queue called `name` of any type except streams, through the queue-type
+    /// interface.
+    pub fn queue_instance(&self, name: &str) -> Option<Arc<dyn QueueInstance>> {
+        match self.queue(name) {
+            Some(classic) => Some(classic),
+            None => self.typed_queue(name),
+        }
     }
 
     /// The vhost's streams.

@@ -92,6 +92,15 @@ impl VHost {
             self.apply_policies_to(&queue);
         }
         let policies = self.policies.read().clone();
+        let operators = self.operator_policies.read().clone();
+        for queue in self.typed_queues() {
+            let policy = select(&policies, |p| p.matches_quorum_queue(queue.name()));
+            let operator = select(&operators, |p| p.matches_quorum_queue(queue.name()));
+            queue.apply_policies(
+                policy.map(|p| &p.definition),
+                operator.map(|p| &p.definition),
+            );
+        }
         for exchange in self.exchanges() {
             let alternate = select(&policies, |p| p.matches_exchange(exchange.name()))
                 .and_then(Policy::alternate_exchange);

@@ -17,6 +17,7 @@ use crate::access::{Access, ResourceKind};
 use crate::error::CoreError;
 use crate::message::Message;
 use crate::queue::Queue;
+use crate::queue_type::QueueInstance;
 use crate::topic_access::TopicVariables;
 
 /// How many exchanges a [`Publisher`] remembers the write permission for. A channel rarely
@@ -36,6 +37,9 @@ thread_local! {
     /// routing allocates nothing and no connection holds a list of its own. Taken out while
     /// in use, so a nested publish (dead-lettering) only finds it empty.
     static ROUTED: std::cell::RefCell<Vec<Arc<Queue>>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The same for queues of other types (quorum), reached through the queue-type
+    /// interface.
+    static ROUTED_TYPED: std::cell::RefCell<Vec<Arc<dyn QueueInstance>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Publisher {
@@ -233,8 +237,11 @@ impl VHost {
     ) -> Result<PublishOutcome, PublishError> {
         let mut routed = ROUTED.with(|routed| std::mem::take(&mut *routed.borrow_mut()));
         routed.clear();
-        if let Err(error) = self.route(&message.exchange, &message, &mut routed) {
+        let mut typed = ROUTED_TYPED.with(|typed| std::mem::take(&mut *typed.borrow_mut()));
+        typed.clear();
+        if let Err(error) = self.route_all(&message.exchange, &message, &mut routed, &mut typed) {
             ROUTED.with(|scratch| *scratch.borrow_mut() = routed);
+            ROUTED_TYPED.with(|scratch| *scratch.borrow_mut() = typed);
             return Err(PublishError {
                 stage: PublishStage::Route,
                 error,
@@ -244,7 +251,7 @@ impl VHost {
             Some(stripped) => Arc::new(stripped),
             None => message,
         };
-        let outcome = if routed.is_empty() {
+        let outcome = if routed.is_empty() && typed.is_empty() {
             PublishOutcome {
                 queues: 0,
                 accepted: true,
@@ -255,9 +262,9 @@ impl VHost {
             let Enqueued {
                 accepted,
                 durable_seq,
-            } = self.enqueue_routed(message, &routed);
+            } = self.enqueue_routed_all(message, &routed, &typed);
             PublishOutcome {
-                queues: routed.len(),
+                queues: routed.len() + typed.len(),
                 accepted,
                 settlement: durable_seq.map_or(AwaitSettlement::Nothing, AwaitSettlement::Disk),
                 returned: None,
@@ -265,6 +272,8 @@ impl VHost {
         };
         routed.clear();
         ROUTED.with(|scratch| *scratch.borrow_mut() = routed);
+        typed.clear();
+        ROUTED_TYPED.with(|scratch| *scratch.borrow_mut() = typed);
         Ok(outcome)
     }
 }

@@ -33,6 +33,14 @@ impl VHost {
             )));
         }
         if request.passive {
+            if let Some(queue) = self.typed_queue(&request.name) {
+                let info = queue.info();
+                return Ok(QueueDeclared {
+                    name: request.name,
+                    message_count: info.ready,
+                    consumer_count: info.consumers,
+                });
+            }
             let queue = self.queue_or_404(&request.name)?;
             queue.check_exclusive_access(actor.connection_id)?;
             return Ok(QueueDeclared {
@@ -53,6 +61,33 @@ impl VHost {
         };
         self.check(actor.user, Access::Configure, ResourceKind::Queue, &name)?;
         self.validate_queue_arguments(&name, &request.arguments)?;
+        let default_type = (actor.connection_id != BROKER_CONNECTION
+            && request.durable
+            && !request.exclusive
+            && request.arguments.get("x-queue-type").is_none())
+        .then(|| self.default_queue_type())
+        .flatten()
+        .filter(|t| t != "classic");
+        let queue_type = match &default_type {
+            // RabbitMQ 4.x applies a vhost's default queue type to durable, non-exclusive
+            // queues declared without a type.
+            Some(default) => match crate::queue_type::lookup(default) {
+                Some(queue_type) => queue_type,
+                None => {
+                    return Err(CoreError::precondition_failed(format!(
+                        "queue type '{default}' (the default queue type of vhost '{}') is not supported yet; declare {} with x-queue-type = classic",
+                        self.name,
+                        self.describe("queue", &name)
+                    )))
+                }
+            },
+            None => queue_type_of(&request.arguments),
+        };
+        if self.queue(&name).is_none()
+            && (queue_type.name() != "classic" || self.typed_queue(&name).is_some())
+        {
+            return self.declare_typed_queue(name, request, queue_type);
+        }
         let _replicated = match self.queue(&name) {
             // A redeclaration is answered under the lock below, not replicated. Exclusive
             // queues belong to one connection on this node, and auto-delete queues to its
@@ -81,21 +116,6 @@ impl VHost {
                 consumer_count: existing.consumer_count(),
             });
         }
-        if actor.connection_id != BROKER_CONNECTION
-            && request.durable
-            && !request.exclusive
-            && request.arguments.get("x-queue-type").is_none()
-        {
-            // RabbitMQ 4.x applies a vhost's default queue type to durable, non-exclusive
-            // queues declared without a type.
-            if let Some(default) = self.default_queue_type().filter(|t| t != "classic") {
-                return Err(CoreError::precondition_failed(format!(
-                    "queue type '{default}' (the default queue type of vhost '{}') is not supported yet; declare {} with x-queue-type = classic",
-                    self.name,
-                    self.describe("queue", &name)
-                )));
-            }
-        }
         let config = QueueConfig {
             name: name.clone(),
             vhost: self.name.clone(),
@@ -121,6 +141,127 @@ impl VHost {
             message_count: 0,
             consumer_count: 0,
         })
+    }
+
+    /// queue.declare of a queue of a type other than classic (quorum): the type's refusals
+    /// (RabbitMQ's texts), equivalence with an existing queue, and the queue made by the
+    /// type's [`crate::queue_type::QueueType::declare`].
+    fn declare_typed_queue(
+        &self,
+        name: String,
+        request: QueueDeclare,
+        queue_type: &'static dyn crate::queue_type::QueueType,
+    ) -> CoreResult<QueueDeclared> {
+        let what = self.describe("queue", &name);
+        let _topology = self.topology.lock();
+        if let Some(existing) = self.typed_queue(&name) {
+            if request.exclusive {
+                return Err(CoreError::resource_locked(format!(
+                    "cannot obtain exclusive access to locked {what}. It could be originally declared \
+                     on another connection or the exclusive property value does not match that of the \
+                     original declaration."
+                )));
+            }
+            if existing.durable() != request.durable {
+                return Err(CoreError::precondition_failed(format!(
+                    "inequivalent arg 'durable' for {what}: received '{}' but current is '{}'",
+                    request.durable,
+                    existing.durable()
+                )));
+            }
+            let current = existing.arguments();
+            let mut received = request.arguments.clone();
+            if received.get("x-queue-type").is_none() {
+                // Declared without a type (the vhost's default applied, or a client that
+                // names none): compared as the type it has.
+                received.insert("x-queue-type", Value::string(existing.queue_type().name()));
+            }
+            check_args_equivalence(
+                &what,
+                existing.queue_type().equivalence_arguments(),
+                &received,
+                &current,
+            )?;
+            let info = existing.info();
+            return Ok(QueueDeclared {
+                name,
+                message_count: info.ready,
+                consumer_count: info.consumers,
+            });
+        }
+        if let Some(existing) = self.queue(&name) {
+            // A classic queue has the name: its type is part of equivalence.
+            self.check_queue_equivalence(&existing, &request)?;
+        }
+        let capabilities = queue_type.capabilities();
+        // In RabbitMQ's order of checks, with its texts.
+        if request.auto_delete && !capabilities.auto_delete {
+            return Err(CoreError::precondition_failed(format!(
+                "invalid property 'auto-delete' for {what}"
+            )));
+        }
+        if request.exclusive && !capabilities.exclusive {
+            return Err(CoreError::precondition_failed(format!(
+                "invalid property 'exclusive-owner' for {what}"
+            )));
+        }
+        if !request.durable {
+            return Err(CoreError::precondition_failed(format!(
+                "invalid property 'non-durable' for {what}"
+            )));
+        }
+        let mut arguments = request.arguments;
+        if arguments.get("x-queue-type").is_none() {
+            arguments.insert("x-queue-type", Value::string(queue_type.name()));
+        }
+        let (policy, operator_policy) = {
+            let policies = self.policies.read();
+            let operators = self.operator_policies.read();
+            (
+                select(&policies, |p| p.matches_quorum_queue(&name)).map(|p| p.definition.clone()),
+                select(&operators, |p| p.matches_quorum_queue(&name)).map(|p| p.definition.clone()),
+            )
+        };
+        let queue = queue_type.declare(
+            &self.durability,
+            crate::queue_type::Declaration {
+                name: name.clone(),
+                vhost: self.me.clone(),
+                vhost_name: self.name.clone(),
+                durable: true,
+                arguments,
+                policy,
+                operator_policy,
+            },
+        )?;
+        let info = queue.info();
+        self.stand_ins.write().insert(
+            name.clone(),
+            Queue::stand_in(Arc::clone(&queue), &self.name),
+        );
+        self.typed.write().insert(name.clone(), queue);
+        self.typed_count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.durability.topology_changed();
+        Ok(QueueDeclared {
+            name,
+            message_count: info.ready,
+            consumer_count: info.consumers,
+        })
+    }
+
+    /// Removes a queue of another type (quorum), its bindings and its state. Caller holds
+    /// the topology lock.
+    fn remove_typed_queue_locked(&self, name: &str) -> Option<u64> {
+        let queue = self.typed.write().remove(name)?;
+        self.stand_ins.write().remove(name);
+        self.typed_count
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.remove_bindings_to_locked(&DestinationName::Queue(name.to_string()));
+        let count = queue.delete();
+        self.retired.lock().add_queue(&queue.info());
+        self.durability.topology_changed();
+        Some(count)
     }
 
     pub(super) fn validate_queue_arguments(&self, name: &str, arguments: &Table) -> CoreResult<()> {
@@ -202,6 +343,23 @@ impl VHost {
         self.check(actor.user, Access::Configure, ResourceKind::Queue, name)?;
         if self.streams.delete(name) {
             return Ok(0);
+        }
+        if let Some(queue) = self.typed_queue(name) {
+            let _topology = self.topology.lock();
+            let info = queue.info();
+            if if_unused && info.consumers > 0 {
+                return Err(CoreError::precondition_failed(format!(
+                    "{} in use",
+                    self.describe("queue", name)
+                )));
+            }
+            if if_empty && info.ready > 0 {
+                return Err(CoreError::precondition_failed(format!(
+                    "{} not empty",
+                    self.describe("queue", name)
+                )));
+            }
+            return Ok(self.remove_typed_queue_locked(name).unwrap_or(0));
         }
         let _replicated = match self.queue(name) {
             None => return Ok(0),
@@ -298,8 +456,49 @@ impl VHost {
 
     /// queue.purge: returns the number of messages purged.
     pub fn purge_queue(&self, actor: Actor<'_>, name: &str) -> CoreResult<u64> {
-        let queue = self.queue_for(actor, name, Access::Read)?;
+        let queue = self.queue_instance_for(actor, name, Access::Read)?;
         Ok(queue.purge())
+    }
+
+    /// The queue `name` of any type (streams excepted) for an operation needing `access`,
+    /// through the queue-type interface: checks permission, existence and exclusive
+    /// ownership. Listeners that consume through the interface use it with
+    /// [`VHost::consume_instance`] and [`VHost::cancel_instance`].
+    pub fn queue_instance_for(
+        &self,
+        actor: Actor<'_>,
+        name: &str,
+        access: Access,
+    ) -> CoreResult<Arc<dyn QueueInstance>> {
+        self.check(actor.user, access, ResourceKind::Queue, name)?;
+        let queue = self
+            .queue_instance(name)
+            .ok_or_else(|| CoreError::not_found(format!("no {}", self.describe("queue", name))))?;
+        queue.check_exclusive_access(actor.connection_id)?;
+        Ok(queue)
+    }
+
+    /// Attaches a consumer to a queue of any type (found with
+    /// [`VHost::queue_instance_for`]).
+    pub fn consume_instance(
+        &self,
+        queue: &Arc<dyn QueueInstance>,
+        spec: ConsumerSpec,
+        sink: Arc<dyn DeliverySink>,
+    ) -> CoreResult<u64> {
+        queue.consume(spec, sink)
+    }
+
+    /// Detaches a consumer from a queue of any type, deleting an auto-delete classic queue
+    /// that lost its last consumer.
+    pub fn cancel_instance(&self, queue: &Arc<dyn QueueInstance>, consumer_id: u64) {
+        if queue.cancel(consumer_id) == ConsumerRemoval::LastOfAutoDelete {
+            if let Some(classic) = self.queue(queue.name()) {
+                if std::ptr::addr_eq(Arc::as_ptr(&classic), Arc::as_ptr(queue)) {
+                    self.remove_queue(&classic);
+                }
+            }
+        }
     }
 
     /// The queue `name` for an operation needing `access` (basic.get, basic.consume,

@@ -11,6 +11,7 @@ use crate::error::{CoreError, CoreResult};
 use crate::exchange::{Exchange, Target};
 use crate::message::Message;
 use crate::queue::{DeathReason, EnqueueOutcome, Queue};
+use crate::queue_type::QueueInstance;
 use crate::store::QueueName;
 use crate::value::Value;
 
@@ -70,20 +71,59 @@ impl VHost {
                 .fetch_add(letters.len() as u64, Ordering::Relaxed);
             return;
         }
+        self.dead_letter_through(
+            queue.name(),
+            dlx,
+            exchange.as_ref(),
+            limits.dead_letter_routing_key.as_deref(),
+            letters,
+        );
+    }
+
+    /// Dead-letters messages of the queue `queue_name` (of any type) through the exchange
+    /// `dlx` (empty: the default exchange) with `x-death` as RabbitMQ 4.x writes it. Returns
+    /// how many reached a queue. Quorum queues call it for their `DeadLetter` effects.
+    pub fn dead_letter_from(
+        &self,
+        queue_name: &str,
+        dlx: &str,
+        routing_key: Option<&str>,
+        letters: Vec<(Arc<Message>, DeathReason)>,
+    ) -> usize {
+        let exchange = if dlx.is_empty() {
+            None
+        } else {
+            self.exchange(dlx)
+        };
+        if !dlx.is_empty() && exchange.is_none() {
+            self.dead_letters_dropped
+                .fetch_add(letters.len() as u64, Ordering::Relaxed);
+            return 0;
+        }
+        self.dead_letter_through(queue_name, dlx, exchange.as_ref(), routing_key, letters)
+    }
+
+    fn dead_letter_through(
+        &self,
+        queue_name: &str,
+        dlx: &str,
+        exchange: Option<&Arc<Exchange>>,
+        dead_letter_routing_key: Option<&str>,
+        letters: Vec<(Arc<Message>, DeathReason)>,
+    ) -> usize {
+        let mut reached = 0;
         let mut routed = Vec::new();
+        let mut typed: Vec<Arc<dyn QueueInstance>> = Vec::new();
         for (message, reason) in letters {
-            let dead = with_death(
-                &message,
-                queue.name(),
-                reason,
-                dlx,
-                limits.dead_letter_routing_key.as_deref(),
-            );
+            let dead = with_death(&message, queue_name, reason, dlx, dead_letter_routing_key);
             routed.clear();
-            match &exchange {
+            typed.clear();
+            match exchange {
                 None => {
                     if let Some(target) = self.queue(&dead.routing_key) {
                         routed.push(target);
+                    } else if let Some(target) = self.typed_queue(&dead.routing_key) {
+                        typed.push(target);
                     }
                 }
                 Some(exchange) => {
@@ -96,6 +136,7 @@ impl VHost {
                         &mut targets,
                         &mut visited,
                         &mut routed,
+                        &mut typed,
                     );
                 }
             }
@@ -126,15 +167,35 @@ impl VHost {
                 }
                 !cycles
             });
-            self.enqueue_routed(dead, &routed);
+            typed.retain(|target| {
+                rejected_in_history
+                    || !deaths
+                        .iter()
+                        .flatten()
+                        .any(|entry| death_field(entry, "queue") == Some(target.name()))
+            });
+            reached += usize::from(!routed.is_empty() || !typed.is_empty());
+            self.enqueue_routed_all(dead, &routed, &typed);
         }
+        reached
     }
 
     /// Enqueues a routed message in `queues` (from [`VHost::route`]). A persistent message
     /// that reaches a durable queue is written to the message store once, shared by every
     /// durable queue it reached; the returned `durable_seq` is what a listener waits for (see
     /// [`crate::store::MessageStore::subscribe_durable`]) before confirming it.
+    #[cfg(test)]
     pub(crate) fn enqueue_routed(&self, message: Arc<Message>, queues: &[Arc<Queue>]) -> Enqueued {
+        self.enqueue_routed_all(message, queues, &[])
+    }
+
+    /// [`VHost::enqueue_routed`] for classic queues and queues of other types.
+    pub(crate) fn enqueue_routed_all(
+        &self,
+        message: Arc<Message>,
+        queues: &[Arc<Queue>],
+        typed: &[Arc<dyn QueueInstance>],
+    ) -> Enqueued {
         let mut store_id = 0;
         let mut durable_seq = None;
         if message.properties.is_persistent() {
@@ -159,6 +220,15 @@ impl VHost {
             };
             accepted &= queue.enqueue_stored(Arc::clone(&message), id) == EnqueueOutcome::Enqueued;
         }
+        for queue in typed {
+            // Replicated types keep the message in their own log; what the publisher waits
+            // for is a held store sequence number, released at commit.
+            let published = queue.publish(Arc::clone(&message));
+            accepted &= published.outcome == EnqueueOutcome::Enqueued;
+            if let Some(seq) = published.durable_seq {
+                durable_seq = Some(durable_seq.map_or(seq, |s: u64| s.max(seq)));
+            }
+        }
         Enqueued {
             accepted,
             durable_seq,
@@ -179,16 +249,28 @@ impl VHost {
         message: &Message,
         out: &mut Vec<Arc<Queue>>,
     ) -> CoreResult<()> {
-        let before = out.len();
-        let exchange = self.route_uncounted(exchange_name, message, out)?;
-        let reached = out.len() - before;
+        self.route_all(exchange_name, message, out, &mut Vec::new())
+    }
+
+    /// [`VHost::route`], with the queues of other types (quorum) reached put in `typed`.
+    pub fn route_all(
+        &self,
+        exchange_name: &str,
+        message: &Message,
+        out: &mut Vec<Arc<Queue>>,
+        typed: &mut Vec<Arc<dyn QueueInstance>>,
+    ) -> CoreResult<()> {
+        let before_classic = out.len();
+        let before = before_classic + typed.len();
+        let exchange = self.route_uncounted(exchange_name, message, out, typed)?;
+        let reached = out.len() + typed.len() - before;
         self.counters.record_publish(reached > 0);
         exchange
             .as_deref()
             .unwrap_or(&self.default_exchange)
             .record_publish(reached);
         if self.is_tracing() {
-            self.trace_publish(exchange_name, message, &out[before..]);
+            self.trace_publish(exchange_name, message, &out[before_classic..]);
         }
         Ok(())
     }
@@ -200,6 +282,7 @@ impl VHost {
         exchange_name: &str,
         message: &Message,
         out: &mut Vec<Arc<Queue>>,
+        typed: &mut Vec<Arc<dyn QueueInstance>>,
     ) -> CoreResult<Option<Arc<Exchange>>> {
         if exchange_name.is_empty() {
             let queues = self.queues.read();
@@ -207,6 +290,17 @@ impl VHost {
                 if let Some(queue) = queues.get(key) {
                     if !out.iter().any(|q| Arc::ptr_eq(q, queue)) {
                         out.push(Arc::clone(queue));
+                    }
+                }
+            }
+            drop(queues);
+            if self.typed_count.load(Ordering::Relaxed) > 0 {
+                let others = self.typed.read();
+                for key in routing_keys(message) {
+                    if let Some(queue) = others.get(key) {
+                        if !typed.iter().any(|q| same_instance(q, queue)) {
+                            typed.push(Arc::clone(queue));
+                        }
                     }
                 }
             }
@@ -224,13 +318,23 @@ impl VHost {
         for key in routing_keys(message) {
             visited.clear();
             targets.clear();
-            self.route_through(&exchange, key, message, &mut targets, &mut visited, out);
+            self.route_through(
+                &exchange,
+                key,
+                message,
+                &mut targets,
+                &mut visited,
+                out,
+                typed,
+            );
         }
         Ok(Some(exchange))
     }
 
     /// Appends to `out` the queues `exchange` routes `key` to, following exchange-to-exchange
     /// bindings and alternate exchanges, each queue once.
+    // The routing scratch lists travel separately so the publish path reuses each.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn route_through(
         &self,
         exchange: &Arc<Exchange>,
@@ -239,8 +343,9 @@ impl VHost {
         targets: &mut Vec<Target>,
         visited: &mut Vec<Arc<str>>,
         out: &mut Vec<Arc<Queue>>,
+        typed: &mut Vec<Arc<dyn QueueInstance>>,
     ) {
-        self.route_through_exchange(exchange, key, message, targets, visited, out);
+        self.route_through_exchange(exchange, key, message, targets, visited, out, typed);
         // Past DEDUP_BY_SCAN queues, duplicates were let in and go here, in one pass (the
         // first of each stays): a scan per queue would make a fan-out to n queues, such as
         // one MQTT topic with thousands of subscribers, cost n^2.
@@ -250,6 +355,7 @@ impl VHost {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn route_through_exchange(
         &self,
         exchange: &Arc<Exchange>,
@@ -258,6 +364,7 @@ impl VHost {
         targets: &mut Vec<Target>,
         visited: &mut Vec<Arc<str>>,
         out: &mut Vec<Arc<Queue>>,
+        typed: &mut Vec<Arc<dyn QueueInstance>>,
     ) {
         visited.push(Arc::from(exchange.name()));
         let start = targets.len();
@@ -267,14 +374,23 @@ impl VHost {
         while index < targets.len() {
             match targets[index].clone() {
                 Target::Queue(queue) => {
-                    if out.len() >= DEDUP_BY_SCAN || !out.iter().any(|q| Arc::ptr_eq(q, &queue)) {
+                    if let Some(forward) = queue.forward() {
+                        // A quorum queue's stand-in.
+                        if !typed.iter().any(|q| same_instance(q, forward)) {
+                            typed.push(Arc::clone(forward));
+                        }
+                    } else if out.len() >= DEDUP_BY_SCAN
+                        || !out.iter().any(|q| Arc::ptr_eq(q, &queue))
+                    {
                         out.push(queue);
                     }
                 }
                 Target::Exchange(name) => {
                     if !visited.contains(&name) {
                         if let Some(next) = self.exchange(&name) {
-                            self.route_through_exchange(&next, key, message, targets, visited, out);
+                            self.route_through_exchange(
+                                &next, key, message, targets, visited, out, typed,
+                            );
                         }
                     }
                 }
@@ -285,12 +401,19 @@ impl VHost {
             if let Some(alternate) = exchange.alternate_exchange() {
                 if !visited.iter().any(|v| **v == *alternate) {
                     if let Some(next) = self.exchange(&alternate) {
-                        self.route_through_exchange(&next, key, message, targets, visited, out);
+                        self.route_through_exchange(
+                            &next, key, message, targets, visited, out, typed,
+                        );
                     }
                 }
             }
         }
     }
+}
+
+/// Whether two handles name the same queue.
+fn same_instance(a: &Arc<dyn QueueInstance>, b: &Arc<dyn QueueInstance>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
 /// The routing key and the sender-selected `CC` and `BCC` keys of a message.

@@ -456,3 +456,190 @@ fn exchange_stats_count_publishes_in_and_queue_deliveries_out() {
         }
     );
 }
+
+/// A stand-in quorum queue backend for tests without Raft: a classic queue behind the
+/// interface, recording that it was made and deleted.
+#[derive(Default)]
+struct FakeBackend {
+    deleted: parking_lot::Mutex<Vec<String>>,
+}
+
+struct FakeQueue {
+    inner: Arc<crate::queue::Queue>,
+    backend: Arc<FakeBackend>,
+    arguments: Table,
+}
+
+impl crate::queue_type::QueueInstance for FakeQueue {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn queue_type(&self) -> &'static dyn crate::queue_type::QueueType {
+        &crate::queue_type::QUORUM
+    }
+    fn enqueue(&self, message: Arc<Message>, store_id: u64) -> crate::queue::EnqueueOutcome {
+        crate::queue_type::QueueInstance::enqueue(&*self.inner, message, store_id)
+    }
+    fn consume(&self, spec: ConsumerSpec, sink: Arc<dyn DeliverySink>) -> CoreResult<u64> {
+        crate::queue_type::QueueInstance::consume(&*self.inner, spec, sink)
+    }
+    fn cancel(&self, consumer_id: u64) -> ConsumerRemoval {
+        crate::queue_type::QueueInstance::cancel(&*self.inner, consumer_id)
+    }
+    fn settle(&self, ids: &[u64], settlement: crate::queue::Settlement) {
+        crate::queue_type::QueueInstance::settle(&*self.inner, ids, settlement)
+    }
+    fn dispatch(&self) {}
+    fn get(&self, needs_settlement: bool) -> Option<(crate::consumer::Delivery, u64)> {
+        crate::queue_type::QueueInstance::get(&*self.inner, needs_settlement)
+    }
+    fn browse(&self, limit: usize) -> Vec<Arc<Message>> {
+        self.inner.browse(limit)
+    }
+    fn purge(&self) -> u64 {
+        self.inner.purge()
+    }
+    fn info(&self) -> crate::queue::QueueStats {
+        self.inner.stats()
+    }
+    fn arguments(&self) -> Table {
+        self.arguments.clone()
+    }
+    fn delete(&self) -> u64 {
+        self.backend.deleted.lock().push(self.name().to_string());
+        self.inner.purge()
+    }
+}
+
+struct FakeBackendHandle(Arc<FakeBackend>);
+
+impl crate::queue_type::QueueBackend for FakeBackendHandle {
+    fn declare(
+        &self,
+        _queue_type: &'static dyn crate::queue_type::QueueType,
+        declaration: crate::queue_type::Declaration,
+    ) -> CoreResult<Arc<dyn crate::queue_type::QueueInstance>> {
+        let inner = crate::queue::Queue::new(crate::queue::QueueConfig {
+            name: declaration.name.clone(),
+            vhost: declaration.vhost_name.clone(),
+            durable: true,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments: Table::new(),
+        });
+        Ok(Arc::new(FakeQueue {
+            inner,
+            backend: Arc::clone(&self.0),
+            arguments: declaration.arguments,
+        }))
+    }
+}
+
+fn quorum_declare(name: &str, durable: bool, exclusive: bool, auto_delete: bool) -> QueueDeclare {
+    let mut arguments = Table::new();
+    arguments.insert("x-queue-type", Value::string("quorum"));
+    QueueDeclare {
+        name: name.into(),
+        passive: false,
+        durable,
+        exclusive,
+        auto_delete,
+        arguments,
+    }
+}
+
+#[test]
+fn quorum_queues_need_a_backend_and_are_refused_as_rabbitmq_refuses_them() {
+    let bare = vhost();
+    let err = bare
+        .declare_queue(ADMIN, quorum_declare("q", true, false, false))
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PreconditionFailed);
+    assert!(err.message.contains("'quorum'"), "{}", err.message);
+
+    let durability = Arc::new(crate::store::Durability::default());
+    let backend = Arc::new(FakeBackend::default());
+    assert!(durability.set_queue_backend(Arc::new(FakeBackendHandle(Arc::clone(&backend)))));
+    let vhost = VHost::in_broker("/", ExchangeTypes::default(), durability);
+    vhost.set_permissions("admin", Permissions::full());
+    for (request, text) in [
+        (
+            quorum_declare("qa", true, false, true),
+            "invalid property 'auto-delete' for queue 'qa' in vhost '/'",
+        ),
+        (
+            quorum_declare("qx", true, true, false),
+            "invalid property 'exclusive-owner' for queue 'qx' in vhost '/'",
+        ),
+        (
+            quorum_declare("qt", false, false, false),
+            "invalid property 'non-durable' for queue 'qt' in vhost '/'",
+        ),
+    ] {
+        let err = vhost.declare_queue(ADMIN, request).unwrap_err();
+        assert_eq!(
+            (err.kind, err.message.as_str()),
+            (ErrorKind::PreconditionFailed, text)
+        );
+    }
+    assert!(vhost.typed_queues().is_empty());
+
+    vhost
+        .declare_queue(ADMIN, quorum_declare("jobs", true, false, false))
+        .unwrap();
+    // Redeclared the same is fine; as classic it is inequivalent.
+    vhost
+        .declare_queue(ADMIN, quorum_declare("jobs", true, false, false))
+        .unwrap();
+    let mut classic = quorum_declare("jobs", true, false, false);
+    classic
+        .arguments
+        .insert("x-queue-type", Value::string("classic"));
+    let err = vhost.declare_queue(ADMIN, classic).unwrap_err();
+    assert!(
+        err.message.contains("inequivalent arg 'x-queue-type'"),
+        "{}",
+        err.message
+    );
+
+    // The default exchange and a binding (through the stand-in) both reach it.
+    let publish = |exchange: &str, key: &str| {
+        vhost
+            .publish(
+                &mut crate::vhost::Publisher::new(),
+                ADMIN,
+                Arc::new(Message {
+                    exchange: exchange.into(),
+                    routing_key: key.into(),
+                    properties: Properties::default(),
+                    encoded_properties: None,
+                    body: Bytes::from_static(b"m"),
+                }),
+                crate::vhost::PublishOptions::default(),
+            )
+            .unwrap()
+    };
+    assert_eq!(publish("", "jobs").queues, 1);
+    vhost
+        .bind(
+            ADMIN,
+            "amq.topic",
+            DestinationName::Queue("jobs".into()),
+            "jobs.#",
+            Table::new(),
+        )
+        .unwrap();
+    assert_eq!(publish("amq.topic", "jobs.new").queues, 1);
+    let jobs = vhost.typed_queue("jobs").unwrap();
+    assert_eq!(jobs.info().ready, 2);
+    assert!(vhost.queue("jobs").is_none(), "not in the classic map");
+
+    assert_eq!(vhost.delete_queue(ADMIN, "jobs", false, false).unwrap(), 2);
+    assert_eq!(*backend.deleted.lock(), vec!["jobs".to_string()]);
+    assert!(vhost.typed_queue("jobs").is_none());
+    assert_eq!(
+        publish("amq.topic", "jobs.new").queues,
+        0,
+        "the binding went with it"
+    );
+}

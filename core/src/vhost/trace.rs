@@ -82,6 +82,7 @@ impl VHost {
             body,
         };
         let (mut targets, mut visited, mut out) = (Vec::new(), Vec::new(), Vec::new());
+        let mut typed = Vec::new();
         self.route_through(
             &exchange,
             &routing_key,
@@ -89,10 +90,14 @@ impl VHost {
             &mut targets,
             &mut visited,
             &mut out,
+            &mut typed,
         );
         let copy = Arc::new(copy);
         for queue in out {
             queue.enqueue(Arc::clone(&copy));
+        }
+        for queue in typed {
+            queue.publish(Arc::clone(&copy));
         }
     }
 }

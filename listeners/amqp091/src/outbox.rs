@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use warren_core::consumer::{Delivery, DeliverySink};
 use warren_core::idmap::IdMap;
 use warren_core::message::Message;
-use warren_core::queue::{now_ms, Queue};
+use warren_core::queue::now_ms;
 use warren_core::queue_type::QueueInstance;
 use warren_core::value::{Table, Value};
 
@@ -486,8 +486,8 @@ pub struct ConsumerSink {
     pub channel: u16,
     /// The consumer tag.
     pub tag: Arc<str>,
-    /// The queue it consumes from.
-    pub queue: Arc<Queue>,
+    /// The queue it consumes from, of whatever type.
+    pub queue: Arc<dyn QueueInstance>,
     needs_ack: bool,
     /// basic.qos global=false at consume time (0 = unlimited).
     prefetch: u32,
@@ -503,7 +503,7 @@ impl ConsumerSink {
         outbox: Arc<Outbox>,
         channel: u16,
         tag: Arc<str>,
-        queue: Arc<Queue>,
+        queue: Arc<dyn QueueInstance>,
         needs_ack: bool,
         prefetch: u32,
     ) -> Arc<ConsumerSink> {
@@ -536,6 +536,10 @@ impl ConsumerSink {
 pub struct SinkHandle(pub Arc<ConsumerSink>);
 
 impl DeliverySink for SinkHandle {
+    fn prefetch(&self) -> Option<u32> {
+        (self.0.needs_ack && self.0.prefetch != 0).then_some(self.0.prefetch)
+    }
+
     fn reserve(&self) -> bool {
         let sink = &self.0;
         let mut state = sink.outbox.state.lock();

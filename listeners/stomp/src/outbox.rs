@@ -17,7 +17,6 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use warren_core::consumer::{Delivery, DeliverySink};
-use warren_core::queue::Queue;
 use warren_core::queue_type::QueueInstance;
 
 use crate::codec::{encode, encode_message, Command, Frame, Version, HEARTBEAT};
@@ -261,8 +260,8 @@ pub struct Subscription {
     outbox: Arc<Outbox>,
     /// The subscription id (the SUBSCRIBE `id`, or its destination when it had none).
     pub id: Arc<str>,
-    /// The queue it consumes from.
-    pub queue: Arc<Queue>,
+    /// The queue it consumes from, of whatever type.
+    pub queue: Arc<dyn QueueInstance>,
     /// How deliveries are acknowledged.
     pub ack: AckMode,
     /// `prefetch-count` (0 = unlimited); only counts for acknowledged modes.
@@ -278,7 +277,7 @@ impl Subscription {
     pub fn new(
         outbox: Arc<Outbox>,
         id: Arc<str>,
-        queue: Arc<Queue>,
+        queue: Arc<dyn QueueInstance>,
         ack: AckMode,
         prefetch: u32,
     ) -> Arc<Subscription> {
@@ -310,6 +309,12 @@ impl Subscription {
 pub struct SinkHandle(pub Arc<Subscription>);
 
 impl DeliverySink for SinkHandle {
+    fn prefetch(&self) -> Option<u32> {
+        let subscription = &self.0;
+        (subscription.ack != AckMode::Auto && subscription.prefetch != 0)
+            .then_some(subscription.prefetch)
+    }
+
     fn reserve(&self) -> bool {
         let subscription = &self.0;
         let mut state = subscription.outbox.state.lock();

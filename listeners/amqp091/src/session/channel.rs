@@ -12,7 +12,8 @@ use warren_core::exchange::DestinationName;
 use warren_core::message::parse_expiration;
 use warren_core::message::{Message, Properties};
 use warren_core::packed::pack_properties_and_body;
-use warren_core::queue::{Queue, Settlement};
+use warren_core::queue::Settlement;
+use warren_core::queue_type::QueueInstance;
 use warren_core::topic_access::TopicVariables;
 use warren_core::vhost::{
     Actor, ExchangeDeclare, PublishOutcome, Publisher, QueueDeclare, VHost, DIRECT_REPLY_TO,
@@ -31,7 +32,7 @@ const COPY_BODY_BELOW: usize = 4096;
 
 /// A consumer registered on a channel.
 pub(super) struct ChannelConsumer {
-    pub(super) queue: Arc<Queue>,
+    pub(super) queue: Arc<dyn QueueInstance>,
     pub(super) consumer_id: u64,
 }
 
@@ -77,6 +78,9 @@ pub(super) struct Channel {
     consumers: HashMap<Arc<str>, ChannelConsumer>,
     /// basic.qos global=false: the prefetch given to consumers created from now on.
     consumer_prefetch: u16,
+    /// basic.qos global=true with a non-zero prefetch is in effect (queue types without
+    /// global QoS refuse consumers then).
+    global_qos: bool,
     last_declared_queue: Option<String>,
     /// The queue behind this channel's direct reply-to consumer, if it has one.
     reply_queue: Option<String>,
@@ -133,6 +137,7 @@ impl Channel {
             pending: None,
             consumers: HashMap::new(),
             consumer_prefetch: 0,
+            global_qos: false,
             last_declared_queue: None,
             reply_queue: None,
             publisher: Publisher::new(),
@@ -487,6 +492,7 @@ impl Session {
                     ));
                 }
                 if global {
+                    self.channel(ch).global_qos = prefetch_count != 0;
                     let starved = self
                         .outbox
                         .set_global_prefetch(ch, u32::from(prefetch_count));
@@ -529,13 +535,13 @@ impl Session {
                     if channel.reply_queue.as_deref() == Some(consumer.queue.name()) {
                         channel.reply_queue = None;
                     }
-                    vhost.cancel(&consumer.queue, consumer.consumer_id);
+                    vhost.cancel_instance(&consumer.queue, consumer.consumer_id);
                 }
                 self.reply(ch, no_wait, Method::BasicCancelOk { consumer_tag });
             }
             Method::BasicGet { queue, no_ack } => {
                 let queue = self.channel(ch).queue_name_or_last(queue)?;
-                let queue = vhost.queue_for(actor, &queue, Access::Read)?;
+                let queue = vhost.queue_instance_for(actor, &queue, Access::Read)?;
                 match queue.get(!no_ack) {
                     Some((delivery, remaining)) => self.outbox.send_get_ok(ch, delivery, remaining),
                     None => self.outbox.send_method(ch, &Method::BasicGetEmpty),
@@ -702,15 +708,33 @@ impl Session {
                     )
                 })?,
         };
-        let queue = if direct_reply {
+        let queue: Arc<dyn QueueInstance> = if direct_reply {
             let queue = vhost.declare_reply_queue(actor.connection_id);
             self.exclusive_queues.push(queue.name().to_string());
             self.channel(ch).reply_queue = Some(queue.name().to_string());
             queue
         } else {
-            vhost.queue_for(actor, &queue_name, Access::Read)?
+            vhost.queue_instance_for(actor, &queue_name, Access::Read)?
         };
-        let prefetch = u32::from(self.channel(ch).consumer_prefetch);
+        let capabilities = queue.queue_type().capabilities();
+        if self.channel(ch).global_qos && !capabilities.global_qos {
+            // RabbitMQ's answer for a quorum queue under basic.qos global=true.
+            return Err(AmqpError::new(
+                reply::NOT_IMPLEMENTED,
+                format!(
+                    "queue '{}' in vhost '{}' does not support global qos",
+                    queue.name(),
+                    vhost.name()
+                ),
+            ));
+        }
+        let mut prefetch = u32::from(self.channel(ch).consumer_prefetch);
+        if let Some(cap) = capabilities.prefetch_cap {
+            // A capped type (quorum: 2,000) treats 0 (unlimited) and more as its cap.
+            if prefetch == 0 || prefetch > u32::from(cap) {
+                prefetch = u32::from(cap);
+            }
+        }
         let sink = ConsumerSink::new(
             Arc::clone(&self.outbox),
             ch,
@@ -727,7 +751,8 @@ impl Session {
             priority,
             arguments,
         };
-        let consumer_id = vhost.consume(&queue, spec, Arc::new(SinkHandle(Arc::clone(&sink))))?;
+        let consumer_id =
+            vhost.consume_instance(&queue, spec, Arc::new(SinkHandle(Arc::clone(&sink))))?;
         self.channel(ch).consumers.insert(
             Arc::clone(&tag),
             ChannelConsumer {

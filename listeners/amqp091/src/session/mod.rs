@@ -938,7 +938,7 @@ impl Session {
         let consumers = channel.take_consumers();
         if let Some(vhost) = &self.vhost {
             for consumer in consumers {
-                vhost.cancel(&consumer.queue, consumer.consumer_id);
+                vhost.cancel_instance(&consumer.queue, consumer.consumer_id);
             }
         }
         let unacked = self.outbox.close_channel(channel_id);
@@ -952,7 +952,7 @@ impl Session {
         if let Some(vhost) = &self.vhost {
             for channel in self.channels.values_mut() {
                 for consumer in channel.take_consumers() {
-                    vhost.cancel(&consumer.queue, consumer.consumer_id);
+                    vhost.cancel_instance(&consumer.queue, consumer.consumer_id);
                 }
             }
         }

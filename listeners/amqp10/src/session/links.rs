@@ -23,7 +23,7 @@ use fe2o3_amqp_types::performatives::{
 use fe2o3_amqp_types::primitives::Binary;
 use warren_core::access::Access;
 use warren_core::consumer::{ConsumerSpec, Delivery};
-use warren_core::queue::{Queue, Settlement};
+use warren_core::queue::Settlement;
 use warren_core::queue_type::QueueInstance;
 use warren_core::value::Table;
 use warren_core::vhost::{Actor, PublishOptions, PublishStage, Publisher, VHost};
@@ -67,7 +67,7 @@ struct IncomingLink {
 struct OutgoingLink {
     link_id: u64,
     vhost: Arc<VHost>,
-    queue: Arc<Queue>,
+    queue: Arc<dyn QueueInstance>,
     consumer_id: u64,
     sink: Arc<LinkSink>,
 }
@@ -323,7 +323,7 @@ impl Session {
                     };
                     context
                         .vhost
-                        .queue_for(actor, &name, Access::Read)
+                        .queue_instance_for(actor, &name, Access::Read)
                         .map_err(|e| errors::from_core(&e))
                 }),
         };
@@ -367,7 +367,10 @@ impl Session {
             priority: 0,
             arguments: Table::new(),
         };
-        match context.vhost.consume(&queue, spec, Arc::clone(&sink) as _) {
+        match context
+            .vhost
+            .consume_instance(&queue, spec, Arc::clone(&sink) as _)
+        {
             Ok(consumer_id) => {
                 encode_amqp_frame(out, self.channel, &Performative::Attach(reply), &[]);
                 self.outgoing_handles.insert(link_id, handle);
@@ -426,7 +429,7 @@ impl Session {
         };
         link.sink.close();
         // Through the vhost, so an auto-delete queue losing its last consumer is deleted.
-        link.vhost.cancel(&link.queue, link.consumer_id);
+        link.vhost.cancel_instance(&link.queue, link.consumer_id);
         self.outgoing_handles.remove(&link.link_id);
         let ids: Vec<DeliveryNumber> = self
             .unsettled
@@ -1100,7 +1103,7 @@ fn resolve_target(context: &Context<'_>, address: &str) -> Result<TargetAddress,
             exchange.as_str()
         }
         TargetAddress::Queue(queue) => {
-            if vhost.queue(queue).is_none() {
+            if vhost.queue_instance(queue).is_none() {
                 return Err(errors::amqp(
                     AmqpError::NotFound,
                     format!("no queue '{queue}' in vhost '{}'", vhost.name()),

@@ -677,7 +677,7 @@ impl Session {
             // Detach every consumer before requeueing, so nothing requeued is delivered
             // back to a subscription of this closing connection.
             for (_, active) in self.subscriptions.drain() {
-                vhost.cancel(&active.subscription.queue, active.consumer_id);
+                vhost.cancel_instance(&active.subscription.queue, active.consumer_id);
             }
             // The core's rule for deliveries outstanding when a connection ends: sent ones
             // are requeued, never-sent ones released (no delivery counted).

@@ -142,7 +142,8 @@ impl Session {
             },
         )?;
         self.exclusive_queues.push(declared.name.clone());
-        let queue = vhost.queue_for(actor, &declared.name, warren_core::access::Access::Read)?;
+        let queue =
+            vhost.queue_instance_for(actor, &declared.name, warren_core::access::Access::Read)?;
         let id: Arc<str> = Arc::from(format!("/temp-queue/{name}"));
         let subscription = Subscription::new(
             Arc::clone(&self.outbox),
@@ -159,7 +160,7 @@ impl Session {
             priority: 0,
             arguments: Table::new(),
         };
-        let consumer_id = vhost.consume(
+        let consumer_id = vhost.consume_instance(
             &queue,
             spec,
             Arc::new(SinkHandle(Arc::clone(&subscription))),

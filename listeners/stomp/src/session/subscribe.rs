@@ -229,7 +229,7 @@ impl Session {
                 declared.name
             }
         };
-        let queue = vhost.queue_for(actor, &queue_name, Access::Read)?;
+        let queue = vhost.queue_instance_for(actor, &queue_name, Access::Read)?;
         let subscription = Subscription::new(
             Arc::clone(&self.outbox),
             Arc::clone(&id),
@@ -249,7 +249,7 @@ impl Session {
             priority,
             arguments,
         };
-        let consumer_id = vhost.consume(
+        let consumer_id = vhost.consume_instance(
             &queue,
             spec,
             Arc::new(SinkHandle(Arc::clone(&subscription))),
@@ -281,7 +281,7 @@ impl Session {
             return Err(StompError::no_subscription(id));
         };
         let queue = &active.subscription.queue;
-        vhost.cancel(queue, active.consumer_id);
+        vhost.cancel_instance(queue, active.consumer_id);
         if matches!(active.destination, Destination::Topic(_)) && has_durable_header(frame) {
             // Unsubscribing a durable topic subscription with `durable:true` ends it.
             vhost.delete_queue(self.actor(&user), queue.name(), false, false)?;

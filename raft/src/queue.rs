@@ -1,0 +1,926 @@
+//! Quorum queues as the core sees them: [`QuorumBackend`] makes a [`QuorumQueueHandle`] per
+//! declared queue, a [`QueueInstance`] whose operations become commands of the queue's Raft
+//! group ([`QueueGroup`]).
+//!
+//! The core's interface is synchronous and the group is not: every operation is put, in
+//! order, on the queue's command channel, and one driver task per queue proposes them with
+//! `client_write_ff` (so the log keeps the order of the calls while commits are pipelined).
+//! What a caller waits for comes back another way:
+//! - a publish takes a held sequence number of the message store
+//!   ([`MessageStore::hold`]), released once the entry is committed, so every listener holds
+//!   its confirm exactly as it holds one for the disk;
+//! - deliveries arrive as the state machine's `Deliver` effects, on the leader only, and go
+//!   to the consumer's [`DeliverySink`]; a delivery the sink has no room for waits here
+//!   until the listener calls [`QueueInstance::dispatch`];
+//! - `basic.get` waits for its commit on the caller's thread (`block_in_place`; the broker
+//!   runs on the multi-threaded runtime).
+//!
+//! One member per group for now (a single node); membership over the cluster transport is
+//! issue 15's part. See docs/quorum-queues.md.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use warren_core::consumer::{ConsumerSpec, Delivery, DeliverySink};
+use warren_core::error::{CoreError, CoreResult};
+use warren_core::message::Message;
+use warren_core::queue::{ConsumerRemoval, EnqueueOutcome, QueueStats, Settlement};
+use warren_core::queue_type::{Declaration, Published, QueueBackend, QueueInstance, QueueType};
+use warren_core::quorum::{
+    Command, ConsumerKey, CreditMode, Delivered, Effect, Outcome, QuorumConfig, Reply, MAX_PREFETCH,
+};
+use warren_core::store::MessageStore;
+use warren_core::value::Table;
+use warren_core::vhost::VHost;
+
+use crate::{unix_ms, EffectSink, GroupId, NodeId, QueueGroup, QueueRaft, Stamped, Wal};
+
+/// This node's id in every one-member group.
+const NODE: NodeId = 1;
+/// How long a restarted member may take to become leader of its one-member group.
+const LEADER_BOUND: Duration = Duration::from_secs(10);
+/// How long `basic.get` waits for its commit.
+const GET_BOUND: Duration = Duration::from_secs(5);
+/// An auto-ack consumer's window is topped up after this many deliveries.
+const AUTO_ACK_TOP_UP: u32 = MAX_PREFETCH / 2;
+
+/// Makes quorum queues on this node: one Raft group per queue on the node's shared WAL.
+pub struct QuorumBackend {
+    wal: Wal,
+    store: Option<Arc<MessageStore>>,
+    runtime: tokio::runtime::Handle,
+    config: Arc<Config>,
+}
+
+impl QuorumBackend {
+    /// A backend logging into `wal`, holding confirms through `store`, running its groups on
+    /// `runtime`.
+    pub fn new(
+        wal: Wal,
+        store: Option<Arc<MessageStore>>,
+        runtime: tokio::runtime::Handle,
+    ) -> QuorumBackend {
+        let config = Config {
+            cluster_name: "warren-quorum".into(),
+            // One member: heartbeats and elections only matter after a restart, when the
+            // member elects itself.
+            heartbeat_interval: 500,
+            election_timeout_min: 1_000,
+            election_timeout_max: 1_500,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(5_000),
+            max_in_snapshot_log_to_keep: 100,
+            ..Default::default()
+        }
+        .validate()
+        .expect("the quorum queue Raft settings are valid");
+        QuorumBackend {
+            wal,
+            store,
+            runtime,
+            config: Arc::new(config),
+        }
+    }
+}
+
+/// A stable group id for a queue: FNV-1a over its vhost and name, so a restart finds the
+/// same group (and its log) again.
+pub fn group_id(vhost: &str, name: &str) -> GroupId {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in vhost.bytes().chain([0u8]).chain(name.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+impl QueueBackend for QuorumBackend {
+    fn declare(
+        &self,
+        queue_type: &'static dyn QueueType,
+        declaration: Declaration,
+    ) -> CoreResult<Arc<dyn QueueInstance>> {
+        let what =
+            warren_core::error::resource("queue", &declaration.name, &declaration.vhost_name);
+        let config = QuorumConfig::from_arguments(&declaration.name, &declaration.arguments)
+            .map_err(|problem| CoreError::precondition_failed(format!("{problem} ({what})")))?
+            .with_policies(
+                &declaration.arguments,
+                declaration.policy.as_ref(),
+                declaration.operator_policy.as_ref(),
+            );
+        let group = group_id(&declaration.vhost_name, &declaration.name);
+        let (ops, receiver) = mpsc::unbounded_channel();
+        let handle = Arc::new_cyclic(|me: &Weak<QuorumQueueHandle>| QuorumQueueHandle {
+            me: me.clone(),
+            name: declaration.name.clone(),
+            queue_type,
+            arguments: declaration.arguments.clone(),
+            vhost: declaration.vhost.clone(),
+            store: self.store.clone(),
+            reject_publish: std::sync::atomic::AtomicBool::new(
+                config.overflow == warren_core::queue::Overflow::RejectPublish,
+            ),
+            settings: Mutex::new(config.clone()),
+            ops,
+            machine: OnceLock::new(),
+            local: Mutex::new(Local::default()),
+        });
+        let driver = Driver {
+            queue: Arc::downgrade(&handle),
+            wal: self.wal.clone(),
+            group,
+            config: Arc::clone(&self.config),
+            queue_config: config,
+            ops: receiver,
+        };
+        self.runtime.spawn(driver.run());
+        Ok(handle)
+    }
+}
+
+/// What the driver proposes, in the order the core asked.
+enum Op {
+    Command(Command),
+    /// A publish whose confirm is held on the store's sequence number `hold`.
+    Publish {
+        message: Arc<Message>,
+        hold: Option<u64>,
+        /// For a reject-publish queue: the caller waits for the state machine's answer.
+        answer: Option<std::sync::mpsc::Sender<Option<Reply>>>,
+    },
+    Attach {
+        local: u64,
+        command: Command,
+    },
+    Dequeue {
+        command: Command,
+        reply: std::sync::mpsc::Sender<Option<Reply>>,
+    },
+    /// The queue was deleted: stop the member and drop its state on disk, then say so.
+    Delete {
+        done: std::sync::mpsc::Sender<()>,
+    },
+}
+
+/// A consumer attached through this handle.
+struct LocalConsumer {
+    sink: Arc<dyn DeliverySink>,
+    auto_ack: bool,
+    /// Deliveries checked out to it that its sink had no room for yet.
+    waiting: VecDeque<Delivery>,
+    /// Auto-ack deliveries since its window was last topped up.
+    since_top_up: u32,
+}
+
+#[derive(Default)]
+struct Local {
+    next_local: u64,
+    consumers: HashMap<ConsumerKey, LocalConsumer>,
+    /// Local consumer ids by the key the state machine gave them (`None` until the attach
+    /// is committed).
+    keys: HashMap<u64, Option<ConsumerKey>>,
+    /// Consumers whose attach is not committed yet, by local id.
+    pending: HashMap<u64, LocalConsumer>,
+    /// Local consumers cancelled before their attach was committed.
+    cancelled_early: BTreeSet<u64>,
+    /// Deliveries for a key whose attach reply has not been seen yet.
+    early: HashMap<ConsumerKey, Vec<Delivered>>,
+    /// Which consumer holds each unsettled message.
+    holders: HashMap<u64, ConsumerKey>,
+    /// The deleted flag: operations after it are dropped.
+    deleted: bool,
+}
+
+/// A quorum queue on this node, through the queue-type interface.
+pub struct QuorumQueueHandle {
+    me: Weak<QuorumQueueHandle>,
+    name: String,
+    queue_type: &'static dyn QueueType,
+    arguments: Table,
+    vhost: Weak<VHost>,
+    store: Option<Arc<MessageStore>>,
+    /// `x-overflow: reject-publish`: publishes wait for their answer (see `publish`).
+    reject_publish: std::sync::atomic::AtomicBool,
+    /// The settings last given to the state machine (declaration plus policies), so a
+    /// policy change proposes `Configure` only when they change.
+    settings: Mutex<QuorumConfig>,
+    ops: mpsc::UnboundedSender<Op>,
+    /// The member's state machine once it started (counters are read from it).
+    machine: OnceLock<crate::QueueStateMachine>,
+    local: Mutex<Local>,
+}
+
+impl QuorumQueueHandle {
+    fn send(&self, op: Op) {
+        // The driver ends only when the queue is deleted or the runtime stops; what is sent
+        // then has nowhere to go.
+        let _ = self.ops.send(op);
+    }
+
+    fn delivery(&self, delivered: Delivered) -> Option<Delivery> {
+        let queue: Arc<dyn QueueInstance> = self.me.upgrade()?;
+        Some(Delivery {
+            queue,
+            id: delivered.id,
+            message: delivered.message,
+            redelivered: delivered.redelivered,
+            delivery_count: delivered.delivery_count,
+            needs_settlement: !delivered.settled,
+        })
+    }
+
+    /// Hands a checked-out message to its consumer, or keeps it until the sink has room.
+    fn deliver(&self, local: &mut Local, key: ConsumerKey, delivered: Delivered) {
+        let settled = delivered.settled;
+        let id = delivered.id;
+        let Some(consumer) = local.consumers.get_mut(&key) else {
+            local.early.entry(key).or_default().push(delivered);
+            return;
+        };
+        let Some(delivery) = self.delivery(delivered) else {
+            return;
+        };
+        if !settled {
+            local.holders.insert(id, key);
+        }
+        if consumer.waiting.is_empty() && consumer.sink.reserve() {
+            consumer.sink.deliver(delivery);
+        } else {
+            consumer.waiting.push_back(delivery);
+        }
+        if consumer.auto_ack {
+            consumer.since_top_up += 1;
+            if consumer.since_top_up >= AUTO_ACK_TOP_UP {
+                consumer.since_top_up = 0;
+                self.send(Op::Command(Command::Credit {
+                    consumer: key,
+                    credit: MAX_PREFETCH,
+                    drain: false,
+                }));
+            }
+        }
+    }
+
+    /// An attach was committed: the consumer receives from now on.
+    fn attached(&self, local_id: u64, key: ConsumerKey, consumer: LocalConsumer) {
+        let mut local = self.local.lock();
+        if local.cancelled_early.remove(&local_id) {
+            drop(local);
+            self.send(Op::Command(Command::Cancel { consumer: key }));
+            return;
+        }
+        local.keys.insert(local_id, Some(key));
+        local.consumers.insert(key, consumer);
+        for delivered in local.early.remove(&key).unwrap_or_default() {
+            self.deliver(&mut local, key, delivered);
+        }
+    }
+
+    fn effect(&self, effect: Effect) {
+        match effect {
+            Effect::Deliver {
+                consumer,
+                delivered,
+            } => {
+                let mut local = self.local.lock();
+                self.deliver(&mut local, consumer, delivered);
+            }
+            Effect::DeadLetter {
+                id,
+                message,
+                reason,
+                exchange,
+                routing_key,
+                at_least_once,
+            } => {
+                if let Some(vhost) = self.vhost.upgrade() {
+                    vhost.dead_letter_from(
+                        &self.name,
+                        &exchange,
+                        routing_key.as_deref(),
+                        vec![(message, reason)],
+                    );
+                }
+                if at_least_once {
+                    self.send(Op::Command(Command::DeadLetterSettled { ids: vec![id] }));
+                }
+            }
+            Effect::ConsumerTimedOut { consumer, .. } => {
+                let local = self.local.lock();
+                if let Some(consumer) = local.consumers.get(&consumer) {
+                    consumer.sink.cancelled();
+                }
+            }
+            Effect::ActiveChanged { .. } | Effect::CreditDrained { .. } => {}
+        }
+    }
+
+    fn outcome(settlement: Settlement) -> Outcome {
+        match settlement {
+            Settlement::Ack => Outcome::Ack,
+            Settlement::Requeue => Outcome::Requeue,
+            Settlement::Release => Outcome::Release,
+            Settlement::Reject => Outcome::Reject,
+            Settlement::Modify {
+                delivery_failed,
+                undeliverable_here,
+            } => Outcome::Modify {
+                delivery_failed,
+                undeliverable_here,
+                annotations: Table::new(),
+            },
+        }
+    }
+
+    fn stats(&self) -> Option<warren_core::quorum::QuorumStats> {
+        self.machine.get().map(|m| m.with_queue(|q| q.stats()))
+    }
+}
+
+impl QueueInstance for QuorumQueueHandle {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn queue_type(&self) -> &'static dyn QueueType {
+        self.queue_type
+    }
+
+    fn enqueue(&self, message: Arc<Message>, _store_id: u64) -> EnqueueOutcome {
+        self.publish(message).outcome
+    }
+
+    fn publish(&self, message: Arc<Message>) -> Published {
+        if self
+            .reject_publish
+            .load(std::sync::atomic::Ordering::Relaxed)
+            && multi_threaded()
+        {
+            // Only the applied command knows whether reject-publish took it, and a refused
+            // publish must be nacked, not confirmed: wait for the commit here (the cost is
+            // this queue type's with this overflow mode only).
+            let (answer, reply) = std::sync::mpsc::channel();
+            self.send(Op::Publish {
+                message,
+                hold: None,
+                answer: Some(answer),
+            });
+            let reply =
+                tokio::task::block_in_place(|| reply.recv_timeout(GET_BOUND).ok().flatten());
+            let outcome = match reply {
+                Some(Reply::Enqueued { .. } | Reply::Duplicate) => EnqueueOutcome::Enqueued,
+                _ => EnqueueOutcome::Rejected,
+            };
+            return Published {
+                outcome,
+                durable_seq: None,
+            };
+        }
+        if let Some(machine) = self.machine.get() {
+            if machine.with_queue(|q| q.is_rejecting()) {
+                // reject-publish is refusing (read from the applied state): nacked now.
+                return Published {
+                    outcome: EnqueueOutcome::Rejected,
+                    durable_seq: None,
+                };
+            }
+        }
+        let hold = self.store.as_ref().map(|store| store.hold());
+        let sent = self.ops.send(Op::Publish {
+            message,
+            hold,
+            answer: None,
+        });
+        if sent.is_err() {
+            // The member is gone (it did not start, or the queue was deleted): refused, and
+            // the hold released at once so no other confirm waits behind it.
+            if let (Some(store), Some(seq)) = (&self.store, hold) {
+                store.release(seq);
+            }
+            return Published {
+                outcome: EnqueueOutcome::Rejected,
+                durable_seq: None,
+            };
+        }
+        Published {
+            outcome: EnqueueOutcome::Enqueued,
+            durable_seq: hold,
+        }
+    }
+
+    fn consume(&self, spec: ConsumerSpec, sink: Arc<dyn DeliverySink>) -> CoreResult<u64> {
+        let local_id = {
+            let mut local = self.local.lock();
+            if local.deleted {
+                return Err(CoreError::not_found(format!(
+                    "no {}",
+                    warren_core::error::resource("queue", &self.name, "")
+                )));
+            }
+            local.next_local += 1;
+            let id = local.next_local;
+            local.keys.insert(id, None);
+            id
+        };
+        let timeout = spec
+            .arguments
+            .get("x-consumer-timeout")
+            .and_then(|v| v.as_i64())
+            .filter(|ms| *ms > 0)
+            .map(|ms| ms as u64);
+        let command = Command::Attach {
+            owner: spec.connection_id,
+            tag: spec.tag.to_string(),
+            // The listener's window, so the replicated state checks out no more than the
+            // consumer takes (a requeued message then goes to the next consumer with room,
+            // and a restart returns only what was really in flight).
+            mode: CreditMode::Prefetch(
+                sink.prefetch()
+                    .map_or(MAX_PREFETCH, |p| p.min(MAX_PREFETCH)),
+            ),
+            priority: spec.priority,
+            auto_ack: !spec.needs_settlement,
+            timeout,
+        };
+        let consumer = LocalConsumer {
+            sink,
+            auto_ack: !spec.needs_settlement,
+            waiting: VecDeque::new(),
+            since_top_up: 0,
+        };
+        self.local.lock().pending_attach(local_id, consumer);
+        self.send(Op::Attach {
+            local: local_id,
+            command,
+        });
+        Ok(local_id)
+    }
+
+    fn cancel(&self, consumer_id: u64) -> ConsumerRemoval {
+        let mut local = self.local.lock();
+        match local.keys.remove(&consumer_id) {
+            None => ConsumerRemoval::NotAttached,
+            Some(None) => {
+                local.cancelled_early.insert(consumer_id);
+                local.pending.remove(&consumer_id);
+                ConsumerRemoval::Removed
+            }
+            Some(Some(key)) => {
+                let waiting = local
+                    .consumers
+                    .remove(&key)
+                    .map(|c| c.waiting)
+                    .unwrap_or_default();
+                drop(local);
+                self.send(Op::Command(Command::Cancel { consumer: key }));
+                // Checked out here but never sent: back without counting.
+                let ids: Vec<u64> = waiting
+                    .iter()
+                    .filter(|d| d.needs_settlement)
+                    .map(|d| d.id)
+                    .collect();
+                if !ids.is_empty() {
+                    self.settle(&ids, Settlement::Release);
+                }
+                ConsumerRemoval::Removed
+            }
+        }
+    }
+
+    fn settle(&self, ids: &[u64], settlement: Settlement) {
+        let mut by_consumer: Vec<(ConsumerKey, Vec<u64>)> = Vec::new();
+        {
+            let mut local = self.local.lock();
+            for id in ids {
+                if let Some(key) = local.holders.remove(id) {
+                    match by_consumer.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, list)) => list.push(*id),
+                        None => by_consumer.push((key, vec![*id])),
+                    }
+                }
+            }
+        }
+        for (consumer, ids) in by_consumer {
+            self.send(Op::Command(Command::Settle {
+                consumer,
+                ids,
+                outcome: Self::outcome(settlement),
+            }));
+        }
+    }
+
+    fn dispatch(&self) {
+        let mut local = self.local.lock();
+        for consumer in local.consumers.values_mut() {
+            while !consumer.waiting.is_empty() && consumer.sink.reserve() {
+                if let Some(delivery) = consumer.waiting.pop_front() {
+                    consumer.sink.deliver(delivery);
+                }
+            }
+        }
+    }
+
+    fn get(&self, needs_settlement: bool) -> Option<(Delivery, u64)> {
+        let multi_threaded = multi_threaded();
+        let (reply, answer) = std::sync::mpsc::channel();
+        self.send(Op::Dequeue {
+            command: Command::Dequeue {
+                // One get-consumer per queue handle: settled through `holders`.
+                owner: 0,
+                auto_ack: !needs_settlement,
+            },
+            reply,
+        });
+        let wait = || answer.recv_timeout(GET_BOUND).ok().flatten();
+        let reply = if multi_threaded {
+            tokio::task::block_in_place(wait)
+        } else {
+            wait()
+        };
+        match reply? {
+            Reply::Dequeued {
+                consumer,
+                delivered,
+                remaining,
+            } => {
+                if let (Some(key), false) = (consumer, delivered.settled) {
+                    self.local.lock().holders.insert(delivered.id, key);
+                }
+                Some((self.delivery(delivered)?, remaining))
+            }
+            _ => None,
+        }
+    }
+
+    fn browse(&self, limit: usize) -> Vec<Arc<Message>> {
+        self.machine
+            .get()
+            .map(|m| m.with_queue(|q| q.peek(limit)))
+            .unwrap_or_default()
+    }
+
+    fn purge(&self) -> u64 {
+        let ready = self.stats().map_or(0, |s| s.ready);
+        self.send(Op::Command(Command::Purge));
+        ready
+    }
+
+    fn info(&self) -> QueueStats {
+        let Some(stats) = self.stats() else {
+            return QueueStats::default();
+        };
+        QueueStats {
+            ready: stats.ready + stats.delayed,
+            unacknowledged: stats.unacknowledged,
+            consumers: stats.consumers,
+            published: stats.enqueued,
+            delivered: stats.delivered,
+            acknowledged: stats.acknowledged,
+            dropped: stats.dropped,
+            expired: stats.expired,
+            rejected_publishes: stats.rejected_publishes,
+            dead_lettered_delivery_limit: stats.delivery_limit_reached,
+            ..QueueStats::default()
+        }
+    }
+
+    fn arguments(&self) -> Table {
+        self.arguments.clone()
+    }
+
+    fn apply_policies(&self, policy: Option<&Table>, operator: Option<&Table>) {
+        let Ok(declared) = QuorumConfig::from_arguments(&self.name, &self.arguments) else {
+            return;
+        };
+        let settings = declared.with_policies(&self.arguments, policy, operator);
+        let mut current = self.settings.lock();
+        if *current != settings {
+            self.reject_publish.store(
+                settings.overflow == warren_core::queue::Overflow::RejectPublish,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            *current = settings.clone();
+            drop(current);
+            // Lower limits apply at once; the name and single-active-consumer stay.
+            self.send(Op::Command(Command::Configure(settings)));
+        }
+    }
+
+    fn delete(&self) -> u64 {
+        let ready = self.stats().map_or(0, |s| s.ready);
+        let sinks: Vec<Arc<dyn DeliverySink>> = {
+            let mut local = self.local.lock();
+            local.deleted = true;
+            local.consumers.drain().map(|(_, c)| c.sink).collect()
+        };
+        for sink in sinks {
+            sink.cancelled();
+        }
+        let (done, finished) = std::sync::mpsc::channel();
+        self.send(Op::Delete { done });
+        // Wait for the member to be gone and its directory removed, so a queue declared
+        // again under the name (the same group id) does not open the old state.
+        let wait = || {
+            let _ = finished.recv_timeout(GET_BOUND);
+        };
+        if multi_threaded() {
+            tokio::task::block_in_place(wait);
+        }
+        ready
+    }
+}
+
+impl Local {
+    /// Keeps a consumer until its attach is committed.
+    fn pending_attach(&mut self, local_id: u64, consumer: LocalConsumer) {
+        self.pending.insert(local_id, consumer);
+    }
+}
+
+/// Whether the caller runs on a multi-threaded tokio runtime (where it may block in place).
+fn multi_threaded() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
+/// The effects pump's target: the handle, while it lives.
+struct Effects(Weak<QuorumQueueHandle>);
+
+impl EffectSink for Effects {
+    fn apply(&self, _index: u64, effect: Effect) {
+        if let Some(queue) = self.0.upgrade() {
+            queue.effect(effect);
+        }
+    }
+}
+
+/// The queue's driver task: starts the member, then proposes what the handle asks.
+struct Driver {
+    queue: Weak<QuorumQueueHandle>,
+    wal: Wal,
+    group: GroupId,
+    config: Arc<Config>,
+    queue_config: QuorumConfig,
+    ops: mpsc::UnboundedReceiver<Op>,
+}
+
+impl Driver {
+    async fn run(mut self) {
+        let name = self.queue_config.name.clone();
+        let group = match self.start().await {
+            Ok(group) => group,
+            Err(error) => {
+                tracing::error!(queue = %name, %error, "quorum queue member did not start");
+                // Nothing will commit. Later publishes are refused (the channel closes);
+                // those already queued keep their holds: releasing them would confirm
+                // messages no log has, and a confirm must mean the message is safe (their
+                // publishers, and confirms queued behind them, wait instead: the node's disk
+                // is failing, the log above says so).
+                self.ops.close();
+                while let Ok(op) = self.ops.try_recv() {
+                    match op {
+                        Op::Publish {
+                            answer: Some(answer),
+                            ..
+                        } => {
+                            let _ = answer.send(None);
+                        }
+                        Op::Dequeue { reply, .. } => {
+                            let _ = reply.send(None);
+                        }
+                        _ => {}
+                    }
+                }
+                return;
+            }
+        };
+        while let Some(op) = self.ops.recv().await {
+            let raft = group.raft.clone();
+            match op {
+                Op::Command(command) => {
+                    let _ = write(&raft, command).await;
+                }
+                Op::Publish {
+                    message,
+                    hold,
+                    answer,
+                } => {
+                    let reply = write(
+                        &raft,
+                        Command::Enqueue {
+                            publish: None,
+                            message,
+                        },
+                    )
+                    .await;
+                    let store = self.queue.upgrade().and_then(|q| q.store.clone());
+                    tokio::spawn(async move {
+                        let applied = match reply {
+                            Some(reply) => match reply.await {
+                                Ok(Ok(response)) => Some(response.data.0),
+                                _ => None,
+                            },
+                            None => None,
+                        };
+                        // Released only once committed: a confirm means the log has it.
+                        if let (Some(store), Some(seq), true) = (store, hold, applied.is_some()) {
+                            store.release(seq);
+                        }
+                        if let Some(answer) = answer {
+                            let _ = answer.send(applied);
+                        }
+                    });
+                }
+                Op::Attach { local, command } => {
+                    let reply = write(&raft, command).await;
+                    let queue = self.queue.clone();
+                    tokio::spawn(async move {
+                        let key = match reply {
+                            Some(reply) => match reply.await {
+                                Ok(Ok(response)) => match response.data.0 {
+                                    Reply::Attached { consumer, .. } => Some(consumer),
+                                    _ => None,
+                                },
+                                _ => None,
+                            },
+                            None => None,
+                        };
+                        if let Some(queue) = queue.upgrade() {
+                            let consumer = queue.local.lock().pending.remove(&local);
+                            match (key, consumer) {
+                                (Some(key), Some(consumer)) => queue.attached(local, key, consumer),
+                                (Some(key), None) => {
+                                    // Cancelled meanwhile.
+                                    queue.local.lock().cancelled_early.remove(&local);
+                                    queue.send(Op::Command(Command::Cancel { consumer: key }));
+                                }
+                                (None, _) => {
+                                    tracing::warn!(queue = %queue.name, "a consumer's attach was not committed");
+                                }
+                            }
+                        }
+                    });
+                }
+                Op::Dequeue { command, reply } => {
+                    let pending = write(&raft, command).await;
+                    tokio::spawn(async move {
+                        let answer = match pending {
+                            Some(pending) => match pending.await {
+                                Ok(Ok(response)) => Some(response.data.0),
+                                _ => None,
+                            },
+                            None => None,
+                        };
+                        let _ = reply.send(answer);
+                    });
+                }
+                Op::Delete { done } => {
+                    // A barrier: once this commits, every earlier publish has been applied
+                    // and its hold released, so no confirm waits on a stopped member.
+                    let _ = group.propose(Command::Tick, Duration::from_secs(5)).await;
+                    let dir = self.wal.group_dir(self.group);
+                    group.stop().await;
+                    self.wal.remove_group(self.group, None);
+                    if let Err(error) = std::fs::remove_dir_all(&dir) {
+                        if error.kind() != std::io::ErrorKind::NotFound {
+                            tracing::warn!(queue = %name, %error, "cannot remove a deleted quorum queue's state");
+                        }
+                    }
+                    let _ = done.send(());
+                    return;
+                }
+            }
+        }
+        group.stop().await;
+    }
+
+    /// Starts (or restarts) the one-member group and waits until it leads.
+    async fn start(&mut self) -> std::io::Result<QueueGroup> {
+        let sink: Arc<dyn EffectSink> = Arc::new(Effects(self.queue.clone()));
+        let group = QueueGroup::start(
+            NODE,
+            self.group,
+            Arc::clone(&self.config),
+            &self.wal,
+            NoPeers,
+            self.queue_config.clone(),
+            sink,
+        )
+        .await?;
+        let initialized = group
+            .raft
+            .is_initialized()
+            .await
+            .map_err(std::io::Error::other)?;
+        if !initialized {
+            let members: BTreeSet<NodeId> = [NODE].into_iter().collect();
+            group
+                .raft
+                .initialize(members)
+                .await
+                .map_err(std::io::Error::other)?;
+        }
+        group
+            .raft
+            .wait(Some(LEADER_BOUND))
+            .state(ServerState::Leader, "quorum queue member leads")
+            .await
+            .map_err(std::io::Error::other)?;
+        // Apply everything committed before serving, then forget the consumers of the
+        // previous run: none of their connections survived.
+        let owners = group.machine.with_queue(|q| q.owners());
+        for owner in owners {
+            let _ = group
+                .propose(Command::Down { owner }, Duration::from_secs(5))
+                .await;
+        }
+        if let Some(queue) = self.queue.upgrade() {
+            let _ = queue.machine.set(group.machine.clone());
+        }
+        Ok(group)
+    }
+}
+
+/// Proposes a command without waiting for it; the receiver answers once it is applied.
+/// What `client_write_ff` answers with: the applied entry's response, later.
+type PendingReply = <<crate::TypeConfig as openraft::RaftTypeConfig>::Responder as openraft::raft::responder::Responder<crate::TypeConfig>>::Receiver;
+
+async fn write(raft: &QueueRaft, command: Command) -> Option<PendingReply> {
+    raft.client_write_ff(Stamped {
+        at: unix_ms(),
+        command,
+    })
+    .await
+    .ok()
+}
+
+/// The network of a one-member group: there is nobody to call.
+struct NoPeers;
+
+/// A connection to a peer that does not exist.
+struct NoPeer(NodeId);
+
+fn unreachable<E: std::error::Error>(target: NodeId) -> RPCError<NodeId, BasicNode, E> {
+    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(format!(
+        "node {target} is not a member (single-node quorum queues)"
+    ))))
+}
+
+impl RaftNetworkFactory<crate::TypeConfig> for NoPeers {
+    type Network = NoPeer;
+
+    async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> NoPeer {
+        NoPeer(target)
+    }
+}
+
+impl RaftNetwork<crate::TypeConfig> for NoPeer {
+    async fn append_entries(
+        &mut self,
+        _rpc: AppendEntriesRequest<crate::TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        Err(unreachable(self.0))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        _rpc: InstallSnapshotRequest<crate::TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        Err(unreachable(self.0))
+    }
+
+    async fn vote(
+        &mut self,
+        _rpc: VoteRequest<NodeId>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        Err(unreachable(self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_id;
+
+    #[test]
+    fn group_ids_are_stable_and_tell_vhosts_apart() {
+        assert_eq!(group_id("/", "q"), group_id("/", "q"));
+        assert_ne!(group_id("/", "q"), group_id("/q", ""));
+        assert_ne!(group_id("a", "q"), group_id("b", "q"));
+    }
+}
