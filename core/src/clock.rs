@@ -92,9 +92,12 @@ mod tests {
         for (name, argument, ms) in [
             ("ttl", "x-message-ttl", 60_000),
             ("idle", "x-expires", 120_000),
+            ("plain", "", 0),
         ] {
             let mut arguments = Table::new();
-            arguments.insert(argument, Value::I32(ms));
+            if !argument.is_empty() {
+                arguments.insert(argument, Value::I32(ms));
+            }
             vhost
                 .declare_queue(
                     actor,
@@ -116,6 +119,9 @@ mod tests {
             encoded_properties: None,
             body: bytes::Bytes::from_static(b"m"),
         };
+        // The sweep visits only queues with something to expire: none yet but `x-expires`.
+        let sweeps = |name: &str| vhost.queue(name).unwrap().wants_sweep();
+        assert!(!sweeps("ttl") && sweeps("idle") && !sweeps("plain"));
         vhost
             .publish(
                 &mut Publisher::new(),
@@ -124,12 +130,24 @@ mod tests {
                 PublishOptions::default(),
             )
             .unwrap();
+        assert!(sweeps("ttl"), "a message with a TTL arrived");
         tokio::time::advance(Duration::from_millis(59_999)).await;
         assert_eq!(broker.expire_messages(), 0);
         assert_eq!(vhost.queue("ttl").unwrap().message_count(), 1);
         // A queue runs a full expiry pass at most every 700 ms.
         tokio::time::advance(Duration::from_millis(701)).await;
         assert_eq!(broker.expire_messages(), 1);
+        assert!(sweeps("ttl"), "the expired message is still to be freed");
+        // The next pass frees it, the one after finds nothing left.
+        for _ in 0..2 {
+            tokio::time::advance(Duration::from_millis(701)).await;
+            broker.expire_messages();
+        }
+        assert!(
+            !sweeps("ttl"),
+            "nothing left to expire: skipped from now on"
+        );
+        assert!(!sweeps("plain"));
         assert!(vhost.queue("idle").is_some());
         tokio::time::advance(Duration::from_secs(60)).await;
         broker.expire_messages();

@@ -836,6 +836,16 @@ impl Driver {
             .state(ServerState::Leader, "quorum queue member leads")
             .await
             .map_err(std::io::Error::other)?;
+        // Leading is not enough: the log replays into the machine after that. Wait until
+        // it has applied everything the log holds (the leader's blank entry included), or
+        // a declaration right after a restart reads a partial message count.
+        let last_log_index = group.raft.metrics().borrow().last_log_index;
+        group
+            .raft
+            .wait(Some(LEADER_BOUND))
+            .applied_index_at_least(last_log_index, "quorum queue log replayed")
+            .await
+            .map_err(std::io::Error::other)?;
         // Apply everything committed before serving, then forget the consumers of the
         // previous run: none of their connections survived.
         let owners = group.machine.with_queue(|q| q.owners());

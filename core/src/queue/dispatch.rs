@@ -263,6 +263,8 @@ impl Queue {
                         state.expiring += usize::from(ready.expires_at.is_some());
                         if let Some(at) = ready.expires_at {
                             state.next_expiry = state.next_expiry.min(at);
+                            // Swept again: the flag may have cleared while it was out.
+                            self.want_sweep();
                         }
                         state.ready.insert_by_id(ready);
                     }

@@ -54,6 +54,10 @@ impl Queue {
         if state.expiring == 0 || now <= state.next_expiry {
             if !leftover.is_empty() {
                 state.last_sweep = now;
+            } else if state.expiring == 0 && state.limits.expires.is_none() {
+                // Nothing left to expire: later sweeps skip the queue until a message with a
+                // TTL arrives (the flag is set under this same lock).
+                self.sweep_wanted.store(false, Ordering::Relaxed);
             }
             drop(state);
             drop(leftover);

@@ -5,7 +5,7 @@
 //! consumer has credit, hands the message straight to the consumer's sink under the same lock:
 //! no extra task hop on the hot path.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
@@ -326,6 +326,11 @@ pub struct Queue {
     /// Set on the stand-in a queue of another type (quorum) has in bindings: routing hands
     /// what reaches it to that queue (see [`Queue::forward`]).
     forward: OnceLock<Arc<dyn crate::queue_type::QueueInstance>>,
+    /// Whether the server's sweep has anything to look at here: a message with a TTL was
+    /// enqueued, expired ones wait to be freed, or `x-expires` is set. Set and cleared under
+    /// the state lock; read without it, so a sweep over thousands of queues without TTLs
+    /// skips them instead of locking each.
+    sweep_wanted: AtomicBool,
 }
 
 static NEXT_CONSUMER_ID: AtomicU64 = AtomicU64::new(1);
@@ -402,6 +407,7 @@ impl Queue {
             .map(|vhost| vhost.durability().clock())
             .unwrap_or_default();
         let now = clock.now_ms();
+        let sweep_wanted = AtomicBool::new(limits.expires.is_some());
         Arc::new_cyclic(|me| Queue {
             me: me.clone(),
             clock,
@@ -419,7 +425,20 @@ impl Queue {
             memory_limits,
             flow: OnceLock::new(),
             forward: OnceLock::new(),
+            sweep_wanted,
         })
+    }
+
+    /// Whether the server's expiry sweep should visit this queue (see `sweep_wanted`).
+    pub fn wants_sweep(&self) -> bool {
+        self.sweep_wanted.load(Ordering::Relaxed)
+    }
+
+    /// Marks the queue for the sweep; the caller holds the state lock.
+    fn want_sweep(&self) {
+        if !self.sweep_wanted.load(Ordering::Relaxed) {
+            self.sweep_wanted.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The queue's effective limits and dead-letter settings (arguments and policies).
@@ -436,6 +455,9 @@ impl Queue {
     /// length limit drops or dead-letters the oldest messages now.
     pub fn set_limits(self: &Arc<Self>, limits: QueueLimits) {
         let mut state = self.state.lock();
+        if limits.expires.is_some() {
+            self.want_sweep();
+        }
         state.limits = shared_limits(limits);
         loop {
             let over = state
@@ -696,6 +718,9 @@ impl Queue {
             length: ReadyMessage::length_field(size as usize),
             delivery_count: 0,
         };
+        if ttl.is_some() {
+            self.want_sweep();
+        }
         let ready = self.page_out_if_over(&state, ready);
         // Only a message that has to stay in memory can make the queue congested: persistent
         // messages of a durable queue beyond the limits are paged out instead.

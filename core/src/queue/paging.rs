@@ -50,6 +50,9 @@ impl Queue {
                 // The store does not keep the count: it starts again after a restart.
                 delivery_count: 0,
             };
+            if ttl.is_some() {
+                self.want_sweep();
+            }
             let ready = self.page_out_if_over(&state, ready);
             state.push_ready(ready);
         }

@@ -34,7 +34,14 @@ impl VHost {
     /// Removes expired messages from every queue (called about every 250 ms by the server).
     pub fn expire_messages(&self, now: u64) -> usize {
         let mut expired = 0;
-        for queue in self.queues() {
+        let candidates: Vec<Arc<Queue>> = self
+            .queues
+            .read()
+            .values()
+            .filter(|queue| queue.wants_sweep())
+            .cloned()
+            .collect();
+        for queue in candidates {
             expired += queue.expire(now);
             if queue.idle_expired(now) {
                 tracing::debug!(
