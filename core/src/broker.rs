@@ -82,6 +82,9 @@ pub struct Broker {
     limits: Limits,
     next_connection_id: AtomicU64,
     alarms: Mutex<Vec<Alarm>>,
+    /// Alarms raised on other nodes of the cluster, by node: as in RabbitMQ they block this
+    /// node's publishers too.
+    remote_alarms: Mutex<std::collections::BTreeMap<String, Vec<Alarm>>>,
     alarm_listeners: Mutex<Vec<AlarmListener>>,
     exchange_types: ExchangeTypes,
     pub(crate) durability: Arc<Durability>,
@@ -102,6 +105,7 @@ impl Broker {
             limits,
             next_connection_id: AtomicU64::new(1),
             alarms: Mutex::new(Vec::new()),
+            remote_alarms: Mutex::default(),
             alarm_listeners: Mutex::new(Vec::new()),
             exchange_types: ExchangeTypes::default(),
             durability: Arc::default(),
@@ -199,7 +203,7 @@ impl Broker {
 
     /// Raises or clears a resource alarm and tells every listener when the set changed.
     pub fn set_alarm(&self, alarm: Alarm, raised: bool) {
-        let reason = {
+        {
             let mut alarms = self.alarms.lock();
             let present = alarms.contains(&alarm);
             match (raised, present) {
@@ -208,22 +212,53 @@ impl Broker {
                 _ => return,
             }
             tracing::warn!(alarm = alarm.reason(), raised, "resource alarm changed");
-            Self::blocking_reason(&alarms)
-        };
+        }
+        self.notify_alarm_listeners();
+    }
+
+    /// Records the alarms raised on another node of the cluster (none: cleared, also when
+    /// the node is down or left); publishers here are blocked while any node has one.
+    pub fn set_remote_alarms(&self, node: &str, alarms: Vec<Alarm>) {
+        {
+            let mut remote = self.remote_alarms.lock();
+            let before = remote.get(node).cloned().unwrap_or_default();
+            if before == alarms {
+                return;
+            }
+            tracing::warn!(%node, alarms = ?alarms.iter().map(|a| a.reason()).collect::<Vec<_>>(), "resource alarm of another cluster node changed");
+            if alarms.is_empty() {
+                remote.remove(node);
+            } else {
+                remote.insert(node.to_owned(), alarms);
+            }
+        }
+        self.notify_alarm_listeners();
+    }
+
+    fn notify_alarm_listeners(&self) {
+        let reason = self.blocking_reason();
         for listener in self.alarm_listeners.lock().iter() {
             listener(reason.clone());
         }
     }
 
-    /// The alarms raised now.
+    /// The alarms raised on this node now (another node's are not listed here).
     pub fn alarms(&self) -> Vec<Alarm> {
         self.alarms.lock().clone()
     }
 
-    fn blocking_reason(alarms: &[Alarm]) -> Option<String> {
-        (!alarms.is_empty()).then(|| {
-            alarms
-                .iter()
+    /// Why publishers are blocked: every alarm of this node and of the other nodes, once each.
+    fn blocking_reason(&self) -> Option<String> {
+        let mut all = self.alarms.lock().clone();
+        for alarms in self.remote_alarms.lock().values() {
+            for alarm in alarms {
+                if !all.contains(alarm) {
+                    all.push(*alarm);
+                }
+            }
+        }
+        (!all.is_empty()).then(|| {
+            all.iter()
                 .map(|a| a.reason())
                 .collect::<Vec<_>>()
                 .join(" & ")
@@ -232,7 +267,7 @@ impl Broker {
 
     /// Registers `listener` for alarm changes; it is called at once with the current state.
     pub fn subscribe_alarms(&self, listener: AlarmListener) {
-        listener(Self::blocking_reason(&self.alarms.lock()));
+        listener(self.blocking_reason());
         self.alarm_listeners.lock().push(listener);
     }
 
@@ -438,6 +473,37 @@ mod tests {
             ]
         );
         assert!(broker.alarms().is_empty());
+    }
+
+    #[test]
+    fn another_nodes_alarm_blocks_publishers_here_until_that_node_clears_it() {
+        let broker = Broker::new(Limits::default());
+        let seen = Arc::new(StdMutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        broker.subscribe_alarms(Box::new(move |reason| sink.lock().unwrap().push(reason)));
+        broker.set_remote_alarms("warren@b", vec![Alarm::Disk]);
+        broker.set_remote_alarms("warren@b", vec![Alarm::Disk]); // no change, no call
+        broker.set_alarm(Alarm::Disk, true); // the same alarm here too: reported once
+        broker.set_remote_alarms("warren@c", vec![Alarm::Memory]);
+        broker.set_remote_alarms("warren@b", Vec::new());
+        broker.set_alarm(Alarm::Disk, false);
+        broker.set_remote_alarms("warren@c", Vec::new());
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![
+                None,
+                Some("low on disk".to_string()),
+                Some("low on disk".to_string()),
+                Some("low on disk & low on memory".to_string()),
+                Some("low on disk & low on memory".to_string()),
+                Some("low on memory".to_string()),
+                None
+            ]
+        );
+        assert!(
+            broker.alarms().is_empty(),
+            "another node's alarms are not this node's"
+        );
     }
 
     #[test]

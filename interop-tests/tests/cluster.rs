@@ -634,6 +634,80 @@ async fn nodes_form_over_tls_links_and_a_node_whose_certificate_the_ca_did_not_s
     assert_eq!(members, vec![node_name(0), node_name(1)], "{status}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_alarm_on_one_node_blocks_publishers_on_the_other_until_that_node_is_gone() {
+    let mut cluster = TestCluster::new(2);
+    // Node 2's memory alarm is raised from the start; node 1's is not.
+    cluster.set(1, "vm_memory_high_watermark.absolute=1KiB");
+    cluster.start_all();
+    cluster.wait_formed(2, FORM_LIMIT).await;
+    let (_, nodes) = cluster.api(0, "GET", "/api/nodes", None).await;
+    let alarm_of = |nodes: &serde_json::Value, name: &str| {
+        nodes
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["name"] == name)
+            .map(|n| n["mem_alarm"].clone())
+    };
+    assert_eq!(
+        alarm_of(&nodes, &node_name(0)),
+        Some(serde_json::Value::Bool(false)),
+        "{nodes}"
+    );
+    let connection = Connection::connect(
+        &cluster.amqp_url(0, "guest", "guest", "%2f"),
+        ConnectionProperties::default(),
+    )
+    .await
+    .expect("connects to node 1");
+    let channel = connection.create_channel().await.expect("channel");
+    channel
+        .queue_declare(
+            "alarmed".into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("declared");
+    // lapin holds a publish while its connection is blocked: each goes from its own task.
+    let publish = || {
+        let channel = channel.clone();
+        tokio::spawn(async move {
+            let _ = channel
+                .basic_publish(
+                    "".into(),
+                    "alarmed".into(),
+                    BasicPublishOptions::default(),
+                    b"m",
+                    BasicProperties::default(),
+                )
+                .await;
+        })
+    };
+    // The first publish after node 1 learns of node 2's alarm (within about a second)
+    // gets connection.blocked, though node 1 itself has plenty of memory.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !connection.status().blocked() {
+        assert!(
+            Instant::now() < deadline,
+            "node 1's publisher was not blocked by node 2's alarm"
+        );
+        publish();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A node that is gone raises nothing: once node 2 is down, node 1 unblocks.
+    cluster.kill(1);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while connection.status().blocked() {
+        assert!(
+            Instant::now() < deadline,
+            "node 1's publisher stayed blocked after node 2 went down"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[test]
 fn a_world_readable_secret_file_stops_start_up_naming_the_file_and_its_mode() {
     let data = TempDir::new("readable-secret");

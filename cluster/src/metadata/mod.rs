@@ -337,8 +337,16 @@ impl MetadataStore {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            for member in self.members() {
-                if member.name == self.config.node || !member.running {
+            let members = self.members();
+            for member in &members {
+                if member.name == self.config.node {
+                    continue;
+                }
+                if !member.running {
+                    // A node that is down raises nothing here (RabbitMQ clears its alarms).
+                    self.shared
+                        .broker
+                        .set_remote_alarms(&member.name, Vec::new());
                     continue;
                 }
                 let answer = self
@@ -351,9 +359,27 @@ impl MetadataStore {
                         Duration::from_millis(500),
                     )
                     .await;
-                if let Some(info) = answer.ok().and_then(|b| serde_json::from_slice(&b).ok()) {
+                if let Some(info) = answer
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Json>(&b).ok())
+                {
+                    self.shared
+                        .broker
+                        .set_remote_alarms(&member.name, alarms_of(&info));
                     self.peer_info.write().insert(member.name.clone(), info);
                 }
+            }
+            // Forgotten members block nobody.
+            let forgotten: Vec<String> = self
+                .peer_info
+                .read()
+                .keys()
+                .filter(|name| !members.iter().any(|m| &m.name == *name))
+                .cloned()
+                .collect();
+            for name in forgotten {
+                self.shared.broker.set_remote_alarms(&name, Vec::new());
+                self.peer_info.write().remove(&name);
             }
         }
     }
@@ -694,4 +720,17 @@ impl TopologyReplicator for MetadataStore {
             let _ = done.send(());
         }))
     }
+}
+
+/// The resource alarms a peer's `/api/nodes` entry reports (`mem_alarm`, `disk_free_alarm`).
+fn alarms_of(info: &Json) -> Vec<warren_core::broker::Alarm> {
+    use warren_core::broker::Alarm;
+    let mut alarms = Vec::new();
+    if info.get("mem_alarm").and_then(Json::as_bool) == Some(true) {
+        alarms.push(Alarm::Memory);
+    }
+    if info.get("disk_free_alarm").and_then(Json::as_bool) == Some(true) {
+        alarms.push(Alarm::Disk);
+    }
+    alarms
 }

@@ -78,7 +78,7 @@ struct SnapshotFile {
 
 /// State shared by the machine, its snapshot builder and the proposers.
 pub struct Shared {
-    broker: Arc<Broker>,
+    pub(super) broker: Arc<Broker>,
     node: String,
     dir: PathBuf,
     io: SnapshotIo,
