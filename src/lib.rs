@@ -204,6 +204,7 @@ async fn start_mqtt(
             ssl_cert_login: mqtt
                 .ssl_cert_login
                 .then(|| login_from(settings.ssl_cert_login_from)),
+            max_keep_alive: mqtt.max_keep_alive,
         }),
     };
     let config = warren_mqtt::ListenerConfig {

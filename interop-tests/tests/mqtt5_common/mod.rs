@@ -6,9 +6,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rumqttc::v5::mqttbytes::v5::{ConnAck, Packet, Publish, SubAck, UnsubAck};
+use rumqttc::v5::mqttbytes::v5::{
+    ConnAck, DisconnectReasonCode, Packet, Publish, SubAck, UnsubAck,
+};
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::{AsyncClient, ConnectionError, Event, MqttOptions};
+use rumqttc::v5::{AsyncClient, ConnectionError, Event, MqttOptions, StateError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -166,6 +168,18 @@ impl Mqtt5Client {
     /// Drops the connection without DISCONNECT.
     pub fn abort(self) {
         self.ended.abort();
+    }
+}
+
+/// The reason code the broker's DISCONNECT gave, from the error that ended the client.
+pub async fn server_disconnect_reason(client: Mqtt5Client) -> DisconnectReasonCode {
+    match tokio::time::timeout(Duration::from_secs(10), client.ended)
+        .await
+        .expect("the connection ends")
+        .expect("event loop task")
+    {
+        ConnectionError::MqttState(StateError::ServerDisconnect { reason_code, .. }) => reason_code,
+        other => panic!("expected a DISCONNECT from the broker, got {other:?}"),
     }
 }
 

@@ -76,6 +76,10 @@ pub struct SessionConfig {
     /// `mqtt.ssl_cert_login`: a TLS client that sends no credentials logs in as the user its
     /// verified certificate names, read as this says (`ssl_cert_login_from`); `None`: off.
     pub ssl_cert_login: Option<LoginFrom>,
+    /// `mqtt.max_keep_alive`: the longest keep-alive a client may use, in seconds. An MQTT 5
+    /// client asking for more (or for none) gets it as CONNACK's Server Keep Alive; an
+    /// MQTT 3.1.1 client is refused (0x02), as Mosquitto's `max_keepalive` does.
+    pub max_keep_alive: Option<u16>,
 }
 
 impl Default for SessionConfig {
@@ -90,6 +94,7 @@ impl Default for SessionConfig {
             max_packet_size: 268_435_455,
             max_message_size: 16 * 1024 * 1024,
             ssl_cert_login: None,
+            max_keep_alive: None,
         }
     }
 }
