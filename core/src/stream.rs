@@ -99,6 +99,16 @@ impl ClientStream {
         }
     }
 
+    /// Reads exactly `buffer.len()` bytes, no more: what follows stays in the stream (a
+    /// protocol header read before the connection is handed to its protocol's driver).
+    pub async fn read_exact(&mut self, buffer: &mut [u8]) -> std::io::Result<()> {
+        match self {
+            ClientStream::Plain(stream) => stream.read_exact(buffer).await.map(|_| ()),
+            ClientStream::Tls(stream) => stream.read_exact(buffer).await.map(|_| ()),
+            ClientStream::Tunnel(stream) => stream.read_exact(buffer).await.map(|_| ()),
+        }
+    }
+
     /// Writes what the socket takes now without waiting. TLS connections always answer
     /// `WouldBlock`: write them with [`ClientStream::write_all`].
     pub fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize> {
