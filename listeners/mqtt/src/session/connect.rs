@@ -276,11 +276,20 @@ impl Session {
                 })
                 .collect();
         let retained = &self.context.retained;
+        let mut resume_shared = Vec::new();
         if connected.clean_start {
             // A clean session starts afresh: whatever a previous session left goes
-            // (MQTT-3.1.2-6).
+            // (MQTT-3.1.2-6), its shared subscription groups too.
             for (_, queue) in &existing_queues {
                 connected.vhost.remove_queue(queue);
+            }
+            if let Some(stored) = &stored {
+                super::shared::leave_groups(
+                    &self.context,
+                    &connected.vhost,
+                    &connected.client_id,
+                    &stored.shared,
+                );
             }
             let (vhost, client_id) = (connected.vhost.name(), &connected.client_id);
             if !retained.qos2_pending(vhost, client_id).is_empty()
@@ -299,6 +308,7 @@ impl Session {
                 Some(stored) => {
                     connected.filters = stored.subscriptions;
                     connected.inbound_qos2 = stored.inbound_qos2;
+                    resume_shared = stored.shared;
                     // The same set when the log keeps it; the only one when it does not.
                     for packet_id in stored.outbound_released {
                         if !resume_released.contains(&packet_id) {
@@ -376,6 +386,7 @@ impl Session {
                     );
                 }
             }
+            self.resume_shared(resume_shared);
         }
         Control::Continue
     }
