@@ -62,6 +62,8 @@ MQTT 3.1.1 modes (with an mqtt:// --uri):
                             QoS 1 subscriber; reports delivered msgs/s
       --source-addrs N      spread connections over source addresses 127.0.0.1..127.0.0.N
                             (past the ephemeral-port limit of one address; default 1)
+      --mqtt5               speak MQTT 5.0 instead of 3.1.1 (the QoS 1 window is capped at
+                            the broker's CONNACK receive maximum)
 STOMP 1.2 mode (with a stomp:// --uri):
       --stomp-queue         one producer and one consumer on /queue/NAME (-u), the consumer
                             with client-individual acks and -q prefetch (default 200), the
@@ -186,6 +188,8 @@ pub struct Config {
     pub amqp10_settled: bool,
     /// `false` with `--no-nodelay`: AMQP 1.0 sockets keep Nagle's algorithm on.
     pub nodelay: bool,
+    /// `--mqtt5`: the `--mqtt-*` modes speak MQTT 5.0 instead of 3.1.1.
+    pub mqtt5: bool,
 }
 
 impl Default for Config {
@@ -224,6 +228,7 @@ impl Default for Config {
             amqp10_address_v1: false,
             amqp10_settled: false,
             nodelay: true,
+            mqtt5: false,
         }
     }
 }
@@ -376,6 +381,7 @@ where
             "--amqp10-address-v1" => config.amqp10_address_v1 = true,
             "--amqp10-settled" => config.amqp10_settled = true,
             "--no-nodelay" => config.nodelay = false,
+            "--mqtt5" => config.mqtt5 = true,
             "--source-addrs" => {
                 config.source_addrs = number::<u8>(&flag, &value(&flag)?)?.max(1);
             }
@@ -411,6 +417,9 @@ where
     }
     if stream && (stomp || amqp10 || rpc || churn || idle.is_some() || !mqtt.is_empty()) {
         return Err(invalid("--stream-queue excludes the other modes"));
+    }
+    if config.mqtt5 && mqtt.is_empty() {
+        return Err(invalid("--mqtt5 goes with one of the --mqtt-* modes"));
     }
     if config.amqp10_address_v1 && !amqp10 {
         return Err(invalid("--amqp10-address-v1 goes with --amqp10-queue"));
@@ -743,6 +752,12 @@ mod tests {
         assert!(parse(&["--uri", "mqtt://h"]).is_err(), "no MQTT mode");
         assert!(parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--mqtt-fan-in"]).is_err());
         assert!(parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--rpc"]).is_err());
+        assert!(
+            parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--mqtt5"])
+                .unwrap()
+                .mqtt5
+        );
+        assert!(parse(&["--uri", "mqtt://h", "--mqtt5"]).is_err());
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! MQTT 3.1.1 load: idle connections, QoS 0 fan-in and QoS 1 one-to-one, against any MQTT
-//! broker (Warren, RabbitMQ's MQTT plugin, Mosquitto). A minimal client on tokio with
-//! Warren's own MQTT codec, so the tool is not the bottleneck.
+//! MQTT 3.1.1 or 5.0 (`--mqtt5`) load: idle connections, QoS 0 fan-in and QoS 1
+//! one-to-one, against any MQTT broker (Warren, RabbitMQ's MQTT plugin, Mosquitto). A
+//! minimal client on tokio with Warren's own MQTT codec, so the tool is not the bottleneck.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -13,8 +13,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpSocket;
 use tokio::sync::Semaphore;
 use warren_mqtt::codec::{
-    self, encode_publish, Connect, ConnectReturnCode, Packet, ProtocolLevel, PubAck, QoS,
-    Subscribe, SubscribeReturnCode,
+    self, encode_publish, encode_publish_v5, Connect, ConnectReturnCode, Packet, ProtocolLevel,
+    PubAck, QoS, Subscribe, SubscribeReturnCode,
 };
 
 use crate::args::Config;
@@ -30,6 +30,35 @@ struct MqttConn {
     rd: OwnedReadHalf,
     wr: OwnedWriteHalf,
     rbuf: BytesMut,
+    protocol: ProtocolLevel,
+    /// The broker's receive maximum from CONNACK (MQTT 5; 65535 when absent or 3.1.1).
+    receive_maximum: u16,
+}
+
+/// The protocol `--mqtt5` asks for.
+fn protocol(config: &Config) -> ProtocolLevel {
+    if config.mqtt5 {
+        ProtocolLevel::V5
+    } else {
+        ProtocolLevel::V3_1_1
+    }
+}
+
+/// Appends one PUBLISH in `protocol` (MQTT 5: with an empty property list).
+fn encode_pub(
+    out: &mut BytesMut,
+    protocol: ProtocolLevel,
+    topic: &str,
+    qos: QoS,
+    packet_id: Option<u16>,
+    body: &[u8],
+) -> Result<(), String> {
+    let result = if protocol.is_v5() {
+        encode_publish_v5(out, topic, qos, packet_id, (false, false), body, None)
+    } else {
+        encode_publish(out, topic, qos, packet_id, false, false, body)
+    };
+    result.map_err(|e| e.to_string())
 }
 
 impl MqttConn {
@@ -64,9 +93,11 @@ impl MqttConn {
             rd,
             wr,
             rbuf: BytesMut::new(),
+            protocol: protocol(config),
+            receive_maximum: u16::MAX,
         };
         conn.send(&Packet::Connect(Connect {
-            protocol: ProtocolLevel::V3_1_1,
+            protocol: protocol(config),
             keep_alive: 0,
             client_id: client_id.to_owned(),
             clean_session: true,
@@ -77,7 +108,12 @@ impl MqttConn {
         }))
         .await?;
         match conn.recv().await? {
-            Packet::ConnAck(ack) if ack.code == ConnectReturnCode::Accepted => Ok(conn),
+            Packet::ConnAck(ack) if ack.code == ConnectReturnCode::Accepted => {
+                if let Some(max) = ack.properties.as_deref().and_then(|p| p.receive_maximum) {
+                    conn.receive_maximum = max;
+                }
+                Ok(conn)
+            }
             Packet::ConnAck(ack) => Err(format!("CONNACK refused: {:?}", ack.code)),
             other => Err(format!("expected CONNACK, got {:?}", other.packet_type())),
         }
@@ -85,7 +121,7 @@ impl MqttConn {
 
     async fn send(&mut self, packet: &Packet) -> Result<(), String> {
         let mut out = BytesMut::new();
-        codec::encode(packet, &mut out).map_err(|e| e.to_string())?;
+        codec::encode_with(packet, &mut out, self.protocol).map_err(|e| e.to_string())?;
         self.wr.write_all(&out).await.map_err(|e| e.to_string())
     }
 
@@ -120,7 +156,8 @@ impl MqttConn {
     }
 
     fn try_decode(&mut self) -> Result<Option<Packet>, String> {
-        codec::decode(&mut self.rbuf, MAX_PACKET).map_err(|e| format!("bad packet: {e}"))
+        codec::decode_with(&mut self.rbuf, MAX_PACKET, self.protocol)
+            .map_err(|e| format!("bad packet: {e}"))
     }
 
     async fn read_more(&mut self) -> Result<(), String> {
@@ -323,8 +360,14 @@ pub async fn fan_in(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), Stri
                 }
                 published += count;
                 for _ in 0..count {
-                    encode_publish(&mut out, &topic, QoS::AtMostOnce, None, false, false, &body)
-                        .map_err(|e| e.to_string())?;
+                    encode_pub(
+                        &mut out,
+                        publisher.protocol,
+                        &topic,
+                        QoS::AtMostOnce,
+                        None,
+                        &body,
+                    )?;
                 }
                 publisher
                     .wr
@@ -356,8 +399,12 @@ pub async fn qos1(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String
                     if let Packet::Publish(publish) = packet {
                         counters.delivered.fetch_add(1, Ordering::Relaxed);
                         if let Some(packet_id) = publish.packet_id {
-                            codec::encode(&Packet::PubAck(PubAck::new(packet_id)), &mut acks)
-                                .map_err(|e| e.to_string())?;
+                            codec::encode_with(
+                                &Packet::PubAck(PubAck::new(packet_id)),
+                                &mut acks,
+                                subscriber.protocol,
+                            )
+                            .map_err(|e| e.to_string())?;
                         }
                     }
                 }
@@ -376,8 +423,13 @@ pub async fn qos1(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String
             }
         });
     }
-    let window = config.confirm.unwrap_or(100).clamp(1, 65_535);
     let mut publisher = MqttConn::open(&config, "perf-qos1-publisher", None).await?;
+    // An MQTT 5 broker disconnects a client with more QoS 1 publishes unacknowledged than
+    // its receive maximum (0x93).
+    let window = config
+        .confirm
+        .unwrap_or(100)
+        .clamp(1, usize::from(publisher.receive_maximum));
     let (pub_counters, pub_shared) = (counters.clone(), shared.clone());
     let body = vec![b'x'; config.size];
     tasks.spawn(async move {
@@ -387,16 +439,14 @@ pub async fn qos1(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String
         while !pub_shared.is_stopping() {
             out.clear();
             while in_flight < window {
-                encode_publish(
+                encode_pub(
                     &mut out,
+                    publisher.protocol,
                     "perf/qos1",
                     QoS::AtLeastOnce,
                     Some(next_id),
-                    false,
-                    false,
                     &body,
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 next_id = if next_id == u16::MAX { 1 } else { next_id + 1 };
                 in_flight += 1;
                 pub_counters.sent.fetch_add(1, Ordering::Relaxed);
