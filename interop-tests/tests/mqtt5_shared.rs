@@ -7,6 +7,7 @@
 //! Every test uses its own broker on 127.0.0.1 port 0 and is bounded in time.
 
 mod mqtt5_common;
+mod mqtt_common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -8,6 +8,7 @@
 
 mod amqp10_common;
 mod mqtt5_common;
+mod mqtt_common;
 
 use std::time::Duration;
 

@@ -1,5 +1,7 @@
 //! Helpers for the MQTT 5 tests: a rumqttc v5 client whose event loop runs in its own task
-//! and hands incoming packets over a channel, and raw MQTT 5 packets for bad input.
+//! and hands incoming packets over a channel, and raw MQTT 5 packets for bad input. What
+//! does not depend on the protocol version (the packet channel, the fixed header, the
+//! wait) comes from `mqtt_common`, which every test that uses this module declares too.
 
 #![allow(dead_code)]
 
@@ -15,8 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-/// How long a test waits for a packet that should come.
-pub const WAIT: Duration = Duration::from_secs(5);
+use crate::mqtt_common::Incoming;
+pub use crate::mqtt_common::{packet, WAIT};
 
 /// A connected rumqttc v5 client.
 pub struct Mqtt5Client {
@@ -24,7 +26,7 @@ pub struct Mqtt5Client {
     pub client: AsyncClient,
     /// The CONNACK the broker sent.
     pub connack: ConnAck,
-    incoming: mpsc::UnboundedReceiver<Packet>,
+    incoming: Incoming<Packet>,
     /// Resolves with the error that ended the event loop.
     pub ended: tokio::task::JoinHandle<ConnectionError>,
 }
@@ -64,7 +66,7 @@ pub async fn try_connect5(options: MqttOptions) -> Result<Mqtt5Client, Connectio
     Ok(Mqtt5Client {
         client,
         connack,
-        incoming,
+        incoming: Incoming(incoming),
         ended,
     })
 }
@@ -78,39 +80,39 @@ impl Mqtt5Client {
     /// The next packet from the broker, other than PINGRESP and acknowledgements of our
     /// own publishes.
     pub async fn next(&mut self) -> Packet {
-        loop {
-            let packet = tokio::time::timeout(WAIT, self.incoming.recv())
-                .await
-                .expect("a packet in time");
-            let Some(packet) = packet else {
+        let packet = self
+            .incoming
+            .next_where("a packet", |packet| {
+                !matches!(
+                    packet,
+                    Packet::PingResp(_)
+                        | Packet::PubAck(_)
+                        | Packet::PubComp(_)
+                        | Packet::PubRec(_)
+                        | Packet::PubRel(_)
+                )
+            })
+            .await;
+        match packet {
+            Some(packet) => packet,
+            None => {
                 let error = (&mut self.ended).await;
                 panic!("the connection ended: {error:?}");
-            };
-            match packet {
-                Packet::PingResp(_)
-                | Packet::PubAck(_)
-                | Packet::PubComp(_)
-                | Packet::PubRec(_)
-                | Packet::PubRel(_) => continue,
-                other => return other,
             }
         }
     }
 
     /// The next acknowledgement of our own publishes (PUBACK, PUBREC or PUBCOMP).
     pub async fn next_ack(&mut self) -> Packet {
-        loop {
-            let packet = tokio::time::timeout(WAIT, self.incoming.recv())
-                .await
-                .expect("an acknowledgement in time")
-                .expect("the connection is open");
-            if matches!(
-                packet,
-                Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_)
-            ) {
-                return packet;
-            }
-        }
+        self.incoming
+            .next_where("an acknowledgement", |packet| {
+                matches!(
+                    packet,
+                    Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_)
+                )
+            })
+            .await
+            .expect("the connection is open")
     }
 
     /// The next PUBLISH.
@@ -123,13 +125,13 @@ impl Mqtt5Client {
 
     /// The next PUBLISH within `wait`, if one comes.
     pub async fn publish_within(&mut self, wait: Duration) -> Option<Publish> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            match tokio::time::timeout_at(deadline, self.incoming.recv()).await {
-                Ok(Some(Packet::Publish(publish))) => return Some(publish),
-                Ok(Some(_)) => continue,
-                Ok(None) | Err(_) => return None,
-            }
+        match self
+            .incoming
+            .within(wait, |packet| matches!(packet, Packet::Publish(_)))
+            .await
+        {
+            Some(Packet::Publish(publish)) => Some(publish),
+            _ => None,
         }
     }
 
@@ -187,25 +189,6 @@ pub async fn server_disconnect_reason(client: Mqtt5Client) -> DisconnectReasonCo
 pub struct Raw5 {
     /// The socket.
     pub stream: TcpStream,
-}
-
-/// A packet with a fixed header of `first` and `body`.
-pub fn packet(first: u8, body: &[u8]) -> Vec<u8> {
-    let mut out = vec![first];
-    let mut length = body.len();
-    loop {
-        let mut byte = (length % 128) as u8;
-        length /= 128;
-        if length > 0 {
-            byte |= 0x80;
-        }
-        out.push(byte);
-        if length == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(body);
-    out
 }
 
 /// An MQTT 5 CONNECT (clean start, keep-alive 60, guest/guest) with `properties` (the
