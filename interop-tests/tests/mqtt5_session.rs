@@ -1,11 +1,13 @@
 //! MQTT 5 session properties through rumqttc's v5 client over a socket: Server Keep Alive
 //! (`mqtt.max_keep_alive`) told in CONNACK and enforced, Response Information and a
 //! request/response exchange between two MQTT 5 clients with binary correlation data,
-//! Request Problem Information 0 honoured, and an MQTT 3.1.1 client above the maximum
-//! refused.
+//! Request Problem Information 0 honoured, an MQTT 3.1.1 client above the maximum
+//! refused, and PUBACK/PUBREC reason codes for a message no queue took (0x10) or a full
+//! queue refused (0x97).
 //!
 //! Every test uses its own broker on 127.0.0.1 port 0 and is bounded in time.
 
+mod amqp10_common;
 mod mqtt5_common;
 mod mqtt_common;
 
@@ -13,8 +15,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mqtt5_common::{connect5, connect5_packet, options5, packet, Raw5};
-use rumqttc::v5::mqttbytes::v5::{ConnectProperties, ConnectReturnCode, PublishProperties};
+use rumqttc::v5::mqttbytes::v5::{
+    ConnectProperties, ConnectReturnCode, Packet, PubAckReason, PublishProperties,
+};
 use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::{ConnectionError, StateError};
 use warren_interop_tests::TestBroker;
 
 /// A bound on each whole test.
@@ -268,6 +273,86 @@ async fn connack_refusal_keeps_its_code_for_a_v5_client() {
             Err(other) => panic!("expected CONNACK 0x86, got {other:?}"),
             Ok(_) => panic!("wrong password accepted"),
         }
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
+
+/// `Raw5`'s next packet, which must be `first` (a PUBACK, PUBREC or PUBCOMP for packet 1):
+/// its reason code (0 when the packet has none).
+async fn acknowledgement_code(raw: &mut Raw5, first: u8) -> u8 {
+    let (got, body) = raw.read_packet().await;
+    assert_eq!(got, first, "{body:02x?}");
+    assert_eq!(&body[..2], &[0, 1], "packet identifier 1");
+    body.get(2).copied().unwrap_or(0)
+}
+
+/// A QoS 1 or 2 MQTT 5 PUBLISH with packet identifier 1 and no properties.
+fn publish_with_id(topic: &str, qos: u8) -> Vec<u8> {
+    let mut body = (topic.len() as u16).to_be_bytes().to_vec();
+    body.extend_from_slice(topic.as_bytes());
+    body.extend_from_slice(&[0, 1, 0]);
+    body.extend_from_slice(b"payload");
+    packet(0x30 | (qos << 1), &body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_say_no_matching_subscribers_and_quota_exceeded() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        let mut arguments = warren_core::value::Table::new();
+        arguments.insert("x-max-length", warren_core::value::Value::I64(1));
+        arguments.insert(
+            "x-overflow",
+            warren_core::value::Value::string("reject-publish"),
+        );
+        amqp10_common::declare_queue_with(&broker, "full", arguments);
+        amqp10_common::bind(&broker, "amq.topic", "full", "full.#");
+        let addr = broker.mqtt_addr();
+
+        // rumqttc takes 0x10 as success and 0x97 as a failed publish.
+        let mut client = connect5(options5(addr, "reporter")).await;
+        client
+            .publish("nobody/listens", QoS::AtLeastOnce, b"x")
+            .await;
+        match client.next_ack().await {
+            Packet::PubAck(ack) => assert_eq!(ack.reason, PubAckReason::NoMatchingSubscribers),
+            other => panic!("expected PUBACK, got {other:?}"),
+        }
+        client.publish("full/first", QoS::AtLeastOnce, b"x").await;
+        match client.next_ack().await {
+            Packet::PubAck(ack) => assert_eq!(ack.reason, PubAckReason::Success),
+            other => panic!("expected PUBACK, got {other:?}"),
+        }
+        client.publish("full/second", QoS::AtLeastOnce, b"x").await;
+        match tokio::time::timeout(Duration::from_secs(5), client.ended)
+            .await
+            .expect("the refusal ends rumqttc's event loop")
+            .expect("event loop task")
+        {
+            ConnectionError::MqttState(StateError::PubAckFail { reason }) => {
+                assert_eq!(reason, PubAckReason::QuotaExceeded);
+            }
+            other => panic!("expected a PUBACK refusal, got {other:?}"),
+        }
+        assert_eq!(amqp10_common::ready(&broker, "full"), 1);
+
+        // QoS 2 by hand: a refusing PUBREC ends the exchange; 0x10 goes on to PUBCOMP.
+        let mut raw = Raw5::connected(addr, "raw-reporter").await;
+        raw.send(&publish_with_id("full/third", 2)).await;
+        assert_eq!(acknowledgement_code(&mut raw, 0x50).await, 0x97);
+        raw.send(&publish_with_id("nobody/listens", 2)).await;
+        assert_eq!(acknowledgement_code(&mut raw, 0x50).await, 0x10);
+        raw.send(&packet(0x62, &[0, 1])).await;
+        assert_eq!(acknowledgement_code(&mut raw, 0x70).await, 0);
+        // An MQTT 3.1.1 client is told nothing of it (its PUBACK has no reason code).
+        let mut old = mqtt_common::RawClient::connected(addr, "old-reporter").await;
+        let mut body = vec![0, 14];
+        body.extend_from_slice(b"nobody/listens");
+        body.extend_from_slice(&[0, 1, b'x']);
+        old.send(&packet(0x32, &body)).await;
+        assert_eq!(old.read_exact(4).await, vec![0x40, 2, 0, 1]);
         broker.shutdown().await;
     })
     .await
