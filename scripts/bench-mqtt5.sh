@@ -47,9 +47,9 @@ run() { # broker, name, extra args...
   local port pid
   if [ "$broker" = warren ]; then port=$warren_mqtt; pid=$warren_pid
   else port=$mosquitto_port; pid=$mosquitto_pid; fi
-  echo "== $name / $broker: warren-perf --mqtt5 $* -z $seconds"
+  echo "== $name / $broker: warren-perf $* -z $seconds"
   $perf --uri "mqtt://guest:guest@127.0.0.1:$port" --broker-pid "$pid" -z "$seconds" "$@" 2>&1 \
-    | grep -E 'summary|broker rss|broker cpu|opened' | tail -4
+    | grep -E 'summary|broker rss|broker cpu|opened|window' | tail -4
 }
 
 idle_args=(--mqtt-idle "$idle" --source-addrs 8 --handshake-batch 200)
@@ -68,6 +68,10 @@ start_mosquitto
 for round in $(seq "$rounds"); do
   for broker in warren mosquitto; do
     run "$broker" "QoS 1 one-to-one (round $round)" --mqtt5 --mqtt-qos1 -s 16
+  done
+  # The same in-flight window on both: Mosquitto's receive maximum (20 by default).
+  for broker in warren mosquitto; do
+    run "$broker" "QoS 1 one-to-one, window 20 (round $round)" --mqtt5 --mqtt-qos1 -c 20 -s 16
   done
   for broker in warren mosquitto; do
     run "$broker" "QoS 0 fan-in, 200 publishers at $rate msg/s (round $round)" \

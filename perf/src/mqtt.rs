@@ -430,6 +430,10 @@ pub async fn qos1(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String
         .confirm
         .unwrap_or(100)
         .clamp(1, usize::from(publisher.receive_maximum));
+    println!(
+        "QoS 1 in-flight window {window} (broker receive maximum {})",
+        publisher.receive_maximum
+    );
     let (pub_counters, pub_shared) = (counters.clone(), shared.clone());
     let body = vec![b'x'; config.size];
     tasks.spawn(async move {
