@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpSocket;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_tungstenite::WebSocketStream;
 use warren_mqtt::codec::{
     self, encode_publish, encode_publish_v5, Connect, ConnectReturnCode, Packet, ProtocolLevel,
     PubAck, QoS, Subscribe, SubscribeReturnCode,
@@ -68,26 +69,7 @@ impl MqttConn {
         client_id: &str,
         source: Option<IpAddr>,
     ) -> Result<Self, String> {
-        let target = tokio::net::lookup_host((config.uri.host.as_str(), config.uri.port))
-            .await
-            .map_err(|e| format!("resolve {}: {e}", config.uri.host))?
-            .next()
-            .ok_or_else(|| format!("{} has no address", config.uri.host))?;
-        let socket = match target {
-            SocketAddr::V4(_) => TcpSocket::new_v4(),
-            SocketAddr::V6(_) => TcpSocket::new_v6(),
-        }
-        .map_err(|e| format!("socket: {e}"))?;
-        if let Some(source) = source {
-            socket
-                .bind(SocketAddr::new(source, 0))
-                .map_err(|e| format!("bind {source}: {e}"))?;
-        }
-        let stream = socket
-            .connect(target)
-            .await
-            .map_err(|e| format!("connect {target}: {e}"))?;
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let stream = connect_socket(config, source).await?;
         let (rd, wr) = stream.into_split();
         let mut conn = MqttConn {
             rd,
@@ -96,17 +78,7 @@ impl MqttConn {
             protocol: protocol(config),
             receive_maximum: u16::MAX,
         };
-        conn.send(&Packet::Connect(Connect {
-            protocol: protocol(config),
-            keep_alive: 0,
-            client_id: client_id.to_owned(),
-            clean_session: true,
-            last_will: None,
-            username: Some(config.uri.user.clone()),
-            password: Some(Bytes::from(config.uri.password.clone().into_bytes())),
-            properties: None,
-        }))
-        .await?;
+        conn.send(&connect_packet(config, client_id)).await?;
         match conn.recv().await? {
             Packet::ConnAck(ack) if ack.code == ConnectReturnCode::Accepted => {
                 if let Some(max) = ack.properties.as_deref().and_then(|p| p.receive_maximum) {
@@ -127,22 +99,8 @@ impl MqttConn {
 
     /// Subscribes to one filter and waits for the SUBACK.
     async fn subscribe(&mut self, filter: &str, qos: QoS) -> Result<(), String> {
-        self.send(&Packet::Subscribe(Subscribe {
-            packet_id: 1,
-            filters: vec![(filter.to_owned(), qos)],
-            options: Vec::new(),
-            properties: None,
-        }))
-        .await?;
-        match self.recv().await? {
-            Packet::SubAck(ack)
-                if ack.return_codes.first() != Some(&SubscribeReturnCode::Failure) =>
-            {
-                Ok(())
-            }
-            Packet::SubAck(_) => Err(format!("subscription to {filter} refused")),
-            other => Err(format!("expected SUBACK, got {:?}", other.packet_type())),
-        }
+        self.send(&subscribe_packet(filter, qos)).await?;
+        expect_suback(self.recv().await?, filter)
     }
 
     /// The next packet from the broker.
@@ -168,6 +126,145 @@ impl MqttConn {
             Err(e) => Err(e.to_string()),
         }
     }
+}
+
+/// A SUBSCRIBE for one filter.
+fn subscribe_packet(filter: &str, qos: QoS) -> Packet {
+    Packet::Subscribe(Subscribe {
+        packet_id: 1,
+        filters: vec![(filter.to_owned(), qos)],
+        options: Vec::new(),
+        properties: None,
+    })
+}
+
+/// Whether `packet` is a SUBACK granting the subscription to `filter`.
+fn expect_suback(packet: Packet, filter: &str) -> Result<(), String> {
+    match packet {
+        Packet::SubAck(ack) if ack.return_codes.first() != Some(&SubscribeReturnCode::Failure) => {
+            Ok(())
+        }
+        Packet::SubAck(_) => Err(format!("subscription to {filter} refused")),
+        other => Err(format!("expected SUBACK, got {:?}", other.packet_type())),
+    }
+}
+
+/// The CONNECT every connection of the tool sends.
+fn connect_packet(config: &Config, client_id: &str) -> Packet {
+    Packet::Connect(Connect {
+        protocol: protocol(config),
+        keep_alive: 0,
+        client_id: client_id.to_owned(),
+        clean_session: true,
+        last_will: None,
+        username: Some(config.uri.user.clone()),
+        password: Some(Bytes::from(config.uri.password.clone().into_bytes())),
+        properties: None,
+    })
+}
+
+/// An idle connection held by `--mqtt-idle`: plain TCP, or WebSocket (`--websocket`).
+enum Held {
+    Tcp(MqttConn),
+    Web(Box<WebSocketStream<TcpStream>>),
+}
+
+impl Held {
+    /// Whether the broker has not closed it (a closed socket reads as EOF).
+    fn is_open(&self) -> bool {
+        let mut byte = [0u8; 1];
+        let read = match self {
+            Held::Tcp(conn) => conn.rd.try_read(&mut byte),
+            Held::Web(stream) => stream.get_ref().try_read(&mut byte),
+        };
+        match read {
+            Ok(0) => false,
+            Err(error) => error.kind() == std::io::ErrorKind::WouldBlock,
+            Ok(_) => true,
+        }
+    }
+}
+
+/// Opens one Web-MQTT connection (`--websocket PATH`, subprotocol `mqtt`), completes CONNECT
+/// and one QoS 1 subscription to `filter` over it.
+async fn open_websocket(
+    config: &Config,
+    path: &str,
+    client_id: &str,
+    source: Option<IpAddr>,
+    filter: &str,
+) -> Result<Held, String> {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::http::HeaderValue;
+    use tokio_tungstenite::tungstenite::Message;
+    let stream = connect_socket(config, source).await?;
+    let url = format!("ws://{}:{}{path}", config.uri.host, config.uri.port);
+    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+    request
+        .headers_mut()
+        .insert("sec-websocket-protocol", HeaderValue::from_static("mqtt"));
+    let (mut web, _) = tokio_tungstenite::client_async(request, stream)
+        .await
+        .map_err(|e| format!("WebSocket handshake: {e}"))?;
+    let level = protocol(config);
+    let mut buffer = BytesMut::new();
+    for packet in [
+        connect_packet(config, client_id),
+        subscribe_packet(filter, QoS::AtLeastOnce),
+    ] {
+        let mut out = BytesMut::new();
+        codec::encode_with(&packet, &mut out, level).map_err(|e| e.to_string())?;
+        web.send(Message::Binary(out.freeze()))
+            .await
+            .map_err(|e| e.to_string())?;
+        let answer = loop {
+            if let Some(answer) = codec::decode_with(&mut buffer, MAX_PACKET, level)
+                .map_err(|e| format!("bad packet: {e}"))?
+            {
+                break answer;
+            }
+            match web.next().await {
+                Some(Ok(Message::Binary(data))) => buffer.extend_from_slice(&data),
+                Some(Ok(_)) => continue,
+                Some(Err(error)) => return Err(error.to_string()),
+                None => return Err("the broker closed the connection".into()),
+            }
+        };
+        match answer {
+            Packet::ConnAck(ack) if ack.code != ConnectReturnCode::Accepted => {
+                return Err(format!("CONNACK refused: {:?}", ack.code))
+            }
+            Packet::ConnAck(_) => {}
+            other => expect_suback(other, filter)?,
+        }
+    }
+    Ok(Held::Web(Box::new(web)))
+}
+
+/// A TCP connection to the `--uri`'s broker, from `source` when given, without Nagle.
+async fn connect_socket(config: &Config, source: Option<IpAddr>) -> Result<TcpStream, String> {
+    let target = tokio::net::lookup_host((config.uri.host.as_str(), config.uri.port))
+        .await
+        .map_err(|e| format!("resolve {}: {e}", config.uri.host))?
+        .next()
+        .ok_or_else(|| format!("{} has no address", config.uri.host))?;
+    let socket = match target {
+        SocketAddr::V4(_) => TcpSocket::new_v4(),
+        SocketAddr::V6(_) => TcpSocket::new_v6(),
+    }
+    .map_err(|e| format!("socket: {e}"))?;
+    if let Some(source) = source {
+        socket
+            .bind(SocketAddr::new(source, 0))
+            .map_err(|e| format!("bind {source}: {e}"))?;
+    }
+    let stream = socket
+        .connect(target)
+        .await
+        .map_err(|e| format!("connect {target}: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    Ok(stream)
 }
 
 /// The source address for connection `i` (127.0.0.1..127.0.0.N in turn).
@@ -206,13 +303,16 @@ pub async fn idle(config: Arc<Config>, shared: Arc<Shared>, n: usize) -> Result<
         let (gate, config) = (gate.clone(), config.clone());
         opening.spawn(async move {
             let _permit = gate.acquire().await;
-            let mut conn =
-                MqttConn::open(&config, &format!("perf-idle-{i}"), source_addr(&config, i)).await?;
-            conn.subscribe(&format!("perf/idle/{i}"), QoS::AtLeastOnce)
-                .await?;
+            let (client_id, filter) = (format!("perf-idle-{i}"), format!("perf/idle/{i}"));
+            let source = source_addr(&config, i);
+            if let Some(path) = &config.websocket {
+                return open_websocket(&config, path, &client_id, source, &filter).await;
+            }
+            let mut conn = MqttConn::open(&config, &client_id, source).await?;
+            conn.subscribe(&filter, QoS::AtLeastOnce).await?;
             // Hold with no buffers.
             conn.rbuf = BytesMut::new();
-            Ok::<MqttConn, String>(conn)
+            Ok::<Held, String>(Held::Tcp(conn))
         });
     }
     let mut held = Vec::with_capacity(n);
@@ -272,15 +372,7 @@ pub async fn idle(config: Arc<Config>, shared: Arc<Shared>, n: usize) -> Result<
         }
     }
     // Connections the broker closed meanwhile show as readable with EOF.
-    let mut still_open = 0;
-    for conn in &held {
-        let mut byte = [0u8; 1];
-        match conn.rd.try_read(&mut byte) {
-            Ok(0) => {}
-            Err(error) if error.kind() != std::io::ErrorKind::WouldBlock => {}
-            _ => still_open += 1,
-        }
-    }
+    let still_open = held.iter().filter(|conn| conn.is_open()).count();
     if let (Some(before), Some(after)) = (broker_rss_before, config.broker_pid.and_then(rss_kib)) {
         println!(
             "broker rss: {} KiB before, {} KiB holding (peak {} KiB), {:.2} KiB per connection",
