@@ -204,6 +204,7 @@ async fn start_mqtt(
             ssl_cert_login: mqtt
                 .ssl_cert_login
                 .then(|| login_from(settings.ssl_cert_login_from)),
+            max_keep_alive: mqtt.max_keep_alive,
         }),
     };
     let config = warren_mqtt::ListenerConfig {
@@ -328,10 +329,9 @@ async fn start_web_stomp(
     Ok(addrs)
 }
 
-/// AMQP 1.0 shares the AMQP ports, plain and TLS: the 0-9-1 accept loop hands connections
-/// that start with an AMQP 1.0 header to the AMQP 1.0 driver.
-fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
-    let config = Arc::new(Amqp10Config {
+/// The AMQP 1.0 session settings, shared by the AMQP ports and AMQP 1.0 over WebSocket.
+fn amqp10_config(settings: &Settings) -> Arc<Amqp10Config> {
+    Arc::new(Amqp10Config {
         max_frame_size: settings.frame_max,
         channel_max: settings.channel_max,
         idle_timeout: (settings.heartbeat > 0)
@@ -349,7 +349,13 @@ fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
             .any(|mechanism| mechanism == "EXTERNAL")
             .then(|| login_from(settings.ssl_cert_login_from)),
         ..Amqp10Config::default()
-    });
+    })
+}
+
+/// AMQP 1.0 shares the AMQP ports, plain and TLS: the 0-9-1 accept loop hands connections
+/// that start with an AMQP 1.0 header to the AMQP 1.0 driver.
+fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
+    let config = amqp10_config(settings);
     let alarms = broker.alarm_watch();
     ProtocolHandoff(Arc::new(move |stream, peer, header, shutdown| {
         Box::pin(warren_amqp10::run_connection(
@@ -362,6 +368,67 @@ fn amqp10_handoff(broker: Arc<Broker>, settings: &Settings) -> ProtocolHandoff {
             alarms.clone(),
         ))
     }))
+}
+
+/// Binds the AMQP 1.0 over WebSocket listeners (`web_amqp.*`, plain and TLS; subprotocol
+/// `amqp`, binary messages) and spawns their accept loops; returns their addresses. Each
+/// connection is the same AMQP 1.0 driver and session as on the AMQP port, over the
+/// WebSocket tunnel.
+async fn start_web_amqp(
+    settings: &Settings,
+    broker: &Arc<Broker>,
+    shutdown: &watch::Receiver<bool>,
+    listeners: &mut JoinSet<()>,
+) -> Result<Vec<SocketAddr>, StartError> {
+    let web = &settings.web_amqp;
+    let websocket = warren_core::websocket::WebSocketConfig {
+        path: web.path.clone(),
+        subprotocols: vec!["amqp"],
+        text_frames: false,
+    };
+    let config = amqp10_config(settings);
+    let mut addrs = Vec::new();
+    let mut bound_listeners = Vec::new();
+    if web.enabled {
+        let (listener, bound) = bind("web-amqp", &web.listener).await?;
+        addrs.push(bound);
+        bound_listeners.push((listener, None, "web-amqp"));
+    }
+    if let Some(addr) = web.tls_listener() {
+        let tls = tls::listener_config("web_amqp.ssl.port", &settings.ssl_options)
+            .map_err(StartError::Tls)?;
+        let (listener, bound) = bind("web-amqps", &addr).await?;
+        addrs.push(bound);
+        bound_listeners.push((listener, Some(tls), "web-amqps"));
+    }
+    for (listener, tls, protocol) in bound_listeners {
+        let accept = warren_core::accept::AcceptConfig::new(
+            ("web-amqp", "web-amqps"),
+            tls,
+            settings.connection_max,
+            settings.handshake_timeout,
+        )
+        .with_websocket(protocol, websocket.clone());
+        let (broker, config) = (Arc::clone(broker), Arc::clone(&config));
+        let alarms = broker.alarm_watch();
+        let connections_shutdown = shutdown.clone();
+        listeners.spawn(warren_core::accept::serve_connections(
+            listener,
+            accept,
+            shutdown.clone(),
+            move |stream, peer| {
+                warren_amqp10::run_websocket_connection(
+                    stream,
+                    peer,
+                    Arc::clone(&broker),
+                    Arc::clone(&config),
+                    connections_shutdown.clone(),
+                    alarms.clone(),
+                )
+            },
+        ));
+    }
+    Ok(addrs)
 }
 
 /// Starts the management API and the Prometheus endpoint when enabled; returns their
@@ -576,6 +643,7 @@ pub struct Server {
     mqtts_addr: Option<SocketAddr>,
     web_mqtt_addrs: Vec<SocketAddr>,
     web_stomp_addrs: Vec<SocketAddr>,
+    web_amqp_addrs: Vec<SocketAddr>,
     amqps_addr: Option<SocketAddr>,
     operator_addrs: OperatorAddrs,
     cluster: Option<cluster::ClusterNode>,
@@ -803,6 +871,8 @@ impl Server {
             &stomp_count,
         )
         .await?;
+        let web_amqp_addrs =
+            start_web_amqp(&settings, &broker, &shutdown_rx, &mut listeners).await?;
         let mut amqps_addr = None;
         if let Some(addr) = &settings.amqps_listener {
             let tls = tls::listener_config("listeners.ssl.default", &settings.ssl_options)
@@ -829,6 +899,7 @@ impl Server {
             ("stomp/ssl", stomps_addr.into_iter().collect()),
             ("http/web-mqtt", web_mqtt_addrs.clone()),
             ("http/web-stomp", web_stomp_addrs.clone()),
+            ("http/web-amqp", web_amqp_addrs.clone()),
             ("stream", stream_addr.into_iter().collect()),
             ("stream/ssl", stream_tls_addr.into_iter().collect()),
         ]
@@ -863,6 +934,7 @@ impl Server {
             mqtts_addr,
             web_mqtt_addrs,
             web_stomp_addrs,
+            web_amqp_addrs,
             amqps_addr,
             operator_addrs,
             cluster,
@@ -923,6 +995,12 @@ impl Server {
     /// The Web-STOMP listener's address (plain, else TLS), if `web_stomp` is enabled.
     pub fn web_stomp_addr(&self) -> Option<SocketAddr> {
         self.web_stomp_addrs.first().copied()
+    }
+
+    /// The AMQP 1.0 over WebSocket listener's address (plain, else TLS), if `web_amqp` is
+    /// enabled.
+    pub fn web_amqp_addr(&self) -> Option<SocketAddr> {
+        self.web_amqp_addrs.first().copied()
     }
 
     /// The MQTTS listener's address (`None` unless `mqtt.listeners.ssl.default` is set).

@@ -45,4 +45,4 @@ pub use settings::{
 };
 pub use stomp::{StompSettings, STOMP_KEYS, STOMP_PORT};
 pub use stream::{StreamProtocolSettings, STREAM_KEYS, STREAM_PORT};
-pub use web::{WebSettings, WEB_KEYS, WEB_MQTT_PORT, WEB_STOMP_PORT};
+pub use web::{WebSettings, WEB_AMQP_PORT, WEB_KEYS, WEB_MQTT_PORT, WEB_STOMP_PORT};

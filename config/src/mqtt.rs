@@ -43,6 +43,11 @@ pub struct MqttSettings {
     /// `mqtt.max_connections`: the most MQTT connections at once, on every MQTT listener
     /// together (TCP, TLS, WebSocket); more get CONNACK "server unavailable". Default none.
     pub max_connections: Option<usize>,
+    /// `mqtt.max_keep_alive`: the longest keep-alive a client may ask for, in seconds (as
+    /// Mosquitto's `max_keepalive`). An MQTT 5 client asking for more, or for none, is told
+    /// this one in CONNACK's Server Keep Alive and held to it; an MQTT 3.1.1 client is
+    /// refused with CONNACK 0x02. Default none (any keep-alive, 0 included).
+    pub max_keep_alive: Option<u16>,
 }
 
 impl Default for MqttSettings {
@@ -60,6 +65,7 @@ impl Default for MqttSettings {
             prefetch: 10,
             max_packet_size: MQTT_MAX_PACKET_SIZE_LIMIT,
             max_connections: None,
+            max_keep_alive: None,
         }
     }
 }
@@ -105,6 +111,10 @@ pub const MQTT_KEYS: &[(&str, &str)] = &[
     (
         "mqtt.max_connections",
         "most MQTT connections, or infinity; more get CONNACK server unavailable (infinity)",
+    ),
+    (
+        "mqtt.max_keep_alive",
+        "longest MQTT keep-alive, seconds 1-65535, or none; MQTT 5 clients get Server Keep Alive (none)",
     ),
 ];
 
@@ -179,6 +189,18 @@ impl MqttSettings {
                     ),
                 };
             }
+            "mqtt.max_keep_alive" => {
+                self.max_keep_alive = match value {
+                    "none" => None,
+                    _ => Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|seconds| *seconds > 0)
+                            .ok_or_else(|| invalid("seconds between 1 and 65535, or none"))?,
+                    ),
+                };
+            }
             "mqtt.max_packet_size" => {
                 self.max_packet_size = value
                     .parse()
@@ -242,6 +264,11 @@ mod tests {
         assert_eq!(settings.mqtt.prefetch, 100);
         assert_eq!(settings.mqtt.max_packet_size, 1024);
         assert_eq!(settings.mqtt.exchange, "mqtt.x");
+        assert_eq!(settings.mqtt.max_keep_alive, None);
+        settings.set("mqtt.max_keep_alive", "30").unwrap();
+        assert_eq!(settings.mqtt.max_keep_alive, Some(30));
+        settings.set("mqtt.max_keep_alive", "none").unwrap();
+        assert_eq!(settings.mqtt.max_keep_alive, None);
         settings.set("mqtt.listeners.tcp", "none").unwrap();
         assert_eq!(settings.mqtt.listeners().count(), 0);
         assert!(settings.mqtt.tls_listener.is_none() && !settings.mqtt.ssl_cert_login);
@@ -266,6 +293,8 @@ mod tests {
             ("mqtt.listeners.tcp.default", "nope"),
             ("mqtt.listeners.tcp", "1883"),
             ("mqtt.vhost", ""),
+            ("mqtt.max_keep_alive", "0"),
+            ("mqtt.max_keep_alive", "65536"),
             ("mqtt.no_such_key", "1"),
         ] {
             assert!(settings.set(key, value).is_err(), "{key}={value}");

@@ -287,6 +287,8 @@ pub struct Settings {
     pub web_mqtt: crate::web::WebSettings,
     /// The `web_stomp.*` keys: STOMP over WebSocket.
     pub web_stomp: crate::web::WebSettings,
+    /// The `web_amqp.*` keys: AMQP 1.0 over WebSocket.
+    pub web_amqp: crate::web::WebSettings,
     /// `msg_store_file_size_limit`: size at which the message store closes a segment file
     /// and starts a new one (RabbitMQ's key). Default 16 MiB.
     pub msg_store_file_size_limit: usize,
@@ -379,6 +381,7 @@ impl Default for Settings {
             mqtt: MqttSettings::default(),
             web_mqtt: crate::web::WebSettings::new(crate::web::WEB_MQTT_PORT),
             web_stomp: crate::web::WebSettings::new(crate::web::WEB_STOMP_PORT),
+            web_amqp: crate::web::WebSettings::new(crate::web::WEB_AMQP_PORT),
             msg_store_file_size_limit: 16 * 1024 * 1024,
             msg_store_max_unwritten_bytes: 64 * 1024 * 1024,
             queue_max_in_memory_messages: 100_000,
@@ -903,16 +906,16 @@ impl Settings {
                     self.prometheus_enabled = enabled;
                 }
             }
-            "plugins.web_mqtt" | "plugins.web_stomp" => {
+            "plugins.web_mqtt" | "plugins.web_stomp" | "plugins.web_amqp" => {
                 let enabled = match value {
                     "true" => true,
                     "false" => false,
                     _ => return Err(invalid("true or false")),
                 };
-                if key == "plugins.web_mqtt" {
-                    self.web_mqtt.enabled = enabled;
-                } else {
-                    self.web_stomp.enabled = enabled;
+                match key {
+                    "plugins.web_mqtt" => self.web_mqtt.enabled = enabled,
+                    "plugins.web_stomp" => self.web_stomp.enabled = enabled,
+                    _ => self.web_amqp.enabled = enabled,
                 }
             }
             "plugins.consistent_hash_exchange" => {
@@ -1033,6 +1036,7 @@ impl Settings {
             _ if key.starts_with("web_stomp.") => {
                 return self.web_stomp.set("web_stomp", key, value)
             }
+            _ if key.starts_with("web_amqp.") => return self.web_amqp.set("web_amqp", key, value),
             _ if key.starts_with("stream.") => return self.stream.set(key, value),
             _ if key.starts_with("mqtt.") => {
                 return self.mqtt.set(key, value, parse_listener);

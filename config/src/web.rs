@@ -1,6 +1,7 @@
-//! The `web_mqtt.*` and `web_stomp.*` keys: MQTT and STOMP over WebSocket, named as
-//! RabbitMQ's Web-MQTT and Web-STOMP plugins name them. Off unless `plugins.web_mqtt` /
-//! `plugins.web_stomp` is true or a port is set.
+//! The `web_mqtt.*`, `web_stomp.*` and `web_amqp.*` keys: MQTT, STOMP and AMQP 1.0 over
+//! WebSocket, named as RabbitMQ's Web-MQTT and Web-STOMP plugins name them (AMQP 1.0 over
+//! WebSocket follows the same pattern). Off unless `plugins.web_mqtt` / `plugins.web_stomp`
+//! / `plugins.web_amqp` is true or a port is set.
 
 use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
@@ -9,6 +10,9 @@ use crate::listen_addr::ListenAddr;
 pub const WEB_MQTT_PORT: u16 = 15675;
 /// The Web-STOMP port (RabbitMQ's default).
 pub const WEB_STOMP_PORT: u16 = 15674;
+/// The AMQP 1.0 over WebSocket port: open source RabbitMQ has no such listener, so this is
+/// Warren's choice, next to the Web-MQTT and Web-STOMP ports.
+pub const WEB_AMQP_PORT: u16 = 15678;
 
 /// One WebSocket listener's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +112,26 @@ pub const WEB_KEYS: &[(&str, &str)] = &[
         "Web-STOMP over TLS port (none); uses ssl_options.*",
     ),
     ("web_stomp.ws_path", "Web-STOMP request path (/ws)"),
+    (
+        "plugins.web_amqp",
+        "true|false: serve AMQP 1.0 over WebSocket on web_amqp.tcp.port (false)",
+    ),
+    (
+        "web_amqp.tcp.port",
+        "AMQP 1.0 over WebSocket port; setting it enables it (15678)",
+    ),
+    (
+        "web_amqp.tcp.ip",
+        "AMQP 1.0 over WebSocket interface (0.0.0.0)",
+    ),
+    (
+        "web_amqp.ssl.port",
+        "AMQP 1.0 over WebSocket over TLS port (none); uses ssl_options.*",
+    ),
+    (
+        "web_amqp.ws_path",
+        "AMQP 1.0 over WebSocket request path (/ws)",
+    ),
 ];
 
 #[cfg(test)]
@@ -133,5 +157,12 @@ mod tests {
         assert!(settings.set("web_mqtt.ws_path", "ws").is_err());
         assert!(settings.set("web_mqtt.tcp.port", "99999").is_err());
         assert!(settings.set("web_mqtt.nonsense", "1").is_err());
+        assert!(!settings.web_amqp.enabled);
+        assert_eq!(settings.web_amqp.listener.port, 15678);
+        settings.set("plugins.web_amqp", "true").unwrap();
+        settings.set("web_amqp.ws_path", "/amqp").unwrap();
+        assert!(settings.web_amqp.enabled);
+        assert_eq!(settings.web_amqp.path, "/amqp");
+        assert!(settings.set("plugins.web_amqp", "on").is_err());
     }
 }

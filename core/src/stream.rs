@@ -99,6 +99,30 @@ impl ClientStream {
         }
     }
 
+    /// Reads what is available into the spare capacity `buffer` already has (the caller
+    /// sizes it: an idle MQTT connection over TLS or WebSocket waits with a small one);
+    /// `Ok(0)` at the end of the stream or when `buffer` has no spare capacity.
+    pub async fn read_into(&mut self, buffer: &mut BytesMut) -> std::io::Result<usize> {
+        if buffer.capacity() == buffer.len() {
+            return Ok(0);
+        }
+        match self {
+            ClientStream::Plain(stream) => stream.read_buf(buffer).await,
+            ClientStream::Tls(stream) => stream.read_buf(buffer).await,
+            ClientStream::Tunnel(stream) => stream.read_buf(buffer).await,
+        }
+    }
+
+    /// Reads exactly `buffer.len()` bytes, no more: what follows stays in the stream (a
+    /// protocol header read before the connection is handed to its protocol's driver).
+    pub async fn read_exact(&mut self, buffer: &mut [u8]) -> std::io::Result<()> {
+        match self {
+            ClientStream::Plain(stream) => stream.read_exact(buffer).await.map(|_| ()),
+            ClientStream::Tls(stream) => stream.read_exact(buffer).await.map(|_| ()),
+            ClientStream::Tunnel(stream) => stream.read_exact(buffer).await.map(|_| ()),
+        }
+    }
+
     /// Writes what the socket takes now without waiting. TLS connections always answer
     /// `WouldBlock`: write them with [`ClientStream::write_all`].
     pub fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize> {

@@ -110,7 +110,7 @@ where
             )),
         }
     };
-    let inner = tokio_tungstenite::accept_hdr_async(stream, callback)
+    let inner = tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(buffers()))
         .await
         .map_err(|error| format!("WebSocket handshake failed: {error}"))?;
     Ok(WebSocketBytes {
@@ -120,6 +120,19 @@ where
         tls,
         text_frames: config.text_frames,
     })
+}
+
+/// The size of tungstenite's read buffer, which it allocates up front for every connection
+/// and keeps: its 128 KiB default made an idle Web-MQTT connection cost ~148 KiB. Larger
+/// frames still arrive whole (the buffer grows for them); reads are just smaller.
+const READ_BUFFER: usize = 2048;
+
+/// tungstenite's settings for the server side: a small read buffer, and every message written
+/// at once (each write of the codecs is already one whole batch; the driver flushes it).
+fn buffers() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+    tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0)
 }
 
 /// An HTTP refusal of the handshake with `text` as its body.
@@ -149,6 +162,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for WebSocketBytes<S> {
                 let take = self.pending.len().min(buf.remaining());
                 buf.put_slice(&self.pending[..take]);
                 self.pending.advance(take);
+                if self.pending.is_empty() {
+                    // An empty slice would still hold the frame's allocation.
+                    self.pending = Bytes::new();
+                }
                 return Poll::Ready(Ok(()));
             }
             match ready!(Pin::new(&mut self.inner).poll_next(cx)) {

@@ -17,7 +17,8 @@ use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueBindOptions, Que
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use mqtt5_common::{
-    connect5, connect5_packet, options5, publish5_packet, try_connect5, Mqtt5Client, Raw5,
+    connect5, connect5_packet, options5, publish5_packet, server_disconnect_reason, try_connect5,
+    Raw5,
 };
 use rumqttc::v5::mqttbytes::v5::{
     ConnectReturnCode, DisconnectReasonCode, Filter, LastWill, LastWillProperties, Packet,
@@ -531,18 +532,6 @@ async fn mqtt_3_1_1_and_5_clients_share_a_topic() {
     })
     .await
     .expect("test in time");
-}
-
-/// The reason code the broker's DISCONNECT gave, from the error that ended the client.
-async fn server_disconnect_reason(client: Mqtt5Client) -> DisconnectReasonCode {
-    match tokio::time::timeout(Duration::from_secs(10), client.ended)
-        .await
-        .expect("the connection ends")
-        .expect("event loop task")
-    {
-        ConnectionError::MqttState(StateError::ServerDisconnect { reason_code, .. }) => reason_code,
-        other => panic!("expected a DISCONNECT from the broker, got {other:?}"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

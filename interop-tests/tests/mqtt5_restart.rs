@@ -5,6 +5,7 @@
 //! Uses its own temporary `data_dir` and port 0, and is bounded in time.
 
 mod mqtt5_common;
+mod mqtt_common;
 
 use std::path::Path;
 use std::time::Duration;

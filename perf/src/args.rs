@@ -62,6 +62,10 @@ MQTT 3.1.1 modes (with an mqtt:// --uri):
                             QoS 1 subscriber; reports delivered msgs/s
       --source-addrs N      spread connections over source addresses 127.0.0.1..127.0.0.N
                             (past the ephemeral-port limit of one address; default 1)
+      --mqtt5               speak MQTT 5.0 instead of 3.1.1 (the QoS 1 window is capped at
+                            the broker's CONNACK receive maximum)
+      --websocket PATH      --mqtt-idle over WebSocket (Web-MQTT, subprotocol mqtt) at PATH
+                            (e.g. /ws) on the --uri's host and port
 STOMP 1.2 mode (with a stomp:// --uri):
       --stomp-queue         one producer and one consumer on /queue/NAME (-u), the consumer
                             with client-individual acks and -q prefetch (default 200), the
@@ -190,6 +194,10 @@ pub struct Config {
     pub amqp10_fe2o3: bool,
     /// `false` with `--no-nodelay`: AMQP 1.0 sockets keep Nagle's algorithm on.
     pub nodelay: bool,
+    /// `--mqtt5`: the `--mqtt-*` modes speak MQTT 5.0 instead of 3.1.1.
+    pub mqtt5: bool,
+    /// `--websocket PATH`: `--mqtt-idle` connects over WebSocket (Web-MQTT) at this path.
+    pub websocket: Option<String>,
 }
 
 impl Default for Config {
@@ -229,6 +237,8 @@ impl Default for Config {
             amqp10_settled: false,
             amqp10_fe2o3: false,
             nodelay: true,
+            mqtt5: false,
+            websocket: None,
         }
     }
 }
@@ -382,6 +392,8 @@ where
             "--amqp10-settled" => config.amqp10_settled = true,
             "--amqp10-fe2o3" => config.amqp10_fe2o3 = true,
             "--no-nodelay" => config.nodelay = false,
+            "--mqtt5" => config.mqtt5 = true,
+            "--websocket" => config.websocket = Some(value(&flag)?),
             "--source-addrs" => {
                 config.source_addrs = number::<u8>(&flag, &value(&flag)?)?.max(1);
             }
@@ -417,6 +429,12 @@ where
     }
     if stream && (stomp || amqp10 || rpc || churn || idle.is_some() || !mqtt.is_empty()) {
         return Err(invalid("--stream-queue excludes the other modes"));
+    }
+    if config.websocket.is_some() && !matches!(mqtt.first(), Some(Mode::MqttIdle(_))) {
+        return Err(invalid("--websocket goes with --mqtt-idle"));
+    }
+    if config.mqtt5 && mqtt.is_empty() {
+        return Err(invalid("--mqtt5 goes with one of the --mqtt-* modes"));
     }
     if config.amqp10_address_v1 && !amqp10 {
         return Err(invalid("--amqp10-address-v1 goes with --amqp10-queue"));
@@ -749,6 +767,23 @@ mod tests {
         assert!(parse(&["--uri", "mqtt://h"]).is_err(), "no MQTT mode");
         assert!(parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--mqtt-fan-in"]).is_err());
         assert!(parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--rpc"]).is_err());
+        assert!(
+            parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--mqtt5"])
+                .unwrap()
+                .mqtt5
+        );
+        assert!(parse(&["--uri", "mqtt://h", "--mqtt5"]).is_err());
+        let web = parse(&[
+            "--uri",
+            "mqtt://h",
+            "--mqtt-idle",
+            "5",
+            "--websocket",
+            "/ws",
+        ])
+        .unwrap();
+        assert_eq!(web.websocket.as_deref(), Some("/ws"));
+        assert!(parse(&["--uri", "mqtt://h", "--mqtt-qos1", "--websocket", "/ws"]).is_err());
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! MQTT 3.1.1 load: idle connections, QoS 0 fan-in and QoS 1 one-to-one, against any MQTT
-//! broker (Warren, RabbitMQ's MQTT plugin, Mosquitto). A minimal client on tokio with
-//! Warren's own MQTT codec, so the tool is not the bottleneck.
+//! MQTT 3.1.1 or 5.0 (`--mqtt5`) load: idle connections, QoS 0 fan-in and QoS 1
+//! one-to-one, against any MQTT broker (Warren, RabbitMQ's MQTT plugin, Mosquitto). A
+//! minimal client on tokio with Warren's own MQTT codec, so the tool is not the bottleneck.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpSocket;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_tungstenite::WebSocketStream;
 use warren_mqtt::codec::{
-    self, encode_publish, Connect, ConnectReturnCode, Packet, ProtocolLevel, PubAck, QoS,
-    Subscribe, SubscribeReturnCode,
+    self, encode_publish, encode_publish_v5, Connect, ConnectReturnCode, Packet, ProtocolLevel,
+    PubAck, QoS, Subscribe, SubscribeReturnCode,
 };
 
 use crate::args::Config;
@@ -30,6 +31,35 @@ struct MqttConn {
     rd: OwnedReadHalf,
     wr: OwnedWriteHalf,
     rbuf: BytesMut,
+    protocol: ProtocolLevel,
+    /// The broker's receive maximum from CONNACK (MQTT 5; 65535 when absent or 3.1.1).
+    receive_maximum: u16,
+}
+
+/// The protocol `--mqtt5` asks for.
+fn protocol(config: &Config) -> ProtocolLevel {
+    if config.mqtt5 {
+        ProtocolLevel::V5
+    } else {
+        ProtocolLevel::V3_1_1
+    }
+}
+
+/// Appends one PUBLISH in `protocol` (MQTT 5: with an empty property list).
+fn encode_pub(
+    out: &mut BytesMut,
+    protocol: ProtocolLevel,
+    topic: &str,
+    qos: QoS,
+    packet_id: Option<u16>,
+    body: &[u8],
+) -> Result<(), String> {
+    let result = if protocol.is_v5() {
+        encode_publish_v5(out, topic, qos, packet_id, (false, false), body, None)
+    } else {
+        encode_publish(out, topic, qos, packet_id, false, false, body)
+    };
+    result.map_err(|e| e.to_string())
 }
 
 impl MqttConn {
@@ -39,45 +69,23 @@ impl MqttConn {
         client_id: &str,
         source: Option<IpAddr>,
     ) -> Result<Self, String> {
-        let target = tokio::net::lookup_host((config.uri.host.as_str(), config.uri.port))
-            .await
-            .map_err(|e| format!("resolve {}: {e}", config.uri.host))?
-            .next()
-            .ok_or_else(|| format!("{} has no address", config.uri.host))?;
-        let socket = match target {
-            SocketAddr::V4(_) => TcpSocket::new_v4(),
-            SocketAddr::V6(_) => TcpSocket::new_v6(),
-        }
-        .map_err(|e| format!("socket: {e}"))?;
-        if let Some(source) = source {
-            socket
-                .bind(SocketAddr::new(source, 0))
-                .map_err(|e| format!("bind {source}: {e}"))?;
-        }
-        let stream = socket
-            .connect(target)
-            .await
-            .map_err(|e| format!("connect {target}: {e}"))?;
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let stream = connect_socket(config, source).await?;
         let (rd, wr) = stream.into_split();
         let mut conn = MqttConn {
             rd,
             wr,
             rbuf: BytesMut::new(),
+            protocol: protocol(config),
+            receive_maximum: u16::MAX,
         };
-        conn.send(&Packet::Connect(Connect {
-            protocol: ProtocolLevel::V3_1_1,
-            keep_alive: 0,
-            client_id: client_id.to_owned(),
-            clean_session: true,
-            last_will: None,
-            username: Some(config.uri.user.clone()),
-            password: Some(Bytes::from(config.uri.password.clone().into_bytes())),
-            properties: None,
-        }))
-        .await?;
+        conn.send(&connect_packet(config, client_id)).await?;
         match conn.recv().await? {
-            Packet::ConnAck(ack) if ack.code == ConnectReturnCode::Accepted => Ok(conn),
+            Packet::ConnAck(ack) if ack.code == ConnectReturnCode::Accepted => {
+                if let Some(max) = ack.properties.as_deref().and_then(|p| p.receive_maximum) {
+                    conn.receive_maximum = max;
+                }
+                Ok(conn)
+            }
             Packet::ConnAck(ack) => Err(format!("CONNACK refused: {:?}", ack.code)),
             other => Err(format!("expected CONNACK, got {:?}", other.packet_type())),
         }
@@ -85,28 +93,14 @@ impl MqttConn {
 
     async fn send(&mut self, packet: &Packet) -> Result<(), String> {
         let mut out = BytesMut::new();
-        codec::encode(packet, &mut out).map_err(|e| e.to_string())?;
+        codec::encode_with(packet, &mut out, self.protocol).map_err(|e| e.to_string())?;
         self.wr.write_all(&out).await.map_err(|e| e.to_string())
     }
 
     /// Subscribes to one filter and waits for the SUBACK.
     async fn subscribe(&mut self, filter: &str, qos: QoS) -> Result<(), String> {
-        self.send(&Packet::Subscribe(Subscribe {
-            packet_id: 1,
-            filters: vec![(filter.to_owned(), qos)],
-            options: Vec::new(),
-            properties: None,
-        }))
-        .await?;
-        match self.recv().await? {
-            Packet::SubAck(ack)
-                if ack.return_codes.first() != Some(&SubscribeReturnCode::Failure) =>
-            {
-                Ok(())
-            }
-            Packet::SubAck(_) => Err(format!("subscription to {filter} refused")),
-            other => Err(format!("expected SUBACK, got {:?}", other.packet_type())),
-        }
+        self.send(&subscribe_packet(filter, qos)).await?;
+        expect_suback(self.recv().await?, filter)
     }
 
     /// The next packet from the broker.
@@ -120,7 +114,8 @@ impl MqttConn {
     }
 
     fn try_decode(&mut self) -> Result<Option<Packet>, String> {
-        codec::decode(&mut self.rbuf, MAX_PACKET).map_err(|e| format!("bad packet: {e}"))
+        codec::decode_with(&mut self.rbuf, MAX_PACKET, self.protocol)
+            .map_err(|e| format!("bad packet: {e}"))
     }
 
     async fn read_more(&mut self) -> Result<(), String> {
@@ -131,6 +126,145 @@ impl MqttConn {
             Err(e) => Err(e.to_string()),
         }
     }
+}
+
+/// A SUBSCRIBE for one filter.
+fn subscribe_packet(filter: &str, qos: QoS) -> Packet {
+    Packet::Subscribe(Subscribe {
+        packet_id: 1,
+        filters: vec![(filter.to_owned(), qos)],
+        options: Vec::new(),
+        properties: None,
+    })
+}
+
+/// Whether `packet` is a SUBACK granting the subscription to `filter`.
+fn expect_suback(packet: Packet, filter: &str) -> Result<(), String> {
+    match packet {
+        Packet::SubAck(ack) if ack.return_codes.first() != Some(&SubscribeReturnCode::Failure) => {
+            Ok(())
+        }
+        Packet::SubAck(_) => Err(format!("subscription to {filter} refused")),
+        other => Err(format!("expected SUBACK, got {:?}", other.packet_type())),
+    }
+}
+
+/// The CONNECT every connection of the tool sends.
+fn connect_packet(config: &Config, client_id: &str) -> Packet {
+    Packet::Connect(Connect {
+        protocol: protocol(config),
+        keep_alive: 0,
+        client_id: client_id.to_owned(),
+        clean_session: true,
+        last_will: None,
+        username: Some(config.uri.user.clone()),
+        password: Some(Bytes::from(config.uri.password.clone().into_bytes())),
+        properties: None,
+    })
+}
+
+/// An idle connection held by `--mqtt-idle`: plain TCP, or WebSocket (`--websocket`).
+enum Held {
+    Tcp(MqttConn),
+    Web(Box<WebSocketStream<TcpStream>>),
+}
+
+impl Held {
+    /// Whether the broker has not closed it (a closed socket reads as EOF).
+    fn is_open(&self) -> bool {
+        let mut byte = [0u8; 1];
+        let read = match self {
+            Held::Tcp(conn) => conn.rd.try_read(&mut byte),
+            Held::Web(stream) => stream.get_ref().try_read(&mut byte),
+        };
+        match read {
+            Ok(0) => false,
+            Err(error) => error.kind() == std::io::ErrorKind::WouldBlock,
+            Ok(_) => true,
+        }
+    }
+}
+
+/// Opens one Web-MQTT connection (`--websocket PATH`, subprotocol `mqtt`), completes CONNECT
+/// and one QoS 1 subscription to `filter` over it.
+async fn open_websocket(
+    config: &Config,
+    path: &str,
+    client_id: &str,
+    source: Option<IpAddr>,
+    filter: &str,
+) -> Result<Held, String> {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::http::HeaderValue;
+    use tokio_tungstenite::tungstenite::Message;
+    let stream = connect_socket(config, source).await?;
+    let url = format!("ws://{}:{}{path}", config.uri.host, config.uri.port);
+    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+    request
+        .headers_mut()
+        .insert("sec-websocket-protocol", HeaderValue::from_static("mqtt"));
+    let (mut web, _) = tokio_tungstenite::client_async(request, stream)
+        .await
+        .map_err(|e| format!("WebSocket handshake: {e}"))?;
+    let level = protocol(config);
+    let mut buffer = BytesMut::new();
+    for packet in [
+        connect_packet(config, client_id),
+        subscribe_packet(filter, QoS::AtLeastOnce),
+    ] {
+        let mut out = BytesMut::new();
+        codec::encode_with(&packet, &mut out, level).map_err(|e| e.to_string())?;
+        web.send(Message::Binary(out.freeze()))
+            .await
+            .map_err(|e| e.to_string())?;
+        let answer = loop {
+            if let Some(answer) = codec::decode_with(&mut buffer, MAX_PACKET, level)
+                .map_err(|e| format!("bad packet: {e}"))?
+            {
+                break answer;
+            }
+            match web.next().await {
+                Some(Ok(Message::Binary(data))) => buffer.extend_from_slice(&data),
+                Some(Ok(_)) => continue,
+                Some(Err(error)) => return Err(error.to_string()),
+                None => return Err("the broker closed the connection".into()),
+            }
+        };
+        match answer {
+            Packet::ConnAck(ack) if ack.code != ConnectReturnCode::Accepted => {
+                return Err(format!("CONNACK refused: {:?}", ack.code))
+            }
+            Packet::ConnAck(_) => {}
+            other => expect_suback(other, filter)?,
+        }
+    }
+    Ok(Held::Web(Box::new(web)))
+}
+
+/// A TCP connection to the `--uri`'s broker, from `source` when given, without Nagle.
+async fn connect_socket(config: &Config, source: Option<IpAddr>) -> Result<TcpStream, String> {
+    let target = tokio::net::lookup_host((config.uri.host.as_str(), config.uri.port))
+        .await
+        .map_err(|e| format!("resolve {}: {e}", config.uri.host))?
+        .next()
+        .ok_or_else(|| format!("{} has no address", config.uri.host))?;
+    let socket = match target {
+        SocketAddr::V4(_) => TcpSocket::new_v4(),
+        SocketAddr::V6(_) => TcpSocket::new_v6(),
+    }
+    .map_err(|e| format!("socket: {e}"))?;
+    if let Some(source) = source {
+        socket
+            .bind(SocketAddr::new(source, 0))
+            .map_err(|e| format!("bind {source}: {e}"))?;
+    }
+    let stream = socket
+        .connect(target)
+        .await
+        .map_err(|e| format!("connect {target}: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    Ok(stream)
 }
 
 /// The source address for connection `i` (127.0.0.1..127.0.0.N in turn).
@@ -169,13 +303,16 @@ pub async fn idle(config: Arc<Config>, shared: Arc<Shared>, n: usize) -> Result<
         let (gate, config) = (gate.clone(), config.clone());
         opening.spawn(async move {
             let _permit = gate.acquire().await;
-            let mut conn =
-                MqttConn::open(&config, &format!("perf-idle-{i}"), source_addr(&config, i)).await?;
-            conn.subscribe(&format!("perf/idle/{i}"), QoS::AtLeastOnce)
-                .await?;
+            let (client_id, filter) = (format!("perf-idle-{i}"), format!("perf/idle/{i}"));
+            let source = source_addr(&config, i);
+            if let Some(path) = &config.websocket {
+                return open_websocket(&config, path, &client_id, source, &filter).await;
+            }
+            let mut conn = MqttConn::open(&config, &client_id, source).await?;
+            conn.subscribe(&filter, QoS::AtLeastOnce).await?;
             // Hold with no buffers.
             conn.rbuf = BytesMut::new();
-            Ok::<MqttConn, String>(conn)
+            Ok::<Held, String>(Held::Tcp(conn))
         });
     }
     let mut held = Vec::with_capacity(n);
@@ -235,15 +372,7 @@ pub async fn idle(config: Arc<Config>, shared: Arc<Shared>, n: usize) -> Result<
         }
     }
     // Connections the broker closed meanwhile show as readable with EOF.
-    let mut still_open = 0;
-    for conn in &held {
-        let mut byte = [0u8; 1];
-        match conn.rd.try_read(&mut byte) {
-            Ok(0) => {}
-            Err(error) if error.kind() != std::io::ErrorKind::WouldBlock => {}
-            _ => still_open += 1,
-        }
-    }
+    let still_open = held.iter().filter(|conn| conn.is_open()).count();
     if let (Some(before), Some(after)) = (broker_rss_before, config.broker_pid.and_then(rss_kib)) {
         println!(
             "broker rss: {} KiB before, {} KiB holding (peak {} KiB), {:.2} KiB per connection",
@@ -323,8 +452,14 @@ pub async fn fan_in(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), Stri
                 }
                 published += count;
                 for _ in 0..count {
-                    encode_publish(&mut out, &topic, QoS::AtMostOnce, None, false, false, &body)
-                        .map_err(|e| e.to_string())?;
+                    encode_pub(
+                        &mut out,
+                        publisher.protocol,
+                        &topic,
+                        QoS::AtMostOnce,
+                        None,
+                        &body,
+                    )?;
                 }
                 publisher
                     .wr
@@ -356,8 +491,12 @@ pub async fn qos1(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String
                     if let Packet::Publish(publish) = packet {
                         counters.delivered.fetch_add(1, Ordering::Relaxed);
                         if let Some(packet_id) = publish.packet_id {
-                            codec::encode(&Packet::PubAck(PubAck::new(packet_id)), &mut acks)
-                                .map_err(|e| e.to_string())?;
+                            codec::encode_with(
+                                &Packet::PubAck(PubAck::new(packet_id)),
+                                &mut acks,
+                                subscriber.protocol,
+                            )
+                            .map_err(|e| e.to_string())?;
                         }
                     }
                 }
@@ -376,8 +515,17 @@ pub async fn qos1(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String
             }
         });
     }
-    let window = config.confirm.unwrap_or(100).clamp(1, 65_535);
     let mut publisher = MqttConn::open(&config, "perf-qos1-publisher", None).await?;
+    // An MQTT 5 broker disconnects a client with more QoS 1 publishes unacknowledged than
+    // its receive maximum (0x93).
+    let window = config
+        .confirm
+        .unwrap_or(100)
+        .clamp(1, usize::from(publisher.receive_maximum));
+    println!(
+        "QoS 1 in-flight window {window} (broker receive maximum {})",
+        publisher.receive_maximum
+    );
     let (pub_counters, pub_shared) = (counters.clone(), shared.clone());
     let body = vec![b'x'; config.size];
     tasks.spawn(async move {
@@ -387,16 +535,14 @@ pub async fn qos1(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), String
         while !pub_shared.is_stopping() {
             out.clear();
             while in_flight < window {
-                encode_publish(
+                encode_pub(
                     &mut out,
+                    publisher.protocol,
                     "perf/qos1",
                     QoS::AtLeastOnce,
                     Some(next_id),
-                    false,
-                    false,
                     &body,
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 next_id = if next_id == u16::MAX { 1 } else { next_id + 1 };
                 in_flight += 1;
                 pub_counters.sent.fetch_add(1, Ordering::Relaxed);

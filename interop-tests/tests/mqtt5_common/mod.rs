@@ -1,20 +1,24 @@
 //! Helpers for the MQTT 5 tests: a rumqttc v5 client whose event loop runs in its own task
-//! and hands incoming packets over a channel, and raw MQTT 5 packets for bad input.
+//! and hands incoming packets over a channel, and raw MQTT 5 packets for bad input. What
+//! does not depend on the protocol version (the packet channel, the fixed header, the
+//! wait) comes from `mqtt_common`, which every test that uses this module declares too.
 
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rumqttc::v5::mqttbytes::v5::{ConnAck, Packet, Publish, SubAck, UnsubAck};
+use rumqttc::v5::mqttbytes::v5::{
+    ConnAck, DisconnectReasonCode, Packet, Publish, SubAck, UnsubAck,
+};
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::{AsyncClient, ConnectionError, Event, MqttOptions};
+use rumqttc::v5::{AsyncClient, ConnectionError, Event, MqttOptions, StateError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-/// How long a test waits for a packet that should come.
-pub const WAIT: Duration = Duration::from_secs(5);
+use crate::mqtt_common::Incoming;
+pub use crate::mqtt_common::{packet, WAIT};
 
 /// A connected rumqttc v5 client.
 pub struct Mqtt5Client {
@@ -22,7 +26,7 @@ pub struct Mqtt5Client {
     pub client: AsyncClient,
     /// The CONNACK the broker sent.
     pub connack: ConnAck,
-    incoming: mpsc::UnboundedReceiver<Packet>,
+    incoming: Incoming<Packet>,
     /// Resolves with the error that ended the event loop.
     pub ended: tokio::task::JoinHandle<ConnectionError>,
 }
@@ -62,7 +66,7 @@ pub async fn try_connect5(options: MqttOptions) -> Result<Mqtt5Client, Connectio
     Ok(Mqtt5Client {
         client,
         connack,
-        incoming,
+        incoming: Incoming(incoming),
         ended,
     })
 }
@@ -76,39 +80,39 @@ impl Mqtt5Client {
     /// The next packet from the broker, other than PINGRESP and acknowledgements of our
     /// own publishes.
     pub async fn next(&mut self) -> Packet {
-        loop {
-            let packet = tokio::time::timeout(WAIT, self.incoming.recv())
-                .await
-                .expect("a packet in time");
-            let Some(packet) = packet else {
+        let packet = self
+            .incoming
+            .next_where("a packet", |packet| {
+                !matches!(
+                    packet,
+                    Packet::PingResp(_)
+                        | Packet::PubAck(_)
+                        | Packet::PubComp(_)
+                        | Packet::PubRec(_)
+                        | Packet::PubRel(_)
+                )
+            })
+            .await;
+        match packet {
+            Some(packet) => packet,
+            None => {
                 let error = (&mut self.ended).await;
                 panic!("the connection ended: {error:?}");
-            };
-            match packet {
-                Packet::PingResp(_)
-                | Packet::PubAck(_)
-                | Packet::PubComp(_)
-                | Packet::PubRec(_)
-                | Packet::PubRel(_) => continue,
-                other => return other,
             }
         }
     }
 
     /// The next acknowledgement of our own publishes (PUBACK, PUBREC or PUBCOMP).
     pub async fn next_ack(&mut self) -> Packet {
-        loop {
-            let packet = tokio::time::timeout(WAIT, self.incoming.recv())
-                .await
-                .expect("an acknowledgement in time")
-                .expect("the connection is open");
-            if matches!(
-                packet,
-                Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_)
-            ) {
-                return packet;
-            }
-        }
+        self.incoming
+            .next_where("an acknowledgement", |packet| {
+                matches!(
+                    packet,
+                    Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_)
+                )
+            })
+            .await
+            .expect("the connection is open")
     }
 
     /// The next PUBLISH.
@@ -121,13 +125,13 @@ impl Mqtt5Client {
 
     /// The next PUBLISH within `wait`, if one comes.
     pub async fn publish_within(&mut self, wait: Duration) -> Option<Publish> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            match tokio::time::timeout_at(deadline, self.incoming.recv()).await {
-                Ok(Some(Packet::Publish(publish))) => return Some(publish),
-                Ok(Some(_)) => continue,
-                Ok(None) | Err(_) => return None,
-            }
+        match self
+            .incoming
+            .within(wait, |packet| matches!(packet, Packet::Publish(_)))
+            .await
+        {
+            Some(Packet::Publish(publish)) => Some(publish),
+            _ => None,
         }
     }
 
@@ -169,29 +173,22 @@ impl Mqtt5Client {
     }
 }
 
+/// The reason code the broker's DISCONNECT gave, from the error that ended the client.
+pub async fn server_disconnect_reason(client: Mqtt5Client) -> DisconnectReasonCode {
+    match tokio::time::timeout(Duration::from_secs(10), client.ended)
+        .await
+        .expect("the connection ends")
+        .expect("event loop task")
+    {
+        ConnectionError::MqttState(StateError::ServerDisconnect { reason_code, .. }) => reason_code,
+        other => panic!("expected a DISCONNECT from the broker, got {other:?}"),
+    }
+}
+
 /// A raw MQTT 5 connection for hand-built packets.
 pub struct Raw5 {
     /// The socket.
     pub stream: TcpStream,
-}
-
-/// A packet with a fixed header of `first` and `body`.
-pub fn packet(first: u8, body: &[u8]) -> Vec<u8> {
-    let mut out = vec![first];
-    let mut length = body.len();
-    loop {
-        let mut byte = (length % 128) as u8;
-        length /= 128;
-        if length > 0 {
-            byte |= 0x80;
-        }
-        out.push(byte);
-        if length == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(body);
-    out
 }
 
 /// An MQTT 5 CONNECT (clean start, keep-alive 60, guest/guest) with `properties` (the

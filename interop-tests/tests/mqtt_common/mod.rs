@@ -1,6 +1,7 @@
 //! Helpers shared by the MQTT tests: a rumqttc client whose event loop runs in its own task
 //! and hands incoming packets over a channel, and a raw-socket client for packets a real
-//! client library would never send.
+//! client library would never send. The MQTT 5 helpers (`mqtt5_common`) build on the
+//! protocol-neutral parts here: [`Incoming`], [`packet`] and [`WAIT`].
 
 #![allow(dead_code)]
 
@@ -18,13 +19,44 @@ use tokio::sync::mpsc;
 /// How long a test waits for a packet that should come.
 pub const WAIT: Duration = Duration::from_secs(5);
 
+/// The packets a client's event-loop task hands over, for the 3.1.1 and the MQTT 5 client
+/// alike (`P` is the client's packet type).
+pub struct Incoming<P>(pub mpsc::UnboundedReceiver<P>);
+
+impl<P> Incoming<P> {
+    /// The next packet `keep` accepts, skipping the others; `None` once the connection
+    /// ended. Panics when none comes within [`WAIT`] (`what` names it).
+    pub async fn next_where(&mut self, what: &str, keep: impl Fn(&P) -> bool) -> Option<P> {
+        loop {
+            let packet = tokio::time::timeout(WAIT, self.0.recv())
+                .await
+                .unwrap_or_else(|_| panic!("{what} in time"))?;
+            if keep(&packet) {
+                return Some(packet);
+            }
+        }
+    }
+
+    /// The next packet `keep` accepts within `wait`, if one comes.
+    pub async fn within(&mut self, wait: Duration, keep: impl Fn(&P) -> bool) -> Option<P> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match tokio::time::timeout_at(deadline, self.0.recv()).await {
+                Ok(Some(packet)) if keep(&packet) => return Some(packet),
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+}
+
 /// A connected rumqttc client.
 pub struct MqttClient {
     /// The client handle for publish, subscribe, ack.
     pub client: AsyncClient,
     /// The CONNACK the broker sent.
     pub connack: ConnAck,
-    incoming: mpsc::UnboundedReceiver<Packet>,
+    incoming: Incoming<Packet>,
     /// Resolves with the error that ended the event loop.
     pub ended: tokio::task::JoinHandle<ConnectionError>,
 }
@@ -66,7 +98,7 @@ pub async fn try_connect(options: MqttOptions) -> Result<MqttClient, ConnectionE
     Ok(MqttClient {
         client,
         connack,
-        incoming,
+        incoming: Incoming(incoming),
         ended,
     })
 }
@@ -91,36 +123,32 @@ impl MqttClient {
     /// The next packet from the broker, other than PINGRESP and acknowledgements of our
     /// own publishes.
     pub async fn next(&mut self) -> Packet {
-        loop {
-            let packet = tokio::time::timeout(WAIT, self.incoming.recv())
-                .await
-                .expect("a packet in time")
-                .expect("the connection is open");
-            match packet {
-                Packet::PingResp
-                | Packet::PubAck(_)
-                | Packet::PubComp(_)
-                | Packet::PubRec(_)
-                | Packet::PubRel(_) => continue,
-                other => return other,
-            }
-        }
+        self.incoming
+            .next_where("a packet", |packet| {
+                !matches!(
+                    packet,
+                    Packet::PingResp
+                        | Packet::PubAck(_)
+                        | Packet::PubComp(_)
+                        | Packet::PubRec(_)
+                        | Packet::PubRel(_)
+                )
+            })
+            .await
+            .expect("the connection is open")
     }
 
     /// The next acknowledgement of our own publishes (PUBACK, PUBREC or PUBCOMP).
     pub async fn next_ack(&mut self) -> Packet {
-        loop {
-            let packet = tokio::time::timeout(WAIT, self.incoming.recv())
-                .await
-                .expect("an acknowledgement in time")
-                .expect("the connection is open");
-            if matches!(
-                packet,
-                Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_)
-            ) {
-                return packet;
-            }
-        }
+        self.incoming
+            .next_where("an acknowledgement", |packet| {
+                matches!(
+                    packet,
+                    Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_)
+                )
+            })
+            .await
+            .expect("the connection is open")
     }
 
     /// The next PUBLISH.
@@ -152,7 +180,7 @@ impl MqttClient {
     /// anything already sent would have arrived).
     pub async fn no_publish_within(&mut self, wait: Duration) -> bool {
         matches!(
-            tokio::time::timeout(wait, self.incoming.recv()).await,
+            tokio::time::timeout(wait, self.incoming.0.recv()).await,
             Err(_) | Ok(Some(Packet::PingResp)) | Ok(None)
         )
     }

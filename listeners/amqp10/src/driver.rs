@@ -156,6 +156,33 @@ pub async fn run_connection(
     tracing::debug!(connection = connection_id, %peer, "AMQP 1.0 connection closed");
 }
 
+/// Serves one AMQP 1.0 connection that arrived over WebSocket (`web_amqp.*`, subprotocol
+/// `amqp`, the OASIS AMQP WebSocket binding): reads its protocol header from the tunnel, as
+/// the AMQP port's accept loop does from TCP, and runs it as [`run_connection`] runs any
+/// other. An unsupported header is answered with the one the broker wants, then closed.
+pub async fn run_websocket_connection(
+    mut stream: ClientStream,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    config: Arc<Amqp10Config>,
+    shutdown: watch::Receiver<bool>,
+    alarms: watch::Receiver<Option<String>>,
+) {
+    let mut header = [0u8; 8];
+    match tokio::time::timeout(config.handshake_timeout, stream.read_exact(&mut header)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::debug!(%peer, %error, "AMQP 1.0 over WebSocket: no protocol header");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%peer, "AMQP 1.0 over WebSocket: no protocol header in time");
+            return;
+        }
+    }
+    run_connection(stream, peer, header, broker, config, shutdown, alarms).await;
+}
+
 /// Waits for the store's durable sequence number to move (forever without a store).
 async fn durable_changed(receiver: &mut Option<watch::Receiver<u64>>) {
     match receiver {

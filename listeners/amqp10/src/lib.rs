@@ -7,7 +7,9 @@
 //! AMQP 1.0 sections and the core message; [`address`] parses RabbitMQ 4.x link addresses.
 //!
 //! AMQP 1.0 shares its port with AMQP 0-9-1: that listener's accept loop reads the protocol
-//! header and hands AMQP 1.0 connections to [`driver::run_connection`].
+//! header and hands AMQP 1.0 connections to [`driver::run_connection`]. Over WebSocket
+//! (`web_amqp.*`) the connection reaches [`driver::run_websocket_connection`] as a tunnel
+//! (`warren_core::websocket`) and is served by the same driver.
 
 pub mod address;
 pub mod codec;
@@ -15,5 +17,5 @@ pub mod driver;
 pub mod mapping;
 pub mod session;
 
-pub use driver::run_connection;
+pub use driver::{run_connection, run_websocket_connection};
 pub use session::Amqp10Config;

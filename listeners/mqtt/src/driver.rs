@@ -607,7 +607,22 @@ fn read_some<'a>(
     }
     let mut read = match stream {
         ClientStream::Plain(stream) => Read::Plain(&*stream, buffer, busy),
-        tls => Read::Tls(Box::pin(tls.read_some(buffer))),
+        // TLS and WebSocket need room to read into while they wait: an idle connection
+        // waits with a small buffer (not a 64 KiB one per connection), a busy one reads in
+        // chunks, as on a plain socket.
+        tls => {
+            if buffer.is_empty() && !*busy {
+                *buffer = BytesMut::with_capacity(FIRST_READ);
+            } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
+                buffer.reserve(READ_CHUNK);
+            }
+            let room = buffer.capacity() - buffer.len();
+            Read::Tls(Box::pin(async move {
+                let read = tls.read_into(buffer).await?;
+                *busy = read == room;
+                Ok(read)
+            }))
+        }
     };
     std::future::poll_fn(move |cx| match &mut read {
         Read::Plain(stream, buffer, busy) => poll_read_plain(cx, stream, buffer, busy),

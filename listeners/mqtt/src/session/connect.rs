@@ -31,7 +31,7 @@ impl Session {
             password,
             properties,
         } = connect;
-        let v5 = protocol.is_v5().then(|| {
+        let mut v5 = protocol.is_v5().then(|| {
             // From here on the client's packets are read, and ours written, as MQTT 5.
             self.protocol = protocol;
             self.outbox.set_protocol(protocol);
@@ -56,6 +56,29 @@ impl Session {
                 &format!("authentication method {method:?} is not supported"),
             );
         }
+        // `mqtt.max_keep_alive`, as Mosquitto's `max_keepalive`: an MQTT 5 client asking for
+        // more (or for none) is told the maximum in Server Keep Alive and held to it; MQTT
+        // 3.1.1 has no way to say so, and is refused.
+        let mut keep_alive = keep_alive;
+        if let Some(max) = self.context.config.max_keep_alive {
+            if keep_alive == 0 || keep_alive > max {
+                match v5.as_deref_mut() {
+                    Some(v5) => {
+                        v5.server_keep_alive = true;
+                        keep_alive = max;
+                    }
+                    None => {
+                        return self.refuse(
+                            ConnectReturnCode::IdentifierRejected,
+                            &format!(
+                                "keep-alive {keep_alive} s is off or above mqtt.max_keep_alive \
+                                 {max} s"
+                            ),
+                        )
+                    }
+                }
+            }
+        }
         // MQTT 5: clean start discards a stored session, and the session expiry interval
         // says whether the session outlives the connection; 3.1.1's clean session is both.
         let clean_start = clean_session;
@@ -79,7 +102,6 @@ impl Session {
             message: bytes::Bytes::copy_from_slice(&will.message),
             ..will
         });
-        let mut v5 = v5;
         if let Some(v5) = v5.as_deref_mut() {
             v5.will_delay = last_will
                 .as_ref()
@@ -254,11 +276,20 @@ impl Session {
                 })
                 .collect();
         let retained = &self.context.retained;
+        let mut resume_shared = Vec::new();
         if connected.clean_start {
             // A clean session starts afresh: whatever a previous session left goes
-            // (MQTT-3.1.2-6).
+            // (MQTT-3.1.2-6), its shared subscription groups too.
             for (_, queue) in &existing_queues {
                 connected.vhost.remove_queue(queue);
+            }
+            if let Some(stored) = &stored {
+                super::shared::leave_groups(
+                    &self.context,
+                    &connected.vhost,
+                    &connected.client_id,
+                    &stored.shared,
+                );
             }
             let (vhost, client_id) = (connected.vhost.name(), &connected.client_id);
             if !retained.qos2_pending(vhost, client_id).is_empty()
@@ -277,6 +308,7 @@ impl Session {
                 Some(stored) => {
                     connected.filters = stored.subscriptions;
                     connected.inbound_qos2 = stored.inbound_qos2;
+                    resume_shared = stored.shared;
                     // The same set when the log keeps it; the only one when it does not.
                     for packet_id in stored.outbound_released {
                         if !resume_released.contains(&packet_id) {
@@ -317,12 +349,18 @@ impl Session {
             connected.session_present && connected.protocol != crate::codec::ProtocolLevel::V3_1;
         let mut connack = ConnAck::new(session_present, ConnectReturnCode::Accepted);
         if let Some(v5) = connected.v5.as_deref() {
-            let assigned = v5
-                .assigned_client_identifier
-                .then_some(connected.client_id.as_str());
+            let facts = super::v5_session::ConnAckFacts {
+                assigned_client_identifier: v5
+                    .assigned_client_identifier
+                    .then_some(connected.client_id.as_str()),
+                server_keep_alive: v5.server_keep_alive.then_some(connected.keep_alive),
+                response_information: v5
+                    .response_information
+                    .then(|| super::v5_session::response_information(&connected.client_id)),
+            };
             connack.properties = Some(Box::new(super::v5_session::connack_properties(
                 self.context.config.max_packet_size,
-                assigned,
+                facts,
             )));
         }
         self.outbox.send(&Packet::ConnAck(connack));
@@ -348,6 +386,7 @@ impl Session {
                     );
                 }
             }
+            self.resume_shared(resume_shared);
         }
         Control::Continue
     }

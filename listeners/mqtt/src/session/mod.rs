@@ -76,6 +76,10 @@ pub struct SessionConfig {
     /// `mqtt.ssl_cert_login`: a TLS client that sends no credentials logs in as the user its
     /// verified certificate names, read as this says (`ssl_cert_login_from`); `None`: off.
     pub ssl_cert_login: Option<LoginFrom>,
+    /// `mqtt.max_keep_alive`: the longest keep-alive a client may use, in seconds. An MQTT 5
+    /// client asking for more (or for none) gets it as CONNACK's Server Keep Alive; an
+    /// MQTT 3.1.1 client is refused (0x02), as Mosquitto's `max_keepalive` does.
+    pub max_keep_alive: Option<u16>,
 }
 
 impl Default for SessionConfig {
@@ -90,6 +94,7 @@ impl Default for SessionConfig {
             max_packet_size: 268_435_455,
             max_message_size: 16 * 1024 * 1024,
             ssl_cert_login: None,
+            max_keep_alive: None,
         }
     }
 }
@@ -687,9 +692,11 @@ impl Session {
         }
         // A shared subscription's consumer goes first, so what this member had in flight
         // is requeued below to the group's other members.
+        let mut shared_held = Vec::new();
         if let Some(v5) = connected.v5.as_deref_mut() {
             for shared in v5.shared.drain(..) {
                 connected.vhost.cancel(&shared.queue, shared.consumer_id);
+                shared_held.push((shared.filter, shared.qos));
             }
         }
         settle_grouped(leftovers.to_ack, Settlement::Ack);
@@ -713,6 +720,13 @@ impl Session {
             connected.client_id.clone(),
         );
         if connected.clean_session {
+            // The session ends here: it leaves its shared subscription groups.
+            shared::leave_groups(
+                &self.context,
+                &connected.vhost,
+                &connected.client_id,
+                &shared_held,
+            );
             for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
                 let name = queue_name(&connected.client_id, qos);
                 if let Some(queue) = connected.vhost.queue(&name) {
@@ -728,12 +742,28 @@ impl Session {
                 }
             }
         } else {
+            // An MQTT 5 session is kept for its expiry interval (a member of its groups
+            // until then), then forgotten.
+            let expiry = connected.v5.as_deref().map(|v5| v5.session_expiry);
+            if let Some(seconds) =
+                expiry.filter(|seconds| *seconds != v5_session::SESSION_NEVER_EXPIRES)
+            {
+                shared::expire_session_later(
+                    &self.context,
+                    Arc::clone(&connected.vhost),
+                    key.clone(),
+                    self.connection_id,
+                    seconds,
+                );
+            }
             self.context.registry.store_session(
                 key.clone(),
                 registry::StoredSession {
                     subscriptions: std::mem::take(&mut connected.filters),
                     inbound_qos2: std::mem::take(&mut connected.inbound_qos2),
                     outbound_released: leftovers.released,
+                    shared: shared_held,
+                    stored_by: self.connection_id,
                 },
             );
         }

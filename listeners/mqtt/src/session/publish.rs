@@ -11,7 +11,7 @@ use warren_core::vhost::Actor;
 
 use super::{Connected, Control, Session};
 use crate::codec::{
-    mqtt_topic_to_routing_key, LastWill, Packet, PubAck, PubComp, PubRec, Publish, QoS,
+    mqtt_topic_to_routing_key, reason, LastWill, Packet, PubAck, PubComp, PubRec, Publish, QoS,
 };
 use crate::outbox::{publish_qos_value, DUP_HEADER, PUBLISH_QOS_HEADER};
 
@@ -39,7 +39,7 @@ impl Session {
             }
         }
         let message = (topic.as_str(), payload, properties.as_deref());
-        let durable_seq = match route_publish(
+        let Routed { durable_seq, code } = match route_publish(
             &self.context,
             self.connection_id,
             connected,
@@ -48,12 +48,36 @@ impl Session {
             retain,
             dup,
         ) {
-            Ok(durable_seq) => durable_seq,
+            Ok(routed) => routed,
             Err(reason) => {
                 let code = super::v5_session::publish_refusal_code(&reason);
                 return self.violation(code, &reason);
             }
         };
+        // MQTT 5 tells the publisher what became of the message (3.1.1 cannot): 0x10 no
+        // queue took it, 0x97 a full queue refused it (x-overflow = reject-publish).
+        let code = if self.protocol.is_v5() {
+            code
+        } else {
+            reason::SUCCESS
+        };
+        if code >= 0x80 {
+            if let Some(packet_id) = packet_id.filter(|_| qos != QoS::AtMostOnce) {
+                // A refusing PUBREC ends the QoS 2 exchange: no PUBREL follows.
+                let packet = match qos {
+                    QoS::ExactlyOnce => Packet::PubRec(PubRec {
+                        reason_code: code,
+                        ..PubRec::new(packet_id)
+                    }),
+                    _ => Packet::PubAck(PubAck {
+                        reason_code: code,
+                        ..PubAck::new(packet_id)
+                    }),
+                };
+                self.acknowledge_publish(None, 0, packet);
+            }
+            return Control::Continue;
+        }
         // A retained publish (or clear) is acknowledged once the retained store has it on
         // disk too.
         let mut retained_seq = if retain {
@@ -68,7 +92,10 @@ impl Session {
                 self.acknowledge_publish(
                     durable_seq,
                     retained_seq,
-                    Packet::PubAck(PubAck::new(packet_id)),
+                    Packet::PubAck(PubAck {
+                        reason_code: code,
+                        ..PubAck::new(packet_id)
+                    }),
                 );
             }
             (QoS::ExactlyOnce, Some(packet_id)) => {
@@ -89,7 +116,10 @@ impl Session {
                 self.acknowledge_publish(
                     durable_seq,
                     retained_seq,
-                    Packet::PubRec(PubRec::new(packet_id)),
+                    Packet::PubRec(PubRec {
+                        reason_code: code,
+                        ..PubRec::new(packet_id)
+                    }),
                 );
             }
             _ => {}
@@ -147,8 +177,18 @@ impl Session {
     }
 }
 
-/// Routes one MQTT message through the exchange, retaining it first if asked. Returns the
-/// store sequence number to wait for when a durable queue took the (persistent) message.
+/// What became of a routed MQTT message.
+pub(super) struct Routed {
+    /// The store sequence number to wait for when a durable queue took the (persistent)
+    /// message.
+    pub(super) durable_seq: Option<u64>,
+    /// The MQTT 5 reason code for its PUBACK/PUBREC: 0x00, 0x10 no matching subscribers
+    /// (no queue took it) or 0x97 quota exceeded (a full queue refused it).
+    pub(super) code: u8,
+}
+
+/// Routes one MQTT message through the exchange, retaining it first if asked; says what
+/// became of it ([`Routed`]).
 /// Errors are the reason to close the connection (no permission, payload too large, no
 /// exchange). The message is its topic, payload and MQTT 5 properties.
 #[allow(clippy::too_many_arguments)]
@@ -160,7 +200,7 @@ pub(super) fn route_publish(
     qos: QoS,
     retain: bool,
     dup: bool,
-) -> Result<Option<u64>, String> {
+) -> Result<Routed, String> {
     let config = &context.config;
     let routing_key = mqtt_topic_to_routing_key(topic).into_owned();
     // The core's checks (write permission, cached per connection; topic permission on the
@@ -237,10 +277,16 @@ pub(super) fn route_publish(
         .vhost
         .publish_authorized(message, false)
         .map_err(|e| e.error.message)?;
-    if !outcome.accepted {
-        // x-overflow = reject-publish: MQTT 3.1.1 has no negative acknowledgement.
+    let code = if !outcome.accepted {
+        // x-overflow = reject-publish: MQTT 3.1.1 has no negative acknowledgement; MQTT 5
+        // says quota exceeded.
         tracing::debug!("MQTT message refused by a full queue");
-    }
+        reason::QUOTA_EXCEEDED
+    } else if !outcome.routed() {
+        reason::NO_MATCHING_SUBSCRIBERS
+    } else {
+        reason::SUCCESS
+    };
     let durable_seq = outcome.durable_seq().filter(|_| outcome.accepted);
-    Ok(durable_seq)
+    Ok(Routed { durable_seq, code })
 }

@@ -37,6 +37,13 @@ pub struct StoredSession {
     /// Outbound QoS 2 packet identifiers released (PUBREL sent) but not completed: PUBREL
     /// is sent again on reconnect.
     pub outbound_released: Vec<u16>,
+    /// MQTT 5 shared subscriptions (`$share/GROUP/filter`) with their granted QoS: the
+    /// session stays a member of each group while it is away, and consumes the group's
+    /// queue again when it resumes.
+    pub shared: Vec<(String, QoS)>,
+    /// The connection that stored it: a session expiry timer started when that connection
+    /// ended only ends this session, not one stored by a later connection.
+    pub stored_by: u64,
 }
 
 /// Wakes connections waiting for a session they take over to end. One for the process: a
@@ -94,10 +101,16 @@ impl Takeover {
     }
 }
 
+/// A shared subscription group's queue in a vhost: `(vhost, queue name)`.
+pub type GroupKey = (String, String);
+
 #[derive(Default)]
 struct RegistryState {
     holders: HashMap<ClientKey, Holder>,
     sessions: HashMap<ClientKey, StoredSession>,
+    /// The sessions, connected or stored, that are members of each shared subscription
+    /// group (by client identifier): the group's queue lives as long as one is.
+    groups: HashMap<GroupKey, Vec<String>>,
 }
 
 /// Client identifiers in use and stored persistent sessions.
@@ -168,6 +181,53 @@ impl ClientRegistry {
         self.state.lock().holders.contains_key(key)
     }
 
+    /// Records that the session of `client_id` is a member of `group`.
+    pub fn join_group(&self, group: GroupKey, client_id: &str) {
+        let mut state = self.state.lock();
+        let members = state.groups.entry(group).or_default();
+        if !members.iter().any(|member| member == client_id) {
+            members.push(client_id.to_string());
+        }
+    }
+
+    /// Records that the session of `client_id` left `group`; whether the group has no
+    /// member left (its queue is then deleted).
+    pub fn leave_group(&self, group: &GroupKey, client_id: &str) -> bool {
+        let mut state = self.state.lock();
+        let Some(members) = state.groups.get_mut(group) else {
+            return true;
+        };
+        members.retain(|member| member != client_id);
+        let empty = members.is_empty();
+        if empty {
+            state.groups.remove(group);
+        }
+        empty
+    }
+
+    /// The members of `group` (connected or stored sessions).
+    pub fn group_members(&self, group: &GroupKey) -> Vec<String> {
+        self.state
+            .lock()
+            .groups
+            .get(group)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Removes the session stored under `key` by connection `stored_by`, when it is still
+    /// stored and its client is not connected: its session expiry interval has passed.
+    pub fn expire_session(&self, key: &ClientKey, stored_by: u64) -> Option<StoredSession> {
+        let mut state = self.state.lock();
+        if state.holders.contains_key(key) {
+            return None;
+        }
+        match state.sessions.get(key) {
+            Some(session) if session.stored_by == stored_by => state.sessions.remove(key),
+            _ => None,
+        }
+    }
+
     /// How many client identifiers are connected.
     pub fn connected(&self) -> usize {
         self.state.lock().holders.len()
@@ -192,6 +252,36 @@ mod tests {
         let outbox = Outbox::new(10);
         drop(EndSender::new(Arc::clone(&outbox)));
         Takeover { outbox }.ended().await;
+    }
+
+    #[test]
+    fn a_group_lives_while_a_member_does_and_expiry_spares_a_returned_or_later_session() {
+        let registry = ClientRegistry::new();
+        let group: GroupKey = ("/".into(), "mqtt-shared-g-jobs/#".into());
+        registry.join_group(group.clone(), "a");
+        registry.join_group(group.clone(), "b");
+        registry.join_group(group.clone(), "a");
+        assert_eq!(registry.group_members(&group), vec!["a", "b"]);
+        assert!(!registry.leave_group(&group, "a"));
+        assert!(registry.leave_group(&group, "b"));
+        assert!(registry.group_members(&group).is_empty());
+
+        let key: ClientKey = ("/".into(), "a".into());
+        let stored = |stored_by| StoredSession {
+            shared: vec![("$share/g/jobs/#".into(), QoS::AtLeastOnce)],
+            stored_by,
+            ..StoredSession::default()
+        };
+        registry.store_session(key.clone(), stored(7));
+        // A timer of an earlier connection finds a later session: nothing expires.
+        assert!(registry.expire_session(&key, 6).is_none());
+        // The client is back: nothing expires either.
+        registry.claim(key.clone(), 8, Outbox::new(10));
+        assert!(registry.expire_session(&key, 7).is_none());
+        registry.release(&key, 8);
+        let expired = registry.expire_session(&key, 7).expect("expired");
+        assert_eq!(expired.shared.len(), 1);
+        assert!(registry.take_session(&key).is_none());
     }
 
     #[tokio::test]

@@ -4,8 +4,16 @@
 //! exchange with the filter's binding key. Every member consumes it, so the core's
 //! round-robin spreads the group's messages across its members, each message to one. A
 //! member that leaves cancels its consumer first and then requeues what it had in flight,
-//! which the queue hands to the remaining members. The queue is auto-delete: it goes with
-//! the group's last member. Retained messages are not sent on subscribe (MQTT 4.8.2).
+//! which the queue hands to the remaining members. Retained messages are not sent on
+//! subscribe (MQTT 4.8.2).
+//!
+//! A shared subscription lives as long as a session holds it (section 4.8.2), not a
+//! connection: the queue is durable, and the [`ClientRegistry`](super::registry) counts
+//! the sessions that are members, connected or stored. A persistent session that goes
+//! away stays a member, so the queue keeps collecting the group's messages while every
+//! member is away, and the session consumes it again when it resumes. The queue is deleted
+//! when its last member session ends: a clean session's connection ending, UNSUBSCRIBE,
+//! clean start discarding a stored session, or a stored session's expiry interval passing.
 
 use std::sync::Arc;
 
@@ -17,9 +25,11 @@ use warren_core::topic_access::TopicVariables;
 use warren_core::value::Table;
 use warren_core::vhost::{Actor, QueueDeclare};
 
-use super::Session;
+use super::registry::ClientKey;
+use super::{MqttContext, Session};
 use crate::codec::{mqtt_filter_to_binding_key, reason, validate_topic_filter, QoS};
 use crate::outbox::SubscriptionSink;
+use warren_core::vhost::VHost;
 
 /// One shared subscription a member holds.
 pub(super) struct SharedSubscription {
@@ -29,6 +39,8 @@ pub(super) struct SharedSubscription {
     pub(super) queue: Arc<Queue>,
     /// This member's consumer of it.
     pub(super) consumer_id: u64,
+    /// The QoS granted, kept with a stored session to consume again at.
+    pub(super) qos: QoS,
 }
 
 /// Why a subscription is refused: an MQTT 5 reason code and the text for the log.
@@ -111,9 +123,10 @@ impl Session {
                 QueueDeclare {
                     name: name.clone(),
                     passive: false,
-                    durable: false,
+                    // Kept while any member session is, across its connections.
+                    durable: true,
                     exclusive: false,
-                    auto_delete: true,
+                    auto_delete: false,
                     arguments: Table::new(),
                 },
             )
@@ -146,14 +159,48 @@ impl Session {
             .vhost
             .consume(&queue, spec, sink)
             .map_err(|e| failed(e.message))?;
+        self.context.registry.join_group(
+            (connected.vhost.name().to_string(), name),
+            &connected.client_id,
+        );
         if let Some(v5) = connected.v5.as_deref_mut() {
             v5.shared.push(SharedSubscription {
                 filter: filter.to_string(),
                 queue,
                 consumer_id,
+                qos,
             });
         }
         Ok(qos)
+    }
+
+    /// Consumes the groups' queues again for the shared subscriptions a resumed session
+    /// held (it stayed a member while away).
+    pub(super) fn resume_shared(&mut self, shared: Vec<(String, QoS)>) {
+        for (filter, qos) in shared {
+            let Some(Ok(parts)) = parse_shared(&filter) else {
+                continue;
+            };
+            let (group, inner) = (parts.0.to_string(), parts.1.to_string());
+            if let Err((_, why)) =
+                self.add_shared_subscription(&filter, (group.as_str(), inner.as_str()), qos)
+            {
+                tracing::warn!(
+                    connection = self.connection_id,
+                    filter = %filter,
+                    "cannot resume MQTT shared subscription: {why}"
+                );
+                // Not a member any more: the group may go without it.
+                if let Some(connected) = self.connected.as_deref() {
+                    leave_groups(
+                        &self.context,
+                        &connected.vhost,
+                        &connected.client_id,
+                        &[(filter, qos)],
+                    );
+                }
+            }
+        }
     }
 
     /// Leaves a shared subscription; whether this member held it.
@@ -169,6 +216,60 @@ impl Session {
         };
         let shared = v5.shared.remove(position);
         connected.vhost.cancel(&shared.queue, shared.consumer_id);
+        leave_groups(
+            &self.context,
+            &connected.vhost,
+            &connected.client_id,
+            &[(shared.filter, shared.qos)],
+        );
         true
     }
+}
+
+/// Takes `client_id`'s session out of the groups of `shared` (`$share/GROUP/filter` with
+/// their QoS), deleting each group's queue once no member session is left.
+pub(super) fn leave_groups(
+    context: &MqttContext,
+    vhost: &VHost,
+    client_id: &str,
+    shared: &[(String, QoS)],
+) {
+    for (filter, _) in shared {
+        let Some(Ok((group, inner))) = parse_shared(filter) else {
+            continue;
+        };
+        let name = shared_queue_name(group, inner);
+        let key = (vhost.name().to_string(), name);
+        if context.registry.leave_group(&key, client_id) {
+            if let Some(queue) = vhost.queue(&key.1) {
+                vhost.remove_queue(&queue);
+            }
+        }
+    }
+}
+
+/// Ends a stored MQTT 5 session once its expiry interval has passed, unless the client is
+/// back by then or a later connection stored the session again: the registry forgets it
+/// (a later CONNECT finds no session present), it leaves its shared subscription groups,
+/// and the retained store forgets its QoS 2 state. (Its own queues go by their
+/// `x-expires`.) Runs as a task; without a runtime (unit tests) there is no timer.
+pub(super) fn expire_session_later(
+    context: &Arc<MqttContext>,
+    vhost: Arc<VHost>,
+    key: ClientKey,
+    stored_by: u64,
+    seconds: u32,
+) {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return;
+    }
+    let context = Arc::clone(context);
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(u64::from(seconds))).await;
+        if let Some(expired) = context.registry.expire_session(&key, stored_by) {
+            tracing::debug!(client_id = %key.1, "MQTT session expired");
+            leave_groups(&context, &vhost, &key.1, &expired.shared);
+            context.retained.forget_session(vhost.name(), &key.1);
+        }
+    });
 }

@@ -39,6 +39,14 @@ pub(super) struct SessionV5 {
     pub(super) no_local_origin: Option<u64>,
     /// The will delay interval in seconds (0: publish the will at once).
     pub(super) will_delay: u32,
+    /// The client asked for Response Information (Request Response Information 1).
+    pub(super) response_information: bool,
+    /// The keep-alive was replaced by `mqtt.max_keep_alive`: CONNACK says so in Server
+    /// Keep Alive.
+    pub(super) server_keep_alive: bool,
+    /// The client asked for no reason strings on acknowledgements (Request Problem
+    /// Information 0, MQTT-3.1.2-29): only CONNACK, PUBLISH and DISCONNECT carry them.
+    pub(super) no_problem_information: bool,
 }
 
 impl SessionV5 {
@@ -48,6 +56,10 @@ impl SessionV5 {
             session_expiry: properties
                 .and_then(|p| p.session_expiry_interval)
                 .unwrap_or(0),
+            response_information: properties.and_then(|p| p.request_response_information)
+                == Some(1),
+            no_problem_information: properties.and_then(|p| p.request_problem_information)
+                == Some(0),
             ..SessionV5::default()
         }
     }
@@ -70,11 +82,29 @@ pub(super) fn outbound_limits(
     (receive_maximum, limits)
 }
 
+/// The topic prefix a client that asks for Response Information is given (section
+/// 3.2.2.3.15): its own branch under `responses/`, to build response topics from.
+pub fn response_information(client_id: &str) -> String {
+    format!("responses/{client_id}")
+}
+
+/// What CONNACK tells an MQTT 5 client about its own session beside the server's limits.
+pub(super) struct ConnAckFacts<'a> {
+    /// The client identifier the server made up, if it did.
+    pub(super) assigned_client_identifier: Option<&'a str>,
+    /// The keep-alive the server holds the client to, when it is not the client's.
+    pub(super) server_keep_alive: Option<u16>,
+    /// The response information, when the client asked for it.
+    pub(super) response_information: Option<String>,
+}
+
 /// CONNACK's properties: what the server accepts and offers (section 3.2.2.3 of MQTT 5).
-pub(super) fn connack_properties(
-    max_packet_size: usize,
-    assigned_client_identifier: Option<&str>,
-) -> Properties {
+pub(super) fn connack_properties(max_packet_size: usize, facts: ConnAckFacts<'_>) -> Properties {
+    let ConnAckFacts {
+        assigned_client_identifier,
+        server_keep_alive,
+        response_information,
+    } = facts;
     Properties {
         receive_maximum: Some(RECEIVE_MAXIMUM),
         topic_alias_maximum: Some(TOPIC_ALIAS_MAXIMUM),
@@ -87,6 +117,8 @@ pub(super) fn connack_properties(
         subscription_identifier_available: Some(1),
         shared_subscription_available: Some(1),
         assigned_client_identifier: assigned_client_identifier.map(str::to_string),
+        server_keep_alive,
+        response_information,
         ..Properties::default()
     }
 }
@@ -180,10 +212,19 @@ impl Session {
             topic = %publish.topic,
             "MQTT publish refused: {text}"
         );
-        let properties = Some(Box::new(Properties {
-            reason_string: Some(text.to_string()),
-            ..Properties::default()
-        }));
+        let quiet = self
+            .connected
+            .as_deref()
+            .and_then(|connected| connected.v5.as_deref())
+            .is_some_and(|v5| v5.no_problem_information);
+        // MQTT-3.1.2-29: a client that asked for no problem information gets the reason
+        // code alone.
+        let properties = (!quiet).then(|| {
+            Box::new(Properties {
+                reason_string: Some(text.to_string()),
+                ..Properties::default()
+            })
+        });
         match (publish.qos, publish.packet_id) {
             (QoS::AtLeastOnce, Some(packet_id)) => {
                 self.acknowledge_publish(
