@@ -85,8 +85,6 @@ impl Queue {
         }
     }
 
-    /// The message of a ready message, read back from the store if it was paged out. `None`
-    /// (logged) if the store cannot give it back.
     /// Up to `limit` ready messages from the head, in delivery order, without taking them.
     /// A paged-out body is read back from the store (outside the queue's lock).
     pub fn browse(&self, limit: usize) -> Vec<Arc<Message>> {
@@ -115,6 +113,8 @@ impl Queue {
             .collect()
     }
 
+    /// The message of a ready message, read back from the store if it was paged out. `None`
+    /// (logged) if the store cannot give it back.
     pub(super) fn page_in(&self, ready: &ReadyMessage) -> Option<Arc<Message>> {
         if !ready.paged {
             return Some(Arc::clone(&ready.message));
