@@ -89,16 +89,7 @@ fn client_verifier(
             "{prefix}.verify = verify_peer needs {prefix}.cacertfile"
         ));
     };
-    let cacertfile_key = format!("{prefix}.cacertfile");
-    let mut roots = RootCertStore::empty();
-    for certificate in read_certificates(&cacertfile_key, cacertfile)? {
-        roots.add(certificate).map_err(|e| {
-            format!(
-                "{cacertfile_key}: bad CA certificate in {}: {e}",
-                cacertfile.display()
-            )
-        })?;
-    }
+    let roots = root_store(&format!("{prefix}.cacertfile"), cacertfile)?;
     let builder =
         WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::new(provider()));
     let builder = if verification.fail_if_no_peer_cert {
@@ -114,6 +105,17 @@ fn client_verifier(
 
 fn provider() -> rustls::crypto::CryptoProvider {
     rustls::crypto::aws_lc_rs::default_provider()
+}
+
+/// The CA certificates in `path` (named by the configuration key `key` in errors).
+fn root_store(key: &str, path: &Path) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    for certificate in read_certificates(key, path)? {
+        roots
+            .add(certificate)
+            .map_err(|e| format!("{key}: bad CA certificate in {}: {e}", path.display()))?;
+    }
+    Ok(roots)
 }
 
 fn read_certificates(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
@@ -188,15 +190,7 @@ pub fn cluster_link_tls(
         &identity,
         client_verifier("cluster.ssl_options", &verification)?,
     )?;
-    let mut roots = RootCertStore::empty();
-    for certificate in read_certificates("cluster.ssl_options.cacertfile", cacertfile)? {
-        roots.add(certificate).map_err(|e| {
-            format!(
-                "cluster.ssl_options.cacertfile: bad CA certificate in {}: {e}",
-                cacertfile.display()
-            )
-        })?;
-    }
+    let roots = root_store("cluster.ssl_options.cacertfile", cacertfile)?;
     let certificates = read_certificates("cluster.ssl_options.certfile", certfile)?;
     let key = PrivateKeyDer::from_pem_file(keyfile).map_err(|e| {
         format!(
