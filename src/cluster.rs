@@ -40,6 +40,7 @@ pub fn node_name(settings: &Settings) -> String {
 pub async fn start(
     settings: &Settings,
     broker: &Arc<Broker>,
+    quorum: &Arc<warren_raft::QuorumBackend>,
     management: Arc<OnceLock<Arc<Management>>>,
     shutdown: &watch::Receiver<bool>,
     tasks: &mut JoinSet<()>,
@@ -106,20 +107,89 @@ pub async fn start(
         change_timeout: settings.cluster.change_timeout(),
         node_info,
     };
+    // Quorum queues' groups answer their peers from the start: a node replaying its
+    // metadata log declares queues whose members on other nodes already call.
+    {
+        let quorum = Arc::clone(quorum);
+        transport.set_extension_handler(Arc::new(move |_from, method, body| {
+            Box::pin(quorum.serve(method, body))
+        }));
+    }
     let metadata = MetadataStore::start(
         config,
         Arc::clone(broker),
-        transport,
+        Arc::clone(&transport),
         cluster_id,
         SnapshotIo { export, import },
     )
     .await
     .map_err(|e| StartError::Cluster(e.to_string()))?;
+    quorum.join(Arc::new(QuorumLink {
+        transport,
+        metadata: Arc::clone(&metadata),
+    }));
     tracing::info!(node = %name, "clustering enabled");
     Ok(ClusterNode {
         metadata,
         addr: bound,
     })
+}
+
+/// What quorum queues' groups use of the cluster: its members, the failure detector and
+/// the transport's links.
+struct QuorumLink {
+    transport: Arc<Transport>,
+    metadata: Arc<MetadataStore>,
+}
+
+impl warren_raft::ClusterLink for QuorumLink {
+    fn local(&self) -> &str {
+        self.transport.node()
+    }
+
+    fn members(&self) -> Vec<String> {
+        self.metadata
+            .members()
+            .into_iter()
+            .map(|m| m.name)
+            .collect()
+    }
+
+    fn home_of(&self, vhost: &str, queue: &str) -> Option<String> {
+        self.metadata.home_of(vhost, queue)
+    }
+
+    fn is_connected(&self, node: &str) -> bool {
+        node == self.transport.node()
+            || self.transport.detector().status(node) != warren_cluster::detector::NodeStatus::Down
+    }
+
+    fn call(
+        &self,
+        node: &str,
+        method: u16,
+        bulk: bool,
+        body: bytes::Bytes,
+        timeout: std::time::Duration,
+    ) -> warren_raft::LinkFuture {
+        let transport = Arc::clone(&self.transport);
+        let node = node.to_string();
+        let kind = match bulk {
+            true => warren_cluster::codec::LinkKind::Bulk,
+            false => warren_cluster::codec::LinkKind::Control,
+        };
+        Box::pin(async move {
+            transport
+                .call(&node, kind, method, body, timeout)
+                .await
+                .map_err(|error| match error {
+                    warren_cluster::transport::CallError::Remote(text) => {
+                        warren_raft::LinkError::Remote(text)
+                    }
+                    other => warren_raft::LinkError::Unreachable(other.to_string()),
+                })
+        })
+    }
 }
 
 /// What the management API shows of the cluster.

@@ -687,11 +687,24 @@ impl Server {
             ))
         })?;
         tracing::debug!(?wal_report, "quorum queue log recovered");
-        broker.set_queue_backend(Arc::new(warren_raft::QuorumBackend::new(
-            wal.clone(),
-            Some(store),
-            tokio::runtime::Handle::current(),
-        )));
+        // On a cluster the groups start once clustering has (below): their members are
+        // on other nodes too.
+        let quorum = Arc::new(match settings.cluster.enabled() {
+            true => warren_raft::QuorumBackend::clustered(
+                wal.clone(),
+                Some(store),
+                tokio::runtime::Handle::current(),
+                &cluster::node_name(&settings),
+            ),
+            false => warren_raft::QuorumBackend::new(
+                wal.clone(),
+                Some(store),
+                tokio::runtime::Handle::current(),
+            ),
+        });
+        broker.set_queue_backend(
+            Arc::clone(&quorum) as Arc<dyn warren_core::queue_type::QueueBackend>
+        );
         // Queues declared from now on page or hold their publishers back beyond these.
         broker.queue_memory_limits().set(
             settings.queue_max_in_memory_messages,
@@ -751,6 +764,7 @@ impl Server {
                 cluster::start(
                     &settings,
                     &broker,
+                    &quorum,
                     Arc::clone(&management_slot),
                     &shutdown_rx,
                     &mut listeners,

@@ -30,6 +30,10 @@ use crate::secret::Secret;
 /// What a node's request handler answers: a body, or an error text for the caller.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Bytes, String>> + Send>>;
 
+/// Request methods from this one on go to the extension handler
+/// ([`Transport::set_extension_handler`]).
+pub const EXTENSION_METHODS: u16 = 100;
+
 /// Serves requests from peers: `(from node, method, body)`.
 pub type Handler = Arc<dyn Fn(String, u16, Bytes) -> HandlerFuture + Send + Sync>;
 
@@ -138,6 +142,8 @@ pub struct Transport {
     config: TransportConfig,
     cluster_id: Arc<RwLock<String>>,
     handler: OnceLock<Handler>,
+    /// The handler of methods from [`EXTENSION_METHODS`] on (quorum queues' groups).
+    extension: OnceLock<Handler>,
     peers: RwLock<HashMap<String, Arc<Peer>>>,
     detector: Arc<FailureDetector>,
     next_id: AtomicU64,
@@ -160,6 +166,7 @@ impl Transport {
             config,
             cluster_id,
             handler: OnceLock::new(),
+            extension: OnceLock::new(),
             peers: RwLock::new(HashMap::new()),
             detector,
             next_id: AtomicU64::new(1),
@@ -180,6 +187,12 @@ impl Transport {
     /// Installs the handler for peers' requests (once).
     pub fn set_handler(&self, handler: Handler) {
         let _ = self.handler.set(handler);
+    }
+
+    /// Installs the handler for peers' requests with methods from [`EXTENSION_METHODS`]
+    /// on (once): the quorum queues' groups, beside the metadata store's handler.
+    pub fn set_extension_handler(&self, handler: Handler) {
+        let _ = self.extension.set(handler);
     }
 
     /// The known peers.
@@ -402,7 +415,11 @@ impl Transport {
                         }
                     }
                     Ok(Some(Frame::Request { id, method, body })) => {
-                        let Some(handler) = self.handler.get().cloned() else {
+                        let handler = match method >= EXTENSION_METHODS {
+                            true => self.extension.get(),
+                            false => self.handler.get(),
+                        };
+                        let Some(handler) = handler.cloned() else {
                             let _ = replies
                                 .send(Frame::Response {
                                     id,

@@ -1,6 +1,6 @@
-//! One member of a quorum queue's group with its leader-side driver: the effects pump (only
-//! the leader carries out what the state machine asks) and the timer that proposes `Tick`
-//! when a TTL, a delayed delivery or a consumer timeout falls due.
+//! One member of a quorum queue's group with its driver tasks: the effects pump (every
+//! member's applied effects, marked with whether it leads) and the leader's timer that
+//! proposes `Tick` when a TTL, a delayed delivery or a consumer timeout falls due.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,12 +20,15 @@ const TIMER_POLL: Duration = Duration::from_millis(250);
 /// Bound on a `Tick` proposal.
 const TICK_BOUND: Duration = Duration::from_secs(5);
 
-/// Where the leader's effects go: deliveries to consumers' sinks, dead letters to the vhost.
-/// Called on the pump task, in log order; effects for consumers the sink does not know (a
-/// member replaying its log after a restart) must be ignored.
+/// Where applied entries' effects go: deliveries to consumers' sinks, dead letters to the
+/// vhost. Called on the pump task of every member, in log order, with whether this member
+/// leads: every member applies the log, so the member on the node of a consumer's
+/// connection hands it its deliveries, while what must happen once (dead letters) is the
+/// leader's. Effects for consumers the sink does not know (another node's, or a previous
+/// run's replayed after a restart) must be ignored.
 pub trait EffectSink: Send + Sync + 'static {
     /// Carries out one effect of the entry at `index`.
-    fn apply(&self, index: u64, effect: Effect);
+    fn apply(&self, index: u64, effect: Effect, leading: bool);
 }
 
 /// A running member of one group on this node.
@@ -74,10 +77,8 @@ impl QueueGroup {
             tokio::spawn(async move {
                 while let Some((index, batch)) = effects.recv().await {
                     let leading = raft.metrics().borrow().state == ServerState::Leader;
-                    if leading {
-                        for effect in batch {
-                            sink.apply(index, effect);
-                        }
+                    for effect in batch {
+                        sink.apply(index, effect, leading);
                     }
                     applied.notify_one();
                 }

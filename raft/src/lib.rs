@@ -18,17 +18,23 @@
 //!   [`group::EffectSink`] on the leader only, and a timer proposes `Tick` when something
 //!   falls due (TTLs, delayed deliveries, consumer timeouts).
 //!
-//! Transport between nodes is not here: a [`openraft::RaftNetworkFactory`] is supplied by the
-//! cluster layer (tests use an in-memory one). See docs/quorum-queues.md.
+//! - [`network`] and [`wire`]: a group's members on other nodes, reached through a
+//!   [`ClusterLink`] the server supplies over the cluster transport, with the RPCs in a
+//!   binary encoding; commands a member forwards to its leader.
+//!
+//! See docs/quorum-queues.md.
 
+mod driver;
 pub mod group;
 pub mod log_store;
+pub mod network;
 pub mod propose;
 pub mod queue;
 mod record;
 mod serde_impls;
 pub mod state_machine;
 pub mod wal;
+pub mod wire;
 
 use std::io::Cursor;
 
@@ -37,6 +43,7 @@ use warren_core::quorum::{Command, Reply};
 
 pub use group::{EffectSink, QueueGroup};
 pub use log_store::GroupLogStore;
+pub use network::{ClusterLink, LinkError, LinkFuture};
 pub use propose::{propose, ProposeError};
 pub use queue::QuorumBackend;
 pub use state_machine::QueueStateMachine;

@@ -19,58 +19,81 @@
 //! issue 15's part. See docs/quorum-queues.md.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
-use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
+use bytes::Bytes;
+use openraft::{Config, SnapshotPolicy};
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use warren_core::consumer::{ConsumerSpec, Delivery, DeliverySink};
 use warren_core::error::{CoreError, CoreResult};
 use warren_core::message::Message;
 use warren_core::queue::{ConsumerRemoval, EnqueueOutcome, QueueStats, Settlement};
 use warren_core::queue_type::{Declaration, Published, QueueBackend, QueueInstance, QueueType};
 use warren_core::quorum::{
-    Command, ConsumerKey, CreditMode, Delivered, Effect, Outcome, QuorumConfig, Reply, MAX_PREFETCH,
+    Command, ConsumerKey, CreditMode, Delivered, Effect, Outcome, PublishId, QuorumConfig, Reply,
+    MAX_PREFETCH,
 };
 use warren_core::store::MessageStore;
 use warren_core::value::Table;
 use warren_core::vhost::VHost;
 
-use crate::{unix_ms, EffectSink, GroupId, NodeId, QueueGroup, QueueRaft, Stamped, Wal};
+use crate::driver::{Driver, Placement};
+use crate::network::{member_id, ClusterLink, GroupRegistry};
+use crate::{unix_ms, EffectSink, GroupId, Wal};
 
-/// This node's id in every one-member group.
-const NODE: NodeId = 1;
-/// How long a restarted member may take to become leader of its one-member group.
-const LEADER_BOUND: Duration = Duration::from_secs(10);
 /// How long `basic.get` waits for its commit.
 const GET_BOUND: Duration = Duration::from_secs(5);
 /// An auto-ack consumer's window is topped up after this many deliveries.
 const AUTO_ACK_TOP_UP: u32 = MAX_PREFETCH / 2;
+/// `x-quorum-initial-group-size` when the declaration names none (RabbitMQ's default).
+const DEFAULT_GROUP_SIZE: usize = 3;
 
 /// Makes quorum queues on this node: one Raft group per queue on the node's shared WAL.
 pub struct QuorumBackend {
     wal: Wal,
     store: Option<Arc<MessageStore>>,
     runtime: tokio::runtime::Handle,
-    config: Arc<Config>,
+    alone_config: Arc<Config>,
+    cluster_config: Arc<Config>,
+    identity: Identity,
+    /// On a cluster: the link, once clustering has started (`None` before).
+    cluster: Option<watch::Sender<Option<Arc<dyn ClusterLink>>>>,
+    registry: Arc<GroupRegistry>,
 }
 
 impl QuorumBackend {
-    /// A backend logging into `wal`, holding confirms through `store`, running its groups on
-    /// `runtime`.
+    /// A backend for a node that runs alone: logging into `wal`, holding confirms through
+    /// `store`, running its groups on `runtime`.
     pub fn new(
         wal: Wal,
         store: Option<Arc<MessageStore>>,
         runtime: tokio::runtime::Handle,
     ) -> QuorumBackend {
-        let config = Config {
+        QuorumBackend::build(wal, store, runtime, "", false)
+    }
+
+    /// A backend for node `node` of a cluster: its groups start once [`QuorumBackend::join`]
+    /// hands them the cluster.
+    pub fn clustered(
+        wal: Wal,
+        store: Option<Arc<MessageStore>>,
+        runtime: tokio::runtime::Handle,
+        node: &str,
+    ) -> QuorumBackend {
+        QuorumBackend::build(wal, store, runtime, node, true)
+    }
+
+    fn build(
+        wal: Wal,
+        store: Option<Arc<MessageStore>>,
+        runtime: tokio::runtime::Handle,
+        node: &str,
+        clustered: bool,
+    ) -> QuorumBackend {
+        let alone = Config {
             cluster_name: "warren-quorum".into(),
             // One member: heartbeats and elections only matter after a restart, when the
             // member elects itself.
@@ -83,12 +106,45 @@ impl QuorumBackend {
         }
         .validate()
         .expect("the quorum queue Raft settings are valid");
+        let cluster = Config {
+            cluster_name: "warren-quorum".into(),
+            // A follower that hears nothing for 1.5-3 s elects: a new leader a few seconds
+            // after its node dies.
+            heartbeat_interval: 300,
+            election_timeout_min: 1_500,
+            election_timeout_max: 3_000,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(5_000),
+            max_in_snapshot_log_to_keep: 100,
+            ..Default::default()
+        }
+        .validate()
+        .expect("the clustered quorum queue Raft settings are valid");
         QuorumBackend {
             wal,
             store,
             runtime,
-            config: Arc::new(config),
+            alone_config: Arc::new(alone),
+            cluster_config: Arc::new(cluster),
+            identity: Identity::new(node),
+            cluster: clustered.then(|| watch::channel(None).0),
+            registry: Arc::default(),
         }
+    }
+
+    /// Hands the cluster to this node's groups (started and to come).
+    pub fn join(&self, link: Arc<dyn ClusterLink>) {
+        if let Some(cluster) = &self.cluster {
+            cluster.send_replace(Some(link));
+        }
+    }
+
+    /// Answers a peer's quorum-queue request (`wire::methods`).
+    pub fn serve(
+        &self,
+        method: u16,
+        body: Bytes,
+    ) -> impl std::future::Future<Output = Result<Bytes, String>> + Send + 'static {
+        self.registry.serve(method, body)
     }
 }
 
@@ -118,6 +174,12 @@ impl QueueBackend for QuorumBackend {
                 declaration.policy.as_ref(),
                 declaration.operator_policy.as_ref(),
             );
+        let initial_size = declaration
+            .arguments
+            .get("x-quorum-initial-group-size")
+            .and_then(|v| v.as_i64())
+            .filter(|size| *size > 0)
+            .map_or(DEFAULT_GROUP_SIZE, |size| size as usize);
         let group = group_id(&declaration.vhost_name, &declaration.name);
         let (ops, receiver) = mpsc::unbounded_channel();
         let handle = Arc::new_cyclic(|me: &Weak<QuorumQueueHandle>| QuorumQueueHandle {
@@ -134,26 +196,95 @@ impl QueueBackend for QuorumBackend {
             ops,
             machine: OnceLock::new(),
             local: Mutex::new(Local::default()),
+            identity: self.identity,
+            publish_sequence: AtomicU64::new(0),
         });
+        let placement = match &self.cluster {
+            Some(cluster) => Placement::Cluster(cluster.subscribe()),
+            None => Placement::Alone,
+        };
         let driver = Driver {
             queue: Arc::downgrade(&handle),
             wal: self.wal.clone(),
             group,
-            config: Arc::clone(&self.config),
+            vhost: declaration.vhost_name.clone(),
+            alone_config: Arc::clone(&self.alone_config),
+            cluster_config: Arc::clone(&self.cluster_config),
             queue_config: config,
+            initial_size,
             ops: receiver,
+            placement,
+            registry: Arc::clone(&self.registry),
+            identity: self.identity,
         };
         self.runtime.spawn(driver.run());
         Ok(handle)
     }
 }
 
+/// Who owns consumers and publishes on this node, in this run: the ids the state machine
+/// records are `node tag u16 | run u16 | connection u32`, so every member can tell which
+/// consumers are its own node's (it hands them their deliveries), which belong to a
+/// previous run of its node (their connections are gone), and which node any other one is
+/// on (the leader forgets those of a node that goes down).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Identity {
+    tag: u16,
+    run: u16,
+}
+
+impl Identity {
+    fn new(node: &str) -> Identity {
+        // Different on every start of the process (two runs colliding only costs the older
+        // run's consumers being kept until the detector or a cancel removes them).
+        let run = (u64::from(std::process::id()) ^ unix_ms() ^ (unix_ms() >> 16)) as u16;
+        Identity {
+            tag: Identity::tag_of_node(node),
+            run,
+        }
+    }
+
+    /// The owner id of `connection` on this node in this run.
+    pub(crate) fn owner(self, connection: u64) -> u64 {
+        (u64::from(self.tag) << 48) | (u64::from(self.run) << 32) | (connection & 0xFFFF_FFFF)
+    }
+
+    /// Whether `owner` is this node's, in this run.
+    pub(crate) fn is_mine(self, owner: u64) -> bool {
+        owner >> 32 == (u64::from(self.tag) << 16) | u64::from(self.run)
+    }
+
+    /// Whether `owner` is this node's from a previous run.
+    pub(crate) fn is_previous_run(self, owner: u64) -> bool {
+        Identity::tag_of(owner) == self.tag && !self.is_mine(owner)
+    }
+
+    /// The node tag in an owner id.
+    pub(crate) fn tag_of(owner: u64) -> u16 {
+        (owner >> 48) as u16
+    }
+
+    /// The tag of a node name: the top bits of its member id, mixed first (names that
+    /// differ in their last character, as 127.0.0.1 and 127.0.0.2, differ little in FNV's
+    /// top bits).
+    pub(crate) fn tag_of_node(node: &str) -> u16 {
+        let mut x = member_id(node);
+        x ^= x >> 30;
+        x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x ^= x >> 27;
+        x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^= x >> 31;
+        (x >> 48) as u16
+    }
+}
+
 /// What the driver proposes, in the order the core asked.
-enum Op {
+pub(crate) enum Op {
     Command(Command),
-    /// A publish whose confirm is held on the store's sequence number `hold`.
+    /// A publish (an `Enqueue` with this handle's publisher id) whose confirm is held on
+    /// the store's sequence number `hold`.
     Publish {
-        message: Arc<Message>,
+        command: Command,
         hold: Option<u64>,
         /// For a reject-publish queue: the caller waits for the state machine's answer.
         answer: Option<std::sync::mpsc::Sender<Option<Reply>>>,
@@ -193,6 +324,8 @@ struct Local {
     pending: HashMap<u64, LocalConsumer>,
     /// Local consumers cancelled before their attach was committed.
     cancelled_early: BTreeSet<u64>,
+    /// Consumers of this node the state machine has that no local consumer stands for.
+    strays: BTreeSet<ConsumerKey>,
     /// Deliveries for a key whose attach reply has not been seen yet.
     early: HashMap<ConsumerKey, Vec<Delivered>>,
     /// Which consumer holds each unsettled message.
@@ -218,6 +351,10 @@ pub struct QuorumQueueHandle {
     /// The member's state machine once it started (counters are read from it).
     machine: OnceLock<crate::QueueStateMachine>,
     local: Mutex<Local>,
+    identity: Identity,
+    /// This handle's publishes are numbered, so one retried after a leader change is
+    /// applied once.
+    publish_sequence: AtomicU64,
 }
 
 impl QuorumQueueHandle {
@@ -239,12 +376,36 @@ impl QuorumQueueHandle {
         })
     }
 
+    pub(crate) fn store(&self) -> Option<&Arc<MessageStore>> {
+        self.store.as_ref()
+    }
+
+    pub(crate) fn set_machine(&self, machine: crate::QueueStateMachine) {
+        let _ = self.machine.set(machine);
+    }
+
     /// Hands a checked-out message to its consumer, or keeps it until the sink has room.
     fn deliver(&self, local: &mut Local, key: ConsumerKey, delivered: Delivered) {
         let settled = delivered.settled;
         let id = delivered.id;
         let Some(consumer) = local.consumers.get_mut(&key) else {
-            local.early.entry(key).or_default().push(delivered);
+            if !local.pending.is_empty() {
+                // An attach of ours whose reply has not come back yet.
+                local.early.entry(key).or_default().push(delivered);
+            } else if !local.strays.contains(&key) {
+                tracing::debug!(queue = %self.name, ?key, "a stray consumer of this node: removed");
+                // A consumer of ours nobody waits for (an attach retried after its first
+                // try did commit): back, uncounted, and the consumer removed.
+                local.strays.insert(key);
+                self.send(Op::Command(Command::Cancel { consumer: key }));
+                if !settled {
+                    self.send(Op::Command(Command::Settle {
+                        consumer: key,
+                        ids: vec![id],
+                        outcome: Outcome::Release,
+                    }));
+                }
+            }
             return;
         };
         let Some(delivery) = self.delivery(delivered) else {
@@ -271,14 +432,26 @@ impl QuorumQueueHandle {
         }
     }
 
-    /// An attach was committed: the consumer receives from now on.
-    fn attached(&self, local_id: u64, key: ConsumerKey, consumer: LocalConsumer) {
+    /// An attach was committed: the consumer receives from now on (or is cancelled, when
+    /// its cancel came first).
+    pub(crate) fn attach_committed(&self, local_id: u64, key: ConsumerKey) {
         let mut local = self.local.lock();
-        if local.cancelled_early.remove(&local_id) {
+        let consumer = local.pending.remove(&local_id);
+        let cancelled = local.cancelled_early.remove(&local_id);
+        let Some(consumer) = consumer.filter(|_| !cancelled) else {
+            let early = local.early.remove(&key).unwrap_or_default();
             drop(local);
             self.send(Op::Command(Command::Cancel { consumer: key }));
+            let ids: Vec<u64> = early.iter().filter(|d| !d.settled).map(|d| d.id).collect();
+            if !ids.is_empty() {
+                self.send(Op::Command(Command::Settle {
+                    consumer: key,
+                    ids,
+                    outcome: Outcome::Release,
+                }));
+            }
             return;
-        }
+        };
         local.keys.insert(local_id, Some(key));
         local.consumers.insert(key, consumer);
         for delivered in local.early.remove(&key).unwrap_or_default() {
@@ -286,15 +459,34 @@ impl QuorumQueueHandle {
         }
     }
 
-    fn effect(&self, effect: Effect) {
+    /// An attach was never committed (no majority in time): the consumer is cancelled.
+    pub(crate) fn attach_failed(&self, local_id: u64) {
+        let consumer = {
+            let mut local = self.local.lock();
+            local.keys.remove(&local_id);
+            local.cancelled_early.remove(&local_id);
+            local.pending.remove(&local_id)
+        };
+        tracing::warn!(queue = %self.name, "a consumer's attach was not committed; it is cancelled");
+        if let Some(consumer) = consumer {
+            consumer.sink.cancelled();
+        }
+    }
+
+    fn effect(&self, effect: Effect, leading: bool) {
         match effect {
             Effect::Deliver {
                 consumer,
+                owner,
                 delivered,
             } => {
-                let mut local = self.local.lock();
-                self.deliver(&mut local, consumer, delivered);
+                // Every member applies the log; the one on the consumer's node delivers.
+                if self.identity.is_mine(owner) {
+                    let mut local = self.local.lock();
+                    self.deliver(&mut local, consumer, delivered);
+                }
             }
+            Effect::DeadLetter { .. } if !leading => {}
             Effect::DeadLetter {
                 id,
                 message,
@@ -342,6 +534,17 @@ impl QuorumQueueHandle {
         }
     }
 
+    /// An `Enqueue` numbered in this handle's publisher stream.
+    fn enqueue_command(&self, message: Arc<Message>) -> Command {
+        Command::Enqueue {
+            publish: Some(PublishId {
+                publisher: self.identity.owner(0),
+                sequence: self.publish_sequence.fetch_add(1, Ordering::Relaxed) + 1,
+            }),
+            message,
+        }
+    }
+
     fn stats(&self) -> Option<warren_core::quorum::QuorumStats> {
         self.machine.get().map(|m| m.with_queue(|q| q.stats()))
     }
@@ -371,7 +574,7 @@ impl QueueInstance for QuorumQueueHandle {
             // this queue type's with this overflow mode only).
             let (answer, reply) = std::sync::mpsc::channel();
             self.send(Op::Publish {
-                message,
+                command: self.enqueue_command(message),
                 hold: None,
                 answer: Some(answer),
             });
@@ -397,7 +600,7 @@ impl QueueInstance for QuorumQueueHandle {
         }
         let hold = self.store.as_ref().map(|store| store.hold());
         let sent = self.ops.send(Op::Publish {
-            message,
+            command: self.enqueue_command(message),
             hold,
             answer: None,
         });
@@ -439,7 +642,7 @@ impl QueueInstance for QuorumQueueHandle {
             .filter(|ms| *ms > 0)
             .map(|ms| ms as u64);
         let command = Command::Attach {
-            owner: spec.connection_id,
+            owner: self.identity.owner(spec.connection_id),
             tag: spec.tag.to_string(),
             // The listener's window, so the replicated state checks out no more than the
             // consumer takes (a requeued message then goes to the next consumer with room,
@@ -507,6 +710,8 @@ impl QueueInstance for QuorumQueueHandle {
                         Some((_, list)) => list.push(*id),
                         None => by_consumer.push((key, vec![*id])),
                     }
+                } else {
+                    tracing::debug!(queue = %self.name, id, "settle of a message no consumer here holds");
                 }
             }
         }
@@ -536,7 +741,7 @@ impl QueueInstance for QuorumQueueHandle {
         self.send(Op::Dequeue {
             command: Command::Dequeue {
                 // One get-consumer per queue handle: settled through `holders`.
-                owner: 0,
+                owner: self.identity.owner(0),
                 auto_ack: !needs_settlement,
             },
             reply,
@@ -654,278 +859,27 @@ fn multi_threaded() -> bool {
 }
 
 /// The effects pump's target: the handle, while it lives.
-struct Effects(Weak<QuorumQueueHandle>);
+pub(crate) struct Effects(pub(crate) Weak<QuorumQueueHandle>);
 
 impl EffectSink for Effects {
-    fn apply(&self, _index: u64, effect: Effect) {
+    fn apply(&self, _index: u64, effect: Effect, leading: bool) {
         if let Some(queue) = self.0.upgrade() {
-            queue.effect(effect);
+            queue.effect(effect, leading);
         }
-    }
-}
-
-/// The queue's driver task: starts the member, then proposes what the handle asks.
-struct Driver {
-    queue: Weak<QuorumQueueHandle>,
-    wal: Wal,
-    group: GroupId,
-    config: Arc<Config>,
-    queue_config: QuorumConfig,
-    ops: mpsc::UnboundedReceiver<Op>,
-}
-
-impl Driver {
-    async fn run(mut self) {
-        let name = self.queue_config.name.clone();
-        let group = match self.start().await {
-            Ok(group) => group,
-            Err(error) => {
-                tracing::error!(queue = %name, %error, "quorum queue member did not start");
-                // Nothing will commit. Later publishes are refused (the channel closes);
-                // those already queued keep their holds: releasing them would confirm
-                // messages no log has, and a confirm must mean the message is safe (their
-                // publishers, and confirms queued behind them, wait instead: the node's disk
-                // is failing, the log above says so).
-                self.ops.close();
-                while let Ok(op) = self.ops.try_recv() {
-                    match op {
-                        Op::Publish {
-                            answer: Some(answer),
-                            ..
-                        } => {
-                            let _ = answer.send(None);
-                        }
-                        Op::Dequeue { reply, .. } => {
-                            let _ = reply.send(None);
-                        }
-                        _ => {}
-                    }
-                }
-                return;
-            }
-        };
-        while let Some(op) = self.ops.recv().await {
-            let raft = group.raft.clone();
-            match op {
-                Op::Command(command) => {
-                    let _ = write(&raft, command).await;
-                }
-                Op::Publish {
-                    message,
-                    hold,
-                    answer,
-                } => {
-                    let reply = write(
-                        &raft,
-                        Command::Enqueue {
-                            publish: None,
-                            message,
-                        },
-                    )
-                    .await;
-                    let store = self.queue.upgrade().and_then(|q| q.store.clone());
-                    tokio::spawn(async move {
-                        let applied = match reply {
-                            Some(reply) => match reply.await {
-                                Ok(Ok(response)) => Some(response.data.0),
-                                _ => None,
-                            },
-                            None => None,
-                        };
-                        // Released only once committed: a confirm means the log has it.
-                        if let (Some(store), Some(seq), true) = (store, hold, applied.is_some()) {
-                            store.release(seq);
-                        }
-                        if let Some(answer) = answer {
-                            let _ = answer.send(applied);
-                        }
-                    });
-                }
-                Op::Attach { local, command } => {
-                    let reply = write(&raft, command).await;
-                    let queue = self.queue.clone();
-                    tokio::spawn(async move {
-                        let key = match reply {
-                            Some(reply) => match reply.await {
-                                Ok(Ok(response)) => match response.data.0 {
-                                    Reply::Attached { consumer, .. } => Some(consumer),
-                                    _ => None,
-                                },
-                                _ => None,
-                            },
-                            None => None,
-                        };
-                        if let Some(queue) = queue.upgrade() {
-                            let consumer = queue.local.lock().pending.remove(&local);
-                            match (key, consumer) {
-                                (Some(key), Some(consumer)) => queue.attached(local, key, consumer),
-                                (Some(key), None) => {
-                                    // Cancelled meanwhile.
-                                    queue.local.lock().cancelled_early.remove(&local);
-                                    queue.send(Op::Command(Command::Cancel { consumer: key }));
-                                }
-                                (None, _) => {
-                                    tracing::warn!(queue = %queue.name, "a consumer's attach was not committed");
-                                }
-                            }
-                        }
-                    });
-                }
-                Op::Dequeue { command, reply } => {
-                    let pending = write(&raft, command).await;
-                    tokio::spawn(async move {
-                        let answer = match pending {
-                            Some(pending) => match pending.await {
-                                Ok(Ok(response)) => Some(response.data.0),
-                                _ => None,
-                            },
-                            None => None,
-                        };
-                        let _ = reply.send(answer);
-                    });
-                }
-                Op::Delete { done } => {
-                    // A barrier: once this commits, every earlier publish has been applied
-                    // and its hold released, so no confirm waits on a stopped member.
-                    let _ = group.propose(Command::Tick, Duration::from_secs(5)).await;
-                    let dir = self.wal.group_dir(self.group);
-                    group.stop().await;
-                    self.wal.remove_group(self.group, None);
-                    if let Err(error) = std::fs::remove_dir_all(&dir) {
-                        if error.kind() != std::io::ErrorKind::NotFound {
-                            tracing::warn!(queue = %name, %error, "cannot remove a deleted quorum queue's state");
-                        }
-                    }
-                    let _ = done.send(());
-                    return;
-                }
-            }
-        }
-        group.stop().await;
-    }
-
-    /// Starts (or restarts) the one-member group and waits until it leads.
-    async fn start(&mut self) -> std::io::Result<QueueGroup> {
-        let sink: Arc<dyn EffectSink> = Arc::new(Effects(self.queue.clone()));
-        let group = QueueGroup::start(
-            NODE,
-            self.group,
-            Arc::clone(&self.config),
-            &self.wal,
-            NoPeers,
-            self.queue_config.clone(),
-            sink,
-        )
-        .await?;
-        let initialized = group
-            .raft
-            .is_initialized()
-            .await
-            .map_err(std::io::Error::other)?;
-        if !initialized {
-            let members: BTreeSet<NodeId> = [NODE].into_iter().collect();
-            group
-                .raft
-                .initialize(members)
-                .await
-                .map_err(std::io::Error::other)?;
-        }
-        group
-            .raft
-            .wait(Some(LEADER_BOUND))
-            .state(ServerState::Leader, "quorum queue member leads")
-            .await
-            .map_err(std::io::Error::other)?;
-        // Leading is not enough: the log replays into the machine after that. Wait until
-        // it has applied everything the log holds (the leader's blank entry included), or
-        // a declaration right after a restart reads a partial message count.
-        let last_log_index = group.raft.metrics().borrow().last_log_index;
-        group
-            .raft
-            .wait(Some(LEADER_BOUND))
-            .applied_index_at_least(last_log_index, "quorum queue log replayed")
-            .await
-            .map_err(std::io::Error::other)?;
-        // Apply everything committed before serving, then forget the consumers of the
-        // previous run: none of their connections survived.
-        let owners = group.machine.with_queue(|q| q.owners());
-        for owner in owners {
-            let _ = group
-                .propose(Command::Down { owner }, Duration::from_secs(5))
-                .await;
-        }
-        if let Some(queue) = self.queue.upgrade() {
-            let _ = queue.machine.set(group.machine.clone());
-        }
-        Ok(group)
-    }
-}
-
-/// Proposes a command without waiting for it; the receiver answers once it is applied.
-/// What `client_write_ff` answers with: the applied entry's response, later.
-type PendingReply = <<crate::TypeConfig as openraft::RaftTypeConfig>::Responder as openraft::raft::responder::Responder<crate::TypeConfig>>::Receiver;
-
-async fn write(raft: &QueueRaft, command: Command) -> Option<PendingReply> {
-    raft.client_write_ff(Stamped {
-        at: unix_ms(),
-        command,
-    })
-    .await
-    .ok()
-}
-
-/// The network of a one-member group: there is nobody to call.
-struct NoPeers;
-
-/// A connection to a peer that does not exist.
-struct NoPeer(NodeId);
-
-fn unreachable<E: std::error::Error>(target: NodeId) -> RPCError<NodeId, BasicNode, E> {
-    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(format!(
-        "node {target} is not a member (single-node quorum queues)"
-    ))))
-}
-
-impl RaftNetworkFactory<crate::TypeConfig> for NoPeers {
-    type Network = NoPeer;
-
-    async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> NoPeer {
-        NoPeer(target)
-    }
-}
-
-impl RaftNetwork<crate::TypeConfig> for NoPeer {
-    async fn append_entries(
-        &mut self,
-        _rpc: AppendEntriesRequest<crate::TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        Err(unreachable(self.0))
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        _rpc: InstallSnapshotRequest<crate::TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
-    > {
-        Err(unreachable(self.0))
-    }
-
-    async fn vote(
-        &mut self,
-        _rpc: VoteRequest<NodeId>,
-        _option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        Err(unreachable(self.0))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::group_id;
+
+    #[test]
+    fn node_tags_tell_neighbouring_addresses_apart() {
+        let tags: std::collections::BTreeSet<u16> = (1..=50)
+            .map(|i| super::Identity::tag_of_node(&format!("warren@127.0.0.{i}")))
+            .collect();
+        assert_eq!(tags.len(), 50);
+    }
 
     #[test]
     fn group_ids_are_stable_and_tell_vhosts_apart() {

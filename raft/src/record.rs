@@ -47,19 +47,7 @@ pub(crate) fn encode(out: &mut Vec<u8>, group: GroupId, op: &Op) {
     match op {
         Op::Entry(entry) => {
             out.push(1);
-            put_log_id(out, &entry.log_id);
-            match &entry.payload {
-                EntryPayload::Blank => out.push(0),
-                EntryPayload::Normal(stamped) => {
-                    out.push(1);
-                    out.extend_from_slice(&stamped.at.to_le_bytes());
-                    encode_command(out, &stamped.command);
-                }
-                EntryPayload::Membership(membership) => {
-                    out.push(2);
-                    put_membership(out, membership);
-                }
-            }
+            put_entry(out, entry);
         }
         Op::Vote(vote) => {
             out.push(2);
@@ -157,18 +145,8 @@ fn decode_payload(payload: &[u8]) -> Option<(GroupId, Op)> {
     let group = r.u64()?;
     let op = match r.u8()? {
         1 => {
-            let log_id = r.log_id()?;
-            let payload = match r.u8()? {
-                0 => EntryPayload::Blank,
-                1 => {
-                    let at = r.u64()?;
-                    let command = decode_command(r.rest()).ok()?;
-                    EntryPayload::Normal(Stamped { at, command })
-                }
-                2 => EntryPayload::Membership(r.membership()?),
-                _ => return None,
-            };
-            Op::Entry(Entry { log_id, payload })
+            let entry = r.entry(r.0.len())?;
+            Op::Entry(entry)
         }
         2 => {
             let term = r.u64()?;
@@ -185,6 +163,25 @@ fn decode_payload(payload: &[u8]) -> Option<(GroupId, Op)> {
         _ => return None,
     };
     r.0.is_empty().then_some((group, op))
+}
+
+/// An entry: `index u64 | term u64 | leader u64 | payload kind u8 | ...`, the payload `0`
+/// blank, `1` normal (`at u64 | quorum command`), `2` membership. A normal entry's command runs
+/// to the end of the bytes given to [`Reader::entry`].
+pub(crate) fn put_entry(out: &mut Vec<u8>, entry: &Entry<TypeConfig>) {
+    put_log_id(out, &entry.log_id);
+    match &entry.payload {
+        EntryPayload::Blank => out.push(0),
+        EntryPayload::Normal(stamped) => {
+            out.push(1);
+            out.extend_from_slice(&stamped.at.to_le_bytes());
+            encode_command(out, &stamped.command);
+        }
+        EntryPayload::Membership(membership) => {
+            out.push(2);
+            put_membership(out, membership);
+        }
+    }
 }
 
 pub(crate) fn put_log_id(out: &mut Vec<u8>, log_id: &LogId<u64>) {
@@ -258,7 +255,23 @@ impl<'a> Reader<'a> {
             _ => None,
         }
     }
-    fn count(&mut self, item: usize) -> Option<usize> {
+    /// An entry written by [`put_entry`] in the next `length` bytes.
+    pub(crate) fn entry(&mut self, length: usize) -> Option<Entry<TypeConfig>> {
+        let mut r = Reader(self.take(length)?);
+        let log_id = r.log_id()?;
+        let payload = match r.u8()? {
+            0 => EntryPayload::Blank,
+            1 => {
+                let at = r.u64()?;
+                let command = decode_command(r.rest()).ok()?;
+                EntryPayload::Normal(Stamped { at, command })
+            }
+            2 => EntryPayload::Membership(r.membership()?),
+            _ => return None,
+        };
+        r.0.is_empty().then_some(Entry { log_id, payload })
+    }
+    pub(crate) fn count(&mut self, item: usize) -> Option<usize> {
         let count = self.u32()? as usize;
         (count <= self.0.len() / item).then_some(count)
     }

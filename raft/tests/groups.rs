@@ -320,6 +320,7 @@ async fn a_single_member_group_commits_applies_and_recovers_from_its_wal() {
             if let Effect::Deliver {
                 consumer: to,
                 delivered: d,
+                ..
             } = effect
             {
                 assert_eq!(to, consumer);
@@ -731,6 +732,7 @@ async fn confirmed_publishes_survive_the_leaders_node_and_unsettled_ones_come_ba
             if let Effect::Deliver {
                 consumer,
                 delivered,
+                ..
             } = effect
             {
                 if consumer != drain {
@@ -763,7 +765,10 @@ struct Collect {
 }
 
 impl EffectSink for Collect {
-    fn apply(&self, _index: u64, effect: Effect) {
+    fn apply(&self, _index: u64, effect: Effect, leading: bool) {
+        if !leading {
+            return;
+        }
         if let Effect::Deliver { delivered, .. } = effect {
             self.delivered.lock().push((
                 String::from_utf8(delivered.message.body.to_vec()).unwrap(),

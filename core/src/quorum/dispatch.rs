@@ -21,8 +21,10 @@ impl QuorumQueue {
                 break;
             };
             if let Some(delivered) = self.hand_out(id, Some(key), now) {
+                let owner = self.consumers.get(&key).map_or(0, |c| c.owner);
                 effects.push(Effect::Deliver {
                     consumer: key,
+                    owner,
                     delivered,
                 });
             }

@@ -250,6 +250,9 @@ pub enum Effect {
     Deliver {
         /// The consumer.
         consumer: ConsumerKey,
+        /// The consumer's owner (its `Attach`'s `owner`): on a cluster, the node hosting the
+        /// owner's connection is the one that hands the delivery over.
+        owner: u64,
         /// The delivery.
         delivered: Delivered,
     },

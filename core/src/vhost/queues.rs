@@ -86,7 +86,7 @@ impl VHost {
         if self.queue(&name).is_none()
             && (queue_type.name() != "classic" || self.typed_queue(&name).is_some())
         {
-            return self.declare_typed_queue(name, request, queue_type);
+            return self.declare_typed_queue(actor.user, name, request, queue_type);
         }
         let _replicated = match self.queue(&name) {
             // A redeclaration is answered under the lock below, not replicated. Exclusive
@@ -148,11 +148,33 @@ impl VHost {
     /// type's [`crate::queue_type::QueueType::declare`].
     fn declare_typed_queue(
         &self,
+        user: &str,
         name: String,
         request: QueueDeclare,
         queue_type: &'static dyn crate::queue_type::QueueType,
     ) -> CoreResult<QueueDeclared> {
         let what = self.describe("queue", &name);
+        // A new queue is committed through the cluster first (outside the topology lock, as
+        // for classic queues), with its type written out: the other nodes must not apply
+        // their own default queue type to it. A redeclaration is answered below.
+        let _replicated = if self.typed_queue(&name).is_none() && self.queue(&name).is_none() {
+            check_typed_properties(&what, &request, queue_type)?;
+            let mut arguments = request.arguments.clone();
+            if arguments.get("x-queue-type").is_none() {
+                arguments.insert("x-queue-type", Value::string(queue_type.name()));
+            }
+            self.durability.replicate(|| TopologyChange::DeclareQueue {
+                vhost: self.name.clone(),
+                user: user.to_string(),
+                request: QueueDeclare {
+                    name: name.clone(),
+                    arguments,
+                    ..request.clone()
+                },
+            })?
+        } else {
+            crate::replication::ReplicationPermit::none()
+        };
         let _topology = self.topology.lock();
         if let Some(existing) = self.typed_queue(&name) {
             if request.exclusive {
@@ -193,23 +215,7 @@ impl VHost {
             // A classic queue has the name: its type is part of equivalence.
             self.check_queue_equivalence(&existing, &request)?;
         }
-        let capabilities = queue_type.capabilities();
-        // In RabbitMQ's order of checks, with its texts.
-        if request.auto_delete && !capabilities.auto_delete {
-            return Err(CoreError::precondition_failed(format!(
-                "invalid property 'auto-delete' for {what}"
-            )));
-        }
-        if request.exclusive && !capabilities.exclusive {
-            return Err(CoreError::precondition_failed(format!(
-                "invalid property 'exclusive-owner' for {what}"
-            )));
-        }
-        if !request.durable {
-            return Err(CoreError::precondition_failed(format!(
-                "invalid property 'non-durable' for {what}"
-            )));
-        }
+        check_typed_properties(&what, &request, queue_type)?;
         let mut arguments = request.arguments;
         if arguments.get("x-queue-type").is_none() {
             arguments.insert("x-queue-type", Value::string(queue_type.name()));
@@ -345,20 +351,35 @@ impl VHost {
             return Ok(0);
         }
         if let Some(queue) = self.typed_queue(name) {
+            let check = |queue: &Arc<dyn crate::queue_type::QueueInstance>| {
+                let info = queue.info();
+                if if_unused && info.consumers > 0 {
+                    return Err(CoreError::precondition_failed(format!(
+                        "{} in use",
+                        self.describe("queue", name)
+                    )));
+                }
+                if if_empty && info.ready > 0 {
+                    return Err(CoreError::precondition_failed(format!(
+                        "{} not empty",
+                        self.describe("queue", name)
+                    )));
+                }
+                Ok(())
+            };
+            check(&queue)?;
+            let _replicated = self.durability.replicate(|| TopologyChange::DeleteQueue {
+                vhost: self.name.clone(),
+                user: actor.user.to_string(),
+                name: name.to_string(),
+                if_unused,
+                if_empty,
+            })?;
             let _topology = self.topology.lock();
-            let info = queue.info();
-            if if_unused && info.consumers > 0 {
-                return Err(CoreError::precondition_failed(format!(
-                    "{} in use",
-                    self.describe("queue", name)
-                )));
-            }
-            if if_empty && info.ready > 0 {
-                return Err(CoreError::precondition_failed(format!(
-                    "{} not empty",
-                    self.describe("queue", name)
-                )));
-            }
+            let Some(queue) = self.typed_queue(name) else {
+                return Ok(0);
+            };
+            check(&queue)?;
             return Ok(self.remove_typed_queue_locked(name).unwrap_or(0));
         }
         let _replicated = match self.queue(name) {
@@ -551,4 +572,29 @@ pub(super) fn server_generated_queue_name() -> String {
         "amq.gen-{}",
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
     )
+}
+
+/// The properties a queue type refuses (RabbitMQ's order of checks, with its texts).
+fn check_typed_properties(
+    what: &str,
+    request: &QueueDeclare,
+    queue_type: &'static dyn crate::queue_type::QueueType,
+) -> CoreResult<()> {
+    let capabilities = queue_type.capabilities();
+    if request.auto_delete && !capabilities.auto_delete {
+        return Err(CoreError::precondition_failed(format!(
+            "invalid property 'auto-delete' for {what}"
+        )));
+    }
+    if request.exclusive && !capabilities.exclusive {
+        return Err(CoreError::precondition_failed(format!(
+            "invalid property 'exclusive-owner' for {what}"
+        )));
+    }
+    if !request.durable {
+        return Err(CoreError::precondition_failed(format!(
+            "invalid property 'non-durable' for {what}"
+        )));
+    }
+    Ok(())
 }

@@ -118,6 +118,7 @@ impl Harness {
             Effect::Deliver {
                 consumer,
                 delivered,
+                ..
             } => {
                 out.push((*consumer, delivered.clone()));
                 false

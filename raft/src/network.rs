@@ -1,0 +1,338 @@
+//! Quorum-queue groups between nodes: what a group needs of the cluster ([`ClusterLink`],
+//! supplied by the server over warren-cluster's transport), openraft's network over it
+//! ([`ClusterNetwork`]), the one-member network of a node that runs alone ([`NoPeers`]), and
+//! the node's side of its peers' requests ([`GroupRegistry::serve`]).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use parking_lot::RwLock;
+use warren_core::quorum::Reply;
+
+use crate::wire::{self, methods};
+use crate::{unix_ms, GroupId, NodeId, QueueRaft, Stamped, TypeConfig};
+
+/// Why a request to a peer got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkError {
+    /// No link to the peer, or no answer in time: it may be down.
+    Unreachable(String),
+    /// The peer answered with an error.
+    Remote(String),
+}
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LinkError::Unreachable(why) => write!(f, "peer unreachable: {why}"),
+            LinkError::Remote(why) => write!(f, "peer refused: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for LinkError {}
+
+/// A request's answer, later.
+pub type LinkFuture = Pin<Box<dyn Future<Output = Result<Bytes, LinkError>> + Send>>;
+
+/// What quorum queues need of the cluster.
+pub trait ClusterLink: Send + Sync + 'static {
+    /// This node's name.
+    fn local(&self) -> &str;
+    /// The cluster's members now, this node included.
+    fn members(&self) -> Vec<String>;
+    /// The node a queue was declared on, as the metadata store recorded it.
+    fn home_of(&self, vhost: &str, queue: &str) -> Option<String>;
+    /// Whether this node has an open link to `node` (this node always has): a node that
+    /// is merely slow to answer pings still has one; a killed or cut-off node has not.
+    fn is_connected(&self, node: &str) -> bool;
+    /// Sends a request (`method` of [`methods`]) to `node`: Raft traffic on the control
+    /// link, snapshots and forwarded commands with `bulk`.
+    fn call(
+        &self,
+        node: &str,
+        method: u16,
+        bulk: bool,
+        body: Bytes,
+        timeout: Duration,
+    ) -> LinkFuture;
+}
+
+/// A member's Raft id: FNV-1a over its node name, so every node derives the same id.
+pub fn member_id(name: &str) -> NodeId {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in name.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// openraft's network of one group over the cluster.
+pub struct ClusterNetwork {
+    /// The cluster.
+    pub link: Arc<dyn ClusterLink>,
+    /// The group.
+    pub group: GroupId,
+}
+
+/// One peer of one group.
+pub struct PeerConnection {
+    link: Arc<dyn ClusterLink>,
+    group: GroupId,
+    /// The peer's node name (the membership record's `addr`).
+    name: String,
+}
+
+impl RaftNetworkFactory<TypeConfig> for ClusterNetwork {
+    type Network = PeerConnection;
+
+    async fn new_client(&mut self, _target: NodeId, node: &BasicNode) -> PeerConnection {
+        PeerConnection {
+            link: Arc::clone(&self.link),
+            group: self.group,
+            name: node.addr.clone(),
+        }
+    }
+}
+
+impl PeerConnection {
+    async fn request<T, E: std::error::Error>(
+        &self,
+        method: u16,
+        bulk: bool,
+        body: Vec<u8>,
+        option: &RPCOption,
+        decode: fn(&[u8]) -> Option<T>,
+    ) -> Result<T, RPCError<NodeId, BasicNode, E>> {
+        let answer = self
+            .link
+            .call(
+                &self.name,
+                method,
+                bulk,
+                Bytes::from(body),
+                option.hard_ttl(),
+            )
+            .await
+            .map_err(|error| match error {
+                LinkError::Unreachable(_) => RPCError::Unreachable(Unreachable::new(&error)),
+                LinkError::Remote(_) => RPCError::Network(NetworkError::new(&error)),
+            })?;
+        decode(&answer).ok_or_else(|| {
+            RPCError::Network(NetworkError::new(&std::io::Error::other(format!(
+                "{} sent an answer that does not parse",
+                self.name
+            ))))
+        })
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerConnection {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let body = wire::encode_append(self.group, &rpc);
+        self.request(
+            methods::APPEND,
+            false,
+            body,
+            &option,
+            wire::decode_append_response,
+        )
+        .await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        let body = wire::encode_snapshot(self.group, &rpc);
+        self.request(
+            methods::SNAPSHOT,
+            true,
+            body,
+            &option,
+            wire::decode_snapshot_response,
+        )
+        .await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let body = wire::encode_vote(self.group, &rpc);
+        self.request(
+            methods::VOTE,
+            false,
+            body,
+            &option,
+            wire::decode_vote_response,
+        )
+        .await
+    }
+}
+
+/// The network of a one-member group (a node that runs alone): there is nobody to call.
+pub struct NoPeers;
+
+/// A connection to a peer that does not exist.
+pub struct NoPeer(NodeId);
+
+fn unreachable<E: std::error::Error>(target: NodeId) -> RPCError<NodeId, BasicNode, E> {
+    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(format!(
+        "node {target} is not a member (this node runs alone)"
+    ))))
+}
+
+impl RaftNetworkFactory<TypeConfig> for NoPeers {
+    type Network = NoPeer;
+
+    async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> NoPeer {
+        NoPeer(target)
+    }
+}
+
+impl RaftNetwork<TypeConfig> for NoPeer {
+    async fn append_entries(
+        &mut self,
+        _rpc: AppendEntriesRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        Err(unreachable(self.0))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        _rpc: InstallSnapshotRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        Err(unreachable(self.0))
+    }
+
+    async fn vote(
+        &mut self,
+        _rpc: VoteRequest<NodeId>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        Err(unreachable(self.0))
+    }
+}
+
+/// How long the leader waits for forwarded commands to be applied.
+pub const FORWARD_BOUND: Duration = Duration::from_secs(10);
+
+/// The groups running on this node, by id, for peers' requests.
+#[derive(Default)]
+pub struct GroupRegistry {
+    groups: RwLock<HashMap<GroupId, QueueRaft>>,
+}
+
+impl GroupRegistry {
+    /// Makes `raft` reachable by peers as `group`.
+    pub fn insert(&self, group: GroupId, raft: QueueRaft) {
+        self.groups.write().insert(group, raft);
+    }
+
+    /// Stops routing peers' requests to `group`.
+    pub fn remove(&self, group: GroupId) {
+        self.groups.write().remove(&group);
+    }
+
+    /// Answers a peer's request (a method of [`methods`]).
+    pub fn serve(
+        self: &Arc<Self>,
+        method: u16,
+        body: Bytes,
+    ) -> impl Future<Output = Result<Bytes, String>> + Send + 'static {
+        let registry = Arc::clone(self);
+        async move {
+            let (group, rest) = wire::split_group(&body).ok_or("a request without its group")?;
+            let raft = registry
+                .groups
+                .read()
+                .get(&group)
+                .cloned()
+                .ok_or_else(|| format!("group {group:016x} does not run on this node"))?;
+            let malformed = || format!("a malformed request (method {method})");
+            let answer = match method {
+                methods::APPEND => {
+                    let rpc = wire::decode_append(rest).ok_or_else(malformed)?;
+                    let response = raft.append_entries(rpc).await.map_err(|e| e.to_string())?;
+                    wire::encode_append_response(&response)
+                }
+                methods::VOTE => {
+                    let rpc = wire::decode_vote(rest).ok_or_else(malformed)?;
+                    let response = raft.vote(rpc).await.map_err(|e| e.to_string())?;
+                    wire::encode_vote_response(&response)
+                }
+                methods::SNAPSHOT => {
+                    let rpc = wire::decode_snapshot(rest).ok_or_else(malformed)?;
+                    let response = raft
+                        .install_snapshot(rpc)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    wire::encode_snapshot_response(&response)
+                }
+                methods::FORWARD => {
+                    let commands = wire::decode_forward(rest).ok_or_else(malformed)?;
+                    let replies = propose_all(&raft, commands, FORWARD_BOUND).await;
+                    wire::encode_forward_response(&replies)
+                }
+                other => return Err(format!("unknown quorum queue method {other}")),
+            };
+            Ok(Bytes::from(answer))
+        }
+    }
+}
+
+/// Proposes `commands` in order (stamped with this node's clock) and waits, at most `bound`
+/// in all, for each to be applied: a reply per command, `None` for one that was not (this
+/// node does not lead, or no majority answered).
+pub async fn propose_all(
+    raft: &QueueRaft,
+    commands: Vec<warren_core::quorum::Command>,
+    bound: Duration,
+) -> Vec<Option<Reply>> {
+    let count = commands.len();
+    let mut pending = Vec::with_capacity(count);
+    for command in commands {
+        let at = unix_ms();
+        pending.push(raft.client_write_ff(Stamped { at, command }).await.ok());
+    }
+    let mut replies = Vec::with_capacity(count);
+    let deadline = tokio::time::Instant::now() + bound;
+    for receiver in pending {
+        let reply = match receiver {
+            Some(receiver) => match tokio::time::timeout_at(deadline, receiver).await {
+                Ok(Ok(Ok(response))) => Some(response.data.0),
+                _ => None,
+            },
+            None => None,
+        };
+        replies.push(reply);
+    }
+    replies
+}
