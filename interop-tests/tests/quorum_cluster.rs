@@ -296,3 +296,144 @@ async fn deliveries_unacknowledged_on_the_killed_leaders_node_come_back_redelive
         "all 20 back once, the 10 held on the dead node redelivered"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_in_flight_while_the_leaders_node_dies_are_confirmed_once_and_kept() {
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    declare_everywhere(&cluster, 0, &[1, 2], "seed003.inflight").await;
+    let (_connection, channel) = open(&cluster, 1).await;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
+    // 400 published without waiting; the leader's node dies after the first 200 are out,
+    // so some of them are on their way to it, proposed, or uncommitted.
+    const MESSAGES: usize = 400;
+    let mut confirms = Vec::with_capacity(MESSAGES);
+    for i in 0..MESSAGES {
+        if i == MESSAGES / 2 {
+            cluster.kill(0);
+        }
+        confirms.push(
+            channel
+                .basic_publish(
+                    "".into(),
+                    "seed003.inflight".into(),
+                    BasicPublishOptions::default(),
+                    format!("f{i}").as_bytes(),
+                    BasicProperties::default().with_delivery_mode(2),
+                )
+                .await
+                .expect("publish"),
+        );
+    }
+    let mut acked = 0;
+    for (i, confirm) in confirms.into_iter().enumerate() {
+        let confirmation = tokio::time::timeout(Duration::from_secs(30), confirm)
+            .await
+            .unwrap_or_else(|_| panic!("publish {i} was answered within 30 s"))
+            .expect("a confirm");
+        if confirmation.is_ack() {
+            acked += 1;
+        }
+    }
+    assert_eq!(
+        acked, MESSAGES,
+        "every publish is confirmed once a new leader has it"
+    );
+    let drained = drain(&cluster, 2, "seed003.inflight", MESSAGES).await;
+    let bodies: HashSet<String> = drained.into_iter().map(|(body, _)| body).collect();
+    let expected: HashSet<String> = (0..MESSAGES).map(|i| format!("f{i}")).collect();
+    assert_eq!(bodies, expected, "every confirmed message once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_confirms_nothing_and_the_majority_goes_on() {
+    use warren_interop_tests::cluster::{node_host, Proxy, ProxyMode};
+    let mut cluster = TestCluster::new(3);
+    // Every link of node 0 through proxies: the one in front of node 0 for the others'
+    // connections, and one in front of each of the others for node 0's own.
+    let to_zero = Proxy::start(&node_host(0), cluster.cluster_addr(0)).await;
+    let to_one = Proxy::start(&node_host(1), cluster.cluster_addr(1)).await;
+    let to_two = Proxy::start(&node_host(2), cluster.cluster_addr(2)).await;
+    cluster.route(1, 0, to_zero.addr());
+    cluster.route(2, 0, to_zero.addr());
+    cluster.route(0, 1, to_one.addr());
+    cluster.route(0, 2, to_two.addr());
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    declare_everywhere(&cluster, 0, &[1, 2], "seed003.partition").await;
+    let (_minority_connection, minority) = open(&cluster, 0).await;
+    minority
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
+    assert!(
+        publish_confirmed(
+            &minority,
+            "seed003.partition",
+            "before",
+            Duration::from_secs(10)
+        )
+        .await,
+        "confirmed before the partition"
+    );
+
+    // A silent partition: bytes vanish, connections stay open.
+    for proxy in [&to_zero, &to_one, &to_two] {
+        proxy.set(ProxyMode::Drop);
+    }
+    let cut_off = minority
+        .basic_publish(
+            "".into(),
+            "seed003.partition".into(),
+            BasicPublishOptions::default(),
+            b"cut-off",
+            BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .expect("publish on the minority side");
+    let (_majority_connection, majority) = open(&cluster, 1).await;
+    majority
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
+    for i in 0..10 {
+        assert!(
+            publish_confirmed(
+                &majority,
+                "seed003.partition",
+                &format!("majority-{i}"),
+                Duration::from_secs(20)
+            )
+            .await,
+            "the majority side confirms publish {i}"
+        );
+    }
+    let mut cut_off = Box::pin(cut_off);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), &mut cut_off)
+            .await
+            .is_err(),
+        "the minority side confirmed nothing while cut off"
+    );
+
+    // Healed: the cut-off publish goes to the new leader and is confirmed once it commits.
+    for proxy in [&to_zero, &to_one, &to_two] {
+        proxy.set(ProxyMode::Pass);
+    }
+    let confirmation = tokio::time::timeout(Duration::from_secs(30), cut_off)
+        .await
+        .expect("the cut-off publish is answered after the heal")
+        .expect("a confirm");
+    assert!(confirmation.is_ack(), "confirmed once committed");
+    let drained = drain(&cluster, 2, "seed003.partition", 12).await;
+    let mut bodies: Vec<String> = drained.into_iter().map(|(body, _)| body).collect();
+    bodies.sort();
+    let mut expected: Vec<String> = (0..10).map(|i| format!("majority-{i}")).collect();
+    expected.extend(["before".to_string(), "cut-off".to_string()]);
+    expected.sort();
+    assert_eq!(bodies, expected, "everything confirmed, once");
+}

@@ -15,6 +15,7 @@ Connection:
                             mqtt://user:pass@host:port for the --mqtt-* modes (port 1883),
                             stomp://user:pass@host:port/vhost for --stomp-queue (port 61613),
                             amqp10://user:pass@host:port/vhost for --amqp10-queue (port 5672)
+  --consumer-uri URI        AMQP 0-9-1 consumers connect here instead (another cluster node)
 Topology:
   -u, --queue NAME          queue name (default perf-test); declared non-durable, deleted at the end
       --durable             declare the queues durable (for persistent-message benchmarks)
@@ -150,6 +151,8 @@ pub enum Mode {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub uri: Uri,
+    /// Where consumers connect, when not to `uri` (another node of a cluster).
+    pub consumer_uri: Option<Uri>,
     pub producers: usize,
     pub consumers: usize,
     pub queue: String,
@@ -204,6 +207,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             uri: parse_uri(DEFAULT_URI).expect("the default URI parses"),
+            consumer_uri: None,
             producers: 1,
             consumers: 1,
             queue: "perf-test".into(),
@@ -305,6 +309,7 @@ where
         match flag.as_str() {
             "-h" | "--help" => return Err(ArgError::Help),
             "--uri" => config.uri = parse_uri(&value(&flag)?)?,
+            "--consumer-uri" => config.consumer_uri = Some(parse_uri(&value(&flag)?)?),
             "-x" | "--producers" => config.producers = number(&flag, &value(&flag)?)?,
             "-y" | "--consumers" => config.consumers = number(&flag, &value(&flag)?)?,
             "-u" | "--queue" => config.queue = value(&flag)?,

@@ -585,7 +585,7 @@ async fn consumer(
     ready: mpsc::Sender<Result<(), String>>,
 ) -> Result<(), AmqpError> {
     let mut conn = Conn::open(
-        &config.uri,
+        config.consumer_uri.as_ref().unwrap_or(&config.uri),
         &format!("warren-perf consumer {id}"),
         2 * READ_CHUNK,
     )
