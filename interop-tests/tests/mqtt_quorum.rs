@@ -1,8 +1,9 @@
 //! `mqtt.durable_queue_type = quorum` (RabbitMQ's key) with rumqttc: a persistent session's
 //! QoS 1 subscription queue is a quorum queue (its QoS 0 one and a clean session's stay
 //! classic), QoS 1 publishes routed into it are acknowledged after its commit, and the
-//! session finds them there when it reconnects; a clean session removes it, and an MQTT 5
-//! session's goes when the session expires (quorum queues have no `x-expires`).
+//! session finds them there when it reconnects, also after a SIGKILL of the real `warren`
+//! process; a clean session removes it, and an MQTT 5 session's goes when the session
+//! expires (quorum queues have no `x-expires`).
 
 mod mqtt5_common;
 mod mqtt_common;
@@ -11,7 +12,8 @@ use std::time::Duration;
 
 use mqtt_common::{connect, options};
 use rumqttc::{MqttOptions, QoS};
-use warren_interop_tests::{wait_for, TestBroker};
+use warren_interop_tests::process::WarrenProcess;
+use warren_interop_tests::{wait_for, TempDir, TestBroker};
 
 fn persistent(broker: &TestBroker, client_id: &str) -> MqttOptions {
     let mut options = options(broker.mqtt_addr(), client_id);
@@ -150,4 +152,71 @@ async fn an_mqtt5_session_that_expires_takes_its_quorum_queue_with_it() {
         "deleted once the session expired"
     );
     broker.shutdown().await;
+}
+
+async fn start_process(dir: &std::path::Path) -> WarrenProcess {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        WarrenProcess::start(&dir, &["mqtt.durable_queue_type=quorum"])
+    })
+    .await
+    .expect("start task")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_publishes_to_a_quorum_subscription_queue_survive_sigkill() {
+    // Building the binary (once per test run) is not part of the bound.
+    tokio::task::spawn_blocking(warren_interop_tests::process::warren_binary)
+        .await
+        .expect("build task");
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let dir = TempDir::new("mqtt-quorum-kill");
+        let warren = start_process(dir.path()).await;
+        let addr = warren.listener_addr("mqtt");
+        let mut keeper = options(addr, "keeper");
+        keeper.set_clean_session(false);
+        let mut subscriber = connect(keeper.clone()).await;
+        subscriber.subscribe("plant/+/temp", QoS::AtLeastOnce).await;
+        let mut publisher = connect(options(addr, "thermometer")).await;
+        // A first message received proves the consumer is attached before it leaves.
+        publisher
+            .publish("plant/1/temp", QoS::AtLeastOnce, b"warm-up")
+            .await;
+        assert!(matches!(
+            publisher.next_ack().await,
+            rumqttc::Packet::PubAck(_)
+        ));
+        assert_eq!(&subscriber.next_publish().await.payload[..], b"warm-up");
+        subscriber.disconnect().await;
+
+        for reading in ["20.5", "21.0", "21.5"] {
+            publisher
+                .publish("plant/7/temp", QoS::AtLeastOnce, reading.as_bytes())
+                .await;
+            assert!(matches!(
+                publisher.next_ack().await,
+                rumqttc::Packet::PubAck(_)
+            ));
+        }
+        // Acknowledged means committed to the quorum queue's log: nothing flushes on SIGKILL.
+        warren.kill();
+
+        let warren = start_process(dir.path()).await;
+        let addr = warren.listener_addr("mqtt");
+        let mut keeper = options(addr, "keeper");
+        keeper.set_clean_session(false);
+        let mut subscriber = connect(keeper).await;
+        assert!(subscriber.connack.session_present);
+        for reading in ["20.5", "21.0", "21.5"] {
+            let publish = subscriber.next_publish().await;
+            assert_eq!(
+                (publish.topic.as_str(), &publish.payload[..]),
+                ("plant/7/temp", reading.as_bytes())
+            );
+        }
+        subscriber.disconnect().await;
+        assert!(warren.terminate().success());
+    })
+    .await
+    .expect("bounded in time");
 }
