@@ -20,32 +20,20 @@ pub fn apply_definitions(
     settings: &Settings,
 ) -> Result<(), String> {
     let definitions = Definitions::from_file(path).map_err(|e| e.to_string())?;
-    apply_parsed(
-        broker,
-        &definitions,
-        settings,
-        &path.display().to_string(),
-        IMPORTABLE_QUEUE_TYPES,
-    )?;
+    apply_parsed(broker, &definitions, settings, &path.display().to_string())?;
     tracing::info!(path = %path.display(), "definitions loaded");
     Ok(())
 }
 
 /// Applies the definitions this node saved in its data directory (`persistence.rs`): as
-/// [`apply_definitions`], and its quorum queues are reopened from their Raft logs.
+/// [`apply_definitions`]; its quorum queues reopen from their Raft logs.
 pub fn apply_saved_definitions(
     broker: &Arc<Broker>,
     path: &Path,
     settings: &Settings,
 ) -> Result<(), String> {
     let definitions = Definitions::from_file(path).map_err(|e| e.to_string())?;
-    apply_parsed(
-        broker,
-        &definitions,
-        settings,
-        &path.display().to_string(),
-        SAVED_QUEUE_TYPES,
-    )?;
+    apply_parsed(broker, &definitions, settings, &path.display().to_string())?;
     tracing::info!(path = %path.display(), "saved definitions loaded");
     Ok(())
 }
@@ -61,13 +49,7 @@ pub fn import_definitions(
 ) -> Result<(), String> {
     let text = std::str::from_utf8(json).map_err(|_| format!("{source}: not UTF-8 text"))?;
     let definitions = Definitions::from_json_str(text).map_err(|e| format!("{source}: {e}"))?;
-    apply_parsed(
-        broker,
-        &definitions,
-        settings,
-        source,
-        IMPORTABLE_QUEUE_TYPES,
-    )?;
+    apply_parsed(broker, &definitions, settings, source)?;
     tracing::info!(source, "definitions imported");
     Ok(())
 }
@@ -77,7 +59,6 @@ fn apply_parsed(
     definitions: &Definitions,
     settings: &Settings,
     path: &str,
-    queue_types: &[&str],
 ) -> Result<(), String> {
     // Vhosts and users that exist already may be named without being declared (the
     // default ones at boot, everything when importing into a running broker).
@@ -130,7 +111,7 @@ fn apply_parsed(
     let parameters = parse_parameters(definitions).map_err(|e| format!("{path}: {e}"))?;
     let global_parameters =
         parse_global_parameters(definitions).map_err(|e| format!("{path}: {e}"))?;
-    check_queue_types(definitions, queue_types).map_err(|e| format!("{path}: {e}"))?;
+    check_queue_types(definitions, QUEUE_TYPES).map_err(|e| format!("{path}: {e}"))?;
     let known_vhost = |name: &str| {
         vhost_names.contains(&name) || definitions.vhosts.iter().any(|v| v.name == name)
     };
@@ -346,20 +327,13 @@ const APPLIED_COMPONENTS: [&str; 0] = [];
 /// Global parameters Warren acts on: `cluster_name` is shown by the management API.
 const APPLIED_GLOBAL_PARAMETERS: [&str; 1] = ["cluster_name"];
 
-/// `topic_permissions` entries: `{user, vhost, exchange, write, read}`, compiled (so a bad
-/// pattern is refused before anything is applied).
-/// The queue types an import can create: classic queues and streams (declared with their
-/// `x-queue-type`). Quorum queues cannot be declared yet: an import naming one is refused
-/// whole, naming the queue and the type, rather than serving a classic queue under the name
-/// (which would then export differently from what was imported). This list and
-/// [`check_queue_types`] are the one place that decides; once quorum queues can be
-/// declared, list the type here.
-const IMPORTABLE_QUEUE_TYPES: &[&str] = &["classic", "stream"];
-
-/// The queue types the node's own saved definitions may hold: its quorum queues too, whose
-/// state is in their Raft logs (an import of RabbitMQ's quorum queues, whose messages are
-/// not, is still refused above).
-const SAVED_QUEUE_TYPES: &[&str] = &["classic", "stream", "quorum"];
+/// The queue types definitions may declare: classic queues, quorum queues and streams, each
+/// through `VHost::declare_queue` with its `x-queue-type` (a quorum queue becomes a Raft
+/// group on this node; an import of RabbitMQ's definitions brings no messages). A type not
+/// listed here is refused whole, naming the queue and the type, rather than serving a
+/// classic queue under the name (which would then export differently from what was
+/// imported). This list and [`check_queue_types`] are the one place that decides.
+const QUEUE_TYPES: &[&str] = &["classic", "quorum", "stream"];
 
 /// The type a definitions entry gives its queue: the `x-queue-type` argument, else `type`.
 fn declared_queue_type(queue: &warren_config::QueueDefinition) -> Option<String> {
@@ -380,7 +354,7 @@ fn check_queue_types(definitions: &Definitions, allowed: &[&str]) -> Result<(), 
                     "queue '{}' in vhost '{}' has type '{queue_type}', which Warren does not support yet (only {}); nothing was imported",
                     queue.name,
                     queue.vhost,
-                    IMPORTABLE_QUEUE_TYPES.join(", ")
+                    allowed.join(", ")
                 ));
             }
         }
@@ -388,6 +362,8 @@ fn check_queue_types(definitions: &Definitions, allowed: &[&str]) -> Result<(), 
     Ok(())
 }
 
+/// `topic_permissions` entries: `{user, vhost, exchange, write, read}`, compiled (so a bad
+/// pattern is refused before anything is applied).
 fn parse_topic_permissions(
     definitions: &Definitions,
 ) -> Result<Vec<(String, String, TopicPermission)>, String> {

@@ -205,6 +205,7 @@ async fn start_mqtt(
                 .ssl_cert_login
                 .then(|| login_from(settings.ssl_cert_login_from)),
             max_keep_alive: mqtt.max_keep_alive,
+            durable_quorum_queues: mqtt.durable_queue_type == "quorum",
         }),
     };
     let config = warren_mqtt::ListenerConfig {

@@ -48,6 +48,11 @@ pub struct MqttSettings {
     /// this one in CONNACK's Server Keep Alive and held to it; an MQTT 3.1.1 client is
     /// refused with CONNACK 0x02. Default none (any keep-alive, 0 included).
     pub max_keep_alive: Option<u16>,
+    /// `mqtt.durable_queue_type`: the type of a persistent session's (clean session false,
+    /// or an MQTT 5 session expiry above 0) QoS 1 and 2 subscription queues, `classic` or
+    /// `quorum`, as RabbitMQ's key. QoS 0 subscriptions and clean sessions keep classic
+    /// queues. Default `classic`.
+    pub durable_queue_type: String,
 }
 
 impl Default for MqttSettings {
@@ -66,6 +71,7 @@ impl Default for MqttSettings {
             max_packet_size: MQTT_MAX_PACKET_SIZE_LIMIT,
             max_connections: None,
             max_keep_alive: None,
+            durable_queue_type: "classic".to_owned(),
         }
     }
 }
@@ -115,6 +121,10 @@ pub const MQTT_KEYS: &[(&str, &str)] = &[
     (
         "mqtt.max_keep_alive",
         "longest MQTT keep-alive, seconds 1-65535, or none; MQTT 5 clients get Server Keep Alive (none)",
+    ),
+    (
+        "mqtt.durable_queue_type",
+        "classic|quorum: type of persistent sessions' QoS 1/2 subscription queues (classic)",
     ),
 ];
 
@@ -201,6 +211,10 @@ impl MqttSettings {
                     ),
                 };
             }
+            "mqtt.durable_queue_type" => match value {
+                "classic" | "quorum" => self.durable_queue_type = value.to_owned(),
+                _ => return Err(invalid("classic or quorum")),
+            },
             "mqtt.max_packet_size" => {
                 self.max_packet_size = value
                     .parse()
@@ -280,6 +294,10 @@ mod tests {
         );
         assert!(settings.mqtt.ssl_cert_login);
         assert!(settings.set("mqtt.listeners.ssl.default", "nope").is_err());
+        assert_eq!(settings.mqtt.durable_queue_type, "classic");
+        settings.set("mqtt.durable_queue_type", "quorum").unwrap();
+        assert_eq!(settings.mqtt.durable_queue_type, "quorum");
+        assert!(settings.set("mqtt.durable_queue_type", "stream").is_err());
     }
 
     #[test]

@@ -263,30 +263,3 @@ where
 pub fn rabbitmq_definitions_fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/rabbitmq-3.10-definitions.json")
 }
-
-/// [`rabbitmq_definitions_fixture`] without its queues of types other than classic (and
-/// their bindings), written into `dir`: what Warren imports until quorum queues and streams
-/// exist (an import naming them is refused). Returns the file's path.
-pub fn classic_definitions_fixture(dir: &TempDir) -> String {
-    let text = std::fs::read_to_string(rabbitmq_definitions_fixture()).expect("fixture");
-    let mut document: serde_json::Value = serde_json::from_str(&text).expect("fixture JSON");
-    let mut dropped = Vec::new();
-    if let Some(queues) = document["queues"].as_array_mut() {
-        queues.retain(|queue| {
-            let classic = queue["type"].as_str().unwrap_or("classic") == "classic";
-            if !classic {
-                dropped.push(queue["name"].as_str().unwrap_or_default().to_string());
-            }
-            classic
-        });
-    }
-    if let Some(bindings) = document["bindings"].as_array_mut() {
-        bindings.retain(|binding| {
-            !(binding["destination_type"] == "queue"
-                && dropped.iter().any(|name| binding["destination"] == *name))
-        });
-    }
-    let path = dir.path().join("classic-definitions.json");
-    std::fs::write(&path, document.to_string()).expect("write the classic fixture");
-    path.display().to_string()
-}

@@ -9,16 +9,12 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties, ErrorKind};
 use warren::Server;
 use warren_config::Settings;
-use warren_interop_tests::{
-    classic_definitions_fixture, rabbitmq_definitions_fixture, TempDir, TestBroker, TEST_LISTENERS,
-};
+use warren_interop_tests::{rabbitmq_definitions_fixture, TempDir, TestBroker, TEST_LISTENERS};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exported_users_log_in_and_use_the_predeclared_topology() {
-    // The export without its quorum queue: an import naming one is refused until quorum
-    // queues exist (see the test below).
-    let dir = TempDir::new("classic-definitions");
-    let fixture = classic_definitions_fixture(&dir);
+    // RabbitMQ's export as it is, its quorum queue included.
+    let fixture = rabbitmq_definitions_fixture().display().to_string();
     let broker = TestBroker::start_with(&[("load_definitions", &fixture)]).await;
     let url = broker.url_for("alice", "s3cret-Alice", "shop");
     let connection = Connection::connect(&url, ConnectionProperties::default())
@@ -35,8 +31,8 @@ async fn exported_users_log_in_and_use_the_predeclared_topology() {
         )
         .await
         .expect("publish");
-    // The topic binding `eu.#` matches.
-    for queue in ["orders.eu"] {
+    // The topic bindings `eu.#` and `#` match: the classic queue and the quorum queue.
+    for queue in ["orders.eu", "orders.quorum"] {
         let message = channel
             .basic_get(queue.into(), BasicGetOptions { no_ack: true })
             .await
@@ -51,6 +47,10 @@ async fn exported_users_log_in_and_use_the_predeclared_topology() {
         shop.queue("orders.eu").expect("queue").limits().message_ttl,
         Some(60_000)
     );
+    // The quorum queue is one, made through the queue-type interface.
+    let quorum = shop.typed_queue("orders.quorum").expect("a quorum queue");
+    assert_eq!(quorum.queue_type().name(), "quorum");
+    assert!(shop.queue("orders.quorum").is_none(), "no classic stand-in");
     // The classic queue kept its x-max-length: redeclaring without it is inequivalent.
     let error = channel
         .queue_declare(
@@ -161,24 +161,34 @@ async fn bad_definitions_stop_start_up_naming_the_path_and_problem() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quorum_queues_refuse_start_up_naming_the_queue_and_the_type() {
-    // RabbitMQ's own export, with its quorum queue: refused whole, not served as classic.
-    let exported = std::fs::read_to_string(rabbitmq_definitions_fixture()).expect("fixture");
-    let (path, error) = start_error(&exported).await;
+async fn a_quorum_queue_named_by_its_argument_loads_at_boot_and_an_unknown_type_stops_start_up() {
+    let dir = TempDir::new("quorum-definitions");
+    let path = dir.path().join("definitions.json");
+    std::fs::write(
+        &path,
+        r#"{"queues": [{"name": "jobs", "vhost": "/", "durable": true, "auto_delete": false,
+                        "arguments": {"x-queue-type": "quorum", "x-delivery-limit": 5}}]}"#,
+    )
+    .expect("write definitions");
+    let broker = TestBroker::start_with(&[("load_definitions", &path.display().to_string())]).await;
+    let shown = broker
+        .api_as_guest("GET", "/api/queues/%2F/jobs", None)
+        .await;
+    assert_eq!(shown.status, 200, "{}", shown.text());
+    assert_eq!(shown.json()["type"], "quorum");
+    assert_eq!(shown.json()["arguments"]["x-delivery-limit"], 5);
+    broker.shutdown().await;
+
+    // A type Warren does not have is refused whole, naming the queue and the type.
+    let (path, error) = start_error(
+        r#"{"queues": [{"name": "jobs", "vhost": "/", "durable": true, "auto_delete": false, "arguments": {"x-queue-type": "delayed"}}]}"#,
+    )
+    .await;
     assert!(error.contains(&path), "names the path: {error}");
     assert!(
         error.contains(
-            "queue 'orders.quorum' in vhost 'shop' has type 'quorum', which Warren does not support yet"
+            "queue 'jobs' in vhost '/' has type 'delayed', which Warren does not support yet"
         ),
-        "{error}"
-    );
-    // A quorum queue named only by its x-queue-type argument.
-    let (_, error) = start_error(
-        r#"{"queues": [{"name": "jobs", "vhost": "/", "durable": true, "auto_delete": false, "arguments": {"x-queue-type": "quorum"}}]}"#,
-    )
-    .await;
-    assert!(
-        error.contains("queue 'jobs' in vhost '/' has type 'quorum'"),
         "{error}"
     );
 }

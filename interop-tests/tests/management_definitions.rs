@@ -4,9 +4,7 @@
 //! applied.
 
 use serde_json::Value;
-use warren_interop_tests::{
-    classic_definitions_fixture, rabbitmq_definitions_fixture, TempDir, TestBroker,
-};
+use warren_interop_tests::{rabbitmq_definitions_fixture, TestBroker};
 
 fn names(document: &Value, section: &str) -> Vec<String> {
     document[section]
@@ -25,9 +23,8 @@ fn names(document: &Value, section: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_import_round_trip_from_a_rabbitmq_fixture() {
-    // Without its quorum queue, which Warren refuses to import until quorum queues exist.
-    let dir = TempDir::new("classic-definitions");
-    let fixture = classic_definitions_fixture(&dir);
+    // RabbitMQ's export as it is, its quorum queue included.
+    let fixture = rabbitmq_definitions_fixture().display().to_string();
     let source = TestBroker::start_with(&[("load_definitions", &fixture)]).await;
     let cap = r#"{"pattern": "^orders", "definition": {"max-length": 1000}, "apply-to": "queues", "priority": 0}"#;
     let set = source
@@ -38,6 +35,22 @@ async fn export_import_round_trip_from_a_rabbitmq_fixture() {
     assert_eq!(exported.status, 200);
     let exported = exported.json();
     assert!(names(&exported, "queues").contains(&"shop/\"orders.eu\"".to_string()));
+    // The quorum queue keeps its type, in `type` and in `x-queue-type`, as RabbitMQ exports it.
+    let quorum = exported["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "orders.quorum")
+        .expect("the quorum queue is exported")
+        .clone();
+    assert_eq!(quorum["type"], "quorum");
+    assert_eq!(quorum["arguments"]["x-queue-type"], "quorum");
+    assert_eq!(quorum["durable"], true);
+    assert!(exported["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b["destination"] == "orders.quorum" && b["source"] == "orders"));
     assert!(names(&exported, "exchanges")
         .iter()
         .any(|n| n.starts_with("shop/")));
@@ -69,6 +82,13 @@ async fn export_import_round_trip_from_a_rabbitmq_fixture() {
         .broker()
         .authenticate("alice", "s3cret-Alice", true)
         .is_ok());
+    let shop = target.broker().vhost("shop").expect("vhost shop imported");
+    assert_eq!(
+        shop.typed_queue("orders.quorum")
+            .map(|q| q.queue_type().name()),
+        Some("quorum"),
+        "imported as a quorum queue"
+    );
     let reexported = target
         .api_as_guest("GET", "/api/definitions", None)
         .await
@@ -136,21 +156,38 @@ async fn an_invalid_import_is_refused_whole_with_the_reason() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_import_naming_a_quorum_queue_is_refused_and_classic_types_round_trip() {
+async fn an_import_declares_quorum_queues_and_classic_types_round_trip() {
     let broker = TestBroker::start().await;
     let exported = std::fs::read_to_string(rabbitmq_definitions_fixture()).expect("fixture");
-    let refused = broker
+    let imported = broker
         .api_as_guest("POST", "/api/definitions", Some(&exported))
+        .await;
+    assert_eq!(imported.status, 204, "{}", imported.text());
+    let shown = broker
+        .api_as_guest("GET", "/api/queues/shop/orders.quorum", None)
+        .await;
+    assert_eq!(shown.status, 200, "{}", shown.text());
+    assert_eq!(shown.json()["type"], "quorum");
+    // Importing it again redeclares the same queue: equivalent, nothing changes.
+    let again = broker
+        .api_as_guest("POST", "/api/definitions", Some(&exported))
+        .await;
+    assert_eq!(again.status, 204, "{}", again.text());
+    // A classic queue under a quorum queue's name is refused: the type is part of a
+    // queue's equivalence.
+    let clash = r#"{
+        "queues": [{"name": "orders.quorum", "vhost": "shop", "durable": true,
+                    "auto_delete": false, "type": "classic", "arguments": {"x-queue-type": "classic"}}]
+    }"#;
+    let refused = broker
+        .api_as_guest("POST", "/api/definitions", Some(clash))
         .await;
     assert_eq!(refused.status, 400, "{}", refused.text());
     let reason = refused.json()["reason"].as_str().unwrap().to_string();
     assert!(
-        reason.contains(
-            "queue 'orders.quorum' in vhost 'shop' has type 'quorum', which Warren does not support yet"
-        ),
+        reason.contains("inequivalent arg 'x-queue-type'"),
         "{reason}"
     );
-    assert!(broker.broker().vhost("shop").is_none(), "nothing applied");
 
     // `type` and `x-queue-type` of classic queues come back as they went in.
     let document = r#"{

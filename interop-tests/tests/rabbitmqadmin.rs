@@ -1,6 +1,7 @@
 //! RabbitMQ's own CLI, `rabbitmqadmin` (the Python script Debian's `rabbitmq-server` package
 //! ships as /usr/bin/rabbitmqadmin), against Warren's management API: declare, list, publish,
-//! get, vhost limits, export and import, each answer checked against the core.
+//! get, vhost limits, export and import, each answer checked against the core; and a quorum
+//! queue declared (`queue_type=quorum`), listed, published into, got from, purged and deleted.
 //!
 //! The script is found at `$RABBITMQADMIN`, on the PATH, or in /usr/local/bin or /usr/bin.
 //! `.ci/run` extracts it from the Debian package without installing the server (no Erlang,
@@ -274,4 +275,78 @@ async fn rabbitmqadmin_declares_lists_publishes_gets_exports_and_imports() {
     assert!(vhost.exchange("admin.x").is_some(), "re-imported exchange");
     admin.ok(&["purge", "queue", "name=admin.q"]).await;
     assert_eq!(queue.stats().ready, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmqadmin_declares_lists_publishes_gets_purges_and_deletes_a_quorum_queue() {
+    let script = match find_rabbitmqadmin() {
+        Ok(script) => script,
+        Err(reason) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "the rabbitmqadmin test must run in CI: {reason}"
+            );
+            eprintln!("rabbitmqadmin test skipped: {reason}");
+            return;
+        }
+    };
+    let broker = TestBroker::start().await;
+    let addr = broker.management_addr();
+    let (host, port) = addr.rsplit_once(':').expect("HOST:PORT");
+    let admin = Admin {
+        script,
+        host: host.to_string(),
+        port: port.to_string(),
+    };
+    let vhost = broker.broker().vhost("/").expect("default vhost");
+
+    // rabbitmqadmin's `queue_type=quorum` becomes the `x-queue-type` argument.
+    admin
+        .ok(&[
+            "declare",
+            "queue",
+            "name=admin.qq",
+            "durable=true",
+            "queue_type=quorum",
+        ])
+        .await;
+    let queue = vhost
+        .typed_queue("admin.qq")
+        .expect("a quorum queue declared by rabbitmqadmin");
+    assert_eq!(queue.queue_type().name(), "quorum");
+    for payload in ["first", "second"] {
+        let published = admin
+            .ok(&[
+                "publish",
+                "routing_key=admin.qq",
+                &format!("payload={payload}"),
+            ])
+            .await;
+        assert!(!published.contains("NOT routed"), "{published}");
+    }
+    let listed = admin
+        .ok(&["-f", "tsv", "list", "queues", "name", "type", "messages"])
+        .await;
+    assert!(
+        listed.lines().any(|row| row == "admin.qq\tquorum\t2"),
+        "{listed}"
+    );
+    let got = admin
+        .json(&["get", "queue=admin.qq", "ackmode=ack_requeue_false"])
+        .await;
+    assert_eq!(got[0]["payload"], "first", "{got}");
+    assert!(
+        warren_interop_tests::wait_for(Duration::from_secs(5), || queue.info().ready == 1).await,
+        "the get took one: {:?}",
+        queue.info()
+    );
+    admin.ok(&["purge", "queue", "name=admin.qq"]).await;
+    assert!(
+        warren_interop_tests::wait_for(Duration::from_secs(5), || queue.info().ready == 0).await,
+        "purged: {:?}",
+        queue.info()
+    );
+    admin.ok(&["delete", "queue", "name=admin.qq"]).await;
+    assert!(vhost.typed_queue("admin.qq").is_none(), "deleted");
+    broker.shutdown().await;
 }

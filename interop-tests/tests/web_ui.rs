@@ -494,6 +494,70 @@ async fn drive(driver: &Driver, chromium: &Path) {
     );
     screenshot(&client, "stream-browse").await;
 
+    // A quorum queue declared from the form: its type in the list, its leader and members on
+    // its page, browsed by position through the queue-type interface.
+    let node = broker
+        .api_as_guest("GET", "/api/overview", None)
+        .await
+        .json()["node"]
+        .as_str()
+        .expect("the node's name")
+        .to_string();
+    goto(&client, &base, "#/queues", "Queues").await;
+    // The list keeps the regex filter from above: filter for the new queue first.
+    fill(&client, "#queue-filter", "quorum").await;
+    click(
+        &client,
+        "form[aria-label='Filter queues'] button[type=submit]",
+    )
+    .await;
+    wait_for_text(&client, "#queue-page", "(0 of").await;
+    fill(&client, "#queue-name", "ui.quorum").await;
+    select(&client, "#queue-type", "quorum").await;
+    fill(&client, "#queue-arguments", "").await;
+    click(
+        &client,
+        "form[aria-label='Add a queue'] button[type=submit]",
+    )
+    .await;
+    let listed = wait_for_text(&client, "#page table", "ui.quorum").await;
+    assert!(listed.contains("quorum"), "{listed}");
+    assert!(
+        listed.contains(&node),
+        "the Node column shows the leader: {listed}"
+    );
+    eventually("ui.quorum is a quorum queue", || {
+        vhost
+            .typed_queue("ui.quorum")
+            .is_some_and(|q| q.queue_type().name() == "quorum")
+    })
+    .await;
+    goto(&client, &base, "#/queues/%2F/ui.quorum", "Queue ui.quorum").await;
+    wait_for_text(&client, "#queue-leader", &node).await;
+    wait_for_text(&client, "#queue-members", &node).await;
+    fill(&client, "#publish-payload", "quorum from the UI").await;
+    click(
+        &client,
+        "form[aria-label='Publish a message'] button[type=submit]",
+    )
+    .await;
+    wait_for_text(&client, "#publish-result", "routed").await;
+    eventually("the message reached ui.quorum", || {
+        vhost
+            .typed_queue("ui.quorum")
+            .is_some_and(|q| q.info().ready == 1)
+    })
+    .await;
+    fill(&client, "#browse-from", "1").await;
+    click(
+        &client,
+        "form[aria-label='Browse messages'] button[type=submit]",
+    )
+    .await;
+    let browsed = wait_for_text(&client, "#browse-result", "quorum from the UI").await;
+    assert!(browsed.contains("Position 1"), "{browsed}");
+    screenshot(&client, "quorum-queue").await;
+
     // Admin: users, virtual hosts, permissions, topic permissions, policies, definitions.
     goto(&client, &base, "#/admin/users", "Admin").await;
     wait_for_text(&client, "[role=tabpanel] table", "notags").await;

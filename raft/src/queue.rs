@@ -803,6 +803,11 @@ impl QueueInstance for QuorumQueueHandle {
         self.arguments.clone()
     }
 
+    fn replicas(&self) -> Option<warren_core::queue_type::ReplicaInfo> {
+        // One member per group for now: this node leads its own.
+        Some(warren_core::queue_type::ReplicaInfo::this_node())
+    }
+
     fn apply_policies(&self, policy: Option<&Table>, operator: Option<&Table>) {
         let Ok(declared) = QuorumConfig::from_arguments(&self.name, &self.arguments) else {
             return;

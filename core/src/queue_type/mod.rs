@@ -69,6 +69,39 @@ pub struct Published {
     pub durable_seq: Option<u64>,
 }
 
+/// A node holding a replica of a replicated queue, as [`ReplicaInfo`] names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replica {
+    /// The node answering (the management API shows its node name): a single node's
+    /// one-member groups need no name of their own.
+    ThisNode,
+    /// Another node, by its node name (`warren@host`).
+    Node(String),
+}
+
+/// Where a replicated queue's members are (RabbitMQ's `leader`, `members` and `online`
+/// fields of a quorum queue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaInfo {
+    /// The member that leads now; `None` during an election.
+    pub leader: Option<Replica>,
+    /// Every member of the queue's group.
+    pub members: Vec<Replica>,
+    /// The members that are up.
+    pub online: Vec<Replica>,
+}
+
+impl ReplicaInfo {
+    /// A one-member group on this node, its own leader.
+    pub fn this_node() -> ReplicaInfo {
+        ReplicaInfo {
+            leader: Some(Replica::ThisNode),
+            members: vec![Replica::ThisNode],
+            online: vec![Replica::ThisNode],
+        }
+    }
+}
+
 /// What queues of a type support, asked by listeners and the vhost instead of matching on
 /// the type's name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,6 +246,12 @@ pub trait QueueInstance: Send + Sync {
     /// a policy changed. Classic queues are updated by the vhost itself.
     fn apply_policies(&self, policy: Option<&Table>, operator: Option<&Table>) {
         let _ = (policy, operator);
+    }
+
+    /// Where the queue's replicas are, for a replicated queue (quorum); `None` for a queue
+    /// that lives on one node only (classic).
+    fn replicas(&self) -> Option<ReplicaInfo> {
+        None
     }
 
     /// The vhost removed the queue: drop its messages and its state on disk, cancel its

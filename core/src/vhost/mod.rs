@@ -384,6 +384,21 @@ impl VHost {
         }
     }
 
+    /// Every queue of every type except streams, through the queue-type interface (for the
+    /// management API and metrics; unsorted).
+    pub fn queue_instances(&self) -> Vec<Arc<dyn QueueInstance>> {
+        let mut all: Vec<Arc<dyn QueueInstance>> = self
+            .queues
+            .read()
+            .values()
+            .map(|queue| Arc::clone(queue) as Arc<dyn QueueInstance>)
+            .collect();
+        if self.typed_count.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            all.extend(self.typed.read().values().cloned());
+        }
+        all
+    }
+
     /// The vhost's streams.
     pub fn streams(&self) -> &crate::stream_log::StreamRegistry {
         &self.streams

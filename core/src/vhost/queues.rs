@@ -441,6 +441,25 @@ impl VHost {
         self.remove_queue_locked(queue)
     }
 
+    /// Deletes a queue of any type (found with [`VHost::queue_instance`]) on behalf of the
+    /// broker, with no permission check: an MQTT clean session's subscription queues, or a
+    /// persistent one's once its session expired. Returns the ready messages dropped.
+    pub fn remove_queue_instance(&self, queue: &Arc<dyn QueueInstance>) -> u64 {
+        if let Some(classic) = self.queue(queue.name()) {
+            if std::ptr::addr_eq(Arc::as_ptr(&classic), Arc::as_ptr(queue)) {
+                return self.remove_queue(&classic);
+            }
+            return 0;
+        }
+        let _topology = self.topology.lock();
+        match self.typed_queue(queue.name()) {
+            Some(current) if std::ptr::addr_eq(Arc::as_ptr(&current), Arc::as_ptr(queue)) => {
+                self.remove_typed_queue_locked(queue.name()).unwrap_or(0)
+            }
+            _ => 0,
+        }
+    }
+
     /// Creates the queue behind a direct reply-to consumer (`amq.rabbitmq.reply-to`): an
     /// exclusive, auto-delete queue named `amq.rabbitmq.reply-to.<random>`, so replies
     /// published to that name through the default exchange reach the consumer, only the

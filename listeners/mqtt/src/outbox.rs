@@ -19,7 +19,6 @@ use tokio::sync::Notify;
 use warren_core::consumer::{Delivery, DeliverySink};
 use warren_core::idmap::IdMap;
 use warren_core::message::Message;
-use warren_core::queue::Queue;
 use warren_core::queue_type::QueueInstance;
 use warren_core::value::Value;
 
@@ -177,7 +176,7 @@ impl OutboundV5 {
 #[derive(Default)]
 struct Lists {
     /// Queues refused for lack of room or window, to kick when it frees up.
-    starved: Vec<Arc<Queue>>,
+    starved: Vec<Arc<dyn QueueInstance>>,
     /// Deliveries to acknowledge to their queue at once (sent as QoS 0).
     to_ack: Vec<(Arc<dyn QueueInstance>, u64)>,
     /// Deliveries that arrived after the connection closed, to release.
@@ -236,7 +235,7 @@ pub struct Drained {
     /// Encoded packets to write.
     pub bytes: Bytes,
     /// Queues to kick because room freed up.
-    pub starved: Vec<Arc<Queue>>,
+    pub starved: Vec<Arc<dyn QueueInstance>>,
     /// Deliveries to acknowledge to their queues.
     pub to_ack: Vec<(Arc<dyn QueueInstance>, u64)>,
 }
@@ -484,7 +483,7 @@ impl Outbox {
     }
 
     /// Takes the queues waiting for room, to kick (outside the lock).
-    pub fn take_starved(&self) -> Vec<Arc<Queue>> {
+    pub fn take_starved(&self) -> Vec<Arc<dyn QueueInstance>> {
         let mut state = self.state.lock();
         state
             .lists
@@ -603,9 +602,12 @@ impl OutboxState {
         }
     }
 
-    fn mark_starved(&mut self, queue: &Arc<Queue>) {
+    fn mark_starved(&mut self, queue: &Arc<dyn QueueInstance>) {
         let starved = &mut self.lists().starved;
-        if !starved.iter().any(|q| Arc::ptr_eq(q, queue)) {
+        if !starved
+            .iter()
+            .any(|q| std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(queue)))
+        {
             starved.push(Arc::clone(queue));
         }
     }
@@ -693,14 +695,19 @@ pub fn publish_qos(message: &Message) -> Option<QoS> {
 /// delivery sink.
 pub struct SubscriptionSink {
     outbox: Arc<Outbox>,
-    queue: Arc<Queue>,
+    /// The queue, of any type (a persistent session's may be a quorum queue).
+    queue: Arc<dyn QueueInstance>,
     /// The QoS the queue's subscriptions were granted: the most a delivery gets.
     qos: QoS,
 }
 
 impl SubscriptionSink {
     /// A sink delivering `queue`'s messages at up to `qos`.
-    pub fn new(outbox: Arc<Outbox>, queue: Arc<Queue>, qos: QoS) -> Arc<SubscriptionSink> {
+    pub fn new(
+        outbox: Arc<Outbox>,
+        queue: Arc<dyn QueueInstance>,
+        qos: QoS,
+    ) -> Arc<SubscriptionSink> {
         Arc::new(SubscriptionSink { outbox, queue, qos })
     }
 }

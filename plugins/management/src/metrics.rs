@@ -95,8 +95,9 @@ pub fn render(management: &Management, per_object: bool) -> String {
         let Some(vhost) = broker.vhost(&name) else {
             continue;
         };
-        for queue in vhost.queues() {
-            let stats = queue.stats();
+        // Every queue type but streams (quorum queues through the queue-type interface).
+        for queue in vhost.queue_instances() {
+            let stats = queue.info();
             queue_count += 1;
             totals.ready += stats.ready;
             totals.unacknowledged += stats.unacknowledged;

@@ -475,8 +475,8 @@ impl RateSampler {
                 continue;
             };
             let (mut ready, mut unacked) = (0, 0);
-            for queue in vhost.queues() {
-                let stats = queue.stats();
+            for queue in vhost.queue_instances() {
+                let stats = queue.info();
                 ready += stats.ready;
                 unacked += stats.unacknowledged;
                 let values = queue_values(&stats);

@@ -476,6 +476,7 @@ async function showQueues(view, rest) {
     { title: 'Virtual host', narrow: true, cell: (x) => x.vhost, sort: 'vhost' },
     { title: 'Name', cell: (x) => h('a', { href: `#/queues/${enc(x.vhost)}/${enc(x.name)}` }, x.name), sort: 'name' },
     { title: 'Type', narrow: true, cell: (x) => x.type, sort: 'type' },
+    { title: 'Node', narrow: true, cell: (x) => (x.members && x.members.length > 1 ? `${x.leader || x.node} +${x.members.length - 1}` : (x.leader || x.node || '')) },
     { title: 'State', narrow: true, cell: (x) => x.state },
     { title: 'Ready', num: true, cell: (x) => number(x.messages_ready), sort: 'messages_ready' },
     { title: 'Unacked', num: true, cell: (x) => number(x.messages_unacknowledged), sort: 'messages_unacknowledged' },
@@ -517,6 +518,11 @@ async function showQueue(view, vhost, name) {
     h('dl', { class: 'props', 'aria-label': 'Details' },
       h('dt', {}, 'Virtual host'), h('dd', {}, vhost), h('dt', {}, 'Type'), h('dd', {}, queue.type), h('dt', {}, 'State'), h('dd', {}, queue.state),
       h('dt', {}, 'Durable'), h('dd', {}, String(queue.durable)), h('dt', {}, 'Policy'), h('dd', {}, queue.policy || ''),
+      // Replicated queues (quorum): where the leader and the members are, as RabbitMQ shows them.
+      ...(queue.members ? [
+        h('dt', {}, 'Leader'), h('dd', { id: 'queue-leader' }, queue.leader || '(electing)'),
+        h('dt', {}, 'Members'), h('dd', { id: 'queue-members' }, queue.members.map((m) => ((queue.online || []).includes(m) ? m : `${m} (offline)`)).join(', ')),
+      ] : [h('dt', {}, 'Node'), h('dd', {}, queue.node || '')]),
       h('dt', {}, 'Messages'), h('dd', { id: 'queue-messages' }, `${number(queue.messages)} total, ${number(queue.messages_ready)} ready, ${number(queue.messages_unacknowledged)} unacknowledged`),
       h('dt', {}, 'Rates'), h('dd', {}, `publish ${rate(stats, 'publish') || '0/s'}, deliver/get ${rate(stats, 'deliver_get') || '0/s'}, ack ${rate(stats, 'ack') || '0/s'}`),
       h('dt', {}, 'Arguments'), h('dd', { id: 'queue-arguments-shown' }, JSON.stringify(queue.arguments || {}))),

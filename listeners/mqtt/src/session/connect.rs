@@ -8,6 +8,7 @@ use warren_core::access::Access;
 use warren_core::access::ResourceKind;
 use warren_core::broker::AuthFailure;
 use warren_core::consumer::ConsumerSpec;
+use warren_core::queue_type::QueueInstance;
 use warren_core::value::{Table, Value};
 use warren_core::ErrorKind;
 
@@ -265,13 +266,13 @@ impl Session {
         );
         let stored = self.context.registry.take_session(&key);
         let mut resume_released = Vec::new();
-        let existing_queues: Vec<(QoS, Arc<warren_core::queue::Queue>)> =
+        let existing_queues: Vec<(QoS, Arc<dyn QueueInstance>)> =
             [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
                 .into_iter()
                 .filter_map(|qos| {
                     connected
                         .vhost
-                        .queue(&queue_name(&connected.client_id, qos))
+                        .queue_instance(&queue_name(&connected.client_id, qos))
                         .map(|queue| (qos, queue))
                 })
                 .collect();
@@ -281,7 +282,7 @@ impl Session {
             // A clean session starts afresh: whatever a previous session left goes
             // (MQTT-3.1.2-6), its shared subscription groups too.
             for (_, queue) in &existing_queues {
-                connected.vhost.remove_queue(queue);
+                connected.vhost.remove_queue_instance(queue);
             }
             if let Some(stored) = &stored {
                 super::shared::leave_groups(
@@ -434,7 +435,7 @@ impl Session {
         };
         let queue = connected
             .vhost
-            .queue_for(actor, &name, Access::Read)
+            .queue_instance_for(actor, &name, Access::Read)
             .map_err(|e| e.message)?;
         let sink = SubscriptionSink::new(Arc::clone(&self.outbox), Arc::clone(&queue), qos);
         let spec = ConsumerSpec {
@@ -447,7 +448,7 @@ impl Session {
         };
         let consumer_id = connected
             .vhost
-            .consume(&queue, spec, sink)
+            .consume_instance(&queue, spec, sink)
             .map_err(|e| e.message)?;
         connected.consumers[slot] = Some(Subscription { queue, consumer_id });
         Ok(())

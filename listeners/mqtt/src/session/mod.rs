@@ -40,7 +40,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use warren_core::certificate::{login_name, LoginFrom};
 use warren_core::connections::ConnectionHandle;
-use warren_core::queue::{Queue, Settlement};
+use warren_core::queue::Settlement;
 use warren_core::queue_type::QueueInstance;
 use warren_core::retained::RetainedStore;
 use warren_core::vhost::VHost;
@@ -80,6 +80,9 @@ pub struct SessionConfig {
     /// client asking for more (or for none) gets it as CONNACK's Server Keep Alive; an
     /// MQTT 3.1.1 client is refused (0x02), as Mosquitto's `max_keepalive` does.
     pub max_keep_alive: Option<u16>,
+    /// `mqtt.durable_queue_type = quorum`: a persistent session's QoS 1 and 2 subscription
+    /// queues are quorum queues (QoS 0 ones and clean sessions' stay classic, as RabbitMQ).
+    pub durable_quorum_queues: bool,
 }
 
 impl Default for SessionConfig {
@@ -95,6 +98,7 @@ impl Default for SessionConfig {
             max_message_size: 16 * 1024 * 1024,
             ssl_cert_login: None,
             max_keep_alive: None,
+            durable_quorum_queues: false,
         }
     }
 }
@@ -139,7 +143,8 @@ pub enum Control {
 
 /// One subscription queue this connection consumes.
 struct Subscription {
-    queue: Arc<Queue>,
+    /// The queue, of any type (a quorum queue with `mqtt.durable_queue_type = quorum`).
+    queue: Arc<dyn QueueInstance>,
     consumer_id: u64,
 }
 
@@ -688,7 +693,7 @@ impl Session {
         for subscription in connected.consumers.iter_mut().filter_map(Option::take) {
             connected
                 .vhost
-                .cancel(&subscription.queue, subscription.consumer_id);
+                .cancel_instance(&subscription.queue, subscription.consumer_id);
         }
         // A shared subscription's consumer goes first, so what this member had in flight
         // is requeued below to the group's other members.
@@ -729,15 +734,15 @@ impl Session {
             );
             for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
                 let name = queue_name(&connected.client_id, qos);
-                if let Some(queue) = connected.vhost.queue(&name) {
+                if let Some(queue) = connected.vhost.queue_instance(&name) {
                     // Also the durable queues of an MQTT 5 session that was resumed (or
                     // given expiry 0 at DISCONNECT) and now ends, unless another connection
                     // took the client identifier over.
-                    let ours = queue.config().exclusive_owner == Some(self.connection_id)
+                    let ours = queue.exclusive_owner() == Some(self.connection_id)
                         || (connected.v5.is_some()
                             && self.context.registry.is_held_by(&key, self.connection_id));
                     if ours {
-                        connected.vhost.remove_queue(&queue);
+                        connected.vhost.remove_queue_instance(&queue);
                     }
                 }
             }

@@ -21,6 +21,7 @@ use warren_core::access::{Access, ResourceKind};
 use warren_core::consumer::ConsumerSpec;
 use warren_core::exchange::DestinationName;
 use warren_core::queue::Queue;
+use warren_core::queue_type::QueueInstance;
 use warren_core::topic_access::TopicVariables;
 use warren_core::value::Table;
 use warren_core::vhost::{Actor, QueueDeclare};
@@ -146,7 +147,7 @@ impl Session {
             .vhost
             .queue_for(actor, &name, Access::Read)
             .map_err(|e| failed(e.message))?;
-        let sink = SubscriptionSink::new(outbox, Arc::clone(&queue), qos);
+        let sink = SubscriptionSink::new(outbox, Arc::clone(&queue) as Arc<dyn QueueInstance>, qos);
         let spec = ConsumerSpec {
             tag: Arc::from(connected.client_id.as_str()),
             connection_id,
@@ -251,8 +252,8 @@ pub(super) fn leave_groups(
 /// Ends a stored MQTT 5 session once its expiry interval has passed, unless the client is
 /// back by then or a later connection stored the session again: the registry forgets it
 /// (a later CONNECT finds no session present), it leaves its shared subscription groups,
-/// and the retained store forgets its QoS 2 state. (Its own queues go by their
-/// `x-expires`.) Runs as a task; without a runtime (unit tests) there is no timer.
+/// and the retained store forgets its QoS 2 state. (Its own classic queues go by their
+/// `x-expires`; quorum ones are deleted here.) Runs as a task; without a runtime (unit tests) there is no timer.
 pub(super) fn expire_session_later(
     context: &Arc<MqttContext>,
     vhost: Arc<VHost>,
@@ -270,6 +271,13 @@ pub(super) fn expire_session_later(
             tracing::debug!(client_id = %key.1, "MQTT session expired");
             leave_groups(&context, &vhost, &key.1, &expired.shared);
             context.retained.forget_session(vhost.name(), &key.1);
+            // Classic subscription queues go by their `x-expires`; quorum queues have no
+            // queue expiry, so the session's go here.
+            for qos in [QoS::AtLeastOnce, QoS::ExactlyOnce] {
+                if let Some(queue) = vhost.typed_queue(&super::queue_name(&key.1, qos)) {
+                    vhost.remove_queue_instance(&queue);
+                }
+            }
         }
     });
 }

@@ -142,17 +142,29 @@ impl Session {
         // An MQTT 5 session that expires takes its queues with it: `x-expires` deletes
         // them once unused for the session expiry interval, as RabbitMQ 3.13 does.
         let mut arguments = Table::new();
+        let exists = connected.vhost.queue_instance(&name).is_some();
         if let Some(v5) = connected.v5.as_deref() {
             let expiry = v5.session_expiry;
             if !connected.clean_session
                 && expiry != super::v5_session::SESSION_NEVER_EXPIRES
-                && connected.vhost.queue(&name).is_none()
+                && !exists
             {
                 let millis = (i64::from(expiry) * 1000).max(1);
                 arguments.insert("x-expires", warren_core::value::Value::I64(millis));
             }
         }
-        if connected.vhost.queue(&name).is_none() || arguments.is_empty() {
+        // `mqtt.durable_queue_type = quorum`: a persistent session's QoS 1 and 2 queues are
+        // quorum queues, as RabbitMQ makes them (a quorum queue cannot be exclusive, so a
+        // clean session's stay classic; QoS 0 gains nothing from replication). A queue that
+        // exists keeps its type: redeclaring it with another would be refused.
+        if self.context.config.durable_quorum_queues
+            && !connected.clean_session
+            && qos != QoS::AtMostOnce
+            && !exists
+        {
+            arguments.insert("x-queue-type", warren_core::value::Value::string("quorum"));
+        }
+        if !exists || arguments.is_empty() {
             connected
                 .vhost
                 .declare_queue(

@@ -1,7 +1,7 @@
 //! Browsing a queue without consuming it: `GET /api/queues/VHOST/NAME/browse`. RabbitMQ's
 //! open-source UI can only get (take and requeue) messages; this reads them in place.
 //!
-//! - A classic queue is read by position: `?position=P&count=N` answers up to N ready
+//! - A classic or quorum queue is read by position: `?position=P&count=N` answers up to N ready
 //!   messages from the P-th (1 is the head, as `rabbitmq-queues peek` counts), in delivery
 //!   order. Unacknowledged messages are not ready and are not shown.
 //! - A stream is read by offset: `?offset=O&count=N` answers up to N records from offset O
@@ -90,7 +90,7 @@ impl Management {
             }
             return self.browse_stream(request, &log, &query);
         }
-        let queue = match target.queue_for(actor, name, Access::Read) {
+        let queue = match target.queue_instance_for(actor, name, Access::Read) {
             Ok(queue) => queue,
             Err(error) => return core_error(error),
         };
@@ -102,9 +102,20 @@ impl Management {
             return bad_request("position: the head of the queue is position 1");
         }
         let skip = usize::try_from(position - 1).unwrap_or(usize::MAX);
-        let ready = queue.stats().ready;
-        let list: Vec<Json> = queue
-            .peek(skip, query.count)
+        let ready = queue.info().ready;
+        let messages: Vec<(std::sync::Arc<Message>, bool)> = match target.queue(name) {
+            // A classic queue reads from a position and knows each message's redelivered
+            // flag.
+            Some(classic) => classic.peek(skip, query.count),
+            // Other types (quorum) through the queue-type interface, from the head.
+            None => queue
+                .browse(skip.saturating_add(query.count))
+                .into_iter()
+                .skip(skip)
+                .map(|message| (message, false))
+                .collect(),
+        };
+        let list: Vec<Json> = messages
             .iter()
             .zip(position..)
             .map(|((message, redelivered), at)| {

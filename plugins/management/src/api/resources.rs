@@ -18,8 +18,8 @@ use crate::http::{Request, Response};
 impl Management {
     pub(crate) fn vhost_json(&self, vhost: &VHost, ranges: &crate::rates::Ranges) -> Json {
         let (mut ready, mut unacked) = (0, 0);
-        for queue in vhost.queues() {
-            let stats = queue.stats();
+        for queue in vhost.queue_instances() {
+            let stats = queue.info();
             ready += stats.ready;
             unacked += stats.unacknowledged;
         }
@@ -447,7 +447,19 @@ impl Management {
                     "durable": config.durable,
                     "auto_delete": config.auto_delete,
                     "arguments": table_to_json(&config.arguments),
-                    "type": super::topology::queue_type(&queue),
+                    "type": "classic",
+                }));
+            }
+            // Quorum queues: always durable, their type also in `x-queue-type`, as RabbitMQ
+            // exports them.
+            for queue in vhost.typed_queues() {
+                queues.push(json!({
+                    "name": queue.name(),
+                    "vhost": name,
+                    "durable": queue.durable(),
+                    "auto_delete": queue.auto_delete(),
+                    "arguments": table_to_json(&queue.arguments()),
+                    "type": queue.queue_type().name(),
                 }));
             }
             for stream in vhost.streams().list() {

@@ -18,8 +18,8 @@ impl Management {
         let (mut ready, mut unacked, mut queues, mut exchanges, mut consumers) = (0, 0, 0, 0, 0);
         for vhost in &vhosts {
             exchanges += vhost.exchanges().len();
-            for queue in vhost.queues() {
-                let stats = queue.stats();
+            for queue in vhost.queue_instances() {
+                let stats = queue.info();
                 queues += 1;
                 ready += stats.ready;
                 unacked += stats.unacknowledged;

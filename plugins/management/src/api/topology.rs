@@ -9,7 +9,8 @@ use warren_config::json_args_to_table;
 use warren_core::access::Access;
 use warren_core::exchange::{Binding, DestinationName};
 use warren_core::message::{Message, Properties};
-use warren_core::queue::{Queue, Settlement};
+use warren_core::queue::Settlement;
+use warren_core::queue_type::{QueueInstance, Replica};
 use warren_core::value::Value;
 use warren_core::vhost::{
     Actor, ExchangeDeclare, PublishError, PublishOptions, Publisher, QueueDeclare, VHost,
@@ -52,17 +53,6 @@ fn properties_key(binding: &Binding) -> String {
     }
 }
 
-/// The queue type RabbitMQ reports.
-pub(crate) fn queue_type(queue: &Queue) -> String {
-    queue
-        .config()
-        .arguments
-        .get("x-queue-type")
-        .and_then(Value::as_str)
-        .unwrap_or("classic")
-        .to_string()
-}
-
 impl Management {
     pub(crate) fn exchange_json(
         &self,
@@ -91,31 +81,47 @@ impl Management {
         })
     }
 
-    pub(crate) fn queue_json(&self, vhost: &VHost, queue: &Queue, ranges: &Ranges) -> Json {
-        let config = queue.config();
-        let stats = queue.stats();
+    /// A queue of any type but streams ([`Management::stream_json`]), through the
+    /// queue-type interface: its type, counters and, for a replicated queue, RabbitMQ's
+    /// `leader`, `members` and `online`.
+    pub(crate) fn queue_json(
+        &self,
+        vhost: &VHost,
+        queue: &dyn QueueInstance,
+        ranges: &Ranges,
+    ) -> Json {
+        let name = queue.name();
+        let stats = queue.info();
+        let queue_type = queue.queue_type().name();
+        let quorum = queue_type == "quorum";
         let policy = vhost
             .policies(false)
             .iter()
-            .filter(|p| p.matches_queue(&config.name))
+            .filter(|p| {
+                if quorum {
+                    p.matches_quorum_queue(name)
+                } else {
+                    p.matches_queue(name)
+                }
+            })
             .max_by_key(|p| p.priority)
             .map(|p| Json::String(p.name.clone()))
             .unwrap_or(Json::Null);
         let (message_stats, lengths) = self.rates.queue_json(
             vhost.name(),
-            &config.name,
+            name,
             &crate::rates::queue_values(&stats),
             ranges,
         );
         let mut json = json!({
-            "name": config.name,
+            "name": name,
             "vhost": vhost.name(),
-            "durable": config.durable,
-            "auto_delete": config.auto_delete,
-            "exclusive": config.exclusive_owner.is_some(),
-            "arguments": table_to_json(&config.arguments),
-            "type": queue_type(queue),
-            "node": self.queue_node(vhost.name(), &config.name),
+            "durable": queue.durable(),
+            "auto_delete": queue.auto_delete(),
+            "exclusive": queue.exclusive_owner().is_some(),
+            "arguments": table_to_json(&queue.arguments()),
+            "type": queue_type,
+            "node": self.queue_node(vhost.name(), name),
             "state": "running",
             "policy": policy,
             "consumers": stats.consumers,
@@ -123,6 +129,23 @@ impl Management {
         });
         if let Some(object) = json.as_object_mut() {
             object.extend(lengths);
+            if let Some(replicas) = queue.replicas() {
+                let node = |replica: &Replica| match replica {
+                    Replica::ThisNode => self.node_name.clone(),
+                    Replica::Node(name) => name.clone(),
+                };
+                let names = |list: &[Replica]| -> Json {
+                    Json::Array(list.iter().map(|r| Json::String(node(r))).collect())
+                };
+                let leader = replicas.leader.as_ref().map(node);
+                // RabbitMQ shows the leader's node as the queue's node.
+                if let Some(leader) = &leader {
+                    object.insert("node".into(), Json::String(leader.clone()));
+                }
+                object.insert("leader".into(), leader.map_or(Json::Null, Json::String));
+                object.insert("members".into(), names(&replicas.members));
+                object.insert("online".into(), names(&replicas.online));
+            }
         }
         json
     }
@@ -235,11 +258,10 @@ impl Management {
     ) -> Response {
         match (request.method.as_str(), path) {
             ("GET", []) | ("GET", [_]) => self.list_per_vhost(caller, path.first().copied(), |v| {
-                let mut queues = v.queues();
-                queues.sort_by(|a, b| a.name().cmp(b.name()));
-                let mut listed: Vec<(String, Json)> = queues
+                let mut listed: Vec<(String, Json)> = v
+                    .queue_instances()
                     .iter()
-                    .map(|q| (q.name().to_string(), self.queue_json(v, q, ranges)))
+                    .map(|q| (q.name().to_string(), self.queue_json(v, q.as_ref(), ranges)))
                     .collect();
                 listed.extend(
                     v.streams()
@@ -251,12 +273,14 @@ impl Management {
                 listed.into_iter().map(|(_, json)| json).collect()
             }),
             ("GET", [vhost, name]) => self.show_in_vhost(caller, vhost, |v| {
-                v.queue(name)
-                    .map(|q| self.queue_json(v, &q, ranges))
+                v.queue_instance(name)
+                    .map(|q| self.queue_json(v, q.as_ref(), ranges))
                     .or_else(|| v.streams().get(name).map(|log| self.stream_json(v, &log)))
             }),
             ("GET", [vhost, name, "bindings"]) => self.show_in_vhost(caller, vhost, |v| {
-                v.queue(name)?;
+                if v.queue_instance(name).is_none() && v.streams().get(name).is_none() {
+                    return None;
+                }
                 let list = self
                     .all_bindings(v)
                     .into_iter()
@@ -276,7 +300,8 @@ impl Management {
                         arguments.insert("x-queue-type", Value::string(kind));
                     }
                 }
-                let created = target.queue(name).is_none();
+                let created =
+                    target.queue_instance(name).is_none() && target.streams().get(name).is_none();
                 let result = target.declare_queue(
                     actor(caller),
                     QueueDeclare {
@@ -294,7 +319,7 @@ impl Management {
                 }
             }),
             ("DELETE", [vhost, name]) => self.act_in_vhost(caller, vhost, |target| {
-                if target.queue(name).is_none() && target.streams().get(name).is_none() {
+                if target.queue_instance(name).is_none() && target.streams().get(name).is_none() {
                     return not_found();
                 }
                 let if_unused = request.query_param("if-unused").as_deref() == Some("true");
@@ -319,14 +344,19 @@ impl Management {
     /// Every binding of a vhost, including the default exchange's implicit binding to each
     /// queue, as RabbitMQ lists them.
     pub(crate) fn all_bindings(&self, vhost: &VHost) -> Vec<Binding> {
-        let mut queues = vhost.queues();
-        queues.sort_by(|a, b| a.name().cmp(b.name()));
-        let mut list: Vec<Binding> = queues
+        let mut names: Vec<String> = vhost
+            .queue_instances()
             .iter()
-            .map(|q| Binding {
+            .map(|q| q.name().to_string())
+            .chain(vhost.streams().list().iter().map(|s| s.name().to_string()))
+            .collect();
+        names.sort();
+        let mut list: Vec<Binding> = names
+            .into_iter()
+            .map(|name| Binding {
                 source: String::new(),
-                destination: DestinationName::Queue(q.name().to_string()),
-                routing_key: q.name().to_string(),
+                destination: DestinationName::Queue(name.clone()),
+                routing_key: name,
                 arguments: Default::default(),
             })
             .collect();
@@ -534,7 +564,11 @@ impl Management {
         };
         let count = body.count;
         let settlement = match body.ackmode {
-            AckMode::AckRequeueTrue | AckMode::RejectRequeueTrue => Settlement::Requeue,
+            // The UI's "Nack message requeue true": a nack with requeue, which RabbitMQ 4.3
+            // does not count as a failed delivery (a quorum queue's delivery limit); a
+            // reject with requeue counts.
+            AckMode::AckRequeueTrue => Settlement::Release,
+            AckMode::RejectRequeueTrue => Settlement::Requeue,
             AckMode::AckRequeueFalse => Settlement::Ack,
             AckMode::RejectRequeueFalse => Settlement::Reject,
         };
@@ -542,7 +576,15 @@ impl Management {
         let truncate = body
             .truncate
             .map(|t| usize::try_from(t).unwrap_or(usize::MAX));
-        let queue = match target.queue_for(actor(caller), name, Access::Read) {
+        if target.streams().get(name).is_some() {
+            // As RabbitMQ: a stream is read by a consumer with an offset, never taken.
+            return bad_request(format!(
+                "{} is a stream: basic.get is not supported (browse it by offset instead)",
+                warren_core::error::resource("queue", name, vhost)
+            ));
+        }
+        // Any queue type but streams, through the queue-type interface.
+        let queue = match target.queue_instance_for(actor(caller), name, Access::Read) {
             Ok(queue) => queue,
             Err(e) => return core_error(e),
         };
@@ -552,13 +594,23 @@ impl Management {
             let Some((delivery, remaining)) = queue.get(true) else {
                 break;
             };
-            list.push(message_json(
+            let mut json = message_json(
                 &delivery.message,
                 delivery.redelivered,
                 remaining,
                 encoding,
                 truncate,
-            ));
+            );
+            if delivery.delivery_count > 0 {
+                // As an AMQP 0-9-1 get shows it (RabbitMQ 4.x quorum queues): the failed
+                // deliveries so far, in the `x-delivery-count` header.
+                let properties = &mut json["properties"];
+                if !properties["headers"].is_object() {
+                    properties["headers"] = json!({});
+                }
+                properties["headers"]["x-delivery-count"] = Json::from(delivery.delivery_count);
+            }
+            list.push(json);
             taken.push(delivery.id);
         }
         if !taken.is_empty() {
