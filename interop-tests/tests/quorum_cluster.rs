@@ -17,7 +17,7 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use warren_interop_tests::cluster::TestCluster;
+use warren_interop_tests::cluster::{node_name, TestCluster};
 
 mod lapin_common;
 
@@ -79,6 +79,31 @@ async fn declare_everywhere(cluster: &TestCluster, node: usize, others: &[usize]
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// The node leading quorum queue `name`, from the management API's `leader` field on
+/// `asked` (seed 003 finds it this way), once every one of the three members is online.
+async fn leader_of(cluster: &TestCluster, asked: usize, name: &str) -> usize {
+    let path = format!("/api/queues/%2F/{name}");
+    let deadline = Instant::now() + SPREAD_LIMIT;
+    loop {
+        let (status, body) = cluster.api(asked, "GET", &path, None).await;
+        let online = body["online"].as_array().map_or(0, Vec::len);
+        if status == 200 && online == 3 {
+            if let Some(leader) = body["leader"].as_str() {
+                assert_eq!(body["type"], "quorum");
+                assert_eq!(body["members"].as_array().map(Vec::len), Some(3), "{body}");
+                return (0..3)
+                    .find(|i| node_name(*i) == leader)
+                    .unwrap_or_else(|| panic!("the leader {leader} is one of the nodes"));
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "queue '{name}' had no leader with 3 members online within {SPREAD_LIMIT:?}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -153,11 +178,12 @@ async fn experiment_b_confirmed_messages_survive_a_sigkill_of_the_leaders_node()
     let mut cluster = TestCluster::new(3);
     cluster.start_all();
     cluster.wait_formed(3, FORM_LIMIT).await;
-    // Declared on node 0: its home, the member that initialises the group and leads it.
     declare_everywhere(&cluster, 0, &[1, 2], "seed003.b").await;
+    let leader = leader_of(&cluster, 1, "seed003.b").await;
+    let (follower, survivor) = ((leader + 1) % 3, (leader + 2) % 3);
 
     // Through a follower's node, one at a time, each confirm awaited before the next.
-    let (_connection, channel) = open(&cluster, 1).await;
+    let (_connection, channel) = open(&cluster, follower).await;
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await
@@ -181,8 +207,8 @@ async fn experiment_b_confirmed_messages_survive_a_sigkill_of_the_leaders_node()
         started.elapsed()
     );
 
-    cluster.kill(0);
-    let drained = drain(&cluster, 2, "seed003.b", MESSAGES).await;
+    cluster.kill(leader);
+    let drained = drain(&cluster, survivor, "seed003.b", MESSAGES).await;
     let bodies: Vec<&str> = drained.iter().map(|(body, _)| body.as_str()).collect();
     let distinct: HashSet<&str> = bodies.iter().copied().collect();
     assert_eq!(distinct.len(), MESSAGES, "no message twice");

@@ -400,7 +400,11 @@ impl Driver {
             }
         }
         if let Some(queue) = self.queue.upgrade() {
-            queue.set_machine(group.machine.clone());
+            queue.set_member(
+                group.machine.clone(),
+                group.raft.clone(),
+                Some(Arc::clone(&link)),
+            );
         }
         Ok(Member {
             group,
@@ -457,7 +461,7 @@ impl Driver {
                 .await;
         }
         if let Some(queue) = self.queue.upgrade() {
-            queue.set_machine(group.machine.clone());
+            queue.set_member(group.machine.clone(), group.raft.clone(), None);
         }
         Ok(Member { group, link: None })
     }

@@ -31,7 +31,9 @@ use warren_core::consumer::{ConsumerSpec, Delivery, DeliverySink};
 use warren_core::error::{CoreError, CoreResult};
 use warren_core::message::Message;
 use warren_core::queue::{ConsumerRemoval, EnqueueOutcome, QueueStats, Settlement};
-use warren_core::queue_type::{Declaration, Published, QueueBackend, QueueInstance, QueueType};
+use warren_core::queue_type::{
+    Declaration, Published, QueueBackend, QueueInstance, QueueType, Replica, ReplicaInfo,
+};
 use warren_core::quorum::{
     Command, ConsumerKey, CreditMode, Delivered, Effect, Outcome, PublishId, QuorumConfig, Reply,
     MAX_PREFETCH,
@@ -195,6 +197,7 @@ impl QueueBackend for QuorumBackend {
             settings: Mutex::new(config.clone()),
             ops,
             machine: OnceLock::new(),
+            member: OnceLock::new(),
             local: Mutex::new(Local::default()),
             identity: self.identity,
             publish_sequence: AtomicU64::new(0),
@@ -350,6 +353,8 @@ pub struct QuorumQueueHandle {
     ops: mpsc::UnboundedSender<Op>,
     /// The member's state machine once it started (counters are read from it).
     machine: OnceLock<crate::QueueStateMachine>,
+    /// The member's Raft handle and the cluster, once it started.
+    member: OnceLock<(crate::QueueRaft, Option<Arc<dyn ClusterLink>>)>,
     local: Mutex<Local>,
     identity: Identity,
     /// This handle's publishes are numbered, so one retried after a leader change is
@@ -380,8 +385,15 @@ impl QuorumQueueHandle {
         self.store.as_ref()
     }
 
-    pub(crate) fn set_machine(&self, machine: crate::QueueStateMachine) {
+    /// The member started: counters, stats and replica information are read from it.
+    pub(crate) fn set_member(
+        &self,
+        machine: crate::QueueStateMachine,
+        raft: crate::QueueRaft,
+        link: Option<Arc<dyn ClusterLink>>,
+    ) {
         let _ = self.machine.set(machine);
+        let _ = self.member.set((raft, link));
     }
 
     /// Hands a checked-out message to its consumer, or keeps it until the sink has room.
@@ -803,9 +815,36 @@ impl QueueInstance for QuorumQueueHandle {
         self.arguments.clone()
     }
 
-    fn replicas(&self) -> Option<warren_core::queue_type::ReplicaInfo> {
-        // One member per group for now: this node leads its own.
-        Some(warren_core::queue_type::ReplicaInfo::this_node())
+    fn replicas(&self) -> Option<ReplicaInfo> {
+        let Some((raft, Some(link))) = self.member.get() else {
+            // A node that runs alone leads its one-member groups.
+            return Some(ReplicaInfo::this_node());
+        };
+        let metrics = raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let name_of = |id: &crate::NodeId| membership.get_node(id).map(|n| n.addr.clone());
+        let replica = |name: String| match name == link.local() {
+            true => Replica::ThisNode,
+            false => Replica::Node(name),
+        };
+        let voters: Vec<String> = membership
+            .voter_ids()
+            .filter_map(|id| name_of(&id))
+            .collect();
+        Some(ReplicaInfo {
+            leader: metrics
+                .current_leader
+                .as_ref()
+                .and_then(name_of)
+                .map(replica),
+            online: voters
+                .iter()
+                .filter(|name| link.is_connected(name))
+                .cloned()
+                .map(replica)
+                .collect(),
+            members: voters.into_iter().map(replica).collect(),
+        })
     }
 
     fn apply_policies(&self, policy: Option<&Table>, operator: Option<&Table>) {
