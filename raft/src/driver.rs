@@ -40,8 +40,11 @@ const COMMIT_BOUND: Duration = Duration::from_secs(10);
 pub const RETRY_BOUND: Duration = Duration::from_secs(30);
 /// The pause before a batch that was not applied is proposed again.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
-/// How often a clustered member tidies its group.
-const MAINTENANCE: Duration = Duration::from_secs(1);
+/// How often a clustered member tidies its group and checks on its leader.
+const MAINTENANCE: Duration = Duration::from_millis(500);
+/// A voter whose leader's node has had no link this long (plus a random part of as much
+/// again, so that voters rarely stand together) starts an election.
+const ELECT_AFTER: Duration = Duration::from_millis(800);
 /// A consumer owner forgotten is not proposed again for this long.
 const DOWN_AGAIN: Duration = Duration::from_secs(5);
 /// A node without a link for this long has its consumers forgotten by the leader (a link
@@ -132,9 +135,13 @@ impl Pending {
     }
 }
 
-/// What `maintain` remembers between rounds.
+/// What `maintain` and `watch_leader` remember between rounds.
 #[derive(Default)]
 struct Tidy {
+    /// Since when this voter has seen no leader it can reach, and how long it waits then.
+    leaderless: Option<(Instant, Duration)>,
+    /// A leader named by a peer while this member knows none (after a restart).
+    hint: Option<String>,
     /// Consumer owners proposed `Down` recently.
     downed: HashMap<u64, Instant>,
     /// Nodes added as learners recently.
@@ -201,6 +208,7 @@ impl Driver {
             if let Some(link) = &member.link {
                 if last_maintenance.elapsed() >= MAINTENANCE {
                     last_maintenance = Instant::now();
+                    self.watch_leader(&member.group, link, &mut tidy).await;
                     for command in self.maintain(&member.group, link, &mut tidy) {
                         batch.push(Pending {
                             command,
@@ -212,7 +220,7 @@ impl Driver {
             }
             if !batch.is_empty() {
                 let commands: Vec<Command> = batch.iter().map(|p| p.command.clone()).collect();
-                let replies = self.submit(&member, commands).await;
+                let replies = self.submit(&member, commands, tidy.hint.as_deref()).await;
                 for (pending, reply) in batch.into_iter().zip(replies) {
                     match reply {
                         Some(reply) => self.complete(pending.done, Some(reply)),
@@ -227,7 +235,7 @@ impl Driver {
             if let Some(done) = delete {
                 // A barrier: once this commits, every earlier publish has been applied and
                 // its hold released, so no confirm waits on a stopped member.
-                let _ = self.submit(&member, vec![Command::Tick]).await;
+                let _ = self.submit(&member, vec![Command::Tick], None).await;
                 for pending in retry.drain(..) {
                     // The queue is gone: what it never took is not waited for.
                     self.complete(pending.done, None);
@@ -285,9 +293,18 @@ impl Driver {
 
     /// Proposes `commands` in order through the leader: a reply per command, `None` for one
     /// that was not applied.
-    async fn submit(&self, member: &Member, commands: Vec<Command>) -> Vec<Option<Reply>> {
+    async fn submit(
+        &self,
+        member: &Member,
+        commands: Vec<Command>,
+        hint: Option<&str>,
+    ) -> Vec<Option<Reply>> {
         let count = commands.len();
-        match (Self::leader(&member.group), &member.link) {
+        let leader = match (Self::leader(&member.group), hint) {
+            (Leader::Unknown, Some(hint)) => Leader::Peer(hint.to_string()),
+            (leader, _) => leader,
+        };
+        match (leader, &member.link) {
             (Leader::Me, _) => propose_all(&member.group.raft, commands, COMMIT_BOUND).await,
             (Leader::Peer(node), Some(link)) => {
                 let body = wire::encode_forward(self.group, &commands);
@@ -466,6 +483,95 @@ impl Driver {
         Ok(Member { group, link: None })
     }
 
+    /// Elections on a cluster are this node's: groups send no heartbeats of their own (an
+    /// idle group costs nothing), so a voter elects when the node of its leader has no link
+    /// (the failure detector's view), after a random wait. A member that knows no leader
+    /// (it restarted, and an idle leader does not call) asks its peers first, and pokes the
+    /// leader they name with a no-op, so that the leader replicates to it.
+    async fn watch_leader(&self, group: &QueueGroup, link: &Arc<dyn ClusterLink>, tidy: &mut Tidy) {
+        let metrics = group.raft.metrics().borrow().clone();
+        if metrics.state == ServerState::Leader {
+            tidy.leaderless = None;
+            tidy.hint = None;
+            return;
+        }
+        let membership = metrics.membership_config.membership().clone();
+        let name_of = |id: &NodeId| membership.get_node(id).map(|n| n.addr.clone());
+        let reachable = |id: &NodeId| name_of(id).is_some_and(|name| link.is_connected(&name));
+        if metrics.current_leader.as_ref().is_some_and(reachable) {
+            tidy.leaderless = None;
+            tidy.hint = None;
+            return;
+        }
+        if metrics.current_leader.is_none() && metrics.state != ServerState::Candidate {
+            if let Some(leader) = self.ask_for_leader(&membership, link).await {
+                tidy.hint = Some(leader);
+                tidy.leaderless = None;
+                return;
+            }
+        }
+        tidy.hint = None;
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        if !voters.contains(&group.node) {
+            return;
+        }
+        let now = Instant::now();
+        let (since, wait) = *tidy
+            .leaderless
+            .get_or_insert_with(|| (now, ELECT_AFTER + jitter(ELECT_AFTER)));
+        if since.elapsed() < wait {
+            return;
+        }
+        // Without a majority in reach an election cannot be won: it would only raise terms.
+        let in_reach = voters.iter().filter(|id| **id == group.node || reachable(id)).count();
+        if in_reach * 2 <= voters.len() {
+            return;
+        }
+        tracing::debug!(group = self.group, "no reachable leader: electing");
+        tidy.leaderless = Some((now, 2 * ELECT_AFTER + jitter(2 * ELECT_AFTER)));
+        let raft = group.raft.clone();
+        tokio::spawn(async move {
+            let _ = raft.trigger().elect().await;
+        });
+    }
+
+    /// Asks the group's other members which of them leads; pokes it so that it replicates
+    /// to this member.
+    async fn ask_for_leader(
+        &self,
+        membership: &openraft::Membership<NodeId, BasicNode>,
+        link: &Arc<dyn ClusterLink>,
+    ) -> Option<String> {
+        for (_, node) in membership.nodes() {
+            if node.addr == link.local() || !link.is_connected(&node.addr) {
+                continue;
+            }
+            let asked = link
+                .call(
+                    &node.addr,
+                    methods::LEADS,
+                    false,
+                    bytes::Bytes::from(self.group.to_le_bytes().to_vec()),
+                    Duration::from_secs(2),
+                )
+                .await;
+            if matches!(asked.as_deref(), Ok([1])) {
+                let body = wire::encode_forward(self.group, &[Command::Tick]);
+                let _ = link
+                    .call(
+                        &node.addr,
+                        methods::FORWARD,
+                        true,
+                        bytes::Bytes::from(body),
+                        FORWARD_BOUND,
+                    )
+                    .await;
+                return Some(node.addr.clone());
+            }
+        }
+        None
+    }
+
     /// What a clustered member proposes to keep its group tidy (see the module's doc).
     fn maintain(
         &self,
@@ -535,6 +641,15 @@ impl Driver {
         }
         commands
     }
+}
+
+/// A random duration below `bound` (from the clock's nanoseconds: no generator needed).
+fn jitter(bound: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let bound = bound.as_millis().max(1) as u64;
+    Duration::from_millis(u64::from(nanos) % bound)
 }
 
 /// The voters of a new group: `size` of the cluster's members (all of them when fewer),

@@ -301,6 +301,10 @@ impl GroupRegistry {
                     let replies = propose_all(&raft, commands, FORWARD_BOUND).await;
                     wire::encode_forward_response(&replies)
                 }
+                methods::LEADS => {
+                    let leads = raft.metrics().borrow().state == openraft::ServerState::Leader;
+                    vec![u8::from(leads)]
+                }
                 other => return Err(format!("unknown quorum queue method {other}")),
             };
             Ok(Bytes::from(answer))

@@ -110,11 +110,15 @@ impl QuorumBackend {
         .expect("the quorum queue Raft settings are valid");
         let cluster = Config {
             cluster_name: "warren-quorum".into(),
-            // A follower that hears nothing for 1.5-3 s elects: a new leader a few seconds
-            // after its node dies.
+            // No heartbeats and no election timers: the driver elects when the failure
+            // detector loses the leader's node (driver.rs, `watch_leader`), so an idle group
+            // sends nothing. The timeouts still set openraft's leader lease (a follower
+            // refuses votes this long after it last heard from its leader).
+            enable_heartbeat: false,
+            enable_elect: false,
             heartbeat_interval: 300,
-            election_timeout_min: 1_500,
-            election_timeout_max: 3_000,
+            election_timeout_min: 1_000,
+            election_timeout_max: 1_500,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(5_000),
             max_in_snapshot_log_to_keep: 100,
             ..Default::default()

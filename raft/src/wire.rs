@@ -27,6 +27,8 @@ pub mod methods {
     pub const SNAPSHOT: u16 = 102;
     /// Commands a member forwards to its group's leader, answered once applied.
     pub const FORWARD: u16 = 103;
+    /// Whether the node asked leads the group: `[1]` or `[0]`.
+    pub const LEADS: u16 = 104;
 }
 
 fn put_u32(out: &mut Vec<u8>, value: u32) {
