@@ -21,7 +21,8 @@ use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Consumer};
 use rabbitmq_stream_client::types::{Message as StreamMessage, OffsetSpecification, SimpleValue};
 use rabbitmq_stream_client::Environment;
-use warren_interop_tests::TestBroker;
+use warren_interop_tests::process::WarrenProcess;
+use warren_interop_tests::{TempDir, TestBroker};
 
 mod lapin_common;
 
@@ -698,4 +699,98 @@ async fn messages_cross_between_the_stream_protocol_and_amqp_0_9_1_with_their_pr
     );
     stream_consumer.handle().close().await.expect("closed");
     broker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_and_its_bindings_survive_a_restart() {
+    let dir = TempDir::new("stream-restart");
+    let path = dir.path().to_path_buf();
+    let warren = tokio::task::spawn_blocking(move || WarrenProcess::start(&path, &[]))
+        .await
+        .expect("start");
+    let connection =
+        lapin::Connection::connect(&warren.url(), lapin::ConnectionProperties::default())
+            .await
+            .expect("connects");
+    let channel = connection.create_channel().await.expect("channel");
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    channel
+        .queue_declare(
+            "audit".into(),
+            durable(),
+            args(&[
+                ("x-queue-type", text("stream")),
+                ("x-max-length-bytes", AMQPValue::LongLongInt(1_000_000_000)),
+            ]),
+        )
+        .await
+        .expect("declare");
+    channel
+        .queue_bind(
+            "audit".into(),
+            "amq.topic".into(),
+            "audit.#".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("bind");
+    publish_confirmed(&channel, "audit", &["before"], BasicProperties::default()).await;
+    drop(connection);
+    assert!(warren.terminate().success());
+
+    let path = dir.path().to_path_buf();
+    let warren = tokio::task::spawn_blocking(move || WarrenProcess::start(&path, &[]))
+        .await
+        .expect("restart");
+    let connection =
+        lapin::Connection::connect(&warren.url(), lapin::ConnectionProperties::default())
+            .await
+            .expect("connects");
+    let channel = connection.create_channel().await.expect("channel");
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirms");
+    // Redeclared as it was: equivalent, with what it held.
+    let declared = channel
+        .queue_declare(
+            "audit".into(),
+            durable(),
+            args(&[
+                ("x-queue-type", text("stream")),
+                ("x-max-length-bytes", AMQPValue::LongInt(1_000_000_000)),
+            ]),
+        )
+        .await
+        .expect("redeclare after the restart");
+    assert_eq!(declared.message_count(), 1);
+    let confirm = channel
+        .basic_publish(
+            "amq.topic".into(),
+            "audit.login".into(),
+            BasicPublishOptions::default(),
+            b"after",
+            BasicProperties::default(),
+        )
+        .await
+        .expect("publish");
+    assert!(confirm.await.expect("confirm").is_ack());
+    let (_c, mut consumer) = consume(
+        &connection,
+        "audit",
+        5,
+        args(&[("x-stream-offset", text("first"))]),
+    )
+    .await;
+    assert_eq!(
+        take(&mut consumer, 2).await,
+        [(0, "before".to_string()), (1, "after".to_string())],
+        "the binding routed to the stream after the restart"
+    );
+    drop(connection);
+    warren.terminate();
 }
