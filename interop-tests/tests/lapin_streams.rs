@@ -425,7 +425,7 @@ async fn acks_nacks_and_rejects_only_give_credit_back() {
         BasicProperties::default(),
     )
     .await;
-    let (_channel, mut consumer) = consume(
+    let (consumer_channel, mut consumer) = consume(
         &connection,
         "events",
         2,
@@ -456,14 +456,26 @@ async fn acks_nacks_and_rejects_only_give_credit_back() {
         .expect("ack both");
     assert_eq!(offsets(&take(&mut consumer, 2).await), [4, 5]);
     nothing_more(&mut consumer).await;
-    // Nothing was taken from the stream.
-    let stats = broker
+    // Nothing was taken from the stream; the consumer is listed until its channel closes.
+    let queue = broker
         .broker()
         .vhost("/")
         .and_then(|v| v.queue_instance("events"))
-        .unwrap()
-        .info();
-    assert_eq!(stats.ready, 6);
+        .unwrap();
+    assert_eq!(queue.info().ready, 6);
+    let listed = broker
+        .api_as_guest("GET", "/api/queues/%2F/events", None)
+        .await;
+    let listed: serde_json::Value = serde_json::from_slice(&listed.body).expect("json");
+    assert_eq!(listed["consumers"], 1, "{listed}");
+    consumer_channel
+        .close(200, "done".into())
+        .await
+        .expect("close");
+    assert!(
+        warren_interop_tests::wait_for(LIMIT, || queue.info().consumers == 0).await,
+        "the consumer went with its channel"
+    );
     broker.shutdown().await;
 }
 
