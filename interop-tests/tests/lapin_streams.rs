@@ -710,6 +710,27 @@ async fn messages_cross_between_the_stream_protocol_and_amqp_0_9_1_with_their_pr
         "{region:?}"
     );
     stream_consumer.handle().close().await.expect("closed");
+
+    // The 0-9-1 consumer, still attached, got it too, published through the default
+    // exchange.
+    let delivery = next_delivery(&mut consumer).await;
+    assert_eq!(
+        (offset_of(&delivery), &delivery.data[..]),
+        (1, &b"from-amqp"[..])
+    );
+    assert_eq!(delivery.routing_key.as_str(), "mixed");
+
+    // Deleted on 5552: the 0-9-1 consumer is cancelled by the broker.
+    environment.delete_stream("mixed").await.expect("delete");
+    let ended = tokio::time::timeout(LIMIT, consumer.next())
+        .await
+        .expect("the consumer ends in time");
+    assert!(ended.is_none(), "cancelled, not delivered to: {ended:?}");
+    assert!(broker
+        .broker()
+        .vhost("/")
+        .and_then(|v| v.queue_instance("mixed"))
+        .is_none());
     broker.shutdown().await;
 }
 
