@@ -91,7 +91,7 @@ impl StreamQueue {
             Some(Ok(message)) => message,
             _ => Message {
                 exchange: "".into(),
-                routing_key: self.log.name().into(),
+                routing_key: "".into(),
                 properties: Default::default(),
                 encoded_properties: None,
                 body: record,
@@ -235,12 +235,12 @@ impl QueueInstance for StreamQueue {
             OffsetSpec::Offset(offset) => offset.max(reader.start_offset()).min(end),
             _ => reader.start_offset(),
         };
-        let id = NEXT_CONSUMER_ID.fetch_add(1, Ordering::Relaxed);
-        let consumer = Arc::new(StreamConsumer::new(id, sink));
-        self.consumers.lock().insert(id, Arc::clone(&consumer));
         let Some(queue) = self.me.upgrade() else {
             return Err(CoreError::not_found(format!("no {}", self.describe())));
         };
+        let id = NEXT_CONSUMER_ID.fetch_add(1, Ordering::Relaxed);
+        let consumer = Arc::new(StreamConsumer::new(id, sink));
+        self.consumers.lock().insert(id, Arc::clone(&consumer));
         runtime.spawn(consumer::run(
             queue,
             consumer,
