@@ -675,6 +675,9 @@ impl Server {
             ))
         })?;
         broker.attach_store(Arc::clone(&store));
+        // Streams keep what AMQP 0-9-1, STOMP and MQTT publish to them as AMQP 1.0 messages,
+        // as stream protocol clients write them.
+        broker.set_stream_format(Arc::new(warren_amqp10::StreamFormat));
         // Quorum queues: one Raft group per queue, every group logging into this node's
         // shared WAL (data_dir/quorum; docs/quorum-queues.md).
         let (wal, wal_report) = warren_raft::Wal::open(

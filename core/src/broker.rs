@@ -128,6 +128,13 @@ impl Broker {
         self.durability.set_queue_backend(backend)
     }
 
+    /// Installs how streams encode the messages AMQP 0-9-1, STOMP and MQTT publish to them
+    /// (the server's AMQP 1.0 message mapping). Install before publishing to a stream; false
+    /// if one was installed already.
+    pub fn set_stream_format(&self, format: Arc<dyn crate::stream_log::MessageFormat>) -> bool {
+        self.durability.set_stream_format(format)
+    }
+
     /// How much each queue keeps in memory (`queue_max_in_memory_messages`,
     /// `queue_max_in_memory_bytes`): beyond it persistent messages of durable queues are paged
     /// to disk and publishers of anything else are held back (see [`crate::flow`]).
@@ -322,6 +329,12 @@ impl Broker {
         if let Some(vhost) = &removed {
             for queue in vhost.queues() {
                 vhost.remove_queue(&queue);
+            }
+            // Streams: their consumers are cancelled before their logs go.
+            for queue in vhost.typed_queues() {
+                if queue.queue_type().capabilities().consumers_need_offset {
+                    vhost.remove_typed_queue(queue.name());
+                }
             }
             vhost.streams().delete_all();
             self.clear_vhost_parameters(name);

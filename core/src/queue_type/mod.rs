@@ -8,7 +8,8 @@
 //! new type (quorum queues, streams) plugs in by implementing the two traits and adding its
 //! [`QueueType`] to [`BUILT_IN`]; docs/architecture.md ("Queue types") says how.
 //!
-//! Classic queues ([`crate::queue::Queue`]) are the first implementation.
+//! Classic queues ([`crate::queue::Queue`]) are the first implementation; quorum queues are
+//! made by the server's [`QueueBackend`], streams by [`stream`] around the vhost's stream logs.
 
 use std::sync::{Arc, Weak};
 
@@ -22,9 +23,11 @@ use crate::vhost::VHost;
 
 mod classic;
 mod quorum;
+pub mod stream;
 
 pub use classic::CLASSIC;
 pub use quorum::QUORUM;
+pub use stream::STREAM;
 
 /// A declaration the vhost has checked (permissions, name, the type's arguments and
 /// capabilities) and hands to [`QueueType::declare`] to make the queue.
@@ -161,7 +164,7 @@ pub trait QueueType: Send + Sync + 'static {
 }
 
 /// The queue types this broker knows, by `x-queue-type` name. A new type adds itself here.
-pub const BUILT_IN: &[&dyn QueueType] = &[&CLASSIC, &QUORUM];
+pub const BUILT_IN: &[&dyn QueueType] = &[&CLASSIC, &QUORUM, &STREAM];
 
 /// The queue type called `name`, if this broker has it.
 pub fn lookup(name: &str) -> Option<&'static dyn QueueType> {
@@ -198,11 +201,23 @@ pub trait QueueInstance: Send + Sync {
     /// Returns the delivery and the messages still ready.
     fn get(&self, needs_settlement: bool) -> Option<(Delivery, u64)>;
 
+    /// Refuses `basic.get` on a queue that does not support it (streams, with RabbitMQ's
+    /// 540 NOT_IMPLEMENTED); listeners ask before [`QueueInstance::get`].
+    fn check_get(&self) -> CoreResult<()> {
+        Ok(())
+    }
+
     /// Up to `limit` ready messages from the head, without taking them (the web UI's peek).
     fn browse(&self, limit: usize) -> Vec<Arc<Message>>;
 
     /// Drops every ready message; returns how many.
     fn purge(&self) -> u64;
+
+    /// Refuses `queue.purge` on a queue that does not support it (streams, with RabbitMQ's
+    /// 540 NOT_IMPLEMENTED); the vhost asks before [`QueueInstance::purge`].
+    fn check_purge(&self) -> CoreResult<()> {
+        Ok(())
+    }
 
     /// Counters for the API and metrics.
     fn info(&self) -> QueueStats;

@@ -84,6 +84,9 @@ pub struct Durability {
     clock: std::sync::OnceLock<crate::clock::Clock>,
     /// Makes the queues of replicated types (quorum queues), installed by the server.
     queue_backend: std::sync::OnceLock<Arc<dyn crate::queue_type::QueueBackend>>,
+    /// How streams encode the messages published to them through the core, installed by
+    /// the server (the AMQP 1.0 message mapping).
+    stream_format: std::sync::OnceLock<Arc<dyn crate::stream_log::MessageFormat>>,
 }
 
 impl Durability {
@@ -120,6 +123,17 @@ impl Durability {
     /// What makes quorum queues on this node, once installed.
     pub fn queue_backend(&self) -> Option<&Arc<dyn crate::queue_type::QueueBackend>> {
         self.queue_backend.get()
+    }
+
+    /// Installs how streams encode messages published through the core; false if one was
+    /// installed already.
+    pub fn set_stream_format(&self, format: Arc<dyn crate::stream_log::MessageFormat>) -> bool {
+        self.stream_format.set(format).is_ok()
+    }
+
+    /// How streams encode messages published through the core, once installed.
+    pub fn stream_format(&self) -> Option<&Arc<dyn crate::stream_log::MessageFormat>> {
+        self.stream_format.get()
     }
 
     /// Installs the cluster's replicator; false if one was installed already.

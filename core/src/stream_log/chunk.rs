@@ -241,6 +241,11 @@ impl Chunk {
                 .iter()
                 .any(|value| bloom_contains(&self.bloom, value.as_bytes()))
     }
+
+    /// Whether the chunk may hold a record published without a filter value.
+    pub fn may_hold_unfiltered(&self) -> bool {
+        self.bloom.is_empty() || bloom_contains(&self.bloom, UNFILTERED_MARK)
+    }
 }
 
 /// Iterates over the records of a data section; stops at the first malformed entry.

@@ -128,7 +128,8 @@ pub struct StreamLog {
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-fn now_ms() -> i64 {
+/// Milliseconds since the Unix epoch, as chunk timestamps count them.
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)

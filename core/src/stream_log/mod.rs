@@ -14,6 +14,7 @@
 //! permission-checked entry points.
 
 pub mod chunk;
+pub mod format;
 mod log;
 pub mod reader;
 pub mod registry;
@@ -26,6 +27,8 @@ pub mod vhost_streams;
 #[cfg(test)]
 mod tests;
 
+pub use format::MessageFormat;
+pub(crate) use log::now_ms;
 pub use log::{LogStats, OnWritten, Publish, Record, StreamLog, Written};
 pub use reader::{ChunkFilter, OffsetSpec, StreamReader};
 pub use registry::{StreamCreated, StreamRegistry};

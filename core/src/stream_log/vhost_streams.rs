@@ -2,16 +2,16 @@
 //! and the management API use (configure to create and delete, write to publish, read to
 //! consume, as RabbitMQ checks them on streams).
 //!
-//! Until the core has one queue-type interface, streams are kept in the vhost's
-//! [`StreamRegistry`](super::StreamRegistry) beside its classic queues; a name is either a
-//! classic queue or a stream, never both.
+//! A stream's log is kept in the vhost's [`StreamRegistry`](super::StreamRegistry) and the
+//! stream is a queue of the vhost through the queue-type interface
+//! ([`crate::queue_type::stream::StreamQueue`]); a name is one queue of one type, never two.
 
 use std::sync::Arc;
 
 use crate::access::{Access, ResourceKind};
 use crate::error::{CoreError, CoreResult};
 use crate::value::{Table, Value};
-use crate::vhost::{QueueDeclare, QueueDeclared, VHost};
+use crate::vhost::VHost;
 
 use super::log::StreamLog;
 use super::registry::StreamCreated;
@@ -60,18 +60,25 @@ impl VHost {
             )));
         }
         self.check(user, Access::Configure, ResourceKind::Queue, name)?;
-        if self.queue(name).is_some() {
+        let other_type = self
+            .typed_queue(name)
+            .is_some_and(|queue| !queue.queue_type().capabilities().consumers_need_offset);
+        if self.queue(name).is_some() || other_type {
             return Err(CoreError::precondition_failed(format!(
                 "queue '{name}' in vhost '{}' exists and is not a stream",
                 self.name()
             )));
         }
-        self.streams().create(name, arguments).map_err(|problem| {
+        let created = self.streams().create(name, arguments).map_err(|problem| {
             CoreError::precondition_failed(format!(
                 "{problem} (stream '{name}' in vhost '{}')",
                 self.name()
             ))
-        })
+        })?;
+        if let StreamCreated::Created(log) = &created {
+            self.add_stream_queue(Arc::clone(log), true);
+        }
+        Ok(created)
     }
 
     /// Stream `name`, after checking `user`'s `access` to it.
@@ -85,7 +92,7 @@ impl VHost {
     /// Deletes stream `name` for `user` (configure permission).
     pub fn delete_stream(&self, user: &str, name: &str) -> CoreResult<()> {
         self.check(user, Access::Configure, ResourceKind::Queue, name)?;
-        if self.streams().delete(name) {
+        if self.streams().get(name).is_some() && self.remove_typed_queue(name).is_some() {
             Ok(())
         } else {
             Err(CoreError::not_found(format!(
@@ -181,53 +188,10 @@ impl VHost {
                 )
             })?;
         for (partition, _) in &super_stream.partitions {
-            self.streams().delete(partition);
+            if self.streams().get(partition).is_some() {
+                self.remove_typed_queue(partition);
+            }
         }
         Ok(())
-    }
-
-    /// queue.declare of a stream (`x-queue-type: stream`, or a passive declare of a
-    /// stream's name), so AMQP clients and the management API see streams as queues.
-    /// Streams are always durable, never exclusive or auto-delete (406 otherwise).
-    pub(crate) fn declare_stream_queue(
-        &self,
-        user: &str,
-        request: &QueueDeclare,
-    ) -> CoreResult<QueueDeclared> {
-        let declared = |log: &StreamLog| {
-            let stats = log.stats();
-            QueueDeclared {
-                name: request.name.clone(),
-                message_count: stats.next_offset.saturating_sub(stats.first_offset),
-                consumer_count: 0,
-            }
-        };
-        if request.passive {
-            let log = self
-                .stream_for(user, Access::Configure, &request.name)
-                .or_else(|_| {
-                    self.streams().get(&request.name).ok_or_else(|| {
-                        CoreError::not_found(format!(
-                            "no queue '{}' in vhost '{}'",
-                            request.name,
-                            self.name()
-                        ))
-                    })
-                })?;
-            return Ok(declared(&log));
-        }
-        if !request.durable || request.exclusive || request.auto_delete {
-            return Err(CoreError::precondition_failed(format!(
-                "invalid property '{}' for queue '{}' in vhost '{}': streams are durable, not exclusive, not auto-delete",
-                if !request.durable { "non-durable" } else if request.exclusive { "exclusive" } else { "auto-delete" },
-                request.name,
-                self.name()
-            )));
-        }
-        let arguments = table_to_arguments(&request.arguments);
-        let log = match self.create_stream(user, &request.name, &arguments)? {
-            StreamCreated::Created(log) | StreamCreated::Existed(log) => log,
-        };
-        Ok(declared(&log))
     }
 }

@@ -106,7 +106,7 @@ pub struct VHost {
     name: String,
     exchanges: RwLock<HashMap<String, Arc<Exchange>>>,
     queues: RwLock<HashMap<String, Arc<Queue>>>,
-    /// Queues of the other types (quorum), made by [`crate::queue_type::QueueType::declare`]
+    /// Queues of the other types (quorum queues, streams), made by [`crate::queue_type::QueueType::declare`]
     /// and held through the queue-type interface. Classic queues stay in `queues` as the
     /// concrete type, which keeps their publish path free of dynamic calls.
     typed: RwLock<HashMap<String, Arc<dyn QueueInstance>>>,
@@ -142,7 +142,7 @@ pub struct VHost {
     /// The default exchange (also in `exchanges`), held here so that counting a publish to
     /// it needs no map lookup.
     default_exchange: Arc<Exchange>,
-    /// The vhost's streams (`crate::stream_log`), kept beside its classic queues.
+    /// The vhost's stream logs (`crate::stream_log`); each is also a queue in `typed`.
     streams: crate::stream_log::StreamRegistry,
 }
 
@@ -236,10 +236,20 @@ impl VHost {
                 exchanges.insert(name.to_string(), Exchange::new(config));
             }
         }
-        Arc::new_cyclic(|me| VHost {
+        let vhost = Arc::new_cyclic(|me| VHost {
             me: me.clone(),
             ..vhost
-        })
+        });
+        // Streams recovered from disk are queues of the vhost from the start.
+        for log in vhost.streams.list() {
+            vhost.add_stream_queue(log, false);
+        }
+        vhost
+    }
+
+    /// This vhost, for what must reach it later without keeping it alive.
+    pub(crate) fn me(&self) -> Weak<VHost> {
+        self.me.clone()
     }
 
     /// The vhost's name.
@@ -375,8 +385,7 @@ impl VHost {
         all
     }
 
-    /// The queue called `name` of any type except streams, through the queue-type
-    /// interface.
+    /// The queue called `name` of any type, through the queue-type interface.
     pub fn queue_instance(&self, name: &str) -> Option<Arc<dyn QueueInstance>> {
         match self.queue(name) {
             Some(classic) => Some(classic),

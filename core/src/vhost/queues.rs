@@ -17,21 +17,6 @@ impl VHost {
                 consumer_count: 0,
             });
         }
-        let is_stream = request
-            .arguments
-            .get("x-queue-type")
-            .and_then(Value::as_str)
-            == Some("stream")
-            || (request.passive && self.streams.get(&request.name).is_some());
-        if is_stream {
-            return self.declare_stream_queue(actor.user, &request);
-        }
-        if self.streams.get(&request.name).is_some() {
-            return Err(CoreError::precondition_failed(format!(
-                "inequivalent arg 'x-queue-type' for {}: received none but current is the type 'stream'",
-                self.describe("queue", &request.name)
-            )));
-        }
         if request.passive {
             if let Some(queue) = self.typed_queue(&request.name) {
                 let info = queue.info();
@@ -241,19 +226,47 @@ impl VHost {
             },
         )?;
         let info = queue.info();
-        self.stand_ins.write().insert(
-            name.clone(),
-            Queue::stand_in(Arc::clone(&queue), &self.name),
-        );
-        self.typed.write().insert(name.clone(), queue);
-        self.typed_count
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.insert_typed_queue_locked(queue);
         self.durability.topology_changed();
         Ok(QueueDeclared {
             name,
             message_count: info.ready,
             consumer_count: info.consumers,
         })
+    }
+
+    /// Adds a queue of another type and its stand-in in bindings. Caller holds the topology
+    /// lock.
+    fn insert_typed_queue_locked(&self, queue: Arc<dyn QueueInstance>) {
+        let name = queue.name().to_string();
+        self.stand_ins.write().insert(
+            name.clone(),
+            Queue::stand_in(Arc::clone(&queue), &self.name),
+        );
+        self.typed.write().insert(name, queue);
+        self.typed_count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Makes stream `log` a queue of the vhost (once: a stream already known is left as it
+    /// is), for streams created by the stream protocol and recovered at boot; `changed`
+    /// says whether the durable definitions must be written again.
+    pub(crate) fn add_stream_queue(&self, log: Arc<crate::stream_log::StreamLog>, changed: bool) {
+        let _topology = self.topology.lock();
+        if self.typed.read().contains_key(log.name()) {
+            return;
+        }
+        self.insert_typed_queue_locked(crate::queue_type::stream::StreamQueue::new(log, self));
+        if changed {
+            self.durability.topology_changed();
+        }
+    }
+
+    /// Removes a queue of another type (quorum queue, stream), its bindings and its state
+    /// (a stream's log too). Returns `None` when there is no such queue.
+    pub(crate) fn remove_typed_queue(&self, name: &str) -> Option<u64> {
+        let _topology = self.topology.lock();
+        self.remove_typed_queue_locked(name)
     }
 
     /// Removes a queue of another type (quorum), its bindings and its state. Caller holds
@@ -347,12 +360,14 @@ impl VHost {
         if_empty: bool,
     ) -> CoreResult<u64> {
         self.check(actor.user, Access::Configure, ResourceKind::Queue, name)?;
-        if self.streams.delete(name) {
-            return Ok(0);
-        }
         if let Some(queue) = self.typed_queue(name) {
             let check = |queue: &Arc<dyn crate::queue_type::QueueInstance>| {
                 let info = queue.info();
+                // A stream's reads take nothing, so it is never "empty" or "unused" in the
+                // queue sense: RabbitMQ deletes it whatever the flags say.
+                if queue.queue_type().capabilities().consumers_need_offset {
+                    return Ok(());
+                }
                 if if_unused && info.consumers > 0 {
                     return Err(CoreError::precondition_failed(format!(
                         "{} in use",
@@ -497,10 +512,11 @@ impl VHost {
     /// queue.purge: returns the number of messages purged.
     pub fn purge_queue(&self, actor: Actor<'_>, name: &str) -> CoreResult<u64> {
         let queue = self.queue_instance_for(actor, name, Access::Read)?;
+        queue.check_purge()?;
         Ok(queue.purge())
     }
 
-    /// The queue `name` of any type (streams excepted) for an operation needing `access`,
+    /// The queue `name` of any type for an operation needing `access`,
     /// through the queue-type interface: checks permission, existence and exclusive
     /// ownership. Listeners that consume through the interface use it with
     /// [`VHost::consume_instance`] and [`VHost::cancel_instance`].

@@ -542,6 +542,7 @@ impl Session {
             Method::BasicGet { queue, no_ack } => {
                 let queue = self.channel(ch).queue_name_or_last(queue)?;
                 let queue = vhost.queue_instance_for(actor, &queue, Access::Read)?;
+                queue.check_get()?;
                 match queue.get(!no_ack) {
                     Some((delivery, remaining)) => self.outbox.send_get_ok(ch, delivery, remaining),
                     None => self.outbox.send_method(ch, &Method::BasicGetEmpty),

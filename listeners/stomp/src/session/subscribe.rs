@@ -143,6 +143,38 @@ fn subscription_queue_name(frame: &Frame, key: &str, durable: bool) -> String {
     )
 }
 
+/// The stream consumer arguments a SUBSCRIBE carries, as RabbitMQ's STOMP plugin reads
+/// them: `x-stream-offset` as `first`, `last`, `next`, `offset=N` (a long) or
+/// `timestamp=N` (seconds, an AMQP timestamp), anything else ignored; `x-stream-filter` as
+/// comma-separated values; `x-stream-match-unfiltered` as a boolean.
+pub(super) fn stream_arguments(frame: &Frame) -> Table {
+    let mut arguments = Table::new();
+    if let Some(text) = frame.header("x-stream-offset") {
+        let offset = match text.trim() {
+            spec @ ("first" | "last" | "next") => Some(Value::string(spec)),
+            other => match (
+                other.strip_prefix("offset="),
+                other.strip_prefix("timestamp="),
+            ) {
+                (Some(offset), _) => offset.parse().ok().map(Value::I64),
+                (_, Some(seconds)) => seconds.parse().ok().map(Value::Timestamp),
+                _ => None,
+            },
+        };
+        if let Some(offset) = offset {
+            arguments.insert("x-stream-offset", offset);
+        }
+    }
+    if let Some(text) = frame.header("x-stream-filter") {
+        let values = text.split(',').map(Value::string).collect();
+        arguments.insert("x-stream-filter", Value::Array(values));
+    }
+    if let Some(value) = boolean(frame, "x-stream-match-unfiltered") {
+        arguments.insert("x-stream-match-unfiltered", Value::Bool(value));
+    }
+    arguments
+}
+
 fn has_durable_header(frame: &Frame) -> bool {
     is_true(frame.header("durable")) || is_true(frame.header("persistent"))
 }
@@ -237,7 +269,7 @@ impl Session {
             ack,
             prefetch,
         );
-        let mut arguments = Table::new();
+        let mut arguments = stream_arguments(frame);
         if priority != 0 {
             arguments.insert("x-priority", Value::I32(priority));
         }

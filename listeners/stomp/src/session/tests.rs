@@ -329,3 +329,45 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn stream_subscription_headers_become_consumer_arguments_as_rabbitmq_reads_them() {
+    use warren_core::value::Value;
+    let arguments = |headers: &[(&str, &str)]| {
+        let frame = headers
+            .iter()
+            .fold(Frame::new(Command::Subscribe), |f, (k, v)| {
+                f.with_header(*k, *v)
+            });
+        super::subscribe::stream_arguments(&frame)
+    };
+    let offset = |text: &str| {
+        arguments(&[("x-stream-offset", text)])
+            .get("x-stream-offset")
+            .cloned()
+    };
+    assert_eq!(offset("first"), Some(Value::string("first")));
+    assert_eq!(offset("next"), Some(Value::string("next")));
+    assert_eq!(offset("offset=5"), Some(Value::I64(5)));
+    assert_eq!(
+        offset("timestamp=1700000000"),
+        Some(Value::Timestamp(1_700_000_000))
+    );
+    assert_eq!(offset("7D"), None, "not a form the STOMP plugin takes");
+    let filtered = arguments(&[
+        ("x-stream-filter", "red,blue"),
+        ("x-stream-match-unfiltered", "true"),
+    ]);
+    assert_eq!(
+        filtered.get("x-stream-filter"),
+        Some(&Value::Array(vec![
+            Value::string("red"),
+            Value::string("blue")
+        ]))
+    );
+    assert_eq!(
+        filtered.get("x-stream-match-unfiltered"),
+        Some(&Value::Bool(true))
+    );
+    assert!(arguments(&[]).is_empty());
+}

@@ -28,7 +28,9 @@ impl Management {
             "node": self.node_name,
             "state": "running",
             "policy": Json::Null,
-            "consumers": 0,
+            // Consumers over AMQP 0-9-1 and STOMP (stream protocol subscribers are not
+            // counted yet).
+            "consumers": vhost.queue_instance(log.name()).map_or(0, |queue| queue.info().consumers),
             "messages": messages,
             "messages_ready": messages,
             "messages_unacknowledged": 0,
