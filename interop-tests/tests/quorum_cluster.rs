@@ -156,8 +156,16 @@ async fn drain(
     while received.len() < count {
         let next = tokio::time::timeout_at(deadline, consumer.next()).await;
         let Ok(Some(Ok(delivery))) = next else {
+            let log: Vec<String> = cluster
+                .node(node)
+                .log()
+                .into_iter()
+                .filter(|line| {
+                    line.contains("quorum") || line.contains("WARN") || line.contains("ERROR")
+                })
+                .collect();
             panic!(
-                "drained {} of {count} messages from node {node} within {DRAIN_LIMIT:?}",
+                "drained {} of {count} messages from node {node} within {DRAIN_LIMIT:?}; its log: {log:#?}",
                 received.len()
             );
         };

@@ -523,11 +523,14 @@ impl Driver {
             return;
         }
         // Without a majority in reach an election cannot be won: it would only raise terms.
-        let in_reach = voters.iter().filter(|id| **id == group.node || reachable(id)).count();
+        let in_reach = voters
+            .iter()
+            .filter(|id| **id == group.node || reachable(id))
+            .count();
         if in_reach * 2 <= voters.len() {
             return;
         }
-        tracing::debug!(group = self.group, "no reachable leader: electing");
+        tracing::info!(queue = %self.queue_config.name, vhost = %self.vhost, "quorum queue leader unreachable: electing");
         tidy.leaderless = Some((now, 2 * ELECT_AFTER + jitter(2 * ELECT_AFTER)));
         let raft = group.raft.clone();
         tokio::spawn(async move {
