@@ -5,7 +5,7 @@
 //! with 3, 2 and 1 nodes up: all, all, none, every attempt answered or timed out within its
 //! bound); deliveries unacknowledged on the killed leader's node come back redelivered.
 //!
-//! Every wait is bounded; each test runs its nodes on its own cluster port.
+//! Every wait is bounded; each test runs its nodes on its own cluster port, one test at a time.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -22,6 +22,10 @@ use warren_interop_tests::cluster::{node_name, TestCluster};
 mod lapin_common;
 
 use lapin_common::{args, text};
+
+/// One test of this file at a time: each runs three nodes, and several clusters at once on
+/// two cores starve the failure detector's pings, which is not what these tests are about.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// How long three nodes may take to form (the first test run may also build the binary).
 const FORM_LIMIT: Duration = Duration::from_secs(30);
@@ -183,6 +187,7 @@ async fn drain(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn experiment_b_confirmed_messages_survive_a_sigkill_of_the_leaders_node() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let mut cluster = TestCluster::new(3);
     cluster.start_all();
     cluster.wait_formed(3, FORM_LIMIT).await;
@@ -226,6 +231,7 @@ async fn experiment_b_confirmed_messages_survive_a_sigkill_of_the_leaders_node()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn experiment_c_confirms_with_three_two_and_one_nodes_up_are_all_all_and_none() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let mut cluster = TestCluster::new(3);
     cluster.start_all();
     cluster.wait_formed(3, FORM_LIMIT).await;
@@ -270,6 +276,7 @@ async fn experiment_c_confirms_with_three_two_and_one_nodes_up_are_all_all_and_n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_unacknowledged_on_the_killed_leaders_node_come_back_redelivered() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let mut cluster = TestCluster::new(3);
     cluster.start_all();
     cluster.wait_formed(3, FORM_LIMIT).await;
@@ -333,6 +340,7 @@ async fn deliveries_unacknowledged_on_the_killed_leaders_node_come_back_redelive
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_in_flight_while_the_leaders_node_dies_are_confirmed_once_and_kept() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let mut cluster = TestCluster::new(3);
     cluster.start_all();
     cluster.wait_formed(3, FORM_LIMIT).await;
@@ -386,6 +394,7 @@ async fn publishes_in_flight_while_the_leaders_node_dies_are_confirmed_once_and_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_leader_confirms_nothing_and_the_majority_goes_on() {
     use warren_interop_tests::cluster::{node_host, Proxy, ProxyMode};
+    let _serial = ONE_AT_A_TIME.lock().await;
     let mut cluster = TestCluster::new(3);
     // Every link of node 0 through proxies: the one in front of node 0 for the others'
     // connections, and one in front of each of the others for node 0's own.
