@@ -166,6 +166,8 @@ struct Member {
 impl Driver {
     pub(crate) async fn run(mut self) {
         let name = self.queue_config.name.clone();
+        // Held until this driver is done (the group deleted, or the node stopping).
+        let _slot = self.registry.slot(self.group).lock_owned().await;
         let member = match self.start().await {
             Ok(member) => member,
             Err(error) => {

@@ -248,9 +248,21 @@ pub const FORWARD_BOUND: Duration = Duration::from_secs(10);
 #[derive(Default)]
 pub struct GroupRegistry {
     groups: RwLock<HashMap<GroupId, QueueRaft>>,
+    /// One lock per group id, held by the driver that runs the group: a queue deleted and
+    /// declared again (the same group id) starts only once the old member has stopped and
+    /// its log and state are gone.
+    slots: parking_lot::Mutex<HashMap<GroupId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl GroupRegistry {
+    /// The lock of `group`'s slot (see the field's doc).
+    pub fn slot(&self, group: GroupId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut slots = self.slots.lock();
+        // Forget slots nobody holds or waits for, so the map follows the live groups.
+        slots.retain(|_, slot| Arc::strong_count(slot) > 1);
+        Arc::clone(slots.entry(group).or_default())
+    }
+
     /// Makes `raft` reachable by peers as `group`.
     pub fn insert(&self, group: GroupId, raft: QueueRaft) {
         self.groups.write().insert(group, raft);
