@@ -103,7 +103,9 @@ impl QuorumBackend {
             election_timeout_min: 1_000,
             election_timeout_max: 1_500,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(5_000),
-            max_in_snapshot_log_to_keep: 100,
+            // A follower a little behind catches up from the log, not from a snapshot (the
+            // entries' messages are shared with the state machine, so keeping them is cheap).
+            max_in_snapshot_log_to_keep: 2_000,
             ..Default::default()
         }
         .validate()
@@ -120,7 +122,9 @@ impl QuorumBackend {
             election_timeout_min: 1_000,
             election_timeout_max: 1_500,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(5_000),
-            max_in_snapshot_log_to_keep: 100,
+            // A follower a little behind catches up from the log, not from a snapshot (the
+            // entries' messages are shared with the state machine, so keeping them is cheap).
+            max_in_snapshot_log_to_keep: 2_000,
             ..Default::default()
         }
         .validate()
