@@ -480,3 +480,52 @@ async fn a_partitioned_leader_confirms_nothing_and_the_majority_goes_on() {
     expected.sort();
     assert_eq!(bodies, expected, "everything confirmed, once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_queue_deleted_and_declared_again_starts_empty_on_every_node() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    for round in 0..2 {
+        declare_everywhere(&cluster, 0, &[1, 2], "seed003.again").await;
+        let (_connection, channel) = open(&cluster, 1).await;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirm.select");
+        let count = if round == 0 { 300 } else { 10 };
+        for i in 0..count {
+            assert!(
+                publish_confirmed(
+                    &channel,
+                    "seed003.again",
+                    &format!("r{round}-{i}"),
+                    Duration::from_secs(10)
+                )
+                .await,
+                "round {round}: publish {i} was confirmed"
+            );
+        }
+        if round == 0 {
+            channel
+                .queue_delete("seed003.again".into(), Default::default())
+                .await
+                .expect("queue.delete");
+        }
+    }
+    let drained = drain(&cluster, 2, "seed003.again", 10).await;
+    let bodies: Vec<&str> = drained.iter().map(|(body, _)| body.as_str()).collect();
+    let expected: Vec<String> = (0..10).map(|i| format!("r1-{i}")).collect();
+    assert_eq!(bodies, expected, "only the second round's messages");
+    let (_connection, channel) = open(&cluster, 0).await;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    let declared = channel
+        .queue_declare("seed003.again".into(), passive, FieldTable::default())
+        .await
+        .expect("passive declare on node 0");
+    assert_eq!(declared.message_count(), 0, "drained, as node 0 sees it");
+}
