@@ -41,7 +41,7 @@ pub const RETRY_BOUND: Duration = Duration::from_secs(30);
 /// The pause before a batch that was not applied is proposed again.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// How often a clustered member tidies its group and checks on its leader.
-const MAINTENANCE: Duration = Duration::from_millis(500);
+const MAINTENANCE: Duration = Duration::from_secs(1);
 /// A voter whose leader's node has had no link this long (plus a random part of as much
 /// again, so that voters rarely stand together) starts an election.
 const ELECT_AFTER: Duration = Duration::from_millis(800);

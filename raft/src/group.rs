@@ -16,7 +16,7 @@ use crate::{
 };
 
 /// Longest the timer sleeps without looking again (a leader change is noticed this late).
-const TIMER_POLL: Duration = Duration::from_millis(250);
+const TIMER_POLL: Duration = Duration::from_secs(1);
 /// Bound on a `Tick` proposal.
 const TICK_BOUND: Duration = Duration::from_secs(5);
 
