@@ -699,7 +699,7 @@ impl Session {
         // is requeued below to the group's other members.
         let mut shared_held = Vec::new();
         if let Some(v5) = connected.v5.as_deref_mut() {
-            for shared in v5.shared.drain(..) {
+            for shared in v5.take_shared() {
                 connected.vhost.cancel(&shared.queue, shared.consumer_id);
                 shared_held.push((shared.filter, shared.qos));
             }

@@ -28,10 +28,9 @@ pub(super) struct SessionV5 {
     pub(super) session_expiry: u32,
     /// Whether the server made up the client identifier (sent back in CONNACK).
     pub(super) assigned_client_identifier: bool,
-    /// Topic aliases the client set, by alias.
-    pub(super) aliases: Vec<(u16, String)>,
-    /// Shared subscriptions (`$share/GROUP/filter`) this member holds.
-    pub(super) shared: Vec<SharedSubscription>,
+    /// Topic aliases and shared subscriptions, allocated on first use: an idle subscriber
+    /// with neither carries one pointer, not two empty vectors.
+    lists: Option<Box<SessionV5Lists>>,
     /// A DISCONNECT went out: nothing more is said to the client.
     pub(super) disconnect_sent: bool,
     /// Set once the client holds a "no local" subscription: its publishes then carry the
@@ -49,7 +48,39 @@ pub(super) struct SessionV5 {
     pub(super) no_problem_information: bool,
 }
 
+/// The lists of [`SessionV5`] most sessions never fill.
+#[derive(Default)]
+pub(super) struct SessionV5Lists {
+    /// Topic aliases the client set, by alias.
+    pub(super) aliases: Vec<(u16, String)>,
+    /// Shared subscriptions (`$share/GROUP/filter`) this member holds.
+    pub(super) shared: Vec<SharedSubscription>,
+}
+
 impl SessionV5 {
+    /// The shared subscriptions this member holds.
+    pub(super) fn shared(&self) -> &[SharedSubscription] {
+        self.lists.as_deref().map_or(&[], |lists| &lists.shared)
+    }
+
+    /// The topic aliases the client set.
+    pub(super) fn aliases(&self) -> &[(u16, String)] {
+        self.lists.as_deref().map_or(&[], |lists| &lists.aliases)
+    }
+
+    /// The lists, allocated on first use.
+    pub(super) fn lists_mut(&mut self) -> &mut SessionV5Lists {
+        self.lists.get_or_insert_default()
+    }
+
+    /// Takes the shared subscriptions (the session ends).
+    pub(super) fn take_shared(&mut self) -> Vec<SharedSubscription> {
+        self.lists
+            .as_deref_mut()
+            .map(|lists| std::mem::take(&mut lists.shared))
+            .unwrap_or_default()
+    }
+
     /// The state for a CONNECT's properties.
     pub(super) fn from_connect(properties: Option<&Properties>) -> SessionV5 {
         SessionV5 {
@@ -127,13 +158,28 @@ impl Session {
     /// Records that the client holds a "no local" subscription.
     pub(super) fn note_no_local(&mut self) {
         let connection_id = self.connection_id;
-        if let Some(v5) = self
-            .connected
-            .as_deref_mut()
-            .and_then(|connected| connected.v5.as_deref_mut())
-        {
-            v5.no_local_origin = Some(connection_id);
+        let Some(connected) = self.connected.as_deref_mut() else {
+            return;
+        };
+        let Some(v5) = connected.v5.as_deref_mut() else {
+            return;
+        };
+        if v5.no_local_origin.is_some() {
+            return;
         }
+        v5.no_local_origin = Some(connection_id);
+        // The outbox kept only subscriptions with an identifier or options so far; the
+        // others now matter too (they let this connection's own messages through).
+        let filters = connected
+            .filters
+            .iter()
+            .map(|(filter, _)| filter.as_str())
+            .chain(v5.shared().iter().filter_map(|shared| {
+                super::shared::parse_shared(&shared.filter)
+                    .and_then(Result::ok)
+                    .map(|(_, inner)| inner)
+            }));
+        self.outbox.record_all_subscriptions(filters, connection_id);
     }
 
     /// The MQTT 5 checks of an incoming PUBLISH, and its topic alias resolved. `Err` is
@@ -165,7 +211,7 @@ impl Session {
             }
             let v5 = connected.v5.get_or_insert_default();
             if publish.topic.is_empty() {
-                match v5.aliases.iter().find(|(known, _)| *known == alias) {
+                match v5.aliases().iter().find(|(known, _)| *known == alias) {
                     Some((_, topic)) => publish.topic.clone_from(topic),
                     None => {
                         return Err(self.violation(
@@ -175,8 +221,9 @@ impl Session {
                     }
                 }
             } else {
-                v5.aliases.retain(|(known, _)| *known != alias);
-                v5.aliases.push((alias, publish.topic.clone()));
+                let aliases = &mut v5.lists_mut().aliases;
+                aliases.retain(|(known, _)| *known != alias);
+                aliases.push((alias, publish.topic.clone()));
             }
         }
         let fresh = match (publish.qos, publish.packet_id) {
