@@ -164,7 +164,7 @@ impl Session {
             (connected.vhost.name().to_string(), name),
             &connected.client_id,
         );
-        if let Some(v5) = connected.v5.as_deref_mut() {
+        if let Some(v5) = connected.v5.as_mut() {
             v5.lists_mut().shared.push(SharedSubscription {
                 filter: filter.to_string(),
                 queue,
@@ -209,7 +209,7 @@ impl Session {
         let Some(connected) = self.connected.as_deref_mut() else {
             return false;
         };
-        let Some(v5) = connected.v5.as_deref_mut() else {
+        let Some(v5) = connected.v5.as_mut() else {
             return false;
         };
         let Some(position) = v5

@@ -146,7 +146,7 @@ impl Session {
         // them once unused for the session expiry interval, as RabbitMQ 3.13 does.
         let mut arguments = Table::new();
         let exists = connected.vhost.queue_instance(&name).is_some();
-        if let Some(v5) = connected.v5.as_deref() {
+        if let Some(v5) = connected.v5.as_ref() {
             let expiry = v5.session_expiry;
             if !connected.clean_session
                 && expiry != super::v5_session::SESSION_NEVER_EXPIRES

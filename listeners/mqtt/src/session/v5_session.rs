@@ -35,7 +35,7 @@ pub(super) struct SessionV5 {
     pub(super) disconnect_sent: bool,
     /// Set once the client holds a "no local" subscription: its publishes then carry the
     /// connection's id, so its own deliveries can tell them apart.
-    pub(super) no_local_origin: Option<u64>,
+    pub(super) no_local: bool,
     /// The will delay interval in seconds (0: publish the will at once).
     pub(super) will_delay: u32,
     /// The client asked for Response Information (Request Response Information 1).
@@ -161,13 +161,13 @@ impl Session {
         let Some(connected) = self.connected.as_deref_mut() else {
             return;
         };
-        let Some(v5) = connected.v5.as_deref_mut() else {
+        let Some(v5) = connected.v5.as_mut() else {
             return;
         };
-        if v5.no_local_origin.is_some() {
+        if v5.no_local {
             return;
         }
-        v5.no_local_origin = Some(connection_id);
+        v5.no_local = true;
         // The outbox kept only subscriptions with an identifier or options so far; the
         // others now matter too (they let this connection's own messages through).
         let filters = connected
@@ -262,7 +262,7 @@ impl Session {
         let quiet = self
             .connected
             .as_deref()
-            .and_then(|connected| connected.v5.as_deref())
+            .and_then(|connected| connected.v5.as_ref())
             .is_some_and(|v5| v5.no_problem_information);
         // MQTT-3.1.2-29: a client that asked for no problem information gets the reason
         // code alone.
@@ -315,7 +315,7 @@ impl Session {
 /// How long an MQTT 5 will waits after the connection ended: the will delay interval, or
 /// the session expiry interval when that is shorter (MQTT-3.1.3-9). `None`: at once.
 pub(super) fn will_delay(connected: &super::Connected) -> Option<std::time::Duration> {
-    let v5 = connected.v5.as_deref()?;
+    let v5 = connected.v5.as_ref()?;
     let seconds = v5.will_delay.min(v5.session_expiry);
     // Without a runtime (unit tests) there is no timer: at once.
     (seconds > 0 && tokio::runtime::Handle::try_current().is_ok())
@@ -365,12 +365,20 @@ pub(super) fn publish_will_later(
 
 /// Marks a published message for MQTT 5 subscription options: RETAIN (for "retain as
 /// published"), and the publishing connection when it holds a "no local" subscription.
-pub(super) fn mark_origin(connected: &super::Connected, retain: bool, headers: &mut Table) {
+pub(super) fn mark_origin(
+    connected: &super::Connected,
+    connection_id: u64,
+    retain: bool,
+    headers: &mut Table,
+) {
     if retain {
         headers.insert(crate::outbox::RETAIN_HEADER, Value::Bool(true));
     }
-    if let Some(origin) = connected.v5.as_deref().and_then(|v5| v5.no_local_origin) {
-        headers.insert(crate::outbox::NO_LOCAL_HEADER, Value::I64(origin as i64));
+    if connected.v5.as_ref().is_some_and(|v5| v5.no_local) {
+        headers.insert(
+            crate::outbox::NO_LOCAL_HEADER,
+            Value::I64(connection_id as i64),
+        );
     }
 }
 
@@ -383,5 +391,15 @@ pub(super) fn publish_refusal_code(reason: &str) -> u8 {
         reason::NOT_AUTHORIZED
     } else {
         reason::UNSPECIFIED_ERROR
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// `SessionV5` is inline in every connection's state, 3.1.1 ones too: keep it small
+    /// (what grows belongs in its boxed lists).
+    #[test]
+    fn session_v5_stays_small() {
+        assert!(std::mem::size_of::<Option<super::SessionV5>>() <= 24);
     }
 }
