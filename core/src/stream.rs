@@ -113,6 +113,20 @@ impl ClientStream {
         }
     }
 
+    /// Waits until a read would return something, without a buffer to read into. Only a
+    /// tunnel (WebSocket) waits here; plain and TLS connections are ready at once (a plain
+    /// reader waits on the socket itself; rustls may hold decrypted bytes the socket's
+    /// readiness does not show).
+    pub fn poll_read_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self {
+            ClientStream::Plain(_) | ClientStream::Tls(_) => std::task::Poll::Ready(Ok(())),
+            ClientStream::Tunnel(stream) => stream.poll_read_ready(cx),
+        }
+    }
+
     /// Reads exactly `buffer.len()` bytes, no more: what follows stays in the stream (a
     /// protocol header read before the connection is handed to its protocol's driver).
     pub async fn read_exact(&mut self, buffer: &mut [u8]) -> std::io::Result<()> {

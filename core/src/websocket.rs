@@ -42,6 +42,10 @@ pub trait Tunnel: AsyncRead + AsyncWrite + Send + Unpin {
     fn local_addr(&self) -> Option<SocketAddr>;
     /// Whether the underlying socket runs TLS.
     fn is_tls(&self) -> bool;
+    /// Waits until a read would return something (bytes, the end of the stream or an
+    /// error) without needing a buffer to read into: an idle connection then holds no read
+    /// buffer of its own while it waits, as a plain socket's does not.
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>>;
 }
 
 /// A WebSocket connection read and written as bytes.
@@ -49,6 +53,8 @@ pub struct WebSocketBytes<S> {
     inner: WebSocketStream<S>,
     /// What is left of the last message read.
     pending: Bytes,
+    /// A Close message or the end of the stream was read: reads return `Ok(0)`.
+    ended: bool,
     local: Option<SocketAddr>,
     tls: bool,
     text_frames: bool,
@@ -116,6 +122,7 @@ where
     Ok(WebSocketBytes {
         inner,
         pending: Bytes::new(),
+        ended: false,
         local,
         tls,
         text_frames: config.text_frames,
@@ -151,33 +158,39 @@ fn io_error(error: tokio_tungstenite::tungstenite::Error) -> std::io::Error {
     }
 }
 
+impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketBytes<S> {
+    /// Reads messages until one carries bytes or the stream ends.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while self.pending.is_empty() && !self.ended {
+            match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
+                Some(Ok(Message::Binary(data))) => self.pending = data,
+                Some(Ok(Message::Text(text))) => self.pending = Bytes::from(text),
+                Some(Ok(Message::Close(_))) | None => self.ended = true,
+                // Pings are answered by tungstenite; pongs and raw frames carry nothing.
+                Some(Ok(_)) => {}
+                Some(Err(error)) => return Poll::Ready(Err(io_error(error))),
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for WebSocketBytes<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        loop {
-            if !self.pending.is_empty() {
-                let take = self.pending.len().min(buf.remaining());
-                buf.put_slice(&self.pending[..take]);
-                self.pending.advance(take);
-                if self.pending.is_empty() {
-                    // An empty slice would still hold the frame's allocation.
-                    self.pending = Bytes::new();
-                }
-                return Poll::Ready(Ok(()));
-            }
-            match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
-                Some(Ok(Message::Binary(data))) => self.pending = data,
-                Some(Ok(Message::Text(text))) => self.pending = Bytes::from(text),
-                // The end of the stream: nothing put into `buf`.
-                Some(Ok(Message::Close(_))) | None => return Poll::Ready(Ok(())),
-                // Pings are answered by tungstenite; pongs and raw frames carry nothing.
-                Some(Ok(_)) => continue,
-                Some(Err(error)) => return Poll::Ready(Err(io_error(error))),
-            }
+        ready!(self.poll_fill(cx))?;
+        // Empty after `poll_fill` only at the end of the stream: nothing put into `buf`.
+        let take = self.pending.len().min(buf.remaining());
+        buf.put_slice(&self.pending[..take]);
+        self.pending.advance(take);
+        if self.pending.is_empty() {
+            // An empty slice would still hold the frame's allocation.
+            self.pending = Bytes::new();
         }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -214,5 +227,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Tunnel for WebSocketBytes<S> {
 
     fn is_tls(&self) -> bool {
         self.tls
+    }
+
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.poll_fill(cx)
     }
 }

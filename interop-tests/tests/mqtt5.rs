@@ -693,6 +693,54 @@ async fn no_local_and_retain_as_published() {
     .expect("test in time");
 }
 
+/// A "no local" subscription beside plain ones of the same client: its own message still
+/// comes back through a plain subscription that matches it, whether the plain one was made
+/// before the "no local" one or after (the outbox records plain subscriptions only once a
+/// "no local" one exists).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_local_beside_plain_subscriptions() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        let addr = broker.mqtt_addr();
+        let mut chatty = connect5(options5(addr, "chatty-mixed")).await;
+        chatty.subscribe("desk/+", QoS::AtMostOnce).await;
+        for topic in ["desk/1", "room/+"] {
+            let mut filter = Filter::new(topic, QoS::AtMostOnce);
+            filter.nolocal = true;
+            chatty
+                .client
+                .subscribe_many([filter])
+                .await
+                .expect("subscribe");
+            assert!(matches!(chatty.next().await, Packet::SubAck(_)));
+        }
+        chatty.subscribe("lamp/#", QoS::AtMostOnce).await;
+
+        // Only the "no local" room/+ matches: not delivered to its publisher.
+        chatty.publish("room/1", QoS::AtMostOnce, b"mine").await;
+        assert!(chatty
+            .publish_within(Duration::from_millis(300))
+            .await
+            .is_none());
+        // desk/+ (made before the first "no local" one) lets desk/1 through.
+        chatty.publish("desk/1", QoS::AtMostOnce, b"desk").await;
+        let heard = chatty.next_publish().await;
+        assert_eq!(payload_text(&heard.payload), "desk");
+        // lamp/# (made after) is a plain subscription too.
+        chatty.publish("lamp/2", QoS::AtMostOnce, b"lamp").await;
+        let heard = chatty.next_publish().await;
+        assert_eq!(payload_text(&heard.payload), "lamp");
+        assert!(chatty
+            .publish_within(Duration::from_millis(300))
+            .await
+            .is_none());
+        chatty.disconnect().await;
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
+
 /// Options with a will on `topic` delayed by `delay` seconds, in a session that lasts a
 /// minute.
 fn with_delayed_will(

@@ -610,14 +610,21 @@ fn read_some<'a>(
         // TLS and WebSocket need room to read into while they wait: an idle connection
         // waits with a small buffer (not a 64 KiB one per connection), a busy one reads in
         // chunks, as on a plain socket.
+        // A WebSocket connection waits with no buffer at all: the tunnel holds the message
+        // it read until the buffer is allocated.
         tls => {
-            if buffer.is_empty() && !*busy {
-                *buffer = BytesMut::with_capacity(FIRST_READ);
+            let idle = buffer.is_empty() && !*busy;
+            if idle {
+                *buffer = BytesMut::new();
             } else if buffer.capacity() - buffer.len() < READ_CHUNK / 4 {
                 buffer.reserve(READ_CHUNK);
             }
-            let room = buffer.capacity() - buffer.len();
             Read::Tls(Box::pin(async move {
+                if idle {
+                    std::future::poll_fn(|cx| tls.poll_read_ready(cx)).await?;
+                    buffer.reserve(FIRST_READ);
+                }
+                let room = buffer.capacity() - buffer.len();
                 let read = tls.read_into(buffer).await?;
                 *busy = read == room;
                 Ok(read)

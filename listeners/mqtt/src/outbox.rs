@@ -71,7 +71,10 @@ struct OutboxState {
     closed: bool,
     /// The protocol packets are encoded for: 3.1.1 until an MQTT 5 CONNECT says otherwise.
     protocol: ProtocolLevel,
-    /// What MQTT 5 deliveries need; boxed, so a 3.1.1 connection carries one pointer.
+    /// What MQTT 5 deliveries need beyond the defaults; boxed and allocated only once the
+    /// client set a limit, a topic alias is taken, or a subscription has an identifier or
+    /// options: an idle MQTT 5 subscriber with defaults carries one null pointer, as a 3.1.1
+    /// one does.
     v5: Option<Box<OutboundV5>>,
 }
 
@@ -87,8 +90,13 @@ pub struct OutboundV5 {
     /// The client's subscriptions with their MQTT 5 identifier and options, by filter (the
     /// shared subscription's own filter for `$share/...`): every matching identifier is sent
     /// with a delivery (MQTT-3.3.4-3), and the options decide no local and retain as
-    /// published.
+    /// published. Only subscriptions with an identifier or options are recorded until one
+    /// is "no local" (`all_recorded`): a subscription with neither changes no delivery
+    /// except a "no local" one's own messages, which it lets through.
     subscriptions: Vec<OutboundSubscription>,
+    /// Every subscription is recorded, defaults included (set by
+    /// [`Outbox::record_all_subscriptions`] when the first "no local" one is made).
+    all_recorded: bool,
     /// The connection's id: a message carrying it in [`NO_LOCAL_HEADER`] was published by
     /// this connection.
     connection_id: u64,
@@ -293,28 +301,61 @@ impl Outbox {
     }
 
     /// Applies an MQTT 5 client's limits: its receive maximum narrows the in-flight window,
-    /// its topic alias maximum and maximum packet size shape deliveries.
+    /// its topic alias maximum and maximum packet size shape deliveries (kept only when they
+    /// are not the defaults).
     pub fn configure_v5(&self, receive_maximum: u16, limits: OutboundV5) {
         let mut state = self.state.lock();
         state.prefetch = state.prefetch.min(u32::from(receive_maximum.max(1)));
-        state.v5 = Some(Box::new(limits));
+        let defaults = limits.topic_alias_maximum == 0 && limits.maximum_packet_size.is_none();
+        state.v5 = (!defaults).then(|| Box::new(limits));
     }
 
     /// Records an MQTT 5 subscription's identifier and options for `filter`, or forgets the
-    /// subscription (`None`).
+    /// subscription (`None`). `connection_id` is this connection's (for "no local").
     pub fn set_subscription(
         &self,
         filter: &str,
         subscription: Option<(Option<u32>, SubscriptionOptions)>,
+        connection_id: u64,
     ) {
         let mut state = self.state.lock();
         if let Some(v5) = state.v5.as_deref_mut() {
             v5.subscriptions.retain(|known| known.filter != filter);
-            if let Some((identifier, options)) = subscription {
+        }
+        let Some((identifier, options)) = subscription else {
+            return;
+        };
+        let plain = identifier.is_none() && options == SubscriptionOptions::default();
+        if plain && !state.v5.as_deref().is_some_and(|v5| v5.all_recorded) {
+            return;
+        }
+        state
+            .v5_mut(connection_id)
+            .subscriptions
+            .push(OutboundSubscription {
+                filter: filter.to_string(),
+                identifier,
+                options,
+            });
+    }
+
+    /// Records every subscription from now on, and `filters` (the connection's current
+    /// ones) with default options where they are not recorded yet: called when the first
+    /// "no local" subscription is made, whose own messages the others let through.
+    pub fn record_all_subscriptions<'a>(
+        &self,
+        filters: impl IntoIterator<Item = &'a str>,
+        connection_id: u64,
+    ) {
+        let mut state = self.state.lock();
+        let v5 = state.v5_mut(connection_id);
+        v5.all_recorded = true;
+        for filter in filters {
+            if !v5.subscriptions.iter().any(|known| known.filter == filter) {
                 v5.subscriptions.push(OutboundSubscription {
                     filter: filter.to_string(),
-                    identifier,
-                    options,
+                    identifier: None,
+                    options: SubscriptionOptions::default(),
                 });
             }
         }
@@ -624,7 +665,7 @@ impl OutboxState {
         flags: (bool, bool),
         message: &Message,
     ) -> Result<bool, codec::EncodeError> {
-        let Some(v5) = self.v5.as_deref_mut() else {
+        if !self.protocol.is_v5() {
             encode_publish(
                 &mut self.buffer,
                 topic,
@@ -640,7 +681,13 @@ impl OutboxState {
             Outgoing::Deliver(properties) => properties,
             Outgoing::Expired => return Ok(false),
         };
-        let Some((identifiers, retain_as_published)) = v5.shape(topic, message) else {
+        let v5 = self.v5.as_deref_mut();
+        // No record: no limits, aliases or subscription options, so nothing to shape.
+        let shaped = match v5.as_deref() {
+            Some(v5) => v5.shape(topic, message),
+            None => Some((Vec::new(), false)),
+        };
+        let Some((identifiers, retain_as_published)) = shaped else {
             return Ok(false);
         };
         let flags = (flags.0 || retain_as_published, flags.1);
@@ -649,13 +696,14 @@ impl OutboxState {
         }
         let size = publish_v5_size(topic, qos, message.body.len(), properties.as_deref())?;
         if v5
-            .maximum_packet_size
+            .as_deref()
+            .and_then(|v5| v5.maximum_packet_size)
             .is_some_and(|maximum| size > maximum as usize)
         {
             return Ok(false);
         }
         let mut sent_topic = topic;
-        if let Some((alias, known)) = v5.alias(topic) {
+        if let Some((alias, known)) = v5.and_then(|v5| v5.alias(topic)) {
             properties.get_or_insert_default().topic_alias = Some(alias);
             if known {
                 sent_topic = "";
@@ -676,6 +724,13 @@ impl OutboxState {
     /// The lists, allocated on first use.
     fn lists(&mut self) -> &mut Lists {
         self.lists.get_or_insert_default()
+    }
+
+    /// The MQTT 5 record, allocated on first use (with no limits: a client that set some
+    /// has one from [`Outbox::configure_v5`]).
+    fn v5_mut(&mut self, connection_id: u64) -> &mut OutboundV5 {
+        self.v5
+            .get_or_insert_with(|| Box::new(OutboundV5::new(0, None, connection_id)))
     }
 }
 

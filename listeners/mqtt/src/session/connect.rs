@@ -36,9 +36,7 @@ impl Session {
             // From here on the client's packets are read, and ours written, as MQTT 5.
             self.protocol = protocol;
             self.outbox.set_protocol(protocol);
-            Box::new(super::v5_session::SessionV5::from_connect(
-                properties.as_deref(),
-            ))
+            super::v5_session::SessionV5::from_connect(properties.as_deref())
         });
         if self.over_capacity {
             return self.refuse(
@@ -63,7 +61,7 @@ impl Session {
         let mut keep_alive = keep_alive;
         if let Some(max) = self.context.config.max_keep_alive {
             if keep_alive == 0 || keep_alive > max {
-                match v5.as_deref_mut() {
+                match v5.as_mut() {
                     Some(v5) => {
                         v5.server_keep_alive = true;
                         keep_alive = max;
@@ -103,7 +101,7 @@ impl Session {
             message: bytes::Bytes::copy_from_slice(&will.message),
             ..will
         });
-        if let Some(v5) = v5.as_deref_mut() {
+        if let Some(v5) = v5.as_mut() {
             v5.will_delay = last_will
                 .as_ref()
                 .and_then(|will| will.properties.as_deref())
@@ -111,7 +109,7 @@ impl Session {
                 .unwrap_or(0);
         }
         let client_id = if client_id.is_empty() {
-            if let Some(v5) = v5.as_deref_mut() {
+            if let Some(v5) = v5.as_mut() {
                 // MQTT 5 lets the server assign one whatever the session (section 3.1.3.1).
                 v5.assigned_client_identifier = true;
             } else if !clean_session {
@@ -349,7 +347,7 @@ impl Session {
         let session_present =
             connected.session_present && connected.protocol != crate::codec::ProtocolLevel::V3_1;
         let mut connack = ConnAck::new(session_present, ConnectReturnCode::Accepted);
-        if let Some(v5) = connected.v5.as_deref() {
+        if let Some(v5) = connected.v5.as_ref() {
             let facts = super::v5_session::ConnAckFacts {
                 assigned_client_identifier: v5
                     .assigned_client_identifier

@@ -160,8 +160,9 @@ struct Connected {
     /// Whether a stored session is discarded on connect: 3.1.1's clean session, MQTT 5's
     /// clean start.
     clean_start: bool,
-    /// MQTT 5 session state; boxed, so a 3.1.1 connection carries one pointer.
-    v5: Option<Box<v5_session::SessionV5>>,
+    /// MQTT 5 session state: inline (24 bytes; its lists are boxed), so an MQTT 5
+    /// connection makes no allocation a 3.1.1 one does not.
+    v5: Option<v5_session::SessionV5>,
     protocol: ProtocolLevel,
     keep_alive: u16,
     /// Boxed: most clients set no will, and an idle connection should not carry room for one.
@@ -300,7 +301,7 @@ impl Session {
             return;
         }
         if let Some(connected) = self.connected.as_deref_mut() {
-            if let Some(v5) = connected.v5.as_deref_mut() {
+            if let Some(v5) = connected.v5.as_mut() {
                 if v5.disconnect_sent {
                     return;
                 }
@@ -552,7 +553,7 @@ impl Session {
                 // A clean DISCONNECT discards the will (MQTT-3.14.4-3), unless an MQTT 5
                 // client asks for it with 0x04.
                 if let Some(connected) = self.connected.as_deref_mut() {
-                    if let Some(v5) = connected.v5.as_deref_mut() {
+                    if let Some(v5) = connected.v5.as_mut() {
                         if let Some(expiry) = reason
                             .properties
                             .as_deref()
@@ -698,8 +699,8 @@ impl Session {
         // A shared subscription's consumer goes first, so what this member had in flight
         // is requeued below to the group's other members.
         let mut shared_held = Vec::new();
-        if let Some(v5) = connected.v5.as_deref_mut() {
-            for shared in v5.shared.drain(..) {
+        if let Some(v5) = connected.v5.as_mut() {
+            for shared in v5.take_shared() {
                 connected.vhost.cancel(&shared.queue, shared.consumer_id);
                 shared_held.push((shared.filter, shared.qos));
             }
@@ -749,7 +750,7 @@ impl Session {
         } else {
             // An MQTT 5 session is kept for its expiry interval (a member of its groups
             // until then), then forgotten.
-            let expiry = connected.v5.as_deref().map(|v5| v5.session_expiry);
+            let expiry = connected.v5.as_ref().map(|v5| v5.session_expiry);
             if let Some(seconds) =
                 expiry.filter(|seconds| *seconds != v5_session::SESSION_NEVER_EXPIRES)
             {

@@ -231,7 +231,7 @@ pub(super) fn route_publish(
     let mut headers = Table::new();
     headers.insert(PUBLISH_QOS_HEADER, publish_qos_value(qos));
     headers.insert(DUP_HEADER, Value::Bool(dup));
-    crate::session::v5_session::mark_origin(connected, retain, &mut headers);
+    crate::session::v5_session::mark_origin(connected, connection_id, retain, &mut headers);
     let mut properties = Properties {
         // RabbitMQ: QoS 0 is transient, QoS 1 and 2 are persistent.
         delivery_mode: Some(if qos == QoS::AtMostOnce { 1 } else { 2 }),

@@ -109,7 +109,7 @@ impl Session {
             )
             .map_err(|e| not_authorized(e.message))?;
         let v5 = connected.v5.get_or_insert_default();
-        if v5.shared.iter().any(|shared| shared.filter == filter) {
+        if v5.shared().iter().any(|shared| shared.filter == filter) {
             return Ok(qos);
         }
         let actor = Actor {
@@ -164,8 +164,8 @@ impl Session {
             (connected.vhost.name().to_string(), name),
             &connected.client_id,
         );
-        if let Some(v5) = connected.v5.as_deref_mut() {
-            v5.shared.push(SharedSubscription {
+        if let Some(v5) = connected.v5.as_mut() {
+            v5.lists_mut().shared.push(SharedSubscription {
                 filter: filter.to_string(),
                 queue,
                 consumer_id,
@@ -209,13 +209,17 @@ impl Session {
         let Some(connected) = self.connected.as_deref_mut() else {
             return false;
         };
-        let Some(v5) = connected.v5.as_deref_mut() else {
+        let Some(v5) = connected.v5.as_mut() else {
             return false;
         };
-        let Some(position) = v5.shared.iter().position(|shared| shared.filter == filter) else {
+        let Some(position) = v5
+            .shared()
+            .iter()
+            .position(|shared| shared.filter == filter)
+        else {
             return false;
         };
-        let shared = v5.shared.remove(position);
+        let shared = v5.lists_mut().shared.remove(position);
         connected.vhost.cancel(&shared.queue, shared.consumer_id);
         leave_groups(
             &self.context,

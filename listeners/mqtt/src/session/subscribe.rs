@@ -49,8 +49,11 @@ impl Session {
                             Some(Ok((_, inner))) => *inner,
                             _ => filter.as_str(),
                         };
-                        self.outbox
-                            .set_subscription(inner, Some((identifier, option)));
+                        self.outbox.set_subscription(
+                            inner,
+                            Some((identifier, option)),
+                            self.connection_id,
+                        );
                         if option.no_local {
                             self.note_no_local();
                         }
@@ -143,7 +146,7 @@ impl Session {
         // them once unused for the session expiry interval, as RabbitMQ 3.13 does.
         let mut arguments = Table::new();
         let exists = connected.vhost.queue_instance(&name).is_some();
-        if let Some(v5) = connected.v5.as_deref() {
+        if let Some(v5) = connected.v5.as_ref() {
             let expiry = v5.session_expiry;
             if !connected.clean_session
                 && expiry != super::v5_session::SESSION_NEVER_EXPIRES
@@ -251,7 +254,7 @@ impl Session {
             if v5 && filter.starts_with("$share/") {
                 let removed = self.remove_shared_subscription(filter);
                 if let Some(Ok((_, inner))) = parse_shared(filter) {
-                    self.outbox.set_subscription(inner, None);
+                    self.outbox.set_subscription(inner, None, connection_id);
                 }
                 reason_codes.push(if removed {
                     reason::SUCCESS
@@ -270,7 +273,7 @@ impl Session {
                 };
                 reason_codes.push(reason::SUCCESS);
                 if v5 {
-                    self.outbox.set_subscription(filter, None);
+                    self.outbox.set_subscription(filter, None, connection_id);
                 }
                 let (_, qos) = connected.filters.remove(position);
                 let actor = Actor {

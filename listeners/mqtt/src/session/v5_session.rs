@@ -28,15 +28,14 @@ pub(super) struct SessionV5 {
     pub(super) session_expiry: u32,
     /// Whether the server made up the client identifier (sent back in CONNACK).
     pub(super) assigned_client_identifier: bool,
-    /// Topic aliases the client set, by alias.
-    pub(super) aliases: Vec<(u16, String)>,
-    /// Shared subscriptions (`$share/GROUP/filter`) this member holds.
-    pub(super) shared: Vec<SharedSubscription>,
+    /// Topic aliases and shared subscriptions, allocated on first use: an idle subscriber
+    /// with neither carries one pointer, not two empty vectors.
+    lists: Option<Box<SessionV5Lists>>,
     /// A DISCONNECT went out: nothing more is said to the client.
     pub(super) disconnect_sent: bool,
     /// Set once the client holds a "no local" subscription: its publishes then carry the
     /// connection's id, so its own deliveries can tell them apart.
-    pub(super) no_local_origin: Option<u64>,
+    pub(super) no_local: bool,
     /// The will delay interval in seconds (0: publish the will at once).
     pub(super) will_delay: u32,
     /// The client asked for Response Information (Request Response Information 1).
@@ -49,7 +48,39 @@ pub(super) struct SessionV5 {
     pub(super) no_problem_information: bool,
 }
 
+/// The lists of [`SessionV5`] most sessions never fill.
+#[derive(Default)]
+pub(super) struct SessionV5Lists {
+    /// Topic aliases the client set, by alias.
+    pub(super) aliases: Vec<(u16, String)>,
+    /// Shared subscriptions (`$share/GROUP/filter`) this member holds.
+    pub(super) shared: Vec<SharedSubscription>,
+}
+
 impl SessionV5 {
+    /// The shared subscriptions this member holds.
+    pub(super) fn shared(&self) -> &[SharedSubscription] {
+        self.lists.as_deref().map_or(&[], |lists| &lists.shared)
+    }
+
+    /// The topic aliases the client set.
+    pub(super) fn aliases(&self) -> &[(u16, String)] {
+        self.lists.as_deref().map_or(&[], |lists| &lists.aliases)
+    }
+
+    /// The lists, allocated on first use.
+    pub(super) fn lists_mut(&mut self) -> &mut SessionV5Lists {
+        self.lists.get_or_insert_default()
+    }
+
+    /// Takes the shared subscriptions (the session ends).
+    pub(super) fn take_shared(&mut self) -> Vec<SharedSubscription> {
+        self.lists
+            .as_deref_mut()
+            .map(|lists| std::mem::take(&mut lists.shared))
+            .unwrap_or_default()
+    }
+
     /// The state for a CONNECT's properties.
     pub(super) fn from_connect(properties: Option<&Properties>) -> SessionV5 {
         SessionV5 {
@@ -127,13 +158,28 @@ impl Session {
     /// Records that the client holds a "no local" subscription.
     pub(super) fn note_no_local(&mut self) {
         let connection_id = self.connection_id;
-        if let Some(v5) = self
-            .connected
-            .as_deref_mut()
-            .and_then(|connected| connected.v5.as_deref_mut())
-        {
-            v5.no_local_origin = Some(connection_id);
+        let Some(connected) = self.connected.as_deref_mut() else {
+            return;
+        };
+        let Some(v5) = connected.v5.as_mut() else {
+            return;
+        };
+        if v5.no_local {
+            return;
         }
+        v5.no_local = true;
+        // The outbox kept only subscriptions with an identifier or options so far; the
+        // others now matter too (they let this connection's own messages through).
+        let filters = connected
+            .filters
+            .iter()
+            .map(|(filter, _)| filter.as_str())
+            .chain(v5.shared().iter().filter_map(|shared| {
+                super::shared::parse_shared(&shared.filter)
+                    .and_then(Result::ok)
+                    .map(|(_, inner)| inner)
+            }));
+        self.outbox.record_all_subscriptions(filters, connection_id);
     }
 
     /// The MQTT 5 checks of an incoming PUBLISH, and its topic alias resolved. `Err` is
@@ -165,7 +211,7 @@ impl Session {
             }
             let v5 = connected.v5.get_or_insert_default();
             if publish.topic.is_empty() {
-                match v5.aliases.iter().find(|(known, _)| *known == alias) {
+                match v5.aliases().iter().find(|(known, _)| *known == alias) {
                     Some((_, topic)) => publish.topic.clone_from(topic),
                     None => {
                         return Err(self.violation(
@@ -175,8 +221,9 @@ impl Session {
                     }
                 }
             } else {
-                v5.aliases.retain(|(known, _)| *known != alias);
-                v5.aliases.push((alias, publish.topic.clone()));
+                let aliases = &mut v5.lists_mut().aliases;
+                aliases.retain(|(known, _)| *known != alias);
+                aliases.push((alias, publish.topic.clone()));
             }
         }
         let fresh = match (publish.qos, publish.packet_id) {
@@ -215,7 +262,7 @@ impl Session {
         let quiet = self
             .connected
             .as_deref()
-            .and_then(|connected| connected.v5.as_deref())
+            .and_then(|connected| connected.v5.as_ref())
             .is_some_and(|v5| v5.no_problem_information);
         // MQTT-3.1.2-29: a client that asked for no problem information gets the reason
         // code alone.
@@ -268,7 +315,7 @@ impl Session {
 /// How long an MQTT 5 will waits after the connection ended: the will delay interval, or
 /// the session expiry interval when that is shorter (MQTT-3.1.3-9). `None`: at once.
 pub(super) fn will_delay(connected: &super::Connected) -> Option<std::time::Duration> {
-    let v5 = connected.v5.as_deref()?;
+    let v5 = connected.v5.as_ref()?;
     let seconds = v5.will_delay.min(v5.session_expiry);
     // Without a runtime (unit tests) there is no timer: at once.
     (seconds > 0 && tokio::runtime::Handle::try_current().is_ok())
@@ -318,12 +365,20 @@ pub(super) fn publish_will_later(
 
 /// Marks a published message for MQTT 5 subscription options: RETAIN (for "retain as
 /// published"), and the publishing connection when it holds a "no local" subscription.
-pub(super) fn mark_origin(connected: &super::Connected, retain: bool, headers: &mut Table) {
+pub(super) fn mark_origin(
+    connected: &super::Connected,
+    connection_id: u64,
+    retain: bool,
+    headers: &mut Table,
+) {
     if retain {
         headers.insert(crate::outbox::RETAIN_HEADER, Value::Bool(true));
     }
-    if let Some(origin) = connected.v5.as_deref().and_then(|v5| v5.no_local_origin) {
-        headers.insert(crate::outbox::NO_LOCAL_HEADER, Value::I64(origin as i64));
+    if connected.v5.as_ref().is_some_and(|v5| v5.no_local) {
+        headers.insert(
+            crate::outbox::NO_LOCAL_HEADER,
+            Value::I64(connection_id as i64),
+        );
     }
 }
 
@@ -336,5 +391,15 @@ pub(super) fn publish_refusal_code(reason: &str) -> u8 {
         reason::NOT_AUTHORIZED
     } else {
         reason::UNSPECIFIED_ERROR
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// `SessionV5` is inline in every connection's state, 3.1.1 ones too: keep it small
+    /// (what grows belongs in its boxed lists).
+    #[test]
+    fn session_v5_stays_small() {
+        assert!(std::mem::size_of::<Option<super::SessionV5>>() <= 24);
     }
 }
