@@ -412,12 +412,14 @@ impl QuorumQueueHandle {
             if !local.pending.is_empty() {
                 // An attach of ours whose reply has not come back yet.
                 local.early.entry(key).or_default().push(delivered);
-            } else if !local.strays.contains(&key) {
-                tracing::debug!(queue = %self.name, ?key, "a stray consumer of this node: removed");
+            } else {
                 // A consumer of ours nobody waits for (an attach retried after its first
-                // try did commit): back, uncounted, and the consumer removed.
-                local.strays.insert(key);
-                self.send(Op::Command(Command::Cancel { consumer: key }));
+                // try did commit): removed, and each delivery to it back, uncounted (a
+                // cancelled consumer keeps what it holds until that is settled).
+                if local.strays.insert(key) {
+                    tracing::debug!(queue = %self.name, ?key, "a stray consumer of this node: removed");
+                    self.send(Op::Command(Command::Cancel { consumer: key }));
+                }
                 if !settled {
                     self.send(Op::Command(Command::Settle {
                         consumer: key,
