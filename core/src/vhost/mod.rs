@@ -403,7 +403,15 @@ impl VHost {
             .map(|queue| Arc::clone(queue) as Arc<dyn QueueInstance>)
             .collect();
         if self.typed_count.load(std::sync::atomic::Ordering::Relaxed) > 0 {
-            all.extend(self.typed.read().values().cloned());
+            // Streams are typed queues too, but they are listed from their logs
+            // (`VHost::streams`), with their offsets and segments.
+            all.extend(
+                self.typed
+                    .read()
+                    .values()
+                    .filter(|queue| !queue.queue_type().capabilities().consumers_need_offset)
+                    .cloned(),
+            );
         }
         all
     }

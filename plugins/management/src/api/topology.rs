@@ -273,9 +273,14 @@ impl Management {
                 listed.into_iter().map(|(_, json)| json).collect()
             }),
             ("GET", [vhost, name]) => self.show_in_vhost(caller, vhost, |v| {
-                v.queue_instance(name)
-                    .map(|q| self.queue_json(v, q.as_ref(), ranges))
-                    .or_else(|| v.streams().get(name).map(|log| self.stream_json(v, &log)))
+                // A stream is a queue instance too; its log has its offsets and segments.
+                v.streams()
+                    .get(name)
+                    .map(|log| self.stream_json(v, &log))
+                    .or_else(|| {
+                        v.queue_instance(name)
+                            .map(|q| self.queue_json(v, q.as_ref(), ranges))
+                    })
             }),
             ("GET", [vhost, name, "bindings"]) => self.show_in_vhost(caller, vhost, |v| {
                 if v.queue_instance(name).is_none() && v.streams().get(name).is_none() {
