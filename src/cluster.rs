@@ -12,6 +12,7 @@ use warren_cluster::metadata::{MetadataConfig, MetadataStore, SnapshotIo};
 use warren_cluster::secret::Secret;
 use warren_cluster::transport::{Transport, TransportConfig};
 use warren_config::{ListenAddr, Settings, CLUSTER_PORT};
+use warren_core::remote::{Forwarding, RemoteLink};
 use warren_core::Broker;
 use warren_management::{ClusterView, Management};
 
@@ -109,9 +110,24 @@ pub async fn start(
     };
     // Quorum queues' groups answer their peers from the start: a node replaying its
     // metadata log declares queues whose members on other nodes already call.
+    // Classic queues' forwarding (docs/clustering.md, "Any node"), ready once the metadata
+    // store knows every queue's home.
+    let forwarding: Arc<OnceLock<Arc<Forwarding>>> = Arc::new(OnceLock::new());
     {
         let quorum = Arc::clone(quorum);
-        transport.set_extension_handler(Arc::new(move |_from, method, body| {
+        let forwarding = Arc::clone(&forwarding);
+        transport.set_extension_handler(Arc::new(move |from, method, body| {
+            if method == FORWARD_METHOD {
+                let forwarding = forwarding.get().cloned();
+                return Box::pin(async move {
+                    match forwarding {
+                        Some(forwarding) => {
+                            Ok(bytes::Bytes::from(forwarding.serve(&from, &body).await))
+                        }
+                        None => Err("this node is still starting".to_string()),
+                    }
+                });
+            }
             Box::pin(quorum.serve(method, body))
         }));
     }
@@ -125,9 +141,20 @@ pub async fn start(
     .await
     .map_err(|e| StartError::Cluster(e.to_string()))?;
     quorum.join(Arc::new(QuorumLink {
-        transport,
+        transport: Arc::clone(&transport),
         metadata: Arc::clone(&metadata),
     }));
+    let forwarder = Forwarding::new(
+        broker,
+        Arc::new(ForwardLink {
+            transport,
+            metadata: Arc::clone(&metadata),
+        }),
+        tokio::runtime::Handle::current(),
+    );
+    broker.set_forwarding(Arc::clone(&forwarder));
+    let _ = forwarding.set(Arc::clone(&forwarder));
+    tasks.spawn(maintain_forwarding(forwarder, shutdown.clone()));
     tracing::info!(node = %name, "clustering enabled");
     Ok(ClusterNode {
         metadata,
@@ -188,6 +215,67 @@ impl warren_raft::ClusterLink for QuorumLink {
                     }
                     other => warren_raft::LinkError::Unreachable(other.to_string()),
                 })
+        })
+    }
+}
+
+/// The transport method carrying classic queues' forwarding (`warren_core::remote`);
+/// quorum queues' groups use 100-119.
+const FORWARD_METHOD: u16 = 120;
+
+/// Runs forwarding's periodic work once a second until shutdown.
+async fn maintain_forwarding(forwarding: Arc<Forwarding>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => forwarding.maintain(),
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// What classic queues' forwarding uses of the cluster: queue homes from the metadata
+/// store, the failure detector and the bulk links.
+struct ForwardLink {
+    transport: Arc<Transport>,
+    metadata: Arc<MetadataStore>,
+}
+
+impl RemoteLink for ForwardLink {
+    fn local(&self) -> &str {
+        self.transport.node()
+    }
+
+    fn home_of(&self, vhost: &str, queue: &str) -> Option<String> {
+        self.metadata.home_of(vhost, queue)
+    }
+
+    fn is_up(&self, node: &str) -> bool {
+        node == self.transport.node()
+            || self.transport.detector().status(node) != warren_cluster::detector::NodeStatus::Down
+    }
+
+    fn call(
+        &self,
+        node: &str,
+        body: Vec<u8>,
+        timeout: std::time::Duration,
+    ) -> warren_core::remote::CallFuture {
+        let transport = Arc::clone(&self.transport);
+        let node = node.to_string();
+        Box::pin(async move {
+            transport
+                .call(
+                    &node,
+                    warren_cluster::codec::LinkKind::Bulk,
+                    FORWARD_METHOD,
+                    bytes::Bytes::from(body),
+                    timeout,
+                )
+                .await
+                .map(|answer| answer.to_vec())
+                .map_err(|error| error.to_string())
         })
     }
 }

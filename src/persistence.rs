@@ -190,7 +190,12 @@ pub fn snapshot(broker: &Broker) -> Json {
             }));
         }
         // Quorum queues: their declarations here, their messages in their Raft logs.
+        // Classic queues homed on another node are typed queues here too (forwarding
+        // stand-ins), and may be transient.
         for queue in vhost.typed_queues() {
+            if !queue.durable() {
+                continue;
+            }
             durable_queues.push(queue.name().to_string());
             queues.push(json!({
                 "name": queue.name(),

@@ -128,6 +128,12 @@ impl Broker {
         self.durability.set_queue_backend(backend)
     }
 
+    /// Installs forwarding to classic queues homed on other nodes of the cluster (see
+    /// [`crate::remote`]); false if installed already.
+    pub fn set_forwarding(&self, forwarding: Arc<crate::remote::Forwarding>) -> bool {
+        self.durability.set_forwarding(forwarding)
+    }
+
     /// Installs how streams encode the messages AMQP 0-9-1, STOMP and MQTT publish to them
     /// (the server's AMQP 1.0 message mapping). Install before publishing to a stream; false
     /// if one was installed already.

@@ -31,6 +31,7 @@ pub mod policy;
 pub mod queue;
 pub mod queue_type;
 pub mod quorum;
+pub mod remote;
 pub mod replication;
 pub mod retained;
 pub mod retained_file;

@@ -533,22 +533,23 @@ fn reason_from(code: u8) -> Result<DeathReason, CodecError> {
     })
 }
 
-struct Writer<'a>(&'a mut Vec<u8>);
+/// Little-endian writer shared by the quorum and forwarding codecs.
+pub(crate) struct Writer<'a>(pub(crate) &'a mut Vec<u8>);
 
 impl Writer<'_> {
-    fn u8(&mut self, v: u8) {
+    pub(crate) fn u8(&mut self, v: u8) {
         self.0.push(v);
     }
-    fn bool(&mut self, v: bool) {
+    pub(crate) fn bool(&mut self, v: bool) {
         self.0.push(u8::from(v));
     }
-    fn u32(&mut self, v: u32) {
+    pub(crate) fn u32(&mut self, v: u32) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn u64(&mut self, v: u64) {
+    pub(crate) fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn opt(&mut self, v: Option<u64>) {
+    pub(crate) fn opt(&mut self, v: Option<u64>) {
         match v {
             Some(v) => {
                 self.u8(1);
@@ -557,14 +558,14 @@ impl Writer<'_> {
             None => self.u8(0),
         }
     }
-    fn bytes(&mut self, v: &[u8]) {
+    pub(crate) fn bytes(&mut self, v: &[u8]) {
         self.u32(v.len() as u32);
         self.0.extend_from_slice(v);
     }
-    fn str(&mut self, v: &str) {
+    pub(crate) fn str(&mut self, v: &str) {
         self.bytes(v.as_bytes());
     }
-    fn opt_str(&mut self, v: Option<&str>) {
+    pub(crate) fn opt_str(&mut self, v: Option<&str>) {
         match v {
             Some(v) => {
                 self.u8(1);
@@ -573,7 +574,7 @@ impl Writer<'_> {
             None => self.u8(0),
         }
     }
-    fn ids(&mut self, ids: &[u64]) {
+    pub(crate) fn ids(&mut self, ids: &[u64]) {
         self.u32(ids.len() as u32);
         for id in ids {
             self.u64(*id);
@@ -609,7 +610,7 @@ impl Writer<'_> {
         }
     }
     /// A message as one message-store record, length-prefixed.
-    fn message(&mut self, message: &Message) {
+    pub(crate) fn message(&mut self, message: &Message) {
         let at = self.0.len();
         self.u32(0);
         encode_publish(self.0, 0, &[], message);
@@ -618,7 +619,7 @@ impl Writer<'_> {
     }
     /// A table, carried as the headers of an empty message so that it shares the message
     /// store's value encoding.
-    fn table(&mut self, table: &Table) {
+    pub(crate) fn table(&mut self, table: &Table) {
         self.message(&Message {
             exchange: Arc::from(""),
             routing_key: Arc::from(""),
@@ -632,10 +633,11 @@ impl Writer<'_> {
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+/// Reader of what [`Writer`] wrote, refusing truncated or damaged input.
+pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], CodecError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], CodecError> {
         if self.0.len() < n {
             return Err(CodecError("truncated".into()));
         }
@@ -643,51 +645,51 @@ impl<'a> Reader<'a> {
         self.0 = tail;
         Ok(head)
     }
-    fn end(&self) -> Result<(), CodecError> {
+    pub(crate) fn end(&self) -> Result<(), CodecError> {
         if self.0.is_empty() {
             Ok(())
         } else {
             Err(CodecError(format!("{} bytes left over", self.0.len())))
         }
     }
-    fn u8(&mut self) -> Result<u8, CodecError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, CodecError> {
         Ok(self.take(1)?[0])
     }
-    fn bool(&mut self) -> Result<bool, CodecError> {
+    pub(crate) fn bool(&mut self) -> Result<bool, CodecError> {
         match self.u8()? {
             0 => Ok(false),
             1 => Ok(true),
             other => Err(CodecError(format!("{other} is not a boolean"))),
         }
     }
-    fn u32(&mut self) -> Result<u32, CodecError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, CodecError> {
         let bytes: [u8; 4] = self
             .take(4)?
             .try_into()
             .map_err(|_| CodecError("u32".into()))?;
         Ok(u32::from_le_bytes(bytes))
     }
-    fn u64(&mut self) -> Result<u64, CodecError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, CodecError> {
         let bytes: [u8; 8] = self
             .take(8)?
             .try_into()
             .map_err(|_| CodecError("u64".into()))?;
         Ok(u64::from_le_bytes(bytes))
     }
-    fn opt(&mut self) -> Result<Option<u64>, CodecError> {
+    pub(crate) fn opt(&mut self) -> Result<Option<u64>, CodecError> {
         match self.bool()? {
             true => self.u64().map(Some),
             false => Ok(None),
         }
     }
-    fn bytes(&mut self) -> Result<&'a [u8], CodecError> {
+    pub(crate) fn bytes(&mut self) -> Result<&'a [u8], CodecError> {
         let length = self.u32()? as usize;
         self.take(length)
     }
-    fn str(&mut self) -> Result<String, CodecError> {
+    pub(crate) fn str(&mut self) -> Result<String, CodecError> {
         String::from_utf8(self.bytes()?.to_vec()).map_err(|_| CodecError("not UTF-8".into()))
     }
-    fn opt_str(&mut self) -> Result<Option<String>, CodecError> {
+    pub(crate) fn opt_str(&mut self) -> Result<Option<String>, CodecError> {
         match self.bool()? {
             true => self.str().map(Some),
             false => Ok(None),
@@ -695,14 +697,14 @@ impl<'a> Reader<'a> {
     }
     /// A count of items at least `item_size` bytes each, refused when the rest cannot hold
     /// that many (so a damaged count cannot make decoding allocate without bound).
-    fn count(&mut self, item_size: usize) -> Result<usize, CodecError> {
+    pub(crate) fn count(&mut self, item_size: usize) -> Result<usize, CodecError> {
         let count = self.u32()? as usize;
         if count > self.0.len() / item_size.max(1) {
             return Err(CodecError(format!("count {count} exceeds the data")));
         }
         Ok(count)
     }
-    fn ids(&mut self) -> Result<Vec<u64>, CodecError> {
+    pub(crate) fn ids(&mut self) -> Result<Vec<u64>, CodecError> {
         let count = self.count(8)?;
         (0..count).map(|_| self.u64()).collect()
     }
@@ -739,7 +741,7 @@ impl<'a> Reader<'a> {
             other => Err(CodecError(format!("unknown credit mode {other}"))),
         }
     }
-    fn message(&mut self) -> Result<Message, CodecError> {
+    pub(crate) fn message(&mut self) -> Result<Message, CodecError> {
         let record = self.bytes()?;
         match read_record(record) {
             Read::Record(Record::Publish { message, .. }, used) if used == record.len() => {
@@ -748,7 +750,7 @@ impl<'a> Reader<'a> {
             _ => Err(CodecError("damaged message".into())),
         }
     }
-    fn table(&mut self) -> Result<Table, CodecError> {
+    pub(crate) fn table(&mut self) -> Result<Table, CodecError> {
         Ok(self.message()?.properties.headers.unwrap_or_default())
     }
 }

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -87,6 +87,8 @@ pub struct Durability {
     /// How streams encode the messages published to them through the core, installed by
     /// the server (the AMQP 1.0 message mapping).
     stream_format: std::sync::OnceLock<Arc<dyn crate::stream_log::MessageFormat>>,
+    /// Forwarding to classic queues on other nodes, installed by a clustered server.
+    forwarding: std::sync::OnceLock<Arc<crate::remote::Forwarding>>,
 }
 
 impl Durability {
@@ -118,6 +120,17 @@ impl Durability {
     /// Installs what makes quorum queues on this node; false if one was installed already.
     pub fn set_queue_backend(&self, backend: Arc<dyn crate::queue_type::QueueBackend>) -> bool {
         self.queue_backend.set(backend).is_ok()
+    }
+
+    /// Installs forwarding to classic queues homed on other nodes; false if installed
+    /// already.
+    pub fn set_forwarding(&self, forwarding: Arc<crate::remote::Forwarding>) -> bool {
+        self.forwarding.set(forwarding).is_ok()
+    }
+
+    /// Forwarding to other nodes' classic queues, on a cluster.
+    pub fn forwarding(&self) -> Option<&Arc<crate::remote::Forwarding>> {
+        self.forwarding.get()
     }
 
     /// What makes quorum queues on this node, once installed.
@@ -202,6 +215,10 @@ struct Pending {
     /// Sequence numbers taken with [`MessageStore::hold`] and not released: the durable
     /// sequence number stays below the lowest of them.
     holds: std::collections::BTreeSet<u64>,
+    /// Holds released as failed ([`MessageStore::fail`]): their publishers get a nack.
+    failed: std::collections::BTreeSet<u64>,
+    /// A failure of the key fails the value too ([`MessageStore::link_holds`]).
+    failure_links: std::collections::HashMap<u64, u64>,
     /// The highest sequence number the writer made durable.
     written_seq: u64,
     /// The writer holds a batch it has not finished (even one of events only).
@@ -230,6 +247,8 @@ struct Shared {
     max_unwritten: usize,
     locations: Mutex<Locations>,
     queue_max_in_memory: usize,
+    /// How many holds ever failed: [`MessageStore::take_failed`] looks no further while 0.
+    failures: AtomicUsize,
 }
 
 /// Where each message's publish record is, for reading bodies back (paged-out backlogs).
@@ -296,6 +315,7 @@ impl MessageStore {
             max_unwritten: config.max_unwritten_bytes.max(1),
             locations: Mutex::new(locations),
             queue_max_in_memory: config.queue_max_in_memory,
+            failures: AtomicUsize::new(0),
         });
         let mut writer = Writer::new(&config, segments, recovered.next_segment)?;
         let thread_shared = Arc::clone(&shared);
@@ -412,6 +432,47 @@ impl MessageStore {
                 moved
             });
         }
+    }
+
+    /// Releases a hold whose publish failed (a forwarded publish the queue's home node
+    /// refused or never answered): the publisher that waits for `seq` must nack it (see
+    /// [`MessageStore::take_failed`]).
+    pub fn fail(&self, seq: u64) {
+        {
+            let mut pending = self.shared.pending.lock();
+            let mut next = Some(seq);
+            while let Some(at) = next {
+                pending.failed.insert(at);
+                next = pending.failure_links.remove(&at);
+            }
+            self.shared.failures.fetch_add(1, Ordering::Release);
+        }
+        self.release(seq);
+    }
+
+    /// Makes a failure of hold `from` fail hold `to` as well: a message routed to several
+    /// forwarded queues is confirmed through its last hold only.
+    pub fn link_holds(&self, from: u64, to: u64) {
+        if from == to {
+            return;
+        }
+        let mut pending = self.shared.pending.lock();
+        if pending.failed.contains(&from) {
+            pending.failed.insert(to);
+        } else if pending.holds.contains(&from) {
+            pending.failure_links.insert(from, to);
+        }
+    }
+
+    /// Whether the publish that waited for `seq` failed; a true answer is given once. One
+    /// atomic load while nothing ever failed.
+    pub fn take_failed(&self, seq: u64) -> bool {
+        if self.shared.failures.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let mut pending = self.shared.pending.lock();
+        pending.failure_links.remove(&seq);
+        pending.failed.remove(&seq)
     }
 
     /// Records that messages left `queue` for good (ack, reject, expiry, purge, deletion).

@@ -101,6 +101,29 @@ impl VHost {
                 consumer_count: existing.consumer_count(),
             });
         }
+        if !request.exclusive && !request.auto_delete {
+            if let Some(forwarding) = self.durability.forwarding() {
+                if let Some(home) = forwarding.remote_home(&self.name, &name) {
+                    // Declared on another node (its home, from the metadata log): this node
+                    // forwards to it.
+                    let remote = crate::remote::RemoteQueue::new(
+                        forwarding,
+                        &self.name,
+                        &name,
+                        home,
+                        request.durable,
+                        request.arguments,
+                    );
+                    self.insert_typed_queue_locked(remote);
+                    self.durability.topology_changed();
+                    return Ok(QueueDeclared {
+                        name,
+                        message_count: 0,
+                        consumer_count: 0,
+                    });
+                }
+            }
+        }
         let config = QueueConfig {
             name: name.clone(),
             vhost: self.name.clone(),
@@ -233,6 +256,67 @@ impl VHost {
             message_count: info.ready,
             consumer_count: info.consumers,
         })
+    }
+
+    /// Turns the classic queues this node holds but another node is home to (made at boot
+    /// from the saved definitions, before the metadata log said where they live) into
+    /// forwarding stand-ins, keeping their bindings. Only empty queues without consumers
+    /// are turned: anything else is left as it is and logged.
+    pub fn rehome_classic_queues(&self, forwarding: &Arc<crate::remote::Forwarding>) {
+        let candidates: Vec<(Arc<Queue>, String)> = self
+            .queues
+            .read()
+            .values()
+            .filter(|q| q.config().exclusive_owner.is_none() && !q.config().auto_delete)
+            .filter_map(|q| {
+                forwarding
+                    .remote_home(&self.name, q.name())
+                    .map(|home| (Arc::clone(q), home))
+            })
+            .collect();
+        for (queue, home) in candidates {
+            let _topology = self.topology.lock();
+            let current = self.queue(queue.name());
+            if !current.is_some_and(|c| Arc::ptr_eq(&c, &queue)) {
+                continue;
+            }
+            let stats = queue.stats();
+            if stats.ready > 0 || stats.unacknowledged > 0 || stats.consumers > 0 {
+                tracing::warn!(queue = %queue.name(), vhost = %self.name, %home, ready = stats.ready, "a classic queue homed on another node holds messages or consumers here; it stays local");
+                continue;
+            }
+            let name = queue.name().to_string();
+            let destination = DestinationName::Queue(name.clone());
+            let bindings: Vec<(Arc<Exchange>, Binding)> = self
+                .exchanges()
+                .into_iter()
+                .flat_map(|exchange| {
+                    exchange
+                        .bindings_to(&destination)
+                        .into_iter()
+                        .map(move |binding| (Arc::clone(&exchange), binding))
+                })
+                .collect();
+            for exchange in self.exchanges() {
+                exchange.unbind_destination(&destination);
+            }
+            self.queues.write().remove(&name);
+            let remote = crate::remote::RemoteQueue::new(
+                forwarding,
+                &self.name,
+                &name,
+                home.clone(),
+                queue.config().durable,
+                queue.config().arguments.clone(),
+            );
+            self.insert_typed_queue_locked(remote);
+            if let Some(stand_in) = self.stand_ins.read().get(&name).cloned() {
+                for (exchange, binding) in bindings {
+                    exchange.bind(binding, Target::Queue(Arc::clone(&stand_in)));
+                }
+            }
+            tracing::info!(queue = %name, vhost = %self.name, %home, "classic queue forwarded to its home node");
+        }
     }
 
     /// Adds a queue of another type and its stand-in in bindings. Caller holds the topology

@@ -227,13 +227,24 @@ impl VHost {
             };
             accepted &= queue.enqueue_stored(Arc::clone(&message), id) == EnqueueOutcome::Enqueued;
         }
+        let mut holds: Vec<u64> = Vec::new();
         for queue in typed {
-            // Replicated types keep the message in their own log; what the publisher waits
-            // for is a held store sequence number, released at commit.
+            // Replicated types keep the message in their own log, and forwarded classic
+            // queues on their home node; what the publisher waits for is a held store
+            // sequence number, released at commit (or once the home node has it).
             let published = queue.publish(Arc::clone(&message));
             accepted &= published.outcome == EnqueueOutcome::Enqueued;
             if let Some(seq) = published.durable_seq {
+                holds.push(seq);
                 durable_seq = Some(durable_seq.map_or(seq, |s: u64| s.max(seq)));
+            }
+        }
+        if let (true, Some(last), Some(store)) =
+            (holds.len() > 1, durable_seq, self.durability.store())
+        {
+            // The publisher waits for the last hold only: a failure of any other fails it.
+            for hold in holds {
+                store.link_holds(hold, last);
             }
         }
         Enqueued {

@@ -197,7 +197,14 @@ impl Channel {
     /// The confirms that can go now that the store has `durable` on disk: acks (coalesced
     /// with `multiple`) up to the first publish still waiting for the disk, and the nacks
     /// queued behind waiting publishes. Returns whether publishes are still unconfirmed.
-    pub(super) fn take_confirms(&mut self, durable: u64, out: &mut Vec<Method>) -> bool {
+    /// `failed` says whether the publish that waited for a store sequence number failed
+    /// (a forwarded publish its queue's home node did not take): it is nacked.
+    pub(super) fn take_confirms(
+        &mut self,
+        durable: u64,
+        failed: &dyn Fn(u64) -> bool,
+        out: &mut Vec<Method>,
+    ) -> bool {
         if self.mode != Mode::Confirm {
             return false;
         }
@@ -210,7 +217,7 @@ impl Channel {
                 Some(wait) if wait.nack || wait.store_seq <= durable => {
                     let wait = *wait;
                     self.durable_waits.pop_front();
-                    if wait.nack {
+                    if wait.nack || failed(wait.store_seq) {
                         self.ack_up_to(wait.publish_seq - 1, out);
                         out.push(Method::BasicNack {
                             delivery_tag: wait.publish_seq,

@@ -866,13 +866,15 @@ impl Session {
         if self.pending_confirms.is_empty() {
             return;
         }
-        let durable = self.broker.message_store().map_or(0, |s| s.durable_seq());
+        let store = self.broker.message_store().cloned();
+        let durable = store.as_ref().map_or(0, |s| s.durable_seq());
+        let failed = |seq: u64| store.as_ref().is_some_and(|s| s.take_failed(seq));
         let mut methods = Vec::new();
         let mut waiting = Vec::new();
         for channel_id in std::mem::take(&mut self.pending_confirms) {
             if let Some(channel) = self.channels.get_mut(&channel_id) {
                 let before = channel.confirmed_seq();
-                if channel.take_confirms(durable, &mut methods) {
+                if channel.take_confirms(durable, &failed, &mut methods) {
                     waiting.push(channel_id);
                 }
                 let confirmed = channel.confirmed_seq() - before;

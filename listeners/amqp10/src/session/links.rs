@@ -567,12 +567,21 @@ impl Session {
 
     /// Sends the dispositions whose messages the store now has on disk (`durable` is the
     /// store's durable sequence number).
-    pub fn flush_durable(&mut self, durable: u64, out: &mut BytesMut) {
+    /// `failed` says whether the publish that waited for a store sequence number failed
+    /// (a forwarded publish its queue's home node did not take): it is released, so the
+    /// client may send it again.
+    pub fn flush_durable(
+        &mut self,
+        durable: u64,
+        failed: &dyn Fn(u64) -> bool,
+        out: &mut BytesMut,
+    ) {
         while let Some((seq, _, _)) = self.durable_waits.front() {
             if *seq > durable {
                 break;
             }
-            if let Some((_, id, state)) = self.durable_waits.pop_front() {
+            if let Some((seq, id, state)) = self.durable_waits.pop_front() {
+                let state = if failed(seq) { released() } else { state };
                 self.dispositions.push((id, state));
             }
         }

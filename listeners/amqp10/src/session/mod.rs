@@ -237,13 +237,12 @@ impl Connection {
 
     /// Sends the dispositions whose durable messages the store now has on disk.
     pub fn flush_durable(&mut self) {
-        let durable = self
-            .broker
-            .message_store()
-            .map_or(u64::MAX, |store| store.durable_seq());
+        let store = self.broker.message_store().cloned();
+        let durable = store.as_ref().map_or(u64::MAX, |store| store.durable_seq());
+        let failed = |seq: u64| store.as_ref().is_some_and(|s| s.take_failed(seq));
         for session in self.sessions.values_mut() {
             if session.awaits_durability() {
-                session.flush_durable(durable, &mut self.out);
+                session.flush_durable(durable, &failed, &mut self.out);
             }
         }
     }

@@ -1,0 +1,415 @@
+//! Classic queues on a cluster: a classic queue lives on its home node (the node that
+//! declared it, as in RabbitMQ), and every other node holds a [`RemoteQueue`] in its place
+//! that forwards publishes, consumers, settlements, gets, purges and counters to the home
+//! node over the cluster's bulk link. The home node serves them ([`Forwarding::serve`])
+//! with its own queue, so a classic queue's rules are written once.
+//!
+//! - **Publishes** are sent in order, batched per home node; the publisher's confirm waits
+//!   on a held store sequence number ([`crate::store::MessageStore::hold`]) released once
+//!   the home node has the message (on its disk, for a persistent message in a durable
+//!   queue), or failed ([`crate::store::MessageStore::fail`]: a nack) when the home node
+//!   refuses it or cannot be reached.
+//! - **Consumers** are attached at the home node with a credit window: the home node sends
+//!   at most `window` deliveries ahead of what this node handed to its listener, so a slow
+//!   consumer holds nothing back but its own window.
+//! - **Failure**: a consumer whose home node goes away is cancelled (as RabbitMQ cancels
+//!   consumers of a queue whose node is down); the home node returns to the queue whatever
+//!   a lost node's consumers held unsettled.
+//!
+//! The server provides the transport ([`RemoteLink`]); this module is the logic.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::broker::Broker;
+use crate::message::Message;
+
+pub mod codec;
+mod home;
+mod queue;
+
+pub use queue::RemoteQueue;
+
+use codec::{QueueRef, RemoteDelivery, Reply, Request};
+
+/// How long a forwarded request may take before it counts as failed.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most messages one forwarded publish request carries.
+const PUBLISH_BATCH: usize = 512;
+
+/// A future of a forwarded call's answer.
+pub type CallFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, String>> + Send>>;
+
+/// What forwarding needs of the cluster: implemented by the server over its transport.
+pub trait RemoteLink: Send + Sync {
+    /// This node's name.
+    fn local(&self) -> &str;
+    /// The home node of a queue, from the metadata log.
+    fn home_of(&self, vhost: &str, queue: &str) -> Option<String>;
+    /// Whether `node` is reachable now (the failure detector).
+    fn is_up(&self, node: &str) -> bool;
+    /// Sends one encoded [`Request`] to `node`'s forwarding service; the answer is an
+    /// encoded [`Reply`].
+    fn call(&self, node: &str, body: Vec<u8>, timeout: Duration) -> CallFuture;
+}
+
+/// The node's forwarding: the remote queues' side (proxy consumers, outgoing lanes) and
+/// the home side (consumers served for other nodes).
+pub struct Forwarding {
+    link: Arc<dyn RemoteLink>,
+    broker: Weak<Broker>,
+    runtime: tokio::runtime::Handle,
+    /// This run's id, in the high bits of proxy ids: a restarted node's old consumers are
+    /// recognised at the home node.
+    run: u64,
+    next_proxy: AtomicU64,
+    proxies: Mutex<HashMap<u64, Arc<queue::ProxyConsumer>>>,
+    lanes: Mutex<HashMap<(String, LaneKind), Arc<Lane>>>,
+    home: home::HomeState,
+}
+
+/// The kinds of ordered outgoing traffic to one node, each its own lane so that deliveries
+/// and acks never wait behind a publish batch's disk write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum LaneKind {
+    Publish,
+    Control,
+    Deliver,
+}
+
+/// One outgoing item.
+enum Op {
+    Publish {
+        queue: QueueRef,
+        message: Arc<Message>,
+        hold: Option<u64>,
+    },
+    Deliver {
+        proxy: u64,
+        deliveries: Vec<RemoteDelivery>,
+    },
+    Control(Request),
+}
+
+#[derive(Default)]
+struct LaneState {
+    ops: VecDeque<Op>,
+    running: bool,
+}
+
+/// Ordered requests to one node: one request in flight, everything queued meanwhile sent
+/// in the next (publishes batched).
+struct Lane {
+    node: String,
+    state: Mutex<LaneState>,
+}
+
+impl Forwarding {
+    /// Forwarding for `broker` over `link`, run on `runtime`. Install it with
+    /// [`crate::Broker::set_forwarding`], then call [`Forwarding::maintain`] about once a
+    /// second.
+    pub fn new(
+        broker: &Arc<Broker>,
+        link: Arc<dyn RemoteLink>,
+        runtime: tokio::runtime::Handle,
+    ) -> Arc<Forwarding> {
+        Arc::new(Forwarding {
+            link,
+            broker: Arc::downgrade(broker),
+            runtime,
+            run: (rand::random::<u32>() as u64) << 32,
+            next_proxy: AtomicU64::new(1),
+            proxies: Mutex::new(HashMap::new()),
+            lanes: Mutex::new(HashMap::new()),
+            home: home::HomeState::default(),
+        })
+    }
+
+    /// The queue's home node when it is another node than this one.
+    pub fn remote_home(&self, vhost: &str, queue: &str) -> Option<String> {
+        self.link
+            .home_of(vhost, queue)
+            .filter(|home| home != self.link.local())
+    }
+
+    fn lane(self: &Arc<Self>, node: &str, kind: LaneKind) -> Arc<Lane> {
+        Arc::clone(
+            self.lanes
+                .lock()
+                .entry((node.to_string(), kind))
+                .or_insert_with(|| {
+                    Arc::new(Lane {
+                        node: node.to_string(),
+                        state: Mutex::default(),
+                    })
+                }),
+        )
+    }
+
+    /// Queues `op` on the lane and starts its sender if it is idle.
+    fn send(self: &Arc<Self>, node: &str, kind: LaneKind, op: Op) {
+        let lane = self.lane(node, kind);
+        let start = {
+            let mut state = lane.state.lock();
+            state.ops.push_back(op);
+            !std::mem::replace(&mut state.running, true)
+        };
+        if start {
+            let me = Arc::clone(self);
+            self.runtime.spawn(async move { me.run_lane(lane).await });
+        }
+    }
+
+    async fn run_lane(self: Arc<Self>, lane: Arc<Lane>) {
+        loop {
+            let batch = {
+                let mut state = lane.state.lock();
+                match take_batch(&mut state.ops) {
+                    Some(batch) => batch,
+                    None => {
+                        state.running = false;
+                        return;
+                    }
+                }
+            };
+            self.send_batch(&lane.node, batch).await;
+        }
+    }
+
+    async fn send_batch(&self, node: &str, batch: Batch) {
+        match batch {
+            Batch::Publish { messages, holds } => {
+                let request = Request::Publish { messages };
+                let taken = match self.call(node, &request).await {
+                    Ok(Reply::Published(taken)) => taken,
+                    Ok(other) => {
+                        tracing::warn!(node, reply = ?other, "forwarded publishes refused");
+                        Vec::new()
+                    }
+                    Err(error) => {
+                        tracing::warn!(node, %error, "forwarded publishes failed");
+                        Vec::new()
+                    }
+                };
+                if let Some(store) = self.store() {
+                    for (index, hold) in holds.into_iter().enumerate() {
+                        let Some(hold) = hold else { continue };
+                        match taken.get(index) {
+                            Some(true) => store.release(hold),
+                            _ => store.fail(hold),
+                        }
+                    }
+                }
+            }
+            Batch::Deliver { proxy, deliveries } => {
+                let ids: Vec<u64> = deliveries.iter().map(|d| d.id).collect();
+                let request = Request::Deliver { proxy, deliveries };
+                match self.call(node, &request).await {
+                    Ok(Reply::Ok) => {}
+                    outcome => {
+                        tracing::debug!(
+                            node,
+                            proxy,
+                            ?outcome,
+                            "deliveries to a remote consumer failed"
+                        );
+                        self.home_consumer_lost(node, proxy, &ids);
+                    }
+                }
+            }
+            Batch::Control(request) => {
+                if let Err(error) = self.call(node, &request).await {
+                    tracing::debug!(node, %error, "forwarded request failed");
+                }
+            }
+        }
+    }
+
+    /// Sends `request` to `node` and decodes the answer.
+    async fn call(&self, node: &str, request: &Request) -> Result<Reply, String> {
+        let bytes = self
+            .link
+            .call(node, codec::encode_request(request), CALL_TIMEOUT)
+            .await?;
+        codec::decode_reply(&bytes).map_err(|error| error.0)
+    }
+
+    /// [`Forwarding::call`] from a synchronous caller on a tokio worker (consume, get,
+    /// purge, browse, counters): waits on this thread, bounded by `timeout`.
+    fn call_blocking(
+        &self,
+        node: &str,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Reply, String> {
+        let bytes = codec::encode_request(&request);
+        let call = self.link.call(node, bytes, timeout);
+        let wait = async move {
+            match tokio::time::timeout(timeout, call).await {
+                Ok(result) => result,
+                Err(_) => Err(format!("{node} did not answer within {timeout:?}")),
+            }
+        };
+        let answer = match tokio::runtime::Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| handle.block_on(wait))
+            }
+            Ok(_) => return Err("forwarding needs the multi-threaded runtime".into()),
+            Err(_) => self.runtime.block_on(wait),
+        }?;
+        codec::decode_reply(&answer).map_err(|error| error.0)
+    }
+
+    fn store(&self) -> Option<Arc<crate::store::MessageStore>> {
+        self.broker.upgrade()?.message_store().cloned()
+    }
+
+    /// What the node's failure detector says of `node`.
+    pub fn is_up(&self, node: &str) -> bool {
+        self.link.is_up(node)
+    }
+
+    /// Periodic work (about once a second): consumers of queues whose home node went away
+    /// are cancelled; what the consumers of a lost node held goes back to its queues; and
+    /// classic queues this node made before it knew their home (at boot, from its saved
+    /// definitions) become remote queues when they are empty.
+    pub fn maintain(self: &Arc<Self>) {
+        let lost: Vec<Arc<queue::ProxyConsumer>> = self
+            .proxies
+            .lock()
+            .values()
+            .filter(|proxy| !self.link.is_up(proxy.home()))
+            .cloned()
+            .collect();
+        for proxy in lost {
+            tracing::info!(queue = %proxy.queue_name(), home = %proxy.home(), "cancelling a consumer: the queue's home node is down");
+            self.proxies.lock().remove(&proxy.id());
+            proxy.home_lost();
+        }
+        self.home.sweep(self);
+        if let Some(broker) = self.broker.upgrade() {
+            for name in broker.vhost_names() {
+                if let Some(vhost) = broker.vhost(&name) {
+                    vhost.rehome_classic_queues(self);
+                }
+            }
+        }
+    }
+
+    /// Answers a request from `from` (the transport's handler for the forwarding method).
+    pub async fn serve(self: &Arc<Self>, from: &str, body: &[u8]) -> Vec<u8> {
+        let reply = match codec::decode_request(body) {
+            Ok(request) => self.handle(from, request).await,
+            Err(error) => Reply::Error(
+                crate::error::ErrorKind::InternalError,
+                format!("damaged forwarding request: {}", error.0),
+            ),
+        };
+        codec::encode_reply(&reply)
+    }
+
+    async fn handle(self: &Arc<Self>, from: &str, request: Request) -> Reply {
+        match request {
+            Request::Deliver { proxy, deliveries } => self.delivered(proxy, deliveries),
+            Request::Cancelled { proxy } => {
+                if let Some(proxy) = self.proxies.lock().remove(&proxy) {
+                    proxy.cancelled_by_home();
+                }
+                Reply::Ok
+            }
+            home => self.serve_home(from, home).await,
+        }
+    }
+
+    /// Deliveries from a home node for one of this node's proxy consumers.
+    fn delivered(self: &Arc<Self>, proxy: u64, deliveries: Vec<RemoteDelivery>) -> Reply {
+        let found = self.proxies.lock().get(&proxy).cloned();
+        match found {
+            Some(consumer) => {
+                consumer.push(deliveries);
+                consumer.drain(self);
+                Reply::Ok
+            }
+            None => Reply::Error(
+                crate::error::ErrorKind::NotFound,
+                format!("no consumer {proxy} on this node"),
+            ),
+        }
+    }
+
+    fn new_proxy_id(&self) -> u64 {
+        self.run | (self.next_proxy.fetch_add(1, Ordering::Relaxed) & 0xFFFF_FFFF)
+    }
+}
+
+/// What one lane sends next.
+enum Batch {
+    Publish {
+        messages: Vec<(QueueRef, Arc<Message>)>,
+        holds: Vec<Option<u64>>,
+    },
+    Deliver {
+        proxy: u64,
+        deliveries: Vec<RemoteDelivery>,
+    },
+    Control(Request),
+}
+
+/// The next request of a lane: consecutive publishes in one, consecutive deliveries to one
+/// consumer in one, anything else alone.
+fn take_batch(ops: &mut VecDeque<Op>) -> Option<Batch> {
+    match ops.pop_front()? {
+        Op::Publish {
+            queue,
+            message,
+            hold,
+        } => {
+            let mut messages = vec![(queue, message)];
+            let mut holds = vec![hold];
+            while messages.len() < PUBLISH_BATCH {
+                match ops.front() {
+                    Some(Op::Publish { .. }) => {
+                        if let Some(Op::Publish {
+                            queue,
+                            message,
+                            hold,
+                        }) = ops.pop_front()
+                        {
+                            messages.push((queue, message));
+                            holds.push(hold);
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            Some(Batch::Publish { messages, holds })
+        }
+        Op::Deliver {
+            proxy,
+            mut deliveries,
+        } => {
+            while let Some(Op::Deliver { proxy: next, .. }) = ops.front() {
+                if *next != proxy || deliveries.len() >= PUBLISH_BATCH {
+                    break;
+                }
+                if let Some(Op::Deliver {
+                    deliveries: more, ..
+                }) = ops.pop_front()
+                {
+                    deliveries.extend(more);
+                }
+            }
+            Some(Batch::Deliver { proxy, deliveries })
+        }
+        Op::Control(request) => Some(Batch::Control(request)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

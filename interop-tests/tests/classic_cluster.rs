@@ -1,0 +1,443 @@
+//! Classic queues on a cluster of three real `warren` processes on 127.0.0.1-3, through
+//! lapin: a classic queue lives on the node that declared it, and clients on every other
+//! node publish to it (confirmed once the home node has the message on disk), consume from
+//! it with credit, get, requeue and acknowledge. A home node's SIGKILL cancels remote
+//! consumers, nacks publishes and refuses consumes with RabbitMQ's text until it returns
+//! with its messages; a consumer's node's SIGKILL returns what it held.
+//!
+//! Every wait is bounded; the tests run one at a time.
+
+use std::time::{Duration, Instant};
+
+use futures_lite::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
+    BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use warren_interop_tests::cluster::{node_name, TestCluster};
+
+mod lapin_common;
+
+use lapin_common::amqp_error;
+
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const FORM_LIMIT: Duration = Duration::from_secs(30);
+const SPREAD_LIMIT: Duration = Duration::from_secs(10);
+const WAIT: Duration = Duration::from_secs(15);
+
+async fn open(cluster: &TestCluster, node: usize) -> (Connection, Channel) {
+    let url = cluster.amqp_url(node, "guest", "guest", "%2f");
+    let connection = Connection::connect(&url, ConnectionProperties::default())
+        .await
+        .unwrap_or_else(|e| panic!("connects to node {node}: {e}"));
+    let channel = connection.create_channel().await.expect("channel");
+    (connection, channel)
+}
+
+/// Declares durable classic queue `name` on `home`, and waits until the other nodes know it.
+async fn declare_on(cluster: &TestCluster, home: usize, others: &[usize], name: &str) {
+    let (_connection, channel) = open(cluster, home).await;
+    channel
+        .queue_declare(
+            name.into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("declares the queue");
+    for &other in others {
+        let deadline = Instant::now() + SPREAD_LIMIT;
+        loop {
+            let (status, body) = cluster
+                .api(other, "GET", &format!("/api/queues/%2F/{name}"), None)
+                .await;
+            if status == 200 {
+                assert_eq!(body["node"], node_name(home), "the home node: {body}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "'{name}' did not reach node {other}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn properties(i: usize) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    headers.insert(ShortString::from("n"), AMQPValue::LongLongInt(i as i64));
+    BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_content_type("text/plain".into())
+        .with_headers(headers)
+}
+
+/// Publishes `count` persistent messages `{prefix}{i}` with confirms; returns how many
+/// were acked (the rest nacked or unanswered within [`WAIT`]).
+async fn publish_confirmed(channel: &Channel, queue: &str, prefix: &str, count: usize) -> usize {
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
+    let mut confirms = Vec::new();
+    for i in 0..count {
+        let confirm = channel
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                format!("{prefix}{i}").as_bytes(),
+                properties(i),
+            )
+            .await
+            .expect("basic.publish");
+        confirms.push(confirm);
+    }
+    let mut acked = 0;
+    for confirm in confirms {
+        if let Ok(Ok(confirmation)) = tokio::time::timeout(WAIT, confirm).await {
+            acked += usize::from(confirmation.is_ack());
+        }
+    }
+    acked
+}
+
+/// The queue's `messages` on `node`'s API, once it equals `expected` (within [`WAIT`]).
+async fn wait_for_depth(cluster: &TestCluster, node: usize, queue: &str, expected: u64) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, body) = cluster
+            .api(node, "GET", &format!("/api/queues/%2F/{queue}"), None)
+            .await;
+        if body["messages"].as_u64() == Some(expected) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "'{queue}' on node {node} did not reach {expected} messages: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn next_delivery(consumer: &mut lapin::Consumer) -> lapin::message::Delivery {
+    tokio::time::timeout(WAIT, consumer.next())
+        .await
+        .expect("a delivery in time")
+        .expect("a delivery")
+        .expect("a good delivery")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classic_queue_is_reached_from_every_node_with_confirms_credit_and_acks() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let started = Instant::now();
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    eprintln!("formed in {:?}", started.elapsed());
+    declare_on(&cluster, 0, &[1, 2], "orders").await;
+    eprintln!("declared at {:?}", started.elapsed());
+
+    // Published on node 1: every confirm is an ack, and the messages are at the home node.
+    let (_publisher, channel) = open(&cluster, 1).await;
+    assert_eq!(publish_confirmed(&channel, "orders", "o", 200).await, 200);
+    eprintln!("published at {:?}", started.elapsed());
+    wait_for_depth(&cluster, 0, "orders", 200).await;
+    wait_for_depth(&cluster, 2, "orders", 200).await;
+
+    // Consumed on node 2 with a prefetch of 50: in order, properties intact.
+    let (_consumer_connection, consumer_channel) = open(&cluster, 2).await;
+    consumer_channel
+        .basic_qos(50, BasicQosOptions::default())
+        .await
+        .expect("basic.qos");
+    let mut consumer = consumer_channel
+        .basic_consume(
+            "orders".into(),
+            "remote".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("basic.consume on a node that is not the queue's home");
+    // The first is refused with requeue: it comes back redelivered, first again.
+    let first = next_delivery(&mut consumer).await;
+    assert_eq!(first.data, b"o0");
+    assert!(!first.redelivered);
+    first
+        .nack(BasicNackOptions {
+            requeue: true,
+            ..BasicNackOptions::default()
+        })
+        .await
+        .expect("basic.nack");
+    let mut bodies = Vec::new();
+    for i in 0..150 {
+        let delivery = next_delivery(&mut consumer).await;
+        let body = String::from_utf8(delivery.data.clone()).expect("text");
+        if body == "o0" {
+            assert!(delivery.redelivered, "the requeued message is redelivered");
+        }
+        let n = delivery
+            .properties
+            .headers()
+            .as_ref()
+            .and_then(|h| h.inner().get("n").cloned());
+        assert_eq!(
+            n,
+            Some(AMQPValue::LongLongInt(body[1..].parse().expect("a number"))),
+            "headers travel with the message (delivery {i})"
+        );
+        assert_eq!(
+            delivery
+                .properties
+                .content_type()
+                .as_ref()
+                .map(|c| c.as_str()),
+            Some("text/plain")
+        );
+        assert_eq!(delivery.properties.delivery_mode(), &Some(2));
+        bodies.push(body);
+        delivery
+            .ack(BasicAckOptions::default())
+            .await
+            .expect("basic.ack");
+    }
+    // The requeued one comes back once, behind what the consumer's credit window had in
+    // flight; the rest arrive in queue order.
+    assert_eq!(
+        bodies.iter().filter(|b| *b == "o0").count(),
+        1,
+        "{bodies:?}"
+    );
+    let rest: Vec<&String> = bodies.iter().filter(|b| *b != "o0").collect();
+    let expected: Vec<String> = (1..150).map(|i| format!("o{i}")).collect();
+    assert_eq!(rest, expected.iter().collect::<Vec<_>>(), "in queue order");
+    eprintln!("consumed at {:?}", started.elapsed());
+    consumer_channel.close(200, "done".into()).await.ok();
+    wait_for_depth(&cluster, 0, "orders", 50).await;
+
+    // basic.get on node 1: one message, acknowledged through node 1.
+    let got = channel
+        .basic_get("orders".into(), BasicGetOptions::default())
+        .await
+        .expect("basic.get")
+        .expect("a message");
+    assert_eq!(got.delivery.data, b"o150");
+    assert_eq!(got.message_count, 49);
+    got.delivery
+        .ack(BasicAckOptions::default())
+        .await
+        .expect("basic.ack");
+    wait_for_depth(&cluster, 0, "orders", 49).await;
+
+    // Purged through node 2's HTTP API.
+    let (status, _) = cluster
+        .api(2, "DELETE", "/api/queues/%2F/orders/contents", None)
+        .await;
+    assert_eq!(status, 204);
+    wait_for_depth(&cluster, 0, "orders", 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_a_home_node_is_down_its_queue_refuses_and_it_returns_with_its_messages() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    declare_on(&cluster, 0, &[1, 2], "homed").await;
+    let (_publisher, channel) = open(&cluster, 1).await;
+    assert_eq!(publish_confirmed(&channel, "homed", "h", 10).await, 10);
+
+    // A consumer on node 2 holds one delivery unacknowledged.
+    let (_consumer_connection, consumer_channel) = open(&cluster, 2).await;
+    consumer_channel
+        .basic_qos(1, BasicQosOptions::default())
+        .await
+        .expect("basic.qos");
+    let mut consumer = consumer_channel
+        .basic_consume(
+            "homed".into(),
+            "held".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("basic.consume");
+    assert_eq!(next_delivery(&mut consumer).await.data, b"h0");
+
+    cluster.kill(0);
+    // The remote consumer is cancelled (basic.cancel: lapin ends its stream).
+    let ended = tokio::time::timeout(WAIT, async {
+        while let Some(next) = consumer.next().await {
+            if next.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the consumer was cancelled when its queue's node went down"
+    );
+
+    // A publish is nacked, not confirmed.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_connection, probe) = open(&cluster, 1).await;
+        if publish_confirmed(&probe, "homed", "lost", 1).await == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "publishes were still confirmed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A consume is refused with RabbitMQ's 404.
+    let (_connection, refused) = open(&cluster, 1).await;
+    let error = refused
+        .basic_consume(
+            "homed".into(),
+            "refused".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect_err("consume is refused while the home node is down");
+    let (code, text) = amqp_error(&error);
+    assert_eq!(code, 404, "{text}");
+    assert!(
+        text.contains(&format!("home node '{}'", node_name(0)))
+            && text.contains("is down or inaccessible"),
+        "{text}"
+    );
+
+    // The home node returns with all ten confirmed messages (h0 redelivered), and node 1
+    // reaches them again.
+    cluster.start(0);
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    let deadline = Instant::now() + WAIT;
+    let (_connection, channel) = loop {
+        let (connection, channel) = open(&cluster, 1).await;
+        channel
+            .basic_qos(20, BasicQosOptions::default())
+            .await
+            .expect("basic.qos");
+        match channel
+            .basic_consume(
+                "homed".into(),
+                "after".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+        {
+            Ok(consumer) => break ((connection, consumer), channel),
+            Err(error) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "consume after the restart: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let (_keep, mut consumer) = _connection;
+    let mut bodies = Vec::new();
+    for _ in 0..10 {
+        let delivery = next_delivery(&mut consumer).await;
+        bodies.push(String::from_utf8(delivery.data.clone()).expect("text"));
+        delivery
+            .ack(BasicAckOptions::default())
+            .await
+            .expect("basic.ack");
+    }
+    bodies.sort_by_key(|b| b[1..].parse::<u32>().unwrap_or(u32::MAX));
+    let expected: Vec<String> = (0..10).map(|i| format!("h{i}")).collect();
+    assert_eq!(
+        bodies, expected,
+        "every confirmed message survived its home node's SIGKILL"
+    );
+    drop(channel);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_killed_consumers_node_held_goes_back_to_the_home_queue_redelivered() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    declare_on(&cluster, 0, &[1, 2], "work").await;
+    let (_publisher, channel) = open(&cluster, 0).await;
+    assert_eq!(publish_confirmed(&channel, "work", "w", 20).await, 20);
+
+    let (_holder, holder_channel) = open(&cluster, 2).await;
+    holder_channel
+        .basic_qos(5, BasicQosOptions::default())
+        .await
+        .expect("basic.qos");
+    let mut consumer = holder_channel
+        .basic_consume(
+            "work".into(),
+            "holder".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("basic.consume");
+    for i in 0..5 {
+        assert_eq!(
+            next_delivery(&mut consumer).await.data,
+            format!("w{i}").into_bytes()
+        );
+    }
+    wait_for_depth(&cluster, 0, "work", 20).await;
+    cluster.kill(2);
+
+    let (_connection, drain_channel) = open(&cluster, 1).await;
+    drain_channel
+        .basic_qos(50, BasicQosOptions::default())
+        .await
+        .expect("basic.qos");
+    let mut drain = drain_channel
+        .basic_consume(
+            "work".into(),
+            "drain".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("basic.consume");
+    let mut drained = Vec::new();
+    for _ in 0..20 {
+        let delivery = next_delivery(&mut drain).await;
+        drained.push((
+            String::from_utf8(delivery.data.clone()).expect("text"),
+            delivery.redelivered,
+        ));
+        delivery
+            .ack(BasicAckOptions::default())
+            .await
+            .expect("basic.ack");
+    }
+    drained.sort_by_key(|(b, _)| b[1..].parse::<u32>().unwrap_or(u32::MAX));
+    let bodies: Vec<&str> = drained.iter().map(|(b, _)| b.as_str()).collect();
+    let expected: Vec<String> = (0..20).map(|i| format!("w{i}")).collect();
+    assert_eq!(bodies, expected, "each message once");
+    // The five its client held come back redelivered. So may those the home node had sent
+    // ahead within the consumer's credit window (w5-w9): the dead node may have passed
+    // them on, so they are marked as RabbitMQ marks anything a lost channel had.
+    for (body, redelivered) in &drained[..5] {
+        assert!(redelivered, "{body} was held by the dead node's client");
+    }
+    for (body, redelivered) in &drained[10..] {
+        assert!(!redelivered, "{body} never left the home node");
+    }
+    wait_for_depth(&cluster, 0, "work", 0).await;
+}
