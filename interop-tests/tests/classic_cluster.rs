@@ -441,3 +441,81 @@ async fn what_a_killed_consumers_node_held_goes_back_to_the_home_queue_redeliver
     }
     wait_for_depth(&cluster, 0, "work", 0).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stomp_and_amqp_1_0_clients_on_other_nodes_reach_a_classic_queue() {
+    use fe2o3_amqp::types::messaging::{Body, Outcome};
+    use fe2o3_amqp::types::primitives::Value;
+    use warren_interop_tests::stomp::StompClient;
+
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    declare_on(&cluster, 0, &[1, 2], "mixed").await;
+
+    // STOMP on node 1: each SEND's RECEIPT comes once the home node has the message.
+    let mut stomp = StompClient::connect(cluster.node(1).listener_addr("stomp"), "1.2").await;
+    for i in 0..3 {
+        stomp
+            .send(
+                "/amq/queue/mixed",
+                &format!("stomp {i}"),
+                &[("persistent", "true")],
+            )
+            .await;
+    }
+    wait_for_depth(&cluster, 0, "mixed", 3).await;
+
+    // AMQP 1.0 on node 2: a receiver gets them in order and accepts them; a sender's
+    // message is accepted once the home node has it.
+    let url = format!("amqp://guest:guest@{}", cluster.node(2).addr());
+    let mut connection = fe2o3_amqp::Connection::open("classic-cluster", url.as_str())
+        .await
+        .expect("AMQP 1.0 connection to node 2");
+    let mut session = fe2o3_amqp::Session::begin(&mut connection)
+        .await
+        .expect("session");
+    let mut receiver = fe2o3_amqp::Receiver::attach(&mut session, "r", "/queues/mixed")
+        .await
+        .expect("receiver attaches to a queue homed on node 0");
+    for i in 0..3 {
+        let delivery = tokio::time::timeout(WAIT, receiver.recv::<Body<Value>>())
+            .await
+            .expect("a transfer in time")
+            .expect("a transfer");
+        // A STOMP body reaches AMQP 1.0 as a data section.
+        let bytes: Vec<u8> = match delivery.body() {
+            Body::Data(sections) => sections.iter().flat_map(|d| d.0.to_vec()).collect(),
+            other => panic!("a data section: {other:?}"),
+        };
+        assert_eq!(bytes, format!("stomp {i}").into_bytes());
+        receiver.accept(&delivery).await.expect("accepted");
+    }
+    receiver.close().await.expect("detach");
+    wait_for_depth(&cluster, 0, "mixed", 0).await;
+    let mut sender = fe2o3_amqp::Sender::attach(&mut session, "s", "/queues/mixed")
+        .await
+        .expect("sender attaches");
+    let outcome = sender.send("from amqp 1.0").await.expect("sent");
+    assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+    wait_for_depth(&cluster, 0, "mixed", 1).await;
+
+    // STOMP on node 1 receives it and acknowledges it there.
+    stomp
+        .subscribe("/amq/queue/mixed", "sub", "client-individual", &[])
+        .await;
+    let message = stomp.expect_message().await;
+    assert!(
+        message.text().contains("from amqp 1.0"),
+        "{}",
+        message.text()
+    );
+    let (header, value) = stomp.ack_headers(&message);
+    let value = value.to_string();
+    stomp.request("ACK", &[(header, value.as_str())]).await;
+    wait_for_depth(&cluster, 0, "mixed", 0).await;
+    sender.close().await.ok();
+    session.end().await.ok();
+    connection.close().await.ok();
+}
