@@ -19,6 +19,8 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use warren_interop_tests::cluster::{node_name, TestCluster};
 
 mod lapin_common;
+mod mqtt5_common;
+mod mqtt_common;
 
 use lapin_common::amqp_error;
 
@@ -51,6 +53,11 @@ async fn declare_on(cluster: &TestCluster, home: usize, others: &[usize], name: 
         )
         .await
         .expect("declares the queue");
+    wait_known(cluster, home, others, name).await;
+}
+
+/// Waits until `others` list queue `name` with `home` as its node.
+async fn wait_known(cluster: &TestCluster, home: usize, others: &[usize], name: &str) {
     for &other in others {
         let deadline = Instant::now() + SPREAD_LIMIT;
         loop {
@@ -518,4 +525,91 @@ async fn stomp_and_amqp_1_0_clients_on_other_nodes_reach_a_classic_queue() {
     sender.close().await.ok();
     session.end().await.ok();
     connection.close().await.ok();
+}
+
+/// A publish the home node refuses (`x-overflow = reject-publish` on a full queue) is
+/// refused to the publisher on the forwarding node in each protocol's way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_the_home_node_refuses_is_nacked_on_the_forwarding_node_in_every_protocol() {
+    use rumqttc::v5::mqttbytes::v5::PubAckReason;
+    use rumqttc::v5::mqttbytes::QoS;
+    use rumqttc::v5::{ConnectionError, StateError};
+    use warren_interop_tests::stomp::StompClient;
+
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    {
+        let (_connection, channel) = open(&cluster, 0).await;
+        let mut arguments = FieldTable::default();
+        arguments.insert(ShortString::from("x-max-length"), AMQPValue::LongLongInt(1));
+        arguments.insert(
+            ShortString::from("x-overflow"),
+            AMQPValue::LongString("reject-publish".into()),
+        );
+        channel
+            .queue_declare(
+                "bounded".into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..QueueDeclareOptions::default()
+                },
+                arguments,
+            )
+            .await
+            .expect("declares the bounded queue");
+        channel
+            .queue_bind(
+                "bounded".into(),
+                "amq.topic".into(),
+                "bounded.t".into(),
+                lapin::options::QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("binds it");
+    }
+    wait_known(&cluster, 0, &[1], "bounded").await;
+
+    // AMQP 0-9-1 on node 1: the first fits, the next two are nacked.
+    let (_connection, channel) = open(&cluster, 1).await;
+    assert_eq!(publish_confirmed(&channel, "bounded", "b", 1).await, 1);
+    assert_eq!(
+        publish_confirmed(&channel, "bounded", "over", 2).await,
+        0,
+        "refused at the home node: nacked"
+    );
+    wait_for_depth(&cluster, 0, "bounded", 1).await;
+
+    // MQTT 5 on node 1: PUBACK with reason 0x80.
+    let mut options = mqtt5_common::options5(cluster.node(1).listener_addr("mqtt"), "refused5");
+    options.set_clean_start(true);
+    let mut mqtt = mqtt5_common::connect5(options).await;
+    mqtt.publish("bounded/t", QoS::AtLeastOnce, b"over").await;
+    // rumqttc ends its event loop on a refusing PUBACK, with the reason.
+    match tokio::time::timeout(WAIT, mqtt.ended)
+        .await
+        .expect("the refusal ends rumqttc's event loop")
+        .expect("event loop task")
+    {
+        ConnectionError::MqttState(StateError::PubAckFail { reason }) => {
+            assert_eq!(reason, PubAckReason::UnspecifiedError)
+        }
+        other => panic!("a refusing PUBACK: {other:?}"),
+    }
+
+    // STOMP on node 1: an ERROR carrying the SEND's receipt id instead of a RECEIPT.
+    let mut stomp = StompClient::connect(cluster.node(1).listener_addr("stomp"), "1.2").await;
+    stomp
+        .write_frame(
+            "SEND",
+            &[("destination", "/amq/queue/bounded"), ("receipt", "r-over")],
+            b"over",
+        )
+        .await;
+    let error = stomp.expect_error().await;
+    assert_eq!(error.header("message"), Some("message not taken"));
+    assert_eq!(error.header("receipt-id"), Some("r-over"));
+    wait_for_depth(&cluster, 0, "bounded", 1).await;
 }

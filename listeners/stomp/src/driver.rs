@@ -263,6 +263,9 @@ async fn read_loop(
             // RECEIPTs of persistent messages go out once the store has them on disk.
             _ = durable_changed(durable), if session.awaits_durability() => {
                 session.flush_receipts();
+                if session.is_closed() {
+                    return;
+                }
                 continue;
             }
             read = reader.read_some(buffer), if !blocked && !paused => read,

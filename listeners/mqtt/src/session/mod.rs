@@ -407,9 +407,26 @@ impl Session {
             if held.store_seq > durable || held.retained_seq > retained_durable {
                 break;
             }
-            if let Some(held) = held_acks.pop_front() {
+            if let Some(mut held) = held_acks.pop_front() {
                 if let Some((queue, id)) = held.settle {
                     queue.settle(&[id], Settlement::Ack);
+                }
+                let failed = held.store_seq != 0
+                    && self
+                        .context
+                        .broker
+                        .message_store()
+                        .is_some_and(|store| store.take_failed(held.store_seq));
+                if failed {
+                    // A forwarded publish the queue's home node did not take: MQTT 5 says
+                    // so; 3.1.1 has no negative acknowledgement, so none is sent and the
+                    // client sends the message again when it reconnects.
+                    tracing::warn!("MQTT publish not taken by its queue's home node");
+                    match (&mut held.packet, self.protocol.is_v5()) {
+                        (Packet::PubAck(ack), true) => ack.reason_code = reason::UNSPECIFIED_ERROR,
+                        (Packet::PubRec(rec), true) => rec.reason_code = reason::UNSPECIFIED_ERROR,
+                        _ => continue,
+                    }
                 }
                 self.outbox.send(&held.packet);
             }

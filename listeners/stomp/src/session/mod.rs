@@ -232,7 +232,24 @@ impl Session {
             if *seq > durable {
                 break;
             }
-            if let Some((_, receipt)) = self.pending_receipts.pop_front() {
+            if let Some((seq, receipt)) = self.pending_receipts.pop_front() {
+                let failed = self
+                    .broker
+                    .message_store()
+                    .is_some_and(|store| store.take_failed(seq));
+                if failed {
+                    // A forwarded SEND its queue's home node did not take: the client is
+                    // told with an ERROR (which ends the connection) instead of a RECEIPT.
+                    self.fail(
+                        StompError::new(
+                            "message not taken",
+                            "the queue's home node did not take the message; send it again",
+                        ),
+                        Some(receipt),
+                    );
+                    self.pending_receipts.clear();
+                    return;
+                }
                 self.send_receipt(receipt);
             }
         }
@@ -382,6 +399,8 @@ impl Session {
                     subscription.queue.dispatch();
                 }
                 match outcome {
+                    // A forwarded SEND found failed while its receipt was flushed.
+                    _ if self.phase == Phase::Closed => Control::Close,
                     Outcome::Continue => Control::Continue,
                     Outcome::Disconnect => {
                         self.release_all();
