@@ -14,7 +14,7 @@ use warren_cluster::transport::{Transport, TransportConfig};
 use warren_config::{ListenAddr, Settings, CLUSTER_PORT};
 use warren_core::remote::{Forwarding, RemoteLink};
 use warren_core::Broker;
-use warren_management::{ClusterView, Management};
+use warren_management::{ClusterView, ListingKind, Management};
 
 use crate::StartError;
 
@@ -89,6 +89,8 @@ pub async fn start(
             crate::import_definitions(&broker, &bytes, &settings, "metadata snapshot")
         }) as Arc<dyn Fn(&Json) -> Result<(), String> + Send + Sync>
     };
+    // Peers' listing requests are answered by this node's management API.
+    let management_for_peers = Arc::clone(&management);
     let node_info = {
         let name = name.clone();
         Arc::new(move || match management.get() {
@@ -117,6 +119,10 @@ pub async fn start(
         let quorum = Arc::clone(quorum);
         let forwarding = Arc::clone(&forwarding);
         transport.set_extension_handler(Arc::new(move |from, method, body| {
+            if method == LISTING_METHOD {
+                let answer = serve_listing(management_for_peers.get(), &body);
+                return Box::pin(async move { answer });
+            }
             if method == FORWARD_METHOD {
                 let forwarding = forwarding.get().cloned();
                 return Box::pin(async move {
@@ -223,6 +229,37 @@ impl warren_raft::ClusterLink for QuorumLink {
 /// quorum queues' groups use 100-119.
 const FORWARD_METHOD: u16 = 120;
 
+/// The transport method by which the management API asks a peer for its own connections
+/// and channels (and to close one of its connections).
+const LISTING_METHOD: u16 = 121;
+/// How long a listing waits for a peer.
+const LISTING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Answers a peer's listing request: `connections` or `channels`, or `close\n<name>\n<reason>`.
+fn serve_listing(
+    management: Option<&Arc<Management>>,
+    body: &[u8],
+) -> Result<bytes::Bytes, String> {
+    let management = management.ok_or("this node is still starting")?;
+    let request = std::str::from_utf8(body).map_err(|_| "a listing request that is not text")?;
+    if let Some(close) = request.strip_prefix("close\n") {
+        let (name, reason) = close
+            .split_once('\n')
+            .unwrap_or((close, "Closed via management plugin"));
+        let closed = management.close_local_connection(name, reason);
+        return Ok(bytes::Bytes::from_static(if closed {
+            b"true"
+        } else {
+            b"false"
+        }));
+    }
+    let kind =
+        ListingKind::from_name(request).ok_or_else(|| format!("unknown listing '{request}'"))?;
+    serde_json::to_vec(&management.local_listing(kind))
+        .map(bytes::Bytes::from)
+        .map_err(|e| e.to_string())
+}
+
 /// Runs forwarding's periodic work once a second until shutdown.
 async fn maintain_forwarding(forwarding: Arc<Forwarding>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
@@ -283,6 +320,49 @@ impl RemoteLink for ForwardLink {
 /// What the management API shows of the cluster.
 pub struct View(pub Arc<MetadataStore>);
 
+impl View {
+    /// Sends `body` to every running peer's listing service at once and waits (on this
+    /// worker thread, as `forget` does) for the answers that come within [`LISTING_TIMEOUT`].
+    fn ask_peers(&self, body: &'static [u8], owned: Option<Vec<u8>>) -> Vec<bytes::Bytes> {
+        let transport = Arc::clone(self.0.transport());
+        let peers: Vec<String> = self
+            .0
+            .members()
+            .into_iter()
+            .filter(|member| member.running && member.name != self.0.node())
+            .map(|member| member.name)
+            .collect();
+        if peers.is_empty() {
+            return Vec::new();
+        }
+        let body = owned.map_or_else(|| bytes::Bytes::from_static(body), bytes::Bytes::from);
+        let ask = async move {
+            let calls = peers.iter().map(|peer| {
+                transport.call(
+                    peer,
+                    warren_cluster::codec::LinkKind::Control,
+                    LISTING_METHOD,
+                    body.clone(),
+                    LISTING_TIMEOUT,
+                )
+            });
+            let mut answers = Vec::new();
+            for call in calls.collect::<Vec<_>>() {
+                if let Ok(answer) = call.await {
+                    answers.push(answer);
+                }
+            }
+            answers
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| handle.block_on(ask))
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl ClusterView for View {
     fn peer_nodes(&self) -> Vec<Json> {
         let info = self.0.peer_info();
@@ -314,6 +394,25 @@ impl ClusterView for View {
 
     fn cluster_id(&self) -> Option<String> {
         Some(self.0.cluster_id())
+    }
+
+    fn peer_listing(&self, kind: ListingKind) -> Vec<Json> {
+        let body: &'static [u8] = kind.name().as_bytes();
+        self.ask_peers(body, None)
+            .into_iter()
+            .filter_map(|answer| serde_json::from_slice::<Json>(&answer).ok())
+            .flat_map(|list| match list {
+                Json::Array(objects) => objects,
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    fn close_peer_connection(&self, name: &str, reason: &str) -> bool {
+        let body = format!("close\n{name}\n{reason}").into_bytes();
+        self.ask_peers(b"", Some(body))
+            .iter()
+            .any(|answer| answer.as_ref() == b"true")
     }
 
     fn forget(&self, node: &str) -> Result<(), String> {

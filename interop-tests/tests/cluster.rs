@@ -753,3 +753,89 @@ fn a_world_readable_secret_file_stops_start_up_naming_the_file_and_its_mode() {
     }
     node.kill();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_lists_and_closes_the_connections_and_channels_of_the_whole_cluster() {
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    let connection = Connection::connect(
+        &cluster.amqp_url(1, "guest", "guest", "%2f"),
+        ConnectionProperties::default(),
+    )
+    .await
+    .expect("connects to node 2");
+    let _channel = connection.create_channel().await.expect("channel");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let name = loop {
+        let (status, list) = cluster.api(0, "GET", "/api/connections", None).await;
+        assert_eq!(status, 200);
+        let found = list
+            .as_array()
+            .expect("a list")
+            .iter()
+            .find(|c| c["node"] == node_name(1))
+            .cloned();
+        if let Some(found) = found {
+            assert_eq!(found["user"], "guest");
+            assert_eq!(found["channels"], 1, "{found}");
+            break found["name"].as_str().expect("a name").to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 1 never listed node 2's connection: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (_, channels) = cluster.api(2, "GET", "/api/channels", None).await;
+    assert!(
+        channels
+            .as_array()
+            .expect("a list")
+            .iter()
+            .any(|c| c["node"] == node_name(1) && c["connection_details"]["name"] == name.as_str()),
+        "node 3 lists node 2's channel: {channels}"
+    );
+    let (status, one) = cluster
+        .api(
+            0,
+            "GET",
+            &format!(
+                "/api/connections/{}",
+                name.replace(' ', "%20")
+                    .replace(':', "%3A")
+                    .replace('>', "%3E")
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, &one["node"]),
+        (200, &serde_json::json!(node_name(1))),
+        "{one}"
+    );
+
+    // Closed through node 1's API: the client on node 2 sees the close.
+    let (status, _) = cluster
+        .api(
+            0,
+            "DELETE",
+            &format!(
+                "/api/connections/{}",
+                name.replace(' ', "%20")
+                    .replace(':', "%3A")
+                    .replace('>', "%3E")
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while connection.status().connected() {
+        assert!(
+            Instant::now() < deadline,
+            "the connection on node 2 stayed open"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -311,7 +311,9 @@ impl Forwarding {
                 .vhost(&queue.vhost)
                 .and_then(|vhost| vhost.queue(&queue.queue).map(|q| (vhost, q)));
             let Some((vhost, local)) = found else {
-                taken.push(false);
+                // Deleted meanwhile: dropped, as a message routed to a queue being deleted
+                // is (the publisher is not nacked for it).
+                taken.push(true);
                 continue;
             };
             let enqueued = vhost.enqueue_routed_all(message, std::slice::from_ref(&local), &[]);

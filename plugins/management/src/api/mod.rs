@@ -103,6 +103,78 @@ pub trait ClusterView: Send + Sync {
     fn cluster_id(&self) -> Option<String> {
         None
     }
+    /// Every running peer's own listing of `kind` (`connections`, `channels`), each object
+    /// with its `node`; peers that do not answer within a second are left out.
+    fn peer_listing(&self, _kind: ListingKind) -> Vec<Json> {
+        Vec::new()
+    }
+    /// Closes connection `name` on whichever peer has it; false when none has.
+    fn close_peer_connection(&self, _name: &str, _reason: &str) -> bool {
+        false
+    }
+}
+
+/// What [`ClusterView::peer_listing`] lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListingKind {
+    /// `/api/connections`.
+    Connections,
+    /// `/api/channels`.
+    Channels,
+}
+
+impl ListingKind {
+    /// The name it travels under.
+    pub fn name(self) -> &'static str {
+        match self {
+            ListingKind::Connections => "connections",
+            ListingKind::Channels => "channels",
+        }
+    }
+
+    /// The kind called `name`.
+    pub fn from_name(name: &str) -> Option<ListingKind> {
+        match name {
+            "connections" => Some(ListingKind::Connections),
+            "channels" => Some(ListingKind::Channels),
+            _ => None,
+        }
+    }
+}
+
+impl Management {
+    /// This node's own listing of `kind`, unfiltered (a peer filters it for its caller):
+    /// what [`ClusterView::peer_listing`] asks each node for.
+    pub fn local_listing(&self, kind: ListingKind) -> Json {
+        let connections = self.broker.connections().list();
+        Json::Array(match kind {
+            ListingKind::Connections => connections
+                .iter()
+                .map(|c| self.connection_json(c))
+                .collect(),
+            ListingKind::Channels => connections
+                .iter()
+                .flat_map(|c| self.channels_of(c))
+                .collect(),
+        })
+    }
+
+    /// Closes connection `name` if this node has it (a peer's request).
+    pub fn close_local_connection(&self, name: &str, reason: &str) -> bool {
+        match self
+            .broker
+            .connections()
+            .list()
+            .into_iter()
+            .find(|c| c.info.name() == name)
+        {
+            Some(found) => {
+                self.broker.close_connection(found.info.id, reason);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// The RabbitMQ version whose management API and metric names Warren follows; tools that

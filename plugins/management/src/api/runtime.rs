@@ -255,7 +255,7 @@ impl Management {
             .collect()
     }
 
-    fn connection_json(&self, connection: &ConnectionSnapshot) -> Json {
+    pub(crate) fn connection_json(&self, connection: &ConnectionSnapshot) -> Json {
         let info = &connection.info;
         json!({
             "name": info.name(),
@@ -290,18 +290,24 @@ impl Management {
     ) -> Response {
         let connections = self.visible_connections(caller);
         match (request.method.as_str(), path) {
-            ("GET", []) => Response::json(
-                200,
-                &Json::Array(
-                    connections
-                        .iter()
-                        .map(|c| self.connection_json(c))
-                        .collect(),
-                ),
-            ),
+            ("GET", []) => {
+                let mut list: Vec<Json> = connections
+                    .iter()
+                    .map(|c| self.connection_json(c))
+                    .collect();
+                list.extend(self.peer_objects(caller, super::ListingKind::Connections));
+                Response::json(200, &Json::Array(list))
+            }
             ("GET", [name]) => match connections.iter().find(|c| c.info.name() == *name) {
                 Some(c) => Response::json(200, &self.connection_json(c)),
-                None => not_found(),
+                None => match self
+                    .peer_objects(caller, super::ListingKind::Connections)
+                    .into_iter()
+                    .find(|c| c["name"] == *name)
+                {
+                    Some(found) => Response::json(200, &found),
+                    None => not_found(),
+                },
             },
             ("GET", [name, "channels"]) => {
                 match connections.iter().find(|c| c.info.name() == *name) {
@@ -317,7 +323,28 @@ impl Management {
                     .into_iter()
                     .find(|c| c.info.name() == *name)
                 else {
-                    return not_found();
+                    // Another node's connection: closed there.
+                    let owner = self
+                        .peer_objects(caller, super::ListingKind::Connections)
+                        .into_iter()
+                        .find(|c| c["name"] == *name);
+                    let Some(owner) = owner else {
+                        return not_found();
+                    };
+                    if !(caller.is(Role::Administrator) || owner["user"] == caller.user.name) {
+                        return not_authorized("Not administrator user");
+                    }
+                    let reason = request
+                        .header("x-reason")
+                        .unwrap_or("Closed via management plugin");
+                    return match self
+                        .cluster
+                        .as_ref()
+                        .is_some_and(|cluster| cluster.close_peer_connection(name, reason))
+                    {
+                        true => Response::empty(204),
+                        false => not_found(),
+                    };
                 };
                 if !(caller.is(Role::Administrator) || found.info.user == caller.user.name) {
                     return not_authorized("Not administrator user");
@@ -334,7 +361,7 @@ impl Management {
 
     /// The channels of a connection. The registry keeps a count, not the channel numbers,
     /// so channels are listed as numbers 1..=count.
-    fn channels_of(&self, connection: &ConnectionSnapshot) -> Vec<Json> {
+    pub(crate) fn channels_of(&self, connection: &ConnectionSnapshot) -> Vec<Json> {
         let info = &connection.info;
         (1..=connection.channels)
             .map(|number| {
@@ -356,13 +383,31 @@ impl Management {
     }
 
     pub(crate) fn channels(&self, caller: &Caller, vhost: Option<&str>) -> Response {
-        let list: Vec<Json> = self
+        let mut list: Vec<Json> = self
             .visible_connections(caller)
             .iter()
             .filter(|c| vhost.is_none_or(|v| c.info.vhost == v))
             .flat_map(|c| self.channels_of(c))
             .collect();
+        list.extend(
+            self.peer_objects(caller, super::ListingKind::Channels)
+                .into_iter()
+                .filter(|c| vhost.is_none_or(|v| c["vhost"] == v)),
+        );
         Response::json(200, &Json::Array(list))
+    }
+
+    /// The other nodes' connections or channels this caller may see (their own, unless
+    /// monitoring), on a cluster.
+    fn peer_objects(&self, caller: &Caller, kind: super::ListingKind) -> Vec<Json> {
+        let Some(cluster) = &self.cluster else {
+            return Vec::new();
+        };
+        cluster
+            .peer_listing(kind)
+            .into_iter()
+            .filter(|object| caller.is(Role::Monitoring) || object["user"] == caller.user.name)
+            .collect()
     }
 
     pub(crate) fn consumers(&self, caller: &Caller, vhost: Option<&str>) -> Response {
