@@ -72,7 +72,13 @@ pub struct Forwarding {
     proxies: Mutex<HashMap<u64, Arc<queue::ProxyConsumer>>>,
     lanes: Mutex<HashMap<(String, LaneKind), Arc<Lane>>>,
     home: home::HomeState,
+    /// How often [`Forwarding::maintain`] ran.
+    maintained: AtomicU64,
 }
+
+/// How many of the first maintenance passes (about a second apart) look for classic queues
+/// made at boot that another node is home to.
+const REHOME_PASSES: u64 = 120;
 
 /// The kinds of ordered outgoing traffic to one node, each its own lane so that deliveries
 /// and acks never wait behind a publish batch's disk write.
@@ -128,6 +134,7 @@ impl Forwarding {
             proxies: Mutex::new(HashMap::new()),
             lanes: Mutex::new(HashMap::new()),
             home: home::HomeState::default(),
+            maintained: AtomicU64::new(0),
         })
     }
 
@@ -293,6 +300,11 @@ impl Forwarding {
             proxy.home_lost();
         }
         self.home.sweep(self);
+        // Only a node that has just started holds classic queues made before it knew their
+        // homes; later passes would only look at every local queue again, every second.
+        if self.maintained.fetch_add(1, Ordering::Relaxed) >= REHOME_PASSES {
+            return;
+        }
         if let Some(broker) = self.broker.upgrade() {
             for name in broker.vhost_names() {
                 if let Some(vhost) = broker.vhost(&name) {
