@@ -443,6 +443,8 @@ impl Driver {
             sink,
         )
         .await?;
+        // Found by `quorum_status` and the metrics.
+        self.registry.insert(self.group, group.raft.clone());
         let initialized = group
             .raft
             .is_initialized()

@@ -21,6 +21,7 @@
 //! - [`network`] and [`wire`]: a group's members on other nodes, reached through a
 //!   [`ClusterLink`] the server supplies over the cluster transport, with the RPCs in a
 //!   binary encoding; commands a member forwards to its leader.
+//! - [`ops`]: the operator's side: `quorum_status`.
 //!
 //! See docs/quorum-queues.md.
 
@@ -28,6 +29,7 @@ mod driver;
 pub mod group;
 pub mod log_store;
 pub mod network;
+pub mod ops;
 pub mod propose;
 pub mod queue;
 mod record;

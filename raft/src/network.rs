@@ -273,6 +273,11 @@ impl GroupRegistry {
         self.groups.write().remove(&group);
     }
 
+    /// The member of `group` on this node, if it runs.
+    pub fn get(&self, group: GroupId) -> Option<QueueRaft> {
+        self.groups.read().get(&group).cloned()
+    }
+
     /// Answers a peer's request (a method of [`methods`]).
     pub fn serve(
         self: &Arc<Self>,

@@ -191,6 +191,26 @@ fn a_cut_request_is_refused_not_misread() {
     }
 }
 
+#[test]
+fn operator_requests_round_trip_and_refuse_cut_bytes() {
+    let status = MemberStatus {
+        node: "warren@127.0.0.2".into(),
+        state: "follower".into(),
+        voter: true,
+        term: 7,
+        last_log_index: 120,
+        last_applied: 119,
+        commit_index: 119,
+        snapshot_index: 100,
+        leader: Some("warren@127.0.0.1".into()),
+    };
+    let bytes = encode_status(&status);
+    assert_eq!(decode_status(&bytes), Some(status));
+    for end in 0..bytes.len() {
+        assert!(decode_status(&bytes[..end]).is_none(), "cut at {end}");
+    }
+}
+
 proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
@@ -203,6 +223,7 @@ proptest! {
         let _ = decode_snapshot_response(&bytes);
         let _ = decode_forward(&bytes);
         let _ = decode_forward_response(&bytes);
+        let _ = decode_status(&bytes);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 mod listings;
 mod parameters;
+mod quorum;
 
 use serde_json::{json, Map, Value as Json};
 
@@ -76,6 +77,9 @@ Commands (as rabbitmqctl):
   trace_on | trace_off
   cluster_status                           forget_cluster_node NODE
   set_cluster_name NAME
+
+Quorum queues (as rabbitmq-queues; VHOST defaults to -p):
+  quorum_status [VHOST] QUEUE              check_if_node_is_quorum_critical
 
 Defaults: --host localhost --port 15672 --username guest --password guest -p / --timeout 60
 --tls speaks HTTPS (port 15671 by convention), checking the server's certificate against
@@ -184,6 +188,9 @@ pub async fn run(args: &[String], stdin: Option<String>) -> Result<String, CtlEr
     // inlining their state into `command`'s would grow every verb's future (debug builds
     // then overflow a test thread's stack).
     if let Some(result) = ctl.parameter_command(command, rest).await {
+        return result;
+    }
+    if let Some(result) = ctl.quorum_command(command, rest).await {
         return result;
     }
     ctl.command(command, rest, stdin).await

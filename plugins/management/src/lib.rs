@@ -29,7 +29,8 @@ use tokio::sync::watch;
 use warren_config::HttpLimits;
 
 pub use api::{
-    ClusterView, DefinitionsImporter, ListenerInfo, Management, NodeResources, ResourceReader,
+    ClusterView, DefinitionsImporter, ListenerInfo, Management, NodeResources, QuorumOpError,
+    QuorumView, RaftFigures, RaftMember, ResourceReader,
 };
 
 /// Serves the management API and the web UI on `listener` until `shutdown` turns true;

@@ -1,0 +1,213 @@
+//! The quorum queue operator surface on a cluster of three real `warren` processes on
+//! 127.0.0.1-3: warrenctl's `quorum_status` and `check_if_node_is_quorum_critical` over the
+//! management API, asserted on what the nodes report.
+//!
+//! Every wait is bounded; one test of this file runs at a time.
+
+use std::time::{Duration, Instant};
+
+use lapin::options::ConfirmSelectOptions;
+use serde_json::Value as Json;
+use warren_interop_tests::cluster::{node_name, TestCluster};
+use warren_management::ctl::CtlError;
+
+mod lapin_common;
+mod quorum_common;
+
+use quorum_common::{declare_everywhere, open, publish_confirmed, FORM_LIMIT};
+
+/// One test at a time: three nodes each (see quorum_cluster.rs).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How long a change may take to show on the node asked.
+const SETTLE_LIMIT: Duration = Duration::from_secs(15);
+
+/// Runs a warrenctl verb against node `node`'s management API.
+async fn ctl(cluster: &TestCluster, node: usize, verb: &[&str]) -> Result<String, CtlError> {
+    let http = cluster.http_addr(node);
+    let (host, port) = http.rsplit_once(':').expect("host:port");
+    let mut args: Vec<String> = ["--host", host, "--port", port]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(verb.iter().map(|s| s.to_string()));
+    warren_management::ctl::run(&args, None).await
+}
+
+/// `quorum_status` through warrenctl's JSON formatter.
+async fn status(cluster: &TestCluster, node: usize, queue: &str) -> Vec<Json> {
+    let text = ctl(
+        cluster,
+        node,
+        &["--formatter", "json", "quorum_status", queue],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("quorum_status {queue}: {e}"));
+    serde_json::from_str::<Json>(&text)
+        .unwrap_or_else(|e| panic!("quorum_status prints JSON ({e}): {text}"))
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The queue's `/api/queues` entry on node `asked` once `check` holds, within
+/// [`SETTLE_LIMIT`].
+async fn queue_when(
+    cluster: &TestCluster,
+    asked: usize,
+    queue: &str,
+    what: &str,
+    check: impl Fn(&Json) -> bool,
+) -> Json {
+    let path = format!("/api/queues/%2F/{queue}");
+    let deadline = Instant::now() + SETTLE_LIMIT;
+    loop {
+        let (code, body) = cluster.api(asked, "GET", &path, None).await;
+        if code == 200 && check(&body) {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "queue '{queue}' on node {asked}: {what} within {SETTLE_LIMIT:?}; last: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn nodes(indexes: &[usize]) -> Vec<String> {
+    let mut names: Vec<String> = indexes.iter().map(|i| node_name(*i)).collect();
+    names.sort();
+    names
+}
+
+/// The index of the node named `name`.
+fn index_of(name: &str) -> usize {
+    (0..3)
+        .find(|i| node_name(*i) == name)
+        .unwrap_or_else(|| panic!("{name} is one of the nodes"))
+}
+
+/// The queue's leader once all three members are online, by index.
+async fn leader(cluster: &TestCluster, asked: usize, queue: &str) -> usize {
+    let entry = queue_when(cluster, asked, queue, "a leader with 3 online", |q| {
+        q["leader"].is_string() && q["online"].as_array().map_or(0, Vec::len) == 3
+    })
+    .await;
+    index_of(entry["leader"].as_str().unwrap_or_default())
+}
+
+async fn publish_some(cluster: &TestCluster, node: usize, queue: &str, prefix: &str, count: usize) {
+    let (_connection, channel) = open(cluster, node).await;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
+    for i in 0..count {
+        assert!(
+            publish_confirmed(
+                &channel,
+                queue,
+                &format!("{prefix}{i}"),
+                Duration::from_secs(10)
+            )
+            .await,
+            "publish {prefix}{i} was confirmed"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_status_and_the_quorum_critical_check_report_every_member() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    declare_everywhere(&cluster, 0, &[1, 2], "ops.status").await;
+    publish_some(&cluster, 1, "ops.status", "s", 10).await;
+    let leader = leader(&cluster, 0, "ops.status").await;
+
+    // Through a node that may or may not lead: every member reports itself.
+    let rows = status(&cluster, 2, "ops.status").await;
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let listed: Vec<String> = {
+        let mut v: Vec<String> = rows
+            .iter()
+            .map(|r| r["Node Name"].as_str().unwrap_or_default().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(listed, nodes(&[0, 1, 2]));
+    let states: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r["Raft State"].as_str())
+        .collect();
+    assert_eq!(
+        states.iter().filter(|s| **s == "leader").count(),
+        1,
+        "{rows:?}"
+    );
+    assert_eq!(
+        states.iter().filter(|s| **s == "follower").count(),
+        2,
+        "{rows:?}"
+    );
+    let leader_row = rows
+        .iter()
+        .find(|r| r["Raft State"] == "leader")
+        .expect("a leader row");
+    assert_eq!(leader_row["Node Name"], node_name(leader).as_str());
+    let term = leader_row["Term"].as_u64().expect("a term");
+    assert!(term >= 1);
+    // The declaration's membership entries, the blank entry and ten publishes.
+    let commit = leader_row["Commit Index"].as_u64().expect("a commit index");
+    assert!(commit >= 10, "{leader_row}");
+    for row in &rows {
+        assert_eq!(row["Membership"], "voter");
+        assert_eq!(row["Term"].as_u64(), Some(term), "one term: {rows:?}");
+        assert!(row["Last Applied"].as_u64() <= row["Commit Index"].as_u64());
+        assert!(row["Commit Index"].as_u64() <= row["Last Log Index"].as_u64());
+    }
+    let table = ctl(&cluster, 0, &["quorum_status", "ops.status"])
+        .await
+        .expect("quorum_status");
+    assert!(
+        table.contains("Node Name\tRaft State\tMembership"),
+        "{table}"
+    );
+    assert!(table.contains(&node_name(leader)), "{table}");
+    let missing = ctl(&cluster, 0, &["quorum_status", "no.such.queue"]).await;
+    assert!(missing.is_err(), "a queue that does not exist is an error");
+
+    // All three up: no node is critical. With one down, each survivor is.
+    ctl(&cluster, 0, &["check_if_node_is_quorum_critical"])
+        .await
+        .expect("not critical with every member up");
+    let (code, body) = cluster
+        .api(0, "GET", "/api/health/checks/node-is-quorum-critical", None)
+        .await;
+    assert_eq!((code, body["status"].as_str()), (200, Some("ok")));
+    cluster.kill(2);
+    queue_when(&cluster, 0, "ops.status", "two members online", |q| {
+        q["online"].as_array().map_or(0, Vec::len) == 2
+    })
+    .await;
+    let error = ctl(&cluster, 0, &["check_if_node_is_quorum_critical"])
+        .await
+        .expect_err("critical with a member down");
+    assert_eq!(error.exit_code, 69, "{error}");
+    assert!(error.message.contains("ops.status"), "{error}");
+    let (code, body) = cluster
+        .api(1, "GET", "/api/health/checks/node-is-quorum-critical", None)
+        .await;
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(body["queues"][0]["name"], "ops.status");
+    assert_eq!(body["queues"][0]["virtual_host"], "/");
+    // The killed member shows without figures.
+    let rows = status(&cluster, 0, "ops.status").await;
+    let down = rows
+        .iter()
+        .find(|r| r["Node Name"] == node_name(2).as_str())
+        .expect("the killed member is listed");
+    assert_eq!(down["Raft State"], "noproc", "{rows:?}");
+}
