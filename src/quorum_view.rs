@@ -2,6 +2,7 @@
 //! warren-raft's operator side (`warren_raft::ops`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use warren_management::{QuorumOpError, QuorumView, RaftFigures, RaftMember};
 use warren_raft::ops::OpError;
@@ -56,5 +57,10 @@ impl QuorumView for View {
                 figures: row.status.map(figures),
             })
             .collect())
+    }
+
+    fn local(&self, vhost: &str, queue: &str) -> Option<(RaftFigures, Option<Duration>)> {
+        let status = block_on(self.0.local_status(vhost, queue))??;
+        Some((figures(status), self.0.commit_latency(vhost, queue)))
     }
 }

@@ -1,6 +1,6 @@
 //! The quorum queue operator surface on a cluster of three real `warren` processes on
 //! 127.0.0.1-3: warrenctl's `quorum_status` and `check_if_node_is_quorum_critical` over the
-//! management API, asserted on what the nodes report.
+//! management API, and the `rabbitmq_raft_*` metrics, asserted on what the nodes report.
 //!
 //! Every wait is bounded; one test of this file runs at a time.
 
@@ -116,8 +116,35 @@ async fn publish_some(cluster: &TestCluster, node: usize, queue: &str, prefix: &
     }
 }
 
+/// `/metrics/per-object` of node `node`: the samples of `family` by their `queue` label.
+async fn raft_samples(cluster: &TestCluster, node: usize, family: &str) -> Vec<(String, f64)> {
+    let addr = cluster.node(node).listener_addr("prometheus").to_string();
+    let response = warren_management::http::send(&addr, "GET", "/metrics/per-object", None, None)
+        .await
+        .expect("scrape");
+    assert_eq!(response.status, 200);
+    let text = response.text();
+    assert!(
+        text.contains(&format!("# TYPE {family} ")),
+        "{family} is exposed"
+    );
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{family}{{")))
+        .filter_map(|line| {
+            let queue = line
+                .split("queue=\"")
+                .nth(1)?
+                .split('"')
+                .next()?
+                .to_string();
+            let value = line.rsplit(' ').next()?.parse().ok()?;
+            Some((queue, value))
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quorum_status_and_the_quorum_critical_check_report_every_member() {
+async fn quorum_status_metrics_and_the_quorum_critical_check_report_every_member() {
     let _serial = ONE_AT_A_TIME.lock().await;
     let mut cluster = TestCluster::new(3);
     cluster.start_all();
@@ -178,6 +205,41 @@ async fn quorum_status_and_the_quorum_critical_check_report_every_member() {
     assert!(table.contains(&node_name(leader)), "{table}");
     let missing = ctl(&cluster, 0, &["quorum_status", "no.such.queue"]).await;
     assert!(missing.is_err(), "a queue that does not exist is an error");
+
+    // The metrics of each node's member, with the figures quorum_status showed.
+    let terms = raft_samples(&cluster, leader, "rabbitmq_raft_term_total").await;
+    assert!(
+        terms.contains(&("ops.status".to_string(), term as f64)),
+        "{terms:?}"
+    );
+    let commits = raft_samples(&cluster, leader, "rabbitmq_raft_log_commit_index").await;
+    let (_, committed) = commits
+        .iter()
+        .find(|(queue, _)| queue == "ops.status")
+        .expect("a commit index sample");
+    assert!(*committed >= 10.0, "{commits:?}");
+    for family in [
+        "rabbitmq_raft_log_last_applied_index",
+        "rabbitmq_raft_log_last_written_index",
+        "rabbitmq_raft_log_snapshot_index",
+    ] {
+        let samples = raft_samples(&cluster, (leader + 1) % 3, family).await;
+        assert!(
+            samples.iter().any(|(queue, _)| queue == "ops.status"),
+            "{family}: {samples:?}"
+        );
+    }
+    let latency = raft_samples(
+        &cluster,
+        leader,
+        "rabbitmq_raft_entry_commit_latency_seconds",
+    )
+    .await;
+    let (_, seconds) = latency
+        .iter()
+        .find(|(queue, _)| queue == "ops.status")
+        .expect("the leader measured its commits");
+    assert!(*seconds > 0.0 && *seconds < 10.0, "{latency:?}");
 
     // All three up: no node is critical. With one down, each survivor is.
     ctl(&cluster, 0, &["check_if_node_is_quorum_critical"])

@@ -68,6 +68,11 @@ impl QuorumBackend {
         Some(local_status(&raft).await)
     }
 
+    /// The last commit latency this node measured as the queue's leader.
+    pub fn commit_latency(&self, vhost: &str, queue: &str) -> Option<Duration> {
+        self.registry.latency(group_id(vhost, queue))
+    }
+
     /// Every member of the queue's group (voters and learners), each as it reports itself.
     pub async fn status(&self, vhost: &str, queue: &str) -> Result<Vec<MemberRow>, OpError> {
         let (group, raft) = self.member_of(vhost, queue)?;

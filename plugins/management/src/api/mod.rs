@@ -84,7 +84,7 @@ pub struct Management {
     pub statistics_interval: std::time::Duration,
     /// The cluster this node belongs to, when it runs clustered.
     pub cluster: Option<Arc<dyn ClusterView>>,
-    /// Quorum queues' Raft groups (status).
+    /// Quorum queues' Raft groups (status, metrics).
     pub quorum: Option<Arc<dyn QuorumView>>,
 }
 

@@ -6,6 +6,8 @@
 //!
 //! The Raft side is the server's ([`QuorumView`], over warren-raft).
 
+use std::time::Duration;
+
 use serde_json::{json, Value as Json};
 use warren_core::queue_type::{Replica, ReplicaInfo};
 
@@ -62,6 +64,9 @@ impl QuorumOpError {
 pub trait QuorumView: Send + Sync {
     /// Every member of the queue's group, as each reports itself.
     fn status(&self, vhost: &str, queue: &str) -> Result<Vec<RaftMember>, QuorumOpError>;
+    /// This node's member of the queue's group, and the last commit latency this node
+    /// measured leading it (`None` when no member runs here).
+    fn local(&self, vhost: &str, queue: &str) -> Option<(RaftFigures, Option<Duration>)>;
 }
 
 /// A quorum queue and where its members are, by node name.
