@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use warren_management::{QuorumOpError, QuorumView, RaftFigures, RaftMember};
+use warren_management::{QuorumOpError, QuorumView, RaftFigures, RaftMember, ReplicaChange};
 use warren_raft::ops::OpError;
-use warren_raft::wire::MemberStatus;
+use warren_raft::wire::{Change, MemberStatus};
 use warren_raft::QuorumBackend;
 
 /// The management API's [`QuorumView`] on this node's quorum backend.
@@ -37,6 +37,8 @@ fn figures(status: MemberStatus) -> RaftFigures {
 fn op_error(error: OpError) -> QuorumOpError {
     match error {
         OpError::NotFound(why) => QuorumOpError::NotFound(why),
+        OpError::Refused(why) => QuorumOpError::Refused(why),
+        OpError::Unavailable(why) => QuorumOpError::Unavailable(why),
     }
 }
 
@@ -62,5 +64,22 @@ impl QuorumView for View {
     fn local(&self, vhost: &str, queue: &str) -> Option<(RaftFigures, Option<Duration>)> {
         let status = block_on(self.0.local_status(vhost, queue))??;
         Some((figures(status), self.0.commit_latency(vhost, queue)))
+    }
+
+    fn change(
+        &self,
+        vhost: &str,
+        queue: &str,
+        change: ReplicaChange,
+        node: &str,
+    ) -> Result<(), QuorumOpError> {
+        let change = match change {
+            ReplicaChange::Add => Change::AddMember,
+            ReplicaChange::Delete => Change::DeleteMember,
+            ReplicaChange::Transfer => Change::TransferLeadership,
+        };
+        block_on(self.0.change(vhost, queue, change, node))
+            .ok_or_else(no_runtime)?
+            .map_err(op_error)
     }
 }

@@ -1,9 +1,15 @@
 //! The quorum queue operator surface on a cluster of three real `warren` processes on
-//! 127.0.0.1-3: warrenctl's `quorum_status` and `check_if_node_is_quorum_critical` over the
-//! management API, and the `rabbitmq_raft_*` metrics, asserted on what the nodes report.
+//! 127.0.0.1-3: warrenctl's `quorum_status`, `check_if_node_is_quorum_critical`,
+//! `delete_member`, `grow`, `shrink`, `add_member`, `transfer_leadership` and `rebalance`
+//! over the management API, and the `rabbitmq_raft_*` metrics, each asserted on what the
+//! nodes report afterwards (and on lapin clients' messages: a membership change under a
+//! publishing load loses none).
 //!
 //! Every wait is bounded; one test of this file runs at a time.
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lapin::options::ConfirmSelectOptions;
@@ -14,7 +20,7 @@ use warren_management::ctl::CtlError;
 mod lapin_common;
 mod quorum_common;
 
-use quorum_common::{declare_everywhere, open, publish_confirmed, FORM_LIMIT};
+use quorum_common::{declare_everywhere, drain, open, publish_confirmed, FORM_LIMIT};
 
 /// One test at a time: three nodes each (see quorum_cluster.rs).
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -72,6 +78,18 @@ async fn queue_when(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The names in a JSON array of node names, sorted.
+fn names(list: &Json) -> Vec<String> {
+    let mut names: Vec<String> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names
 }
 
 fn nodes(indexes: &[usize]) -> Vec<String> {
@@ -141,6 +159,53 @@ async fn raft_samples(cluster: &TestCluster, node: usize, family: &str) -> Vec<(
             Some((queue, value))
         })
         .collect()
+}
+
+/// A publisher through node `node`: one persistent message at a time, each confirm awaited,
+/// until told to stop; it answers the bodies that were confirmed, in order.
+fn spawn_publisher(
+    cluster: &TestCluster,
+    node: usize,
+    queue: &'static str,
+    prefix: &'static str,
+) -> (Arc<AtomicBool>, tokio::task::JoinHandle<Vec<String>>) {
+    let url = cluster.amqp_url(node, "guest", "guest", "%2f");
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = Arc::clone(&stop);
+    let publisher = tokio::spawn(async move {
+        let connection = lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
+            .await
+            .expect("publisher connects");
+        let channel = connection.create_channel().await.expect("channel");
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirm.select");
+        let mut confirmed = Vec::new();
+        let mut i = 0;
+        while !stopping.load(Ordering::Relaxed) {
+            let body = format!("{prefix}{i}");
+            if publish_confirmed(&channel, queue, &body, Duration::from_secs(15)).await {
+                confirmed.push(body);
+            }
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        confirmed
+    });
+    (stop, publisher)
+}
+
+/// Stops a [`spawn_publisher`] and takes what it had confirmed.
+async fn stop_publisher(
+    stop: Arc<AtomicBool>,
+    publisher: tokio::task::JoinHandle<Vec<String>>,
+) -> Vec<String> {
+    stop.store(true, Ordering::Relaxed);
+    tokio::time::timeout(Duration::from_secs(20), publisher)
+        .await
+        .expect("the publisher stops")
+        .expect("the publisher did not panic")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,4 +337,259 @@ async fn quorum_status_metrics_and_the_quorum_critical_check_report_every_member
         .find(|r| r["Node Name"] == node_name(2).as_str())
         .expect("the killed member is listed");
     assert_eq!(down["Raft State"], "noproc", "{rows:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_come_and_go_under_a_publishing_load_and_no_message_is_lost() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    declare_everywhere(&cluster, 0, &[1, 2], "ops.members").await;
+    let leader = leader(&cluster, 0, "ops.members").await;
+    let follower = (leader + 1) % 3;
+    let publisher_node = (leader + 2) % 3;
+
+    // A publisher through the third node, one confirmed message at a time, all along.
+    let (stop, publisher) = spawn_publisher(&cluster, publisher_node, "ops.members", "p");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // delete_member: the follower stops voting, and is listed as a learner.
+    ctl(
+        &cluster,
+        publisher_node,
+        &["delete_member", "/", "ops.members", &node_name(follower)],
+    )
+    .await
+    .expect("delete_member");
+    let others = nodes(&[leader, publisher_node]);
+    queue_when(
+        &cluster,
+        publisher_node,
+        "ops.members",
+        "two members",
+        |q| names(&q["members"]) == others,
+    )
+    .await;
+    let rows = status(&cluster, leader, "ops.members").await;
+    let learner = rows
+        .iter()
+        .find(|r| r["Node Name"] == node_name(follower).as_str())
+        .expect("the deleted member is still listed");
+    assert_eq!(learner["Membership"], "non_voter", "{rows:?}");
+    let again = ctl(
+        &cluster,
+        leader,
+        &["delete_member", "ops.members", &node_name(follower)],
+    )
+    .await;
+    assert!(
+        again
+            .as_ref()
+            .is_err_and(|e| e.message.contains("not a member")),
+        "{again:?}"
+    );
+
+    // grow: back to three voters.
+    let grown = ctl(&cluster, follower, &["grow", &node_name(follower), "all"])
+        .await
+        .expect("grow");
+    assert!(
+        grown.contains("ops.members") && grown.contains("ok"),
+        "{grown}"
+    );
+    queue_when(&cluster, follower, "ops.members", "three members", |q| {
+        names(&q["members"]) == nodes(&[0, 1, 2])
+    })
+    .await;
+
+    // shrink the leader's node: it hands its leadership over first.
+    let shrunk = ctl(&cluster, follower, &["shrink", &node_name(leader)])
+        .await
+        .expect("shrink");
+    assert!(
+        shrunk.contains("ops.members") && shrunk.contains("ok"),
+        "{shrunk}"
+    );
+    let rest = nodes(&[follower, publisher_node]);
+    let entry = queue_when(&cluster, follower, "ops.members", "two members", |q| {
+        names(&q["members"]) == rest && q["leader"].is_string()
+    })
+    .await;
+    assert_ne!(entry["leader"], node_name(leader).as_str(), "{entry}");
+
+    // add_member: the old leader's node votes again.
+    ctl(
+        &cluster,
+        publisher_node,
+        &["add_member", "ops.members", &node_name(leader)],
+    )
+    .await
+    .expect("add_member");
+    queue_when(&cluster, leader, "ops.members", "three members", |q| {
+        names(&q["members"]) == nodes(&[0, 1, 2])
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let confirmed = stop_publisher(stop, publisher).await;
+    eprintln!(
+        "{} messages confirmed during the membership changes",
+        confirmed.len()
+    );
+    assert!(confirmed.len() >= 20, "published {}", confirmed.len());
+
+    // Every confirmed message is there once, read through the node that was removed and
+    // added back (it applied the log all along).
+    let drained = drain(&cluster, leader, "ops.members", confirmed.len()).await;
+    let bodies: Vec<&str> = drained.iter().map(|(body, _)| body.as_str()).collect();
+    let distinct: HashSet<&str> = bodies.iter().copied().collect();
+    assert_eq!(distinct.len(), bodies.len(), "no message twice");
+    for body in &confirmed {
+        assert!(
+            distinct.contains(body.as_str()),
+            "{body} was confirmed and kept"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_moves_to_the_node_asked_and_rebalance_spreads_the_leaders() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    let queues = ["ops.lead.a", "ops.lead.b", "ops.lead.c"];
+    for queue in queues {
+        declare_everywhere(&cluster, 0, &[1, 2], queue).await;
+    }
+    publish_some(&cluster, 0, "ops.lead.a", "before", 5).await;
+    let first = leader(&cluster, 0, "ops.lead.a").await;
+    let term_before = status(&cluster, 0, "ops.lead.a").await[0]["Term"]
+        .as_u64()
+        .expect("a term");
+
+    // transfer_leadership, asked of a node that does not lead, while a publisher goes on
+    // through it (its publishes are held during the handover and retried).
+    let target = (first + 1) % 3;
+    let asked = (first + 2) % 3;
+    let (stop, publisher) = spawn_publisher(&cluster, asked, "ops.lead.a", "during");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    ctl(
+        &cluster,
+        asked,
+        &["transfer_leadership", "/", "ops.lead.a", &node_name(target)],
+    )
+    .await
+    .expect("transfer_leadership");
+    eprintln!("leadership transferred in {:?}", started.elapsed());
+    assert_eq!(leader(&cluster, asked, "ops.lead.a").await, target);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let during = stop_publisher(stop, publisher).await;
+    eprintln!("{} messages confirmed around the transfer", during.len());
+    assert!(!during.is_empty(), "the publisher got confirms");
+    let rows = status(&cluster, first, "ops.lead.a").await;
+    let row = |node: usize| {
+        rows.iter()
+            .find(|r| r["Node Name"] == node_name(node).as_str())
+            .cloned()
+            .expect("a row per node")
+    };
+    assert_eq!(row(target)["Raft State"], "leader", "{rows:?}");
+    assert_eq!(row(first)["Raft State"], "follower", "{rows:?}");
+    assert!(row(target)["Term"].as_u64().expect("a term") > term_before);
+    // A learner, or a node the cluster lacks, cannot lead.
+    let refused = ctl(
+        &cluster,
+        asked,
+        &["transfer_leadership", "ops.lead.a", "warren@127.0.0.9"],
+    )
+    .await;
+    assert!(refused.is_err(), "{refused:?}");
+
+    // The queue works on: what was there before, during and after, in order, once each.
+    publish_some(&cluster, asked, "ops.lead.a", "after", 5).await;
+    let mut expected: Vec<String> = (0..5).map(|i| format!("before{i}")).collect();
+    expected.extend(during.iter().cloned());
+    expected.extend((0..5).map(|i| format!("after{i}")));
+    let drained = drain(&cluster, first, "ops.lead.a", expected.len()).await;
+    let bodies: Vec<String> = drained.into_iter().map(|(body, _)| body).collect();
+    assert_eq!(bodies, expected);
+
+    // rebalance: one leader per node for three queues.
+    let out = ctl(&cluster, 0, &["rebalance", "quorum"])
+        .await
+        .expect("rebalance");
+    assert!(out.contains("Number of quorum queue leaders"), "{out}");
+    let deadline = Instant::now() + SETTLE_LIMIT;
+    loop {
+        let mut leaders = HashSet::new();
+        for queue in queues {
+            let (_, body) = cluster
+                .api(1, "GET", &format!("/api/queues/%2F/{queue}"), None)
+                .await;
+            if let Some(leader) = body["leader"].as_str() {
+                leaders.insert(leader.to_string());
+            }
+        }
+        if leaders.len() == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "leaders after rebalance: {leaders:?}; warrenctl said: {out}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_membership_change_survives_a_restart_of_every_node() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    declare_everywhere(&cluster, 0, &[1, 2], "ops.restart").await;
+    publish_some(&cluster, 0, "ops.restart", "r", 5).await;
+    let leader = leader(&cluster, 0, "ops.restart").await;
+    let removed = (leader + 1) % 3;
+    ctl(
+        &cluster,
+        leader,
+        &["delete_member", "ops.restart", &node_name(removed)],
+    )
+    .await
+    .expect("delete_member");
+    let kept = nodes(&[leader, (leader + 2) % 3]);
+    queue_when(&cluster, 0, "ops.restart", "two members", |q| {
+        names(&q["members"]) == kept
+    })
+    .await;
+
+    // Every node stops and starts again: the group's log holds its membership.
+    for node in 0..3 {
+        cluster.kill(node);
+    }
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    // The removed node's learner applied the log too: it counts the five messages.
+    queue_when(
+        &cluster,
+        removed,
+        "ops.restart",
+        "two members, a leader and five messages",
+        |q| names(&q["members"]) == kept && q["leader"].is_string() && q["messages"] == 5,
+    )
+    .await;
+    let rows = status(&cluster, removed, "ops.restart").await;
+    let learner = rows
+        .iter()
+        .find(|r| r["Node Name"] == node_name(removed).as_str())
+        .expect("the removed node is listed");
+    assert_eq!(learner["Membership"], "non_voter", "{rows:?}");
+    assert_eq!(
+        rows.iter().filter(|r| r["Membership"] == "voter").count(),
+        2,
+        "{rows:?}"
+    );
 }

@@ -16,7 +16,7 @@
 //!   runs on the multi-threaded runtime).
 //!
 //! On a cluster every node runs a member of every group (voters and learners, driver.rs);
-//! the operator's side (status) is in `ops`. See
+//! the operator's side (status, membership, leadership) is in `ops`. See
 //! docs/quorum-queues.md.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -157,9 +157,14 @@ impl QuorumBackend {
         body: Bytes,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Bytes, String>> + Send>> {
         match method {
-            crate::wire::methods::STATUS => {
-                Box::pin(crate::ops::serve(Arc::clone(&self.registry), body))
-            }
+            crate::wire::methods::STATUS
+            | crate::wire::methods::CHANGE
+            | crate::wire::methods::ELECT => Box::pin(crate::ops::serve(
+                Arc::clone(&self.registry),
+                self.link(),
+                method,
+                body,
+            )),
             _ => Box::pin(self.registry.serve(method, body)),
         }
     }

@@ -32,6 +32,11 @@ pub mod methods {
     /// The asked node's member of the group, as `quorum_status` shows it
     /// ([`super::encode_status`]).
     pub const STATUS: u16 = 105;
+    /// A membership change or a leadership transfer, carried out by the group's leader
+    /// ([`super::encode_change`]), answered with [`super::encode_change_answer`].
+    pub const CHANGE: u16 = 106;
+    /// The leader hands over: the asked member starts an election now.
+    pub const ELECT: u16 = 107;
 }
 
 fn put_u32(out: &mut Vec<u8>, value: u32) {
@@ -395,6 +400,79 @@ pub fn decode_status(bytes: &[u8]) -> Option<MemberStatus> {
         snapshot_index,
         leader,
     })
+}
+
+/// A change the group's leader carries out ([`methods::CHANGE`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Makes the node a voter (`add_member`, `grow`).
+    AddMember,
+    /// Makes the node a non-voting learner again (`delete_member`, `shrink`).
+    DeleteMember,
+    /// Hands the leadership to the node (`transfer_leadership`, `rebalance`).
+    TransferLeadership,
+}
+
+/// A change of `group` about `node`.
+pub fn encode_change(group: GroupId, change: Change, node: &str) -> Vec<u8> {
+    let mut out = with_group(group);
+    out.push(match change {
+        Change::AddMember => 1,
+        Change::DeleteMember => 2,
+        Change::TransferLeadership => 3,
+    });
+    put_str(&mut out, node);
+    out
+}
+
+/// The change of [`encode_change`], after its group.
+pub fn decode_change(bytes: &[u8]) -> Option<(Change, String)> {
+    let mut r = Reader(bytes);
+    let change = match r.u8()? {
+        1 => Change::AddMember,
+        2 => Change::DeleteMember,
+        3 => Change::TransferLeadership,
+        _ => return None,
+    };
+    let node = r.string()?;
+    r.finished((change, node))
+}
+
+/// How the leader's side of a change ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeAnswer {
+    /// Done and committed.
+    Done,
+    /// The asked node does not lead (any more): ask the leader, or again.
+    NotLeader,
+    /// Refused for a reason the operator can act on.
+    Refused(String),
+}
+
+/// The answer of a change.
+pub fn encode_change_answer(answer: &ChangeAnswer) -> Vec<u8> {
+    let mut out = Vec::new();
+    match answer {
+        ChangeAnswer::Done => out.push(0),
+        ChangeAnswer::NotLeader => out.push(1),
+        ChangeAnswer::Refused(why) => {
+            out.push(2);
+            put_str(&mut out, why);
+        }
+    }
+    out
+}
+
+/// The answer of [`encode_change_answer`].
+pub fn decode_change_answer(bytes: &[u8]) -> Option<ChangeAnswer> {
+    let mut r = Reader(bytes);
+    let answer = match r.u8()? {
+        0 => ChangeAnswer::Done,
+        1 => ChangeAnswer::NotLeader,
+        2 => ChangeAnswer::Refused(r.string()?),
+        _ => return None,
+    };
+    r.finished(answer)
 }
 
 #[cfg(test)]

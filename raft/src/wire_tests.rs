@@ -209,6 +209,25 @@ fn operator_requests_round_trip_and_refuse_cut_bytes() {
     for end in 0..bytes.len() {
         assert!(decode_status(&bytes[..end]).is_none(), "cut at {end}");
     }
+    for change in [
+        Change::AddMember,
+        Change::DeleteMember,
+        Change::TransferLeadership,
+    ] {
+        let bytes = encode_change(9, change, "warren@b");
+        let (group, rest) = split_group(&bytes).unwrap();
+        assert_eq!(group, 9);
+        assert_eq!(decode_change(rest), Some((change, "warren@b".to_string())));
+        assert!(decode_change(&rest[..rest.len() - 1]).is_none());
+    }
+    for answer in [
+        ChangeAnswer::Done,
+        ChangeAnswer::NotLeader,
+        ChangeAnswer::Refused("not a member".into()),
+    ] {
+        let bytes = encode_change_answer(&answer);
+        assert_eq!(decode_change_answer(&bytes), Some(answer));
+    }
 }
 
 proptest! {
@@ -224,6 +243,8 @@ proptest! {
         let _ = decode_forward(&bytes);
         let _ = decode_forward_response(&bytes);
         let _ = decode_status(&bytes);
+        let _ = decode_change(&bytes);
+        let _ = decode_change_answer(&bytes);
     }
 
     #[test]

@@ -30,7 +30,7 @@ use warren_config::HttpLimits;
 
 pub use api::{
     ClusterView, DefinitionsImporter, ListenerInfo, Management, NodeResources, QuorumOpError,
-    QuorumView, RaftFigures, RaftMember, ResourceReader,
+    QuorumView, RaftFigures, RaftMember, ReplicaChange, ResourceReader,
 };
 
 /// Serves the management API and the web UI on `listener` until `shutdown` turns true;

@@ -30,7 +30,7 @@ use crate::http::{Request, Response};
 
 pub use json::{table_to_json, value_to_json};
 pub use limits::{import_user_limits, user_limits_of, USER_LIMITS_PARAMETER};
-pub use quorum::{QuorumOpError, QuorumView, RaftFigures, RaftMember};
+pub use quorum::{QuorumOpError, QuorumView, RaftFigures, RaftMember, ReplicaChange};
 
 /// Imports a definitions document (the JSON body of `POST /api/definitions`): validates all
 /// of it first, applies nothing on error, and returns the reason a user can act on.
@@ -84,7 +84,7 @@ pub struct Management {
     pub statistics_interval: std::time::Duration,
     /// The cluster this node belongs to, when it runs clustered.
     pub cluster: Option<Arc<dyn ClusterView>>,
-    /// Quorum queues' Raft groups (status, metrics).
+    /// Quorum queues' Raft groups (status, membership, leadership, metrics).
     pub quorum: Option<Arc<dyn QuorumView>>,
 }
 

@@ -1,9 +1,14 @@
 //! warrenctl's quorum queue verbs, as rabbitmq-queues and rabbitmq-diagnostics have them:
-//! `quorum_status [VHOST] QUEUE` and `check_if_node_is_quorum_critical`. Without VHOST the
-//! queue is in `-p`'s vhost.
+//! `quorum_status [VHOST] QUEUE`, `add_member [VHOST] QUEUE NODE`,
+//! `delete_member [VHOST] QUEUE NODE`, `grow NODE all|even [--vhost-pattern P]
+//! [--queue-pattern P]`, `shrink NODE [--errors-only]`,
+//! `transfer_leadership [VHOST] QUEUE NODE`, `rebalance [quorum|all]` and
+//! `check_if_node_is_quorum_critical`. Without VHOST the queue is in `-p`'s vhost.
 
 use std::future::Future;
 use std::pin::Pin;
+
+use serde_json::{json, Value as Json};
 
 use super::{cell, Ctl, CtlError};
 use crate::http::percent_encode;
@@ -12,7 +17,16 @@ use crate::http::percent_encode;
 type VerbFuture<'a> = Pin<Box<dyn Future<Output = Option<Result<String, CtlError>>> + Send + 'a>>;
 
 /// The verbs of this module.
-const VERBS: [&str; 2] = ["quorum_status", "check_if_node_is_quorum_critical"];
+const VERBS: [&str; 8] = [
+    "quorum_status",
+    "add_member",
+    "delete_member",
+    "grow",
+    "shrink",
+    "transfer_leadership",
+    "rebalance",
+    "check_if_node_is_quorum_critical",
+];
 
 /// `quorum_status`'s columns, RabbitMQ's keys.
 const STATUS_COLUMNS: [&str; 10] = [
@@ -97,8 +111,136 @@ impl Ctl {
                 }
                 Ok(out)
             }
+            "add_member" | "delete_member" | "transfer_leadership" => {
+                let (vhost, queue) = self.queue_args(command, args, 1, "[VHOST] QUEUE NODE")?;
+                let node = args[args.len() - 1].clone();
+                let base = Self::queue_path(&vhost, &queue);
+                let body = json!({ "node": node });
+                let (method, path, banner) = match command {
+                    "add_member" => (
+                        "POST",
+                        format!("{base}/replicas/add"),
+                        format!("Adding a replica for queue {queue} in vhost {vhost} on node {node}..."),
+                    ),
+                    "delete_member" => (
+                        "DELETE",
+                        format!("{base}/replicas/delete"),
+                        format!("Removing a replica of queue {queue} in vhost {vhost} on node {node}..."),
+                    ),
+                    _ => (
+                        "POST",
+                        format!("{base}/leader"),
+                        format!("Transferring leadership of queue {queue} in vhost {vhost} to node {node}..."),
+                    ),
+                };
+                self.call(method, &path, Some(&body)).await?;
+                Ok(self.banner(banner))
+            }
+            "grow" => {
+                let (Some(node), Some(strategy)) = (args.first(), args.get(1)) else {
+                    return Err(CtlError::usage(
+                        "grow: usage: grow NODE all|even [--vhost-pattern P] [--queue-pattern P]",
+                    ));
+                };
+                let body = json!({
+                    "strategy": strategy,
+                    "vhost_pattern": self.options.vhost_pattern.as_deref().unwrap_or(".*"),
+                    "queue_pattern": self.options.queue_pattern.as_deref().unwrap_or(".*"),
+                });
+                let rows = self
+                    .call(
+                        "POST",
+                        &format!(
+                            "/api/queues/quorum/replicas/on/{}/grow",
+                            percent_encode(node)
+                        ),
+                        Some(&body),
+                    )
+                    .await?;
+                self.results(
+                    format!("Growing {strategy} quorum queues onto {node}..."),
+                    rows,
+                    false,
+                )
+            }
+            "shrink" => {
+                let Some(node) = args.first() else {
+                    return Err(CtlError::usage(
+                        "shrink: usage: shrink NODE [--errors-only]",
+                    ));
+                };
+                let rows = self
+                    .call(
+                        "DELETE",
+                        &format!(
+                            "/api/queues/quorum/replicas/on/{}/shrink",
+                            percent_encode(node)
+                        ),
+                        None,
+                    )
+                    .await?;
+                self.results(
+                    format!("Shrinking quorum queues on {node}..."),
+                    rows,
+                    self.options.errors_only,
+                )
+            }
+            "rebalance" => {
+                let kind = args.first().map_or("quorum", String::as_str);
+                if kind != "quorum" && kind != "all" {
+                    return Err(CtlError::usage(
+                        "rebalance: only quorum queues have leaders to move (quorum or all)",
+                    ));
+                }
+                let answer = self.call("POST", "/api/rebalance/queues", None).await?;
+                if self.options.json {
+                    return Ok(answer.to_string() + "\n");
+                }
+                let mut out = self.banner("Re-balancing leaders of quorum queues...".into());
+                for moved in answer["moves"].as_array().into_iter().flatten() {
+                    out.push_str(&format!(
+                        "{} in vhost {}: {} -> {}: {}\n",
+                        cell(&moved["name"]),
+                        cell(&moved["vhost"]),
+                        cell(&moved["from"]),
+                        cell(&moved["to"]),
+                        cell(&moved["result"]),
+                    ));
+                }
+                out.push_str("Node name\tNumber of quorum queue leaders\n");
+                for (node, count) in answer["leaders"].as_object().into_iter().flatten() {
+                    out.push_str(&format!("{node}\t{}\n", cell(count)));
+                }
+                Ok(out)
+            }
             _ => self.quorum_critical().await,
         }
+    }
+
+    /// The result rows of grow and shrink, as rabbitmq-queues prints them.
+    fn results(&self, banner: String, rows: Json, errors_only: bool) -> Result<String, CtlError> {
+        let rows: Vec<Json> = rows
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|row| !errors_only || row["result"] != "ok")
+            .cloned()
+            .collect();
+        if self.options.json {
+            return Ok(serde_json::to_string_pretty(&rows).unwrap_or_default() + "\n");
+        }
+        let mut out = self.banner(banner);
+        out.push_str("vhost\tname\tsize\tresult\n");
+        for row in rows {
+            out.push_str(&format!(
+                "{}\t{}\t{}\t{}\n",
+                cell(&row["vhost"]),
+                cell(&row["name"]),
+                cell(&row["size"]),
+                cell(&row["result"])
+            ));
+        }
+        Ok(out)
     }
 
     async fn quorum_critical(&self) -> Result<String, CtlError> {
