@@ -286,3 +286,49 @@ impl Ctl {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::ctl::run;
+
+    async fn usage_error(args: &[&str]) -> String {
+        // Port 9 (discard): a verb that got as far as a request would fail with 69.
+        let mut all = vec!["--port".to_string(), "9".to_string()];
+        all.extend(args.iter().map(|s| s.to_string()));
+        let error = run(&all, None).await.expect_err("a usage error");
+        assert_eq!(error.exit_code, 64, "{args:?}: {error}");
+        error.message
+    }
+
+    #[tokio::test]
+    async fn quorum_verbs_check_their_arguments_before_asking_the_broker() {
+        assert!(usage_error(&["quorum_status"])
+            .await
+            .contains("[VHOST] QUEUE"));
+        assert!(usage_error(&["quorum_status", "a", "b", "c"])
+            .await
+            .contains("QUEUE"));
+        assert!(usage_error(&["add_member", "q"])
+            .await
+            .contains("QUEUE NODE"));
+        assert!(usage_error(&["transfer_leadership"])
+            .await
+            .contains("QUEUE NODE"));
+        assert!(usage_error(&["grow", "warren@a"])
+            .await
+            .contains("all|even"));
+        assert!(usage_error(&["shrink"]).await.contains("NODE"));
+        assert!(usage_error(&["rebalance", "stream"])
+            .await
+            .contains("quorum"));
+        // Well-formed: it gets as far as the (absent) broker.
+        let mut args: Vec<String> = ["--port", "9", "delete_member", "/", "q", "warren@b"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(run(&args, None).await.unwrap_err().exit_code, 69);
+        args.truncate(2);
+        args.push("check_if_node_is_quorum_critical".into());
+        assert_eq!(run(&args, None).await.unwrap_err().exit_code, 69);
+    }
+}
