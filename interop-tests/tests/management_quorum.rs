@@ -330,6 +330,45 @@ async fn a_single_nodes_quorum_queue_shows_one_member_and_refuses_membership_cha
         .api_as_guest("POST", "/api/queues/quorum/%2F/solo/leader", Some("{}"))
         .await;
     assert_eq!(no_node.status, 400, "{}", no_node.text());
+    // They need the administrator tag; the status a user of the vhost may read.
+    let user = broker
+        .api_as_guest(
+            "PUT",
+            "/api/users/watcher",
+            Some(r#"{"password": "pw", "tags": "management"}"#),
+        )
+        .await;
+    assert_eq!(user.status, 201, "{}", user.text());
+    let granted = broker
+        .api_as_guest(
+            "PUT",
+            "/api/permissions/%2F/watcher",
+            Some(r#"{"configure": ".*", "write": ".*", "read": ".*"}"#),
+        )
+        .await;
+    assert!(
+        granted.status == 201 || granted.status == 204,
+        "{}",
+        granted.text()
+    );
+    let refused = broker
+        .api(
+            "DELETE",
+            "/api/queues/quorum/%2F/solo/replicas/delete",
+            Some(("watcher", "pw")),
+            Some(&body),
+        )
+        .await;
+    assert_eq!(refused.status, 401, "{}", refused.text());
+    let read = broker
+        .api(
+            "GET",
+            "/api/queues/quorum/%2F/solo/status",
+            Some(("watcher", "pw")),
+            None,
+        )
+        .await;
+    assert_eq!(read.status, 200, "{}", read.text());
 
     // A classic queue has no Raft status.
     let classic = broker
