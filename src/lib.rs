@@ -8,6 +8,7 @@ pub mod cluster;
 mod definitions;
 pub mod limits;
 pub mod persistence;
+mod quorum_view;
 pub mod resource_monitor;
 pub mod tls;
 
@@ -437,6 +438,7 @@ async fn start_web_amqp(
 #[allow(clippy::too_many_arguments)]
 async fn start_operator_endpoints(
     broker: &Arc<Broker>,
+    quorum: &Arc<warren_raft::QuorumBackend>,
     cluster: Option<&cluster::ClusterNode>,
     management_slot: Arc<std::sync::OnceLock<Arc<Management>>>,
     resource_monitor: &Arc<ResourceMonitor>,
@@ -561,6 +563,8 @@ async fn start_operator_endpoints(
             Arc::new(cluster::View(Arc::clone(&node.metadata)))
                 as Arc<dyn warren_management::ClusterView>
         }),
+        quorum: Some(Arc::new(quorum_view::View(Arc::clone(quorum)))
+            as Arc<dyn warren_management::QuorumView>),
     });
     let _ = management_slot.set(Arc::clone(&management));
     if management_listener.is_some() || management_tls.is_some() {
@@ -931,6 +935,7 @@ impl Server {
         .collect();
         let operator_addrs = start_operator_endpoints(
             &broker,
+            &quorum,
             cluster.as_ref(),
             management_slot,
             &resource_monitor,

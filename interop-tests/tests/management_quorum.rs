@@ -272,3 +272,115 @@ async fn the_api_lists_gets_publishes_browses_purges_and_deletes_a_quorum_queue(
     assert_eq!(again.status, 404);
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_nodes_quorum_queue_shows_one_member_and_refuses_membership_changes() {
+    let broker = TestBroker::start().await;
+    let node = broker
+        .api_as_guest("GET", "/api/overview", None)
+        .await
+        .json()["node"]
+        .as_str()
+        .expect("the node's name")
+        .to_string();
+    let declared = broker
+        .api_as_guest(
+            "PUT",
+            "/api/queues/%2F/solo",
+            Some(r#"{"durable": true, "arguments": {"x-queue-type": "quorum"}}"#),
+        )
+        .await;
+    assert_eq!(declared.status, 201, "{}", declared.text());
+    publish(&broker, "solo", "one").await;
+    publish(&broker, "solo", "two").await;
+
+    let status = broker
+        .api_as_guest("GET", "/api/queues/quorum/%2F/solo/status", None)
+        .await;
+    assert_eq!(status.status, 200, "{}", status.text());
+    let rows = status.json();
+    let rows = rows.as_array().expect("a list of members");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["Node Name"], node.as_str());
+    assert_eq!(rows[0]["Raft State"], "leader");
+    assert_eq!(rows[0]["Membership"], "voter");
+    assert!(rows[0]["Commit Index"].as_u64() >= Some(2), "{rows:?}");
+
+    // One member on this node: stopping it stops the queue, as RabbitMQ counts it.
+    let check = broker
+        .api_as_guest("GET", "/api/health/checks/node-is-quorum-critical", None)
+        .await;
+    assert_eq!(check.status, 503, "{}", check.text());
+    assert_eq!(check.json()["queues"][0]["name"], "solo");
+
+    // Membership and leadership need a cluster.
+    let body = format!(r#"{{"node": "{node}"}}"#);
+    let add = broker
+        .api_as_guest(
+            "POST",
+            "/api/queues/quorum/%2F/solo/replicas/add",
+            Some(&body),
+        )
+        .await;
+    assert_eq!(add.status, 400, "{}", add.text());
+    assert!(add.json()["reason"]
+        .as_str()
+        .is_some_and(|r| r.contains("runs alone")));
+    let no_node = broker
+        .api_as_guest("POST", "/api/queues/quorum/%2F/solo/leader", Some("{}"))
+        .await;
+    assert_eq!(no_node.status, 400, "{}", no_node.text());
+    // They need the administrator tag; the status a user of the vhost may read.
+    let user = broker
+        .api_as_guest(
+            "PUT",
+            "/api/users/watcher",
+            Some(r#"{"password": "pw", "tags": "management"}"#),
+        )
+        .await;
+    assert_eq!(user.status, 201, "{}", user.text());
+    let granted = broker
+        .api_as_guest(
+            "PUT",
+            "/api/permissions/%2F/watcher",
+            Some(r#"{"configure": ".*", "write": ".*", "read": ".*"}"#),
+        )
+        .await;
+    assert!(
+        granted.status == 201 || granted.status == 204,
+        "{}",
+        granted.text()
+    );
+    let refused = broker
+        .api(
+            "DELETE",
+            "/api/queues/quorum/%2F/solo/replicas/delete",
+            Some(("watcher", "pw")),
+            Some(&body),
+        )
+        .await;
+    assert_eq!(refused.status, 401, "{}", refused.text());
+    let read = broker
+        .api(
+            "GET",
+            "/api/queues/quorum/%2F/solo/status",
+            Some(("watcher", "pw")),
+            None,
+        )
+        .await;
+    assert_eq!(read.status, 200, "{}", read.text());
+
+    // A classic queue has no Raft status.
+    let classic = broker
+        .api_as_guest("PUT", "/api/queues/%2F/plain", Some(r#"{"durable": true}"#))
+        .await;
+    assert_eq!(classic.status, 201, "{}", classic.text());
+    let refused = broker
+        .api_as_guest("GET", "/api/queues/quorum/%2F/plain/status", None)
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    let missing = broker
+        .api_as_guest("GET", "/api/queues/quorum/%2F/nothing/status", None)
+        .await;
+    assert_eq!(missing.status, 404, "{}", missing.text());
+}

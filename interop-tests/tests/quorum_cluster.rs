@@ -12,178 +12,21 @@ use std::time::{Duration, Instant};
 
 use futures_lite::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions, QueueDeclareOptions,
+    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use warren_interop_tests::cluster::{node_name, TestCluster};
+use lapin::BasicProperties;
+use warren_interop_tests::cluster::TestCluster;
 
 mod lapin_common;
+mod quorum_common;
 
-use lapin_common::{args, text};
+use quorum_common::{declare_everywhere, drain, leader_of, open, publish_confirmed, FORM_LIMIT};
 
 /// One test of this file at a time: each runs three nodes, and several clusters at once on
 /// two cores starve the failure detector's pings, which is not what these tests are about.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// How long three nodes may take to form (the first test run may also build the binary).
-const FORM_LIMIT: Duration = Duration::from_secs(30);
-/// How long a queue declared on one node may take to exist on the others.
-const SPREAD_LIMIT: Duration = Duration::from_secs(10);
-/// How long a drain may take, a leader election included.
-const DRAIN_LIMIT: Duration = Duration::from_secs(60);
-
-async fn open(cluster: &TestCluster, node: usize) -> (Connection, Channel) {
-    let url = cluster.amqp_url(node, "guest", "guest", "%2f");
-    let connection = Connection::connect(&url, ConnectionProperties::default())
-        .await
-        .unwrap_or_else(|e| panic!("connects to node {node}: {e}"));
-    let channel = connection.create_channel().await.expect("channel");
-    (connection, channel)
-}
-
-fn durable() -> QueueDeclareOptions {
-    QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    }
-}
-
-/// Declares quorum queue `name` on `node`, then waits until every other running node has
-/// it (a passive declare succeeds there).
-async fn declare_everywhere(cluster: &TestCluster, node: usize, others: &[usize], name: &str) {
-    let (_connection, channel) = open(cluster, node).await;
-    channel
-        .queue_declare(
-            name.into(),
-            durable(),
-            args(&[("x-queue-type", text("quorum"))]),
-        )
-        .await
-        .expect("declares the quorum queue");
-    for &other in others {
-        let deadline = Instant::now() + SPREAD_LIMIT;
-        loop {
-            let (_connection, channel) = open(cluster, other).await;
-            let passive = QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            };
-            if channel
-                .queue_declare(name.into(), passive, FieldTable::default())
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "queue '{name}' did not reach node {other} within {SPREAD_LIMIT:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-/// The node leading quorum queue `name`, from the management API's `leader` field on
-/// `asked` (seed 003 finds it this way), once every one of the three members is online.
-async fn leader_of(cluster: &TestCluster, asked: usize, name: &str) -> usize {
-    let path = format!("/api/queues/%2F/{name}");
-    let deadline = Instant::now() + SPREAD_LIMIT;
-    loop {
-        let (status, body) = cluster.api(asked, "GET", &path, None).await;
-        let online = body["online"].as_array().map_or(0, Vec::len);
-        if status == 200 && online == 3 {
-            if let Some(leader) = body["leader"].as_str() {
-                assert_eq!(body["type"], "quorum");
-                assert_eq!(body["members"].as_array().map(Vec::len), Some(3), "{body}");
-                return (0..3)
-                    .find(|i| node_name(*i) == leader)
-                    .unwrap_or_else(|| panic!("the leader {leader} is one of the nodes"));
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "queue '{name}' had no leader with 3 members online within {SPREAD_LIMIT:?}: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Publishes one persistent message and waits at most `bound` for its confirm: `true` only
-/// for an ack.
-async fn publish_confirmed(channel: &Channel, queue: &str, body: &str, bound: Duration) -> bool {
-    let publish = async {
-        let confirm = channel
-            .basic_publish(
-                "".into(),
-                queue.into(),
-                BasicPublishOptions::default(),
-                body.as_bytes(),
-                BasicProperties::default().with_delivery_mode(2),
-            )
-            .await
-            .ok()?;
-        confirm.await.ok()
-    };
-    matches!(
-        tokio::time::timeout(bound, publish).await,
-        Ok(Some(confirmation)) if confirmation.is_ack()
-    )
-}
-
-/// Consumes from `queue` on `node` until `count` messages arrived (acking each), within
-/// [`DRAIN_LIMIT`]; returns the bodies in arrival order with their redelivered flags.
-async fn drain(
-    cluster: &TestCluster,
-    node: usize,
-    queue: &str,
-    count: usize,
-) -> Vec<(String, bool)> {
-    let (_connection, channel) = open(cluster, node).await;
-    channel
-        .basic_qos(500, BasicQosOptions::default())
-        .await
-        .expect("basic.qos");
-    let mut consumer = channel
-        .basic_consume(
-            queue.into(),
-            "drain".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .expect("basic.consume");
-    let mut received = Vec::with_capacity(count);
-    let deadline = tokio::time::Instant::now() + DRAIN_LIMIT;
-    while received.len() < count {
-        let next = tokio::time::timeout_at(deadline, consumer.next()).await;
-        let Ok(Some(Ok(delivery))) = next else {
-            let log: Vec<String> = cluster
-                .node(node)
-                .log()
-                .into_iter()
-                .filter(|line| {
-                    line.contains("quorum") || line.contains("WARN") || line.contains("ERROR")
-                })
-                .collect();
-            panic!(
-                "drained {} of {count} messages from node {node} within {DRAIN_LIMIT:?}; its log: {log:#?}",
-                received.len()
-            );
-        };
-        received.push((
-            String::from_utf8_lossy(&delivery.data).into_owned(),
-            delivery.redelivered,
-        ));
-        delivery
-            .ack(BasicAckOptions::default())
-            .await
-            .expect("basic.ack");
-    }
-    received
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn experiment_b_confirmed_messages_survive_a_sigkill_of_the_leaders_node() {

@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, watch};
 use warren_core::quorum::{Command, QuorumConfig, Reply};
 
 use crate::network::{
-    member_id, propose_all, ClusterLink, ClusterNetwork, GroupRegistry, NoPeers, FORWARD_BOUND,
+    member_id, ClusterLink, ClusterNetwork, GroupRegistry, NoPeers, FORWARD_BOUND,
 };
 use crate::queue::{Identity, Op, QuorumQueueHandle};
 use crate::wire::{self, methods};
@@ -307,7 +307,11 @@ impl Driver {
             (leader, _) => leader,
         };
         match (leader, &member.link) {
-            (Leader::Me, _) => propose_all(&member.group.raft, commands, COMMIT_BOUND).await,
+            (Leader::Me, _) => {
+                self.registry
+                    .propose_batch(self.group, &member.group.raft, commands, COMMIT_BOUND)
+                    .await
+            }
             (Leader::Peer(node), Some(link)) => {
                 let body = wire::encode_forward(self.group, &commands);
                 match link
@@ -443,6 +447,8 @@ impl Driver {
             sink,
         )
         .await?;
+        // Found by `quorum_status` and the metrics.
+        self.registry.insert(self.group, group.raft.clone());
         let initialized = group
             .raft
             .is_initialized()

@@ -21,6 +21,10 @@
 //! - [`network`] and [`wire`]: a group's members on other nodes, reached through a
 //!   [`ClusterLink`] the server supplies over the cluster transport, with the RPCs in a
 //!   binary encoding; commands a member forwards to its leader.
+//! - [`ops`]: the operator's side: `quorum_status`, member changes (`add_member`,
+//!   `delete_member`, through the leader) and leadership transfers, which openraft 0.9
+//!   lacks (the leader holds proposals, waits for the target to catch up, and the target
+//!   elects itself).
 //!
 //! See docs/quorum-queues.md.
 
@@ -28,6 +32,7 @@ mod driver;
 pub mod group;
 pub mod log_store;
 pub mod network;
+pub mod ops;
 pub mod propose;
 pub mod queue;
 mod record;

@@ -252,6 +252,12 @@ pub struct GroupRegistry {
     /// declared again (the same group id) starts only once the old member has stopped and
     /// its log and state are gone.
     slots: parking_lot::Mutex<HashMap<GroupId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Groups whose leader is handing over (`transfer_leadership`): nothing new is
+    /// proposed on them, so the log the new leader must match stays put.
+    paused: parking_lot::Mutex<std::collections::HashSet<GroupId>>,
+    /// The last commit latency of each group this node leads (a batch proposed until its
+    /// last entry was applied), for `rabbitmq_raft_entry_commit_latency_seconds`.
+    latency: parking_lot::Mutex<HashMap<GroupId, Duration>>,
 }
 
 impl GroupRegistry {
@@ -271,6 +277,59 @@ impl GroupRegistry {
     /// Stops routing peers' requests to `group`.
     pub fn remove(&self, group: GroupId) {
         self.groups.write().remove(&group);
+        self.latency.lock().remove(&group);
+    }
+
+    /// The member of `group` on this node, if it runs.
+    pub fn get(&self, group: GroupId) -> Option<QueueRaft> {
+        self.groups.read().get(&group).cloned()
+    }
+
+    /// Holds new proposals on `group` back until [`GroupRegistry::resume`].
+    pub(crate) fn pause(&self, group: GroupId) {
+        self.paused.lock().insert(group);
+    }
+
+    /// Lets proposals on `group` go again.
+    pub(crate) fn resume(&self, group: GroupId) {
+        self.paused.lock().remove(&group);
+    }
+
+    /// Whether proposals on `group` are held back (a leadership transfer runs).
+    pub(crate) fn is_paused(&self, group: GroupId) -> bool {
+        self.paused.lock().contains(&group)
+    }
+
+    /// Records how long a batch took to commit on `group`.
+    pub(crate) fn record_latency(&self, group: GroupId, took: Duration) {
+        self.latency.lock().insert(group, took);
+    }
+
+    /// The last commit latency measured on `group` (this node led it then).
+    pub fn latency(&self, group: GroupId) -> Option<Duration> {
+        self.latency.lock().get(&group).copied()
+    }
+
+    /// Proposes forwarded or local `commands` on `raft` (see [`propose_all`]), unless a
+    /// leadership transfer holds the group: then nothing is applied (the proposer retries,
+    /// with the new leader once there is one). Records the commit latency.
+    pub(crate) async fn propose_batch(
+        &self,
+        group: GroupId,
+        raft: &QueueRaft,
+        commands: Vec<warren_core::quorum::Command>,
+        bound: Duration,
+    ) -> Vec<Option<Reply>> {
+        if self.is_paused(group) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            return vec![None; commands.len()];
+        }
+        let started = std::time::Instant::now();
+        let replies = propose_all(raft, commands, bound).await;
+        if replies.iter().any(Option::is_some) {
+            self.record_latency(group, started.elapsed());
+        }
+        replies
     }
 
     /// Answers a peer's request (a method of [`methods`]).
@@ -310,7 +369,9 @@ impl GroupRegistry {
                 }
                 methods::FORWARD => {
                     let commands = wire::decode_forward(rest).ok_or_else(malformed)?;
-                    let replies = propose_all(&raft, commands, FORWARD_BOUND).await;
+                    let replies = registry
+                        .propose_batch(group, &raft, commands, FORWARD_BOUND)
+                        .await;
                     wire::encode_forward_response(&replies)
                 }
                 methods::LEADS => {

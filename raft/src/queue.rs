@@ -15,8 +15,9 @@
 //! - `basic.get` waits for its commit on the caller's thread (`block_in_place`; the broker
 //!   runs on the multi-threaded runtime).
 //!
-//! One member per group for now (a single node); membership over the cluster transport is
-//! issue 15's part. See docs/quorum-queues.md.
+//! On a cluster every node runs a member of every group (voters and learners, driver.rs);
+//! the operator's side (status, membership, leadership) is in `ops`. See
+//! docs/quorum-queues.md.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,8 +63,8 @@ pub struct QuorumBackend {
     cluster_config: Arc<Config>,
     identity: Identity,
     /// On a cluster: the link, once clustering has started (`None` before).
-    cluster: Option<watch::Sender<Option<Arc<dyn ClusterLink>>>>,
-    registry: Arc<GroupRegistry>,
+    pub(crate) cluster: Option<watch::Sender<Option<Arc<dyn ClusterLink>>>>,
+    pub(crate) registry: Arc<GroupRegistry>,
 }
 
 impl QuorumBackend {
@@ -148,13 +149,29 @@ impl QuorumBackend {
         }
     }
 
-    /// Answers a peer's quorum-queue request (`wire::methods`).
+    /// Answers a peer's quorum-queue request (`wire::methods`): Raft traffic and forwarded
+    /// commands by the group registry, operator requests by `ops`.
     pub fn serve(
         &self,
         method: u16,
         body: Bytes,
-    ) -> impl std::future::Future<Output = Result<Bytes, String>> + Send + 'static {
-        self.registry.serve(method, body)
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Bytes, String>> + Send>> {
+        match method {
+            crate::wire::methods::STATUS
+            | crate::wire::methods::CHANGE
+            | crate::wire::methods::ELECT => Box::pin(crate::ops::serve(
+                Arc::clone(&self.registry),
+                self.link(),
+                method,
+                body,
+            )),
+            _ => Box::pin(self.registry.serve(method, body)),
+        }
+    }
+
+    /// The cluster, once clustering has started (`None` on a node that runs alone).
+    pub(crate) fn link(&self) -> Option<Arc<dyn ClusterLink>> {
+        self.cluster.as_ref().and_then(|c| c.borrow().clone())
     }
 }
 

@@ -29,6 +29,14 @@ pub mod methods {
     pub const FORWARD: u16 = 103;
     /// Whether the node asked leads the group: `[1]` or `[0]`.
     pub const LEADS: u16 = 104;
+    /// The asked node's member of the group, as `quorum_status` shows it
+    /// ([`super::encode_status`]).
+    pub const STATUS: u16 = 105;
+    /// A membership change or a leadership transfer, carried out by the group's leader
+    /// ([`super::encode_change`]), answered with [`super::encode_change_answer`].
+    pub const CHANGE: u16 = 106;
+    /// The leader hands over: the asked member starts an election now.
+    pub const ELECT: u16 = 107;
 }
 
 fn put_u32(out: &mut Vec<u8>, value: u32) {
@@ -305,6 +313,166 @@ pub fn decode_forward_response(bytes: &[u8]) -> Option<Vec<Option<Reply>>> {
         });
     }
     r.finished(replies)
+}
+
+/// What a member reports of itself for `quorum_status` and the `rabbitmq_raft_*` metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// The member's node name (empty on a node that runs alone: the caller names it).
+    pub node: String,
+    /// Its Raft role: `leader`, `follower`, `candidate` or `learner`.
+    pub state: String,
+    /// Whether it votes (a learner only applies the log).
+    pub voter: bool,
+    /// Its current term.
+    pub term: u64,
+    /// The last index in its log (written to the WAL: entries are logged before they are
+    /// acknowledged).
+    pub last_log_index: u64,
+    /// The last index applied to its state machine.
+    pub last_applied: u64,
+    /// The last index it knows to be committed.
+    pub commit_index: u64,
+    /// The last index its snapshot covers.
+    pub snapshot_index: u64,
+    /// The node it takes to lead, if any.
+    pub leader: Option<String>,
+}
+
+fn put_str(out: &mut Vec<u8>, text: &str) {
+    put_bytes(out, text.as_bytes());
+}
+
+impl Reader<'_> {
+    fn string(&mut self) -> Option<String> {
+        String::from_utf8(self.bytes()?.to_vec()).ok()
+    }
+}
+
+/// A member's status, as [`methods::STATUS`] answers.
+pub fn encode_status(status: &MemberStatus) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_str(&mut out, &status.node);
+    put_str(&mut out, &status.state);
+    out.push(u8::from(status.voter));
+    for value in [
+        status.term,
+        status.last_log_index,
+        status.last_applied,
+        status.commit_index,
+        status.snapshot_index,
+    ] {
+        put_u64(&mut out, value);
+    }
+    match &status.leader {
+        None => out.push(0),
+        Some(leader) => {
+            out.push(1);
+            put_str(&mut out, leader);
+        }
+    }
+    out
+}
+
+/// The status of [`encode_status`].
+pub fn decode_status(bytes: &[u8]) -> Option<MemberStatus> {
+    let mut r = Reader(bytes);
+    let node = r.string()?;
+    let state = r.string()?;
+    let voter = r.flag()?;
+    let term = r.u64()?;
+    let last_log_index = r.u64()?;
+    let last_applied = r.u64()?;
+    let commit_index = r.u64()?;
+    let snapshot_index = r.u64()?;
+    let leader = match r.flag()? {
+        false => None,
+        true => Some(r.string()?),
+    };
+    r.finished(MemberStatus {
+        node,
+        state,
+        voter,
+        term,
+        last_log_index,
+        last_applied,
+        commit_index,
+        snapshot_index,
+        leader,
+    })
+}
+
+/// A change the group's leader carries out ([`methods::CHANGE`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Makes the node a voter (`add_member`, `grow`).
+    AddMember,
+    /// Makes the node a non-voting learner again (`delete_member`, `shrink`).
+    DeleteMember,
+    /// Hands the leadership to the node (`transfer_leadership`, `rebalance`).
+    TransferLeadership,
+}
+
+/// A change of `group` about `node`.
+pub fn encode_change(group: GroupId, change: Change, node: &str) -> Vec<u8> {
+    let mut out = with_group(group);
+    out.push(match change {
+        Change::AddMember => 1,
+        Change::DeleteMember => 2,
+        Change::TransferLeadership => 3,
+    });
+    put_str(&mut out, node);
+    out
+}
+
+/// The change of [`encode_change`], after its group.
+pub fn decode_change(bytes: &[u8]) -> Option<(Change, String)> {
+    let mut r = Reader(bytes);
+    let change = match r.u8()? {
+        1 => Change::AddMember,
+        2 => Change::DeleteMember,
+        3 => Change::TransferLeadership,
+        _ => return None,
+    };
+    let node = r.string()?;
+    r.finished((change, node))
+}
+
+/// How the leader's side of a change ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeAnswer {
+    /// Done and committed.
+    Done,
+    /// The asked node does not lead (any more): ask the leader, or again.
+    NotLeader,
+    /// Refused for a reason the operator can act on.
+    Refused(String),
+}
+
+/// The answer of a change.
+pub fn encode_change_answer(answer: &ChangeAnswer) -> Vec<u8> {
+    let mut out = Vec::new();
+    match answer {
+        ChangeAnswer::Done => out.push(0),
+        ChangeAnswer::NotLeader => out.push(1),
+        ChangeAnswer::Refused(why) => {
+            out.push(2);
+            put_str(&mut out, why);
+        }
+    }
+    out
+}
+
+/// The answer of [`encode_change_answer`].
+pub fn decode_change_answer(bytes: &[u8]) -> Option<ChangeAnswer> {
+    let mut r = Reader(bytes);
+    let answer = match r.u8()? {
+        0 => ChangeAnswer::Done,
+        1 => ChangeAnswer::NotLeader,
+        2 => ChangeAnswer::Refused(r.string()?),
+        _ => return None,
+    };
+    r.finished(answer)
 }
 
 #[cfg(test)]

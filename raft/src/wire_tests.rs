@@ -191,6 +191,45 @@ fn a_cut_request_is_refused_not_misread() {
     }
 }
 
+#[test]
+fn operator_requests_round_trip_and_refuse_cut_bytes() {
+    let status = MemberStatus {
+        node: "warren@127.0.0.2".into(),
+        state: "follower".into(),
+        voter: true,
+        term: 7,
+        last_log_index: 120,
+        last_applied: 119,
+        commit_index: 119,
+        snapshot_index: 100,
+        leader: Some("warren@127.0.0.1".into()),
+    };
+    let bytes = encode_status(&status);
+    assert_eq!(decode_status(&bytes), Some(status));
+    for end in 0..bytes.len() {
+        assert!(decode_status(&bytes[..end]).is_none(), "cut at {end}");
+    }
+    for change in [
+        Change::AddMember,
+        Change::DeleteMember,
+        Change::TransferLeadership,
+    ] {
+        let bytes = encode_change(9, change, "warren@b");
+        let (group, rest) = split_group(&bytes).unwrap();
+        assert_eq!(group, 9);
+        assert_eq!(decode_change(rest), Some((change, "warren@b".to_string())));
+        assert!(decode_change(&rest[..rest.len() - 1]).is_none());
+    }
+    for answer in [
+        ChangeAnswer::Done,
+        ChangeAnswer::NotLeader,
+        ChangeAnswer::Refused("not a member".into()),
+    ] {
+        let bytes = encode_change_answer(&answer);
+        assert_eq!(decode_change_answer(&bytes), Some(answer));
+    }
+}
+
 proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
@@ -203,6 +242,9 @@ proptest! {
         let _ = decode_snapshot_response(&bytes);
         let _ = decode_forward(&bytes);
         let _ = decode_forward_response(&bytes);
+        let _ = decode_status(&bytes);
+        let _ = decode_change(&bytes);
+        let _ = decode_change_answer(&bytes);
     }
 
     #[test]

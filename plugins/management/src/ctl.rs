@@ -8,6 +8,7 @@
 
 mod listings;
 mod parameters;
+mod quorum;
 
 use serde_json::{json, Map, Value as Json};
 
@@ -77,6 +78,13 @@ Commands (as rabbitmqctl):
   cluster_status                           forget_cluster_node NODE
   set_cluster_name NAME
 
+Quorum queues (as rabbitmq-queues; VHOST defaults to -p):
+  quorum_status [VHOST] QUEUE              check_if_node_is_quorum_critical
+  add_member [VHOST] QUEUE NODE            delete_member [VHOST] QUEUE NODE
+  grow NODE all|even [--vhost-pattern P] [--queue-pattern P]
+  shrink NODE [--errors-only]              rebalance [quorum|all]
+  transfer_leadership [VHOST] QUEUE NODE
+
 Defaults: --host localhost --port 15672 --username guest --password guest -p / --timeout 60
 --tls speaks HTTPS (port 15671 by convention), checking the server's certificate against
 --cacert (or the web PKI roots); --certfile/--keyfile present a client certificate.";
@@ -95,6 +103,12 @@ struct Options {
     apply_to: Option<String>,
     if_empty: bool,
     if_unused: bool,
+    /// `grow --vhost-pattern`.
+    vhost_pattern: Option<String>,
+    /// `grow --queue-pattern`.
+    queue_pattern: Option<String>,
+    /// `shrink --errors-only`.
+    errors_only: bool,
     timeout: std::time::Duration,
     tls: bool,
     cacert: Option<String>,
@@ -117,6 +131,9 @@ pub async fn run(args: &[String], stdin: Option<String>) -> Result<String, CtlEr
         apply_to: None,
         if_empty: false,
         if_unused: false,
+        vhost_pattern: None,
+        queue_pattern: None,
+        errors_only: false,
         timeout: crate::client::DEFAULT_TIMEOUT,
         tls: false,
         cacert: None,
@@ -157,6 +174,9 @@ pub async fn run(args: &[String], stdin: Option<String>) -> Result<String, CtlEr
             "--apply-to" => options.apply_to = Some(value(arg)?),
             "--if-empty" => options.if_empty = true,
             "--if-unused" => options.if_unused = true,
+            "--vhost-pattern" => options.vhost_pattern = Some(value(arg)?),
+            "--queue-pattern" => options.queue_pattern = Some(value(arg)?),
+            "--errors-only" => options.errors_only = true,
             "-t" | "--timeout" => {
                 let seconds: f64 = value(arg)?
                     .parse()
@@ -184,6 +204,9 @@ pub async fn run(args: &[String], stdin: Option<String>) -> Result<String, CtlEr
     // inlining their state into `command`'s would grow every verb's future (debug builds
     // then overflow a test thread's stack).
     if let Some(result) = ctl.parameter_command(command, rest).await {
+        return result;
+    }
+    if let Some(result) = ctl.quorum_command(command, rest).await {
         return result;
     }
     ctl.command(command, rest, stdin).await

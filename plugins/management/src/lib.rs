@@ -30,7 +30,7 @@ use warren_config::HttpLimits;
 
 pub use api::{
     ClusterView, DefinitionsImporter, ListenerInfo, ListingKind, Management, NodeResources,
-    ResourceReader,
+    QuorumOpError, QuorumView, RaftFigures, RaftMember, ReplicaChange, ResourceReader,
 };
 
 /// Serves the management API and the web UI on `listener` until `shutdown` turns true;

@@ -2,7 +2,8 @@
 //! for what Warren has, so RabbitMQ's Grafana dashboards show Warren.
 //!
 //! `/metrics` is aggregated over the node (cheap with many queues: one pass, one lock per
-//! queue); `/metrics/per-object` adds one sample per queue labelled `vhost` and `queue`.
+//! queue); `/metrics/per-object` adds one sample per queue labelled `vhost` and `queue`,
+//! and the `rabbitmq_raft_*` families of each quorum queue's member on this node.
 //! Message counters come from the per-vhost counters (published, routed, unroutable,
 //! confirmed) and the per-queue stats (delivered, acknowledged, dead-lettered); the latter are
 //! sums over the queues that exist, so deleting a queue takes its share with it.
@@ -13,7 +14,7 @@ use warren_core::broker::Alarm;
 use warren_core::queue::QueueStats;
 
 use crate::http::{Request, Response};
-use crate::Management;
+use crate::{Management, QuorumView, RaftFigures};
 
 /// The content type Prometheus scrapes.
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -49,6 +50,17 @@ impl Exposition {
     }
 
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
+        self.series(name, labels);
+        let _ = writeln!(self.text, " {value}");
+    }
+
+    fn sample_f64(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.series(name, labels);
+        let _ = writeln!(self.text, " {value}");
+    }
+
+    /// A sample's name and labels.
+    fn series(&mut self, name: &str, labels: &[(&str, &str)]) {
         self.text.push_str(name);
         if !labels.is_empty() {
             self.text.push('{');
@@ -60,7 +72,6 @@ impl Exposition {
             }
             self.text.push('}');
         }
-        let _ = writeln!(self.text, " {value}");
     }
 
     fn single(&mut self, name: &str, kind: &str, help: &str, value: u64) {
@@ -91,6 +102,7 @@ pub fn render(management: &Management, per_object: bool) -> String {
     let mut totals = QueueStats::default();
     let mut queue_count = 0u64;
     let mut per_queue = Vec::new();
+    let mut quorum_queues = Vec::new();
     for name in broker.vhost_names() {
         let Some(vhost) = broker.vhost(&name) else {
             continue;
@@ -103,6 +115,9 @@ pub fn render(management: &Management, per_object: bool) -> String {
             totals.unacknowledged += stats.unacknowledged;
             totals.consumers += stats.consumers;
             if per_object {
+                if queue.queue_type().name() == "quorum" {
+                    quorum_queues.push((name.clone(), queue.name().to_string()));
+                }
                 per_queue.push((name.clone(), queue.name().to_string(), stats));
             }
         }
@@ -353,6 +368,9 @@ pub fn render(management: &Management, per_object: bool) -> String {
         "Free disk space low watermark in bytes",
         resources.disk_free_limit,
     );
+    if let Some(view) = &management.quorum {
+        raft_families(&mut out, view.as_ref(), &quorum_queues);
+    }
     if let Some(open) = open_file_descriptors() {
         out.single(
             "rabbitmq_process_open_fds",
@@ -362,6 +380,83 @@ pub fn render(management: &Management, per_object: bool) -> String {
         );
     }
     out.text
+}
+
+/// A `rabbitmq_raft_*` family: name, type, help and how to read it from a member.
+type RaftFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&RaftFigures) -> u64,
+);
+
+/// The `rabbitmq_raft_*` families of rabbitmq_prometheus' per-object endpoint, one sample
+/// per quorum queue labelled `vhost` and `queue`, from this node's member of each group
+/// (as RabbitMQ reports each node's Ra server).
+fn raft_families(out: &mut Exposition, view: &dyn QuorumView, queues: &[(String, String)]) {
+    if queues.is_empty() {
+        return;
+    }
+    let members: Vec<(&str, &str, RaftFigures, Option<std::time::Duration>)> = queues
+        .iter()
+        .filter_map(|(vhost, queue)| {
+            let (figures, latency) = view.local(vhost, queue)?;
+            Some((vhost.as_str(), queue.as_str(), figures, latency))
+        })
+        .collect();
+    let families: [RaftFamily; 5] = [
+        (
+            "rabbitmq_raft_term_total",
+            "counter",
+            "Current Raft term number",
+            |f| f.term,
+        ),
+        (
+            "rabbitmq_raft_log_snapshot_index",
+            "gauge",
+            "Raft log snapshot index",
+            |f| f.snapshot_index,
+        ),
+        (
+            "rabbitmq_raft_log_last_applied_index",
+            "gauge",
+            "Raft log last applied index",
+            |f| f.last_applied,
+        ),
+        (
+            "rabbitmq_raft_log_commit_index",
+            "gauge",
+            "Raft log commit index",
+            |f| f.commit_index,
+        ),
+        (
+            "rabbitmq_raft_log_last_written_index",
+            "gauge",
+            "Raft log last written index",
+            |f| f.last_log_index,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        out.family(name, kind, help);
+        for (vhost, queue, figures, _) in &members {
+            out.sample(name, &[("vhost", vhost), ("queue", queue)], value(figures));
+        }
+    }
+    let name = "rabbitmq_raft_entry_commit_latency_seconds";
+    out.family(
+        name,
+        "gauge",
+        "Time taken for a log entry to be committed (the last batch this node's member proposed as leader)",
+    );
+    for (vhost, queue, _, latency) in &members {
+        if let Some(latency) = latency {
+            out.sample_f64(
+                name,
+                &[("vhost", vhost), ("queue", queue)],
+                latency.as_secs_f64(),
+            );
+        }
+    }
 }
 
 /// Open file descriptors of this process (Linux: entries of /proc/self/fd).

@@ -9,6 +9,7 @@ mod json;
 mod limits;
 mod paging;
 mod parameters;
+mod quorum;
 mod requests;
 mod resources;
 mod runtime;
@@ -29,6 +30,7 @@ use crate::http::{Request, Response};
 
 pub use json::{table_to_json, value_to_json};
 pub use limits::{import_user_limits, user_limits_of, USER_LIMITS_PARAMETER};
+pub use quorum::{QuorumOpError, QuorumView, RaftFigures, RaftMember, ReplicaChange};
 
 /// Imports a definitions document (the JSON body of `POST /api/definitions`): validates all
 /// of it first, applies nothing on error, and returns the reason a user can act on.
@@ -82,6 +84,8 @@ pub struct Management {
     pub statistics_interval: std::time::Duration,
     /// The cluster this node belongs to, when it runs clustered.
     pub cluster: Option<Arc<dyn ClusterView>>,
+    /// Quorum queues' Raft groups (status, membership, leadership, metrics).
+    pub quorum: Option<Arc<dyn QuorumView>>,
 }
 
 /// What the API shows of the cluster (implemented by the server on the cluster crate).
@@ -426,6 +430,9 @@ impl Management {
         let ranges = || {
             crate::rates::Ranges::from_query(|name| request.query_param(name)).map_err(bad_request)
         };
+        if let Some(response) = self.quorum_api(request, path, caller) {
+            return response;
+        }
         match (method, path) {
             ("GET", ["overview"] | ["vhosts", ..] | ["exchanges", ..] | ["queues", ..]) => {
                 match ranges() {
