@@ -33,6 +33,14 @@ pub trait DeliverySink: Send + Sync {
     fn prefetch(&self) -> Option<u32> {
         None
     }
+
+    /// Whether the consumer's flow is its protocol's own credit (AMQP 1.0 link credit:
+    /// RabbitMQ's `credited` consume mode) rather than a prefetch window. A stream takes
+    /// such a consumer without a prefetch, and pre-settled: the credit bounds what it is
+    /// sent either way.
+    fn credited(&self) -> bool {
+        false
+    }
 }
 
 /// One message handed to a consumer or to a basic.get.

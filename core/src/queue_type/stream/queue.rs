@@ -106,7 +106,12 @@ impl StreamQueue {
         Arc::new(message)
     }
 
-    pub(super) fn delivery(&self, offset: u64, message: Arc<Message>) -> Option<Delivery> {
+    pub(super) fn delivery(
+        &self,
+        offset: u64,
+        message: Arc<Message>,
+        needs_settlement: bool,
+    ) -> Option<Delivery> {
         let queue: Arc<dyn QueueInstance> = self.me.upgrade()?;
         self.delivered.fetch_add(1, Ordering::Relaxed);
         Some(Delivery {
@@ -115,7 +120,7 @@ impl StreamQueue {
             message,
             redelivered: false,
             delivery_count: 0,
-            needs_settlement: true,
+            needs_settlement,
         })
     }
 
@@ -188,8 +193,10 @@ impl QueueInstance for StreamQueue {
 
     fn consume(&self, spec: ConsumerSpec, sink: Arc<dyn DeliverySink>) -> CoreResult<u64> {
         // RabbitMQ's checks, in its order and with its texts. An auto-ack consumer has no
-        // prefetch the sink can report, so it is refused for auto-ack whatever its qos.
-        if !spec.needs_settlement {
+        // prefetch the sink can report, so it is refused for auto-ack whatever its qos. A
+        // credited consumer (AMQP 1.0) has neither check: link credit bounds its flow.
+        let credited = sink.credited();
+        if !credited && !spec.needs_settlement {
             return Err(CoreError::new(
                 ErrorKind::NotImplemented,
                 format!(
@@ -198,7 +205,7 @@ impl QueueInstance for StreamQueue {
                 ),
             ));
         }
-        if sink.prefetch().unwrap_or(0) == 0 {
+        if !credited && sink.prefetch().unwrap_or(0) == 0 {
             return Err(CoreError::precondition_failed(format!(
                 "consumer prefetch count is not set for stream {}",
                 self.describe()
@@ -239,7 +246,7 @@ impl QueueInstance for StreamQueue {
             return Err(CoreError::not_found(format!("no {}", self.describe())));
         };
         let id = NEXT_CONSUMER_ID.fetch_add(1, Ordering::Relaxed);
-        let consumer = Arc::new(StreamConsumer::new(id, sink));
+        let consumer = Arc::new(StreamConsumer::new(id, sink, spec.needs_settlement));
         self.consumers.lock().insert(id, Arc::clone(&consumer));
         runtime.spawn(consumer::run(
             queue,

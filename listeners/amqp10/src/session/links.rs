@@ -33,6 +33,7 @@ use super::sink::{LinkSink, Mailbox, MailboxEntry};
 use crate::address::{parse_source, parse_target, TargetAddress};
 use crate::codec::{encode_amqp_frame, performative_size, FRAME_HEADER_SIZE};
 use crate::mapping::{decode_message, encode_message, IncomingMessage};
+use crate::stream_filters::stream_filters;
 
 /// The incoming window the broker announces and tops up.
 const INCOMING_WINDOW: u32 = 1 << 16;
@@ -356,6 +357,30 @@ impl Session {
                 return;
             }
         };
+        // A stream reads its consumer's filters (where to start, which values) and the
+        // reply's source echoes those it took; other queue types take none.
+        let arguments = if queue.queue_type().capabilities().consumers_need_offset {
+            match stream_filters(reply.source.as_ref().and_then(|s| s.filter.as_ref())) {
+                Ok(filters) => {
+                    if let Some(source) = reply.source.as_mut() {
+                        source.filter = Some(filters.accepted).filter(|f| !f.is_empty());
+                    }
+                    filters.arguments
+                }
+                Err(reason) => {
+                    reply.source = None;
+                    encode_amqp_frame(out, self.channel, &Performative::Attach(reply), &[]);
+                    self.send_detach(
+                        handle,
+                        Some(errors::amqp(AmqpError::InvalidField, reason)),
+                        out,
+                    );
+                    return;
+                }
+            }
+        } else {
+            Table::new()
+        };
         let link_id = *context.next_link_id;
         *context.next_link_id += 1;
         let sink = LinkSink::new(self.channel, link_id, Arc::clone(context.mailbox));
@@ -365,7 +390,7 @@ impl Session {
             needs_settlement: !pre_settled,
             exclusive: false,
             priority: 0,
-            arguments: Table::new(),
+            arguments,
         };
         match context
             .vhost

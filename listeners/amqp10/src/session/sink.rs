@@ -148,6 +148,10 @@ impl DeliverySink for LinkSink {
             link_id: self.link_id,
         });
     }
+
+    fn credited(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
