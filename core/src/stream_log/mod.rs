@@ -32,5 +32,5 @@ pub(crate) use log::now_ms;
 pub use log::{LogStats, OnWritten, Publish, Record, StreamLog, Written};
 pub use reader::{ChunkFilter, OffsetSpec, StreamReader};
 pub use registry::{StreamCreated, StreamRegistry};
-pub use retention::{parse_max_age, StreamSettings};
+pub use retention::{parse_max_age, PolicyLimits, StreamSettings};
 pub use super_streams::SuperStream;

@@ -16,7 +16,10 @@ use crate::message::Message;
 use crate::queue::{ConsumerRemoval, EnqueueOutcome, QueueStats, Settlement};
 use crate::queue_type::{Published, QueueInstance, QueueType};
 use crate::store::Durability;
-use crate::stream_log::{MessageFormat, OffsetSpec, Publish, Record, StreamLog};
+use crate::stream_log::{
+    parse_max_age, MessageFormat, OffsetSpec, PolicyLimits, Publish, Record, StreamLog,
+    StreamSettings,
+};
 use crate::value::{Table, Value};
 use crate::vhost::VHost;
 
@@ -357,6 +360,11 @@ impl QueueInstance for StreamQueue {
         table
     }
 
+    fn apply_policies(&self, policy: Option<&Table>, operator: Option<&Table>) {
+        let limits = policy_limits(self.log.settings(), policy, operator);
+        self.log.set_policy(&limits);
+    }
+
     fn delete(&self) -> u64 {
         let consumers: Vec<_> = self.consumers.lock().drain().map(|(_, c)| c).collect();
         for consumer in consumers {
@@ -368,5 +376,44 @@ impl QueueInstance for StreamQueue {
             vhost.streams().delete(self.log.name());
         }
         0
+    }
+}
+
+/// The retention a policy and an operator policy set on a stream whose arguments are
+/// `settings`: the policy's `max-age`, `max-length-bytes` and
+/// `stream-max-segment-size-bytes` win over the arguments; an operator policy's
+/// `max-length-bytes` caps whichever applies (the smaller wins), as for other queues.
+/// Values that do not parse are left out (the policy's validation refuses most).
+pub(super) fn policy_limits(
+    settings: &StreamSettings,
+    policy: Option<&Table>,
+    operator: Option<&Table>,
+) -> PolicyLimits {
+    let positive = |table: Option<&Table>, key: &str| {
+        table
+            .and_then(|t| t.get(key))
+            .and_then(Value::as_i64)
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|n| *n > 0)
+    };
+    let max_age = policy
+        .and_then(|t| t.get("max-age"))
+        .and_then(Value::as_str)
+        .and_then(|text| match parse_max_age(text) {
+            Ok(age) => Some(age),
+            Err(problem) => {
+                tracing::warn!(%problem, "a policy's max-age is ignored for streams");
+                None
+            }
+        });
+    let mut max_length_bytes = positive(policy, "max-length-bytes");
+    if let Some(cap) = positive(operator, "max-length-bytes") {
+        let current = max_length_bytes.or(settings.max_length_bytes);
+        max_length_bytes = Some(current.map_or(cap, |n| n.min(cap)));
+    }
+    PolicyLimits {
+        max_segment_size: positive(policy, "stream-max-segment-size-bytes"),
+        max_length_bytes,
+        max_age,
     }
 }

@@ -39,8 +39,9 @@ impl Management {
             "committed_offset": stats.last_chunk_offset,
             "segments": stats.segments,
             "disk_bytes": stats.bytes,
-            // A stream with neither x-max-length-bytes nor x-max-age grows forever.
-            "retention_unbounded": settings.unbounded(),
+            // A stream with neither a length nor an age limit (by argument or policy)
+            // grows forever.
+            "retention_unbounded": log.effective_settings().unbounded(),
         })
     }
 }
