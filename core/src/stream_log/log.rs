@@ -18,6 +18,7 @@ use super::chunk::{ChunkBuilder, ChunkType};
 use super::reader::{OffsetSpec, StreamReader};
 use super::retention::{segments_to_delete, PolicyLimits, SegmentFacts, StreamSettings};
 use super::segment::{self, IndexEntry, IndexFile, SEGMENT_HEADER};
+use super::single_active::ConsumerGroups;
 use super::tracking::{encode_pairs, Tracking};
 
 /// Most records in one chunk (the header counts entries in 16 bits).
@@ -128,6 +129,7 @@ pub struct LogStats {
 pub struct StreamLog {
     inner: Arc<Inner>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    consumer_groups: Arc<ConsumerGroups>,
 }
 
 /// Milliseconds since the Unix epoch, as chunk timestamps count them.
@@ -173,12 +175,18 @@ impl StreamLog {
         Ok(Arc::new(StreamLog {
             inner,
             writer: Mutex::new(Some(handle)),
+            consumer_groups: Arc::default(),
         }))
     }
 
     /// The stream's name.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// The stream's single-active-consumer groups.
+    pub fn consumer_groups(&self) -> &Arc<ConsumerGroups> {
+        &self.consumer_groups
     }
 
     /// The stream's settings from its arguments.
