@@ -41,6 +41,12 @@ pub trait DeliverySink: Send + Sync {
     fn credited(&self) -> bool {
         false
     }
+
+    /// The queue has handed over everything it has for this consumer now (a stream's
+    /// consumer caught up with the stream's end). Queues that deliver from a task of their
+    /// own call it, so a listener answering an AMQP 1.0 drain knows no delivery is still on
+    /// its way; queues that deliver within `dispatch` need not.
+    fn idle(&self) {}
 }
 
 /// One message handed to a consumer or to a basic.get.

@@ -379,3 +379,125 @@ async fn link_credit_alone_drives_a_stream_receiver() {
     .await
     .expect("bounded");
 }
+
+/// Hand-driven frames for drain: fe2o3 does not surface the broker's answering flow.
+mod drain {
+    use fe2o3_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
+    use fe2o3_amqp::types::performatives::{Attach, Begin, Flow, Performative};
+
+    use super::amqp10_common::RawClient;
+    use super::*;
+
+    fn flow(received: u32, delivery_count: u32, credit: u32) -> Performative {
+        Performative::Flow(Flow {
+            next_incoming_id: Some(received),
+            incoming_window: 1000,
+            next_outgoing_id: 0,
+            outgoing_window: 1000,
+            handle: Some(Handle(0)),
+            delivery_count: Some(delivery_count),
+            link_credit: Some(credit),
+            available: None,
+            drain: true,
+            echo: false,
+            properties: None,
+        })
+    }
+
+    /// Reads until the broker's flow for the link: the transfers before it, and its
+    /// (delivery-count, link-credit, drain).
+    async fn transfers_then_flow(raw: &mut RawClient) -> (u32, (u32, u32, bool)) {
+        let mut transfers = 0;
+        loop {
+            let next = tokio::time::timeout(LIMIT, raw.next())
+                .await
+                .expect("a frame in time");
+            match next {
+                Some(Performative::Transfer(_)) => transfers += 1,
+                Some(Performative::Flow(flow)) if flow.handle.is_some() => {
+                    return (
+                        transfers,
+                        (
+                            flow.delivery_count.unwrap_or(0),
+                            flow.link_credit.unwrap_or(0),
+                            flow.drain,
+                        ),
+                    )
+                }
+                Some(_) => {}
+                None => panic!("the broker closed the socket"),
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_drain_is_answered_after_the_stream_handed_over_what_it_had() {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            let broker = TestBroker::start().await;
+            declare_stream(&broker, "ticks");
+            let (mut connection, mut session) = connect(&broker).await;
+            let mut sender = Sender::attach(&mut session, "sender", "/queues/ticks")
+                .await
+                .unwrap();
+            for body in ["t0", "t1", "t2", "t3", "t4"] {
+                send(&mut sender, body, None).await;
+            }
+            let mut raw = RawClient::connect(&broker).await;
+            raw.open(None).await;
+            raw.send(
+                0,
+                Performative::Begin(Begin {
+                    remote_channel: None,
+                    next_outgoing_id: 0,
+                    incoming_window: 1000,
+                    outgoing_window: 1000,
+                    handle_max: Handle(10),
+                    offered_capabilities: None,
+                    desired_capabilities: None,
+                    properties: None,
+                }),
+            )
+            .await;
+            let (key, value) = offset_spec(Value::Symbol(Symbol::from("first")));
+            let source = Source::builder()
+                .address("/queues/ticks")
+                .add_to_filter(key, value)
+                .build();
+            raw.send(
+                0,
+                Performative::Attach(Attach {
+                    name: "drainer".into(),
+                    handle: Handle(0),
+                    role: Role::Receiver,
+                    snd_settle_mode: SenderSettleMode::Settled,
+                    rcv_settle_mode: ReceiverSettleMode::First,
+                    source: Some(Box::new(source)),
+                    target: None,
+                    unsettled: None,
+                    incomplete_unsettled: false,
+                    initial_delivery_count: None,
+                    max_message_size: None,
+                    offered_capabilities: None,
+                    desired_capabilities: None,
+                    properties: None,
+                }),
+            )
+            .await;
+            // Three of five: the transfers, then the drain's answer with the credit spent.
+            raw.send(0, flow(0, 0, 3)).await;
+            assert_eq!(transfers_then_flow(&mut raw).await, (3, (3, 0, true)));
+            // Five more credits for the two left: both come, the rest is spent by the drain.
+            raw.send(0, flow(3, 3, 5)).await;
+            assert_eq!(transfers_then_flow(&mut raw).await, (2, (8, 0, true)));
+            // Caught up: nothing to send, the drain is answered at once.
+            raw.send(0, flow(5, 8, 2)).await;
+            assert_eq!(transfers_then_flow(&mut raw).await, (0, (10, 0, true)));
+            sender.close().await.unwrap();
+            session.end().await.unwrap();
+            connection.close().await.unwrap();
+            broker.shutdown().await;
+        })
+        .await
+        .expect("bounded");
+    }
+}

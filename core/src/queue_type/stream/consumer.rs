@@ -149,6 +149,7 @@ pub(super) async fn run(
             match cursor.next_message(&queue) {
                 Ok(Some(found)) => next = Some(found),
                 Ok(None) => {
+                    consumer.sink.idle();
                     tokio::select! {
                         _ = committed.changed() => {}
                         _ = consumer.wake.notified() => {}

@@ -115,6 +115,8 @@ pub struct Session {
     durable_waits: VecDeque<(u64, DeliveryNumber, DeliveryState)>,
     /// Outgoing links whose flow asked for drain or echo: (handle, drain, echo).
     answer_flows: Vec<(u32, bool, bool)>,
+    /// Drains of stream links waiting for the stream's consumer task: (handle, echo).
+    drains_waiting: Vec<(u32, bool)>,
     scratch: BytesMut,
     /// The core's publish state: exchanges this session's user was allowed to write to.
     publisher: Publisher,
@@ -150,6 +152,7 @@ impl Session {
             dispositions: Vec::new(),
             durable_waits: VecDeque::new(),
             answer_flows: Vec::new(),
+            drains_waiting: Vec::new(),
             scratch: BytesMut::new(),
             publisher: Publisher::new(),
         }
@@ -546,10 +549,22 @@ impl Session {
             Some(Link::Outgoing(link)) => {
                 let sink = Arc::clone(&link.sink);
                 let queue = Arc::clone(&link.queue);
-                sink.grant(
+                let (delivery_count, link_credit) = (
                     flow.delivery_count.unwrap_or(0),
                     flow.link_credit.unwrap_or(0),
                 );
+                // A stream delivers from a task of its own: a drain is answered once that
+                // task handed over what it had (MailboxEntry::Drained), not right after
+                // dispatch, which only wakes it.
+                if flow.drain && queue.queue_type().capabilities().consumers_need_offset {
+                    if sink.grant_draining(delivery_count, link_credit) {
+                        self.drains_waiting.push((handle, flow.echo));
+                        queue.dispatch();
+                        return Ok(());
+                    }
+                } else {
+                    sink.grant(delivery_count, link_credit);
+                }
                 // The queue hands over what it has now: the deliveries land in the mailbox
                 // synchronously, and the connection sends them before calling
                 // finish_flows, so a drain's answering flow follows its transfers.
@@ -653,6 +668,18 @@ impl Session {
                 };
                 self.pending.push_back(Pending { handle, delivery });
                 self.send_pending(remote_max_frame_size, out);
+            }
+            MailboxEntry::Drained { link_id, .. } => {
+                let Some(&handle) = self.outgoing_handles.get(&link_id) else {
+                    return;
+                };
+                let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.drains_waiting)
+                    .into_iter()
+                    .partition(|(h, _)| *h == handle);
+                self.drains_waiting = waiting;
+                for (handle, echo) in ready {
+                    self.answer_flows.push((handle, true, echo));
+                }
             }
             MailboxEntry::Cancelled { link_id, .. } => {
                 let Some(handle) = self.outgoing_handles.get(&link_id).copied() else {
