@@ -97,7 +97,8 @@ async fn next(receiver: &mut Receiver) -> (String, i64) {
             Value::String(text) => text.clone(),
             other => panic!("a string body, got {other:?}"),
         },
-        other => panic!("an amqp-value body, got {other:?}"),
+        Body::Data(data) => String::from_utf8_lossy(&data[0].0).into_owned(),
+        other => panic!("an amqp-value or data body, got {other:?}"),
     };
     let offset = message
         .message_annotations
@@ -375,6 +376,148 @@ async fn link_credit_alone_drives_a_stream_receiver() {
         session.end().await.unwrap();
         connection.close().await.unwrap();
         broker.shutdown().await;
+    })
+    .await
+    .expect("bounded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_cross_between_the_stream_protocol_and_amqp_1_0_with_their_properties() {
+    use fe2o3_amqp::types::messaging::{ApplicationProperties, MessageId, Properties};
+    use fe2o3_amqp::types::primitives::{Binary, SimpleValue};
+    use futures_lite::StreamExt;
+    use rabbitmq_stream_client::types::{
+        Message as StreamMessage, OffsetSpecification, SimpleValue as StreamValue,
+    };
+    use rabbitmq_stream_client::{Environment, FilterConfiguration};
+
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let broker = TestBroker::start().await;
+        let addr = broker.stream_addr();
+        let environment = Environment::builder()
+            .host(&addr.ip().to_string())
+            .port(addr.port())
+            .build()
+            .await
+            .expect("stream client connects");
+        environment
+            .stream_creator()
+            .create("mixed")
+            .await
+            .expect("created");
+
+        // Published on 5552...
+        let producer = environment
+            .producer()
+            .build("mixed")
+            .await
+            .expect("producer");
+        let message = StreamMessage::builder()
+            .body(b"from-stream".to_vec())
+            .properties()
+            .message_id("s-1".to_string())
+            .content_type("text/plain")
+            .message_builder()
+            .application_properties()
+            .insert("region", "eu")
+            .message_builder()
+            .build();
+        assert!(producer
+            .send_with_confirm(message)
+            .await
+            .expect("sent")
+            .confirmed());
+        producer.close().await.expect("closed");
+
+        // ...read over AMQP 1.0, as the stream client wrote it.
+        let (mut connection, mut session) = connect(&broker).await;
+        let mut receiver = receiver(
+            &mut session,
+            "reader",
+            "mixed",
+            vec![offset_spec(Value::Symbol(Symbol::from("first")))],
+            CreditMode::Auto(10),
+        )
+        .await
+        .expect("attach");
+        let delivery = tokio::time::timeout(LIMIT, receiver.recv::<Body<Value>>())
+            .await
+            .expect("in time")
+            .expect("delivery");
+        let message = delivery.message();
+        assert!(
+            matches!(&message.body, Body::Data(data) if data[0].0.as_ref() == b"from-stream"),
+            "{:?}",
+            message.body
+        );
+        let properties = message.properties.as_ref().expect("properties");
+        assert_eq!(properties.message_id, Some(MessageId::String("s-1".into())));
+        assert_eq!(
+            properties.content_type.as_ref().map(|s| s.as_str()),
+            Some("text/plain")
+        );
+        let region = message
+            .application_properties
+            .as_ref()
+            .and_then(|p| p.0.get("region").cloned());
+        assert_eq!(region, Some(SimpleValue::String("eu".into())));
+        receiver.accept(&delivery).await.unwrap();
+
+        // Published over AMQP 1.0 with a filter value, read on 5552 by a filtering consumer.
+        let mut sender = Sender::attach(&mut session, "sender", "/queues/mixed")
+            .await
+            .unwrap();
+        let message = Message::builder()
+            .properties(
+                Properties::builder()
+                    .message_id(String::from("a-1"))
+                    .build(),
+            )
+            .application_properties(
+                ApplicationProperties::builder()
+                    .insert("region", "us")
+                    .build(),
+            )
+            .message_annotations(
+                MessageAnnotations::builder()
+                    .insert("x-stream-filter-value", "us")
+                    .build(),
+            )
+            .data(Binary::from(b"from-1.0".to_vec()))
+            .build();
+        assert!(matches!(
+            sender.send(message).await.unwrap(),
+            Outcome::Accepted(_)
+        ));
+        let mut filtered = environment
+            .consumer()
+            .offset(OffsetSpecification::First)
+            .filter_input(Some(FilterConfiguration::new(vec!["us".into()], false)))
+            .build("mixed")
+            .await
+            .expect("filtering stream consumer");
+        let delivery = tokio::time::timeout(LIMIT, filtered.next())
+            .await
+            .expect("in time")
+            .expect("open")
+            .expect("delivery");
+        assert_eq!(delivery.offset(), 1, "the unfiltered chunk is skipped");
+        let message = delivery.message();
+        assert_eq!(message.data(), Some(&b"from-1.0"[..]));
+        let region = message
+            .application_properties()
+            .and_then(|p| p.get("region").cloned());
+        assert!(
+            matches!(&region, Some(StreamValue::String(text)) if text == "us"),
+            "{region:?}"
+        );
+        filtered.handle().close().await.expect("closed");
+        // The AMQP 1.0 receiver, still attached, gets it with its offset annotation.
+        assert_eq!(next(&mut receiver).await, ("from-1.0".to_string(), 1));
+        receiver.close().await.unwrap();
+        sender.close().await.unwrap();
+        session.end().await.unwrap();
+        connection.close().await.unwrap();
     })
     .await
     .expect("bounded");

@@ -158,5 +158,16 @@ async fn a_max_age_policy_deletes_old_segments_and_keeps_the_newest() {
     let first = after["first_offset"].as_u64().unwrap();
     assert!(first > 0 && first <= 19, "{after}");
     assert_eq!(after["last_offset"], 19);
+    assert_eq!(after["retention_unbounded"], false);
     assert_eq!(first_readable(&environment, "aging").await, first);
+
+    // Cleared, the policy's limit no longer applies: the stream's own settings (none) do.
+    let cleared = broker
+        .api_as_guest("DELETE", "/api/policies/%2F/short-lived", None)
+        .await;
+    assert_eq!(cleared.status, 204, "{}", cleared.text());
+    assert_eq!(
+        stream_info(&broker, "aging").await["retention_unbounded"],
+        true
+    );
 }
