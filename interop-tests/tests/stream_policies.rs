@@ -125,6 +125,10 @@ async fn a_policy_sets_segment_size_and_length_over_the_arguments() {
     assert!(info["disk_bytes"].as_u64().unwrap() <= 4_000, "{info}");
     assert_eq!(info["last_offset"], 39, "the newest are kept: {info}");
     assert_eq!(info["retention_unbounded"], false);
+    assert_eq!(
+        info["policy"], "small-stream",
+        "the policy of higher priority"
+    );
     assert_eq!(first_readable(&environment, "bounded").await, first);
 }
 
