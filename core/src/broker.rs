@@ -336,11 +336,12 @@ impl Broker {
             for queue in vhost.queues() {
                 vhost.remove_queue(&queue);
             }
-            // Streams: their consumers are cancelled before their logs go.
+            // Quorum queues (their group's member and directory on this node: every node
+            // applies the replicated vhost deletion) and streams (their consumers are
+            // cancelled before their logs go), so a vhost made again under the name does
+            // not reopen their state.
             for queue in vhost.typed_queues() {
-                if queue.queue_type().capabilities().consumers_need_offset {
-                    vhost.remove_typed_queue(queue.name());
-                }
+                vhost.remove_typed_queue(queue.name());
             }
             vhost.streams().delete_all();
             self.clear_vhost_parameters(name);

@@ -33,6 +33,20 @@ pub trait DeliverySink: Send + Sync {
     fn prefetch(&self) -> Option<u32> {
         None
     }
+
+    /// Whether the consumer's flow is its protocol's own credit (AMQP 1.0 link credit:
+    /// RabbitMQ's `credited` consume mode) rather than a prefetch window. A stream takes
+    /// such a consumer without a prefetch, and pre-settled: the credit bounds what it is
+    /// sent either way.
+    fn credited(&self) -> bool {
+        false
+    }
+
+    /// The queue has handed over everything it has for this consumer now (a stream's
+    /// consumer caught up with the stream's end). Queues that deliver from a task of their
+    /// own call it, so a listener answering an AMQP 1.0 drain knows no delivery is still on
+    /// its way; queues that deliver within `dispatch` need not.
+    fn idle(&self) {}
 }
 
 /// One message handed to a consumer or to a basic.get.

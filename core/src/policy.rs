@@ -187,6 +187,25 @@ impl Policy {
         ) && self.regex.is_match(name)
     }
 
+    /// Whether the policy applies to the stream `name` (`apply-to` queues, streams or
+    /// all).
+    pub fn matches_stream(&self, name: &str) -> bool {
+        matches!(
+            self.apply_to,
+            ApplyTo::Queues | ApplyTo::Streams | ApplyTo::All
+        ) && self.regex.is_match(name)
+    }
+
+    /// Whether the policy applies to the queue `name` of type `queue_type` other than
+    /// classic (a quorum queue or a stream).
+    pub fn matches_typed_queue(&self, queue_type: &str, name: &str) -> bool {
+        if queue_type == "stream" {
+            self.matches_stream(name)
+        } else {
+            self.matches_quorum_queue(name)
+        }
+    }
+
     /// Whether the policy applies to the exchange `name`.
     pub fn matches_exchange(&self, name: &str) -> bool {
         matches!(self.apply_to, ApplyTo::Exchanges | ApplyTo::All) && self.regex.is_match(name)

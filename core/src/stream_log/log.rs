@@ -16,8 +16,9 @@ use tokio::sync::watch;
 
 use super::chunk::{ChunkBuilder, ChunkType};
 use super::reader::{OffsetSpec, StreamReader};
-use super::retention::{segments_to_delete, SegmentFacts, StreamSettings};
+use super::retention::{segments_to_delete, PolicyLimits, SegmentFacts, StreamSettings};
 use super::segment::{self, IndexEntry, IndexFile, SEGMENT_HEADER};
+use super::single_active::ConsumerGroups;
 use super::tracking::{encode_pairs, Tracking};
 
 /// Most records in one chunk (the header counts entries in 16 bits).
@@ -99,6 +100,8 @@ pub(crate) struct Inner {
     pub name: String,
     pub dir: PathBuf,
     pub settings: StreamSettings,
+    /// The settings in force: the arguments' with a policy's limits in their place.
+    pub effective: Mutex<StreamSettings>,
     pub shared: Mutex<Shared>,
     queue: Mutex<Queue>,
     wake: Condvar,
@@ -126,6 +129,7 @@ pub struct LogStats {
 pub struct StreamLog {
     inner: Arc<Inner>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    consumer_groups: Arc<ConsumerGroups>,
 }
 
 /// Milliseconds since the Unix epoch, as chunk timestamps count them.
@@ -146,6 +150,7 @@ impl StreamLog {
         let inner = Arc::new(Inner {
             name: name.to_owned(),
             dir: dir.to_owned(),
+            effective: Mutex::new(settings.clone()),
             settings,
             shared: Mutex::new(recovered.shared),
             queue: Mutex::new(Queue {
@@ -170,6 +175,7 @@ impl StreamLog {
         Ok(Arc::new(StreamLog {
             inner,
             writer: Mutex::new(Some(handle)),
+            consumer_groups: Arc::default(),
         }))
     }
 
@@ -178,9 +184,35 @@ impl StreamLog {
         &self.inner.name
     }
 
-    /// The stream's settings.
+    /// The stream's single-active-consumer groups.
+    pub fn consumer_groups(&self) -> &Arc<ConsumerGroups> {
+        &self.consumer_groups
+    }
+
+    /// The stream's settings from its arguments.
     pub fn settings(&self) -> &StreamSettings {
         &self.inner.settings
+    }
+
+    /// The settings in force: the arguments' with the applying policy's limits in their
+    /// place.
+    pub fn effective_settings(&self) -> StreamSettings {
+        self.inner.effective.lock().clone()
+    }
+
+    /// A policy's limits now apply (all `None`: no policy, the arguments alone). Retention
+    /// runs at once with them; a new segment size applies from the next chunk written.
+    pub fn set_policy(&self, limits: &PolicyLimits) {
+        let effective = self.inner.settings.with_policy(limits);
+        {
+            let mut current = self.inner.effective.lock();
+            if *current == effective {
+                return;
+            }
+            *current = effective;
+        }
+        tracing::info!(stream = %self.inner.name, ?limits, "a policy sets the stream's retention");
+        apply_retention(&self.inner, now_ms());
     }
 
     /// Queues records for the writer; `on_written` is called from the writer thread once
@@ -446,6 +478,7 @@ fn find_last_user_chunk(segments: &[SegmentInfo]) -> io::Result<Option<(u64, u64
 
 /// Deletes the oldest segments that retention no longer keeps.
 fn apply_retention(inner: &Inner, now: i64) {
+    let settings = inner.effective.lock().clone();
     let doomed: Vec<SegmentInfo> = {
         let mut shared = inner.shared.lock();
         let facts: Vec<SegmentFacts> = shared
@@ -456,7 +489,7 @@ fn apply_retention(inner: &Inner, now: i64) {
                 newest_timestamp: s.newest_timestamp,
             })
             .collect();
-        let count = segments_to_delete(&facts, &inner.settings, now);
+        let count = segments_to_delete(&facts, &settings, now);
         shared.segments.drain(..count).collect()
     };
     for segment in doomed {
@@ -626,9 +659,8 @@ impl Writer {
                 (live.size, live.chunks, live.first_offset, live.end_offset)
             };
             let (mut size, mut chunk_count) = (size, chunk_count);
-            if size + chunk.bytes.len() as u64 > self.inner.settings.max_segment_size
-                && segment_end > segment_first
-            {
+            let max_segment_size = self.inner.effective.lock().max_segment_size;
+            if size + chunk.bytes.len() as u64 > max_segment_size && segment_end > segment_first {
                 self.roll(chunk.entry.first_offset)?;
                 let shared = self.inner.shared.lock();
                 let live = shared

@@ -7,7 +7,8 @@
 //! writes them, fdatasyncs once, and only then calls each publisher back to confirm (group
 //! commit). Each chunk carries CRCs and, when records have filter values, a Bloom filter.
 //! Consumer offsets and producer sequences (deduplication) are kept in the log itself
-//! ([`tracking`]). Retention ([`retention`]) deletes whole old segments. After a crash the
+//! ([`tracking`]). Retention ([`retention`]) deletes whole old segments. Single active
+//! consumer groups ([`single_active`]) are kept with each stream. After a crash the
 //! newest segment is scanned and a torn tail cut off.
 //!
 //! The streams of a vhost are in its [`StreamRegistry`]; [`vhost_streams`] has the
@@ -20,6 +21,7 @@ pub mod reader;
 pub mod registry;
 pub mod retention;
 pub mod segment;
+pub mod single_active;
 pub mod super_streams;
 pub mod tracking;
 pub mod vhost_streams;
@@ -32,5 +34,5 @@ pub(crate) use log::now_ms;
 pub use log::{LogStats, OnWritten, Publish, Record, StreamLog, Written};
 pub use reader::{ChunkFilter, OffsetSpec, StreamReader};
 pub use registry::{StreamCreated, StreamRegistry};
-pub use retention::{parse_max_age, StreamSettings};
+pub use retention::{parse_max_age, PolicyLimits, StreamSettings};
 pub use super_streams::SuperStream;

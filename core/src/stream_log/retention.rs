@@ -100,6 +100,31 @@ impl StreamSettings {
     }
 }
 
+/// Retention and segment size set by a policy (`max-age`, `max-length-bytes`,
+/// `stream-max-segment-size-bytes`), which win over the stream's arguments, as RabbitMQ's
+/// policy precedence for streams has it; `None` leaves the argument in force.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PolicyLimits {
+    /// `stream-max-segment-size-bytes`.
+    pub max_segment_size: Option<u64>,
+    /// `max-length-bytes`.
+    pub max_length_bytes: Option<u64>,
+    /// `max-age`.
+    pub max_age: Option<Duration>,
+}
+
+impl StreamSettings {
+    /// These settings with `limits` in place of the arguments they set.
+    pub fn with_policy(&self, limits: &PolicyLimits) -> StreamSettings {
+        StreamSettings {
+            max_segment_size: limits.max_segment_size.unwrap_or(self.max_segment_size),
+            max_length_bytes: limits.max_length_bytes.or(self.max_length_bytes),
+            max_age: limits.max_age.or(self.max_age),
+            arguments: self.arguments.clone(),
+        }
+    }
+}
+
 /// What retention needs to know about a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentFacts {
@@ -143,6 +168,25 @@ pub fn segments_to_delete(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_wins_over_the_arguments_it_sets() {
+        let settings = StreamSettings::from_arguments(&[
+            ("x-max-age".into(), "7D".into()),
+            ("x-max-length-bytes".into(), "1000".into()),
+        ])
+        .unwrap();
+        let limits = PolicyLimits {
+            max_length_bytes: Some(10),
+            max_segment_size: Some(4096),
+            max_age: None,
+        };
+        let effective = settings.with_policy(&limits);
+        assert_eq!(effective.max_length_bytes, Some(10));
+        assert_eq!(effective.max_segment_size, 4096);
+        assert_eq!(effective.max_age, Some(Duration::from_secs(7 * 86_400)));
+        assert_eq!(settings.with_policy(&PolicyLimits::default()), settings);
+    }
 
     #[test]
     fn max_age_takes_rabbitmq_units() {

@@ -7,6 +7,7 @@ use super::VHost;
 use crate::error::{CoreError, CoreResult};
 use crate::policy::{effective_queue_limits, select, Policy};
 use crate::queue::Queue;
+use crate::queue_type::QueueInstance;
 
 impl VHost {
     /// Sets (adds or replaces by name) a policy or, with `operator`, an operator policy, and
@@ -86,21 +87,28 @@ impl VHost {
         queue.set_limits(limits);
     }
 
+    /// Hands a queue of another type (quorum queue, stream) the policy and operator policy
+    /// that apply to it now.
+    pub(super) fn apply_policies_to_typed(&self, queue: &Arc<dyn QueueInstance>) {
+        let type_name = queue.queue_type().name();
+        // Cloned so the queue applies them (a stream's retention deletes files) without
+        // the policy locks held.
+        let matches = |p: &Policy| p.matches_typed_queue(type_name, queue.name());
+        let policy = select(&self.policies.read(), matches).map(|p| p.definition.clone());
+        let operator =
+            select(&self.operator_policies.read(), matches).map(|p| p.definition.clone());
+        queue.apply_policies(policy.as_ref(), operator.as_ref());
+    }
+
     /// Recomputes every queue's and exchange's effective settings after a policy change.
     fn apply_policies(&self) {
         for queue in self.queues() {
             self.apply_policies_to(&queue);
         }
-        let policies = self.policies.read().clone();
-        let operators = self.operator_policies.read().clone();
         for queue in self.typed_queues() {
-            let policy = select(&policies, |p| p.matches_quorum_queue(queue.name()));
-            let operator = select(&operators, |p| p.matches_quorum_queue(queue.name()));
-            queue.apply_policies(
-                policy.map(|p| &p.definition),
-                operator.map(|p| &p.definition),
-            );
+            self.apply_policies_to_typed(&queue);
         }
+        let policies = self.policies.read().clone();
         for exchange in self.exchanges() {
             let alternate = select(&policies, |p| p.matches_exchange(exchange.name()))
                 .and_then(Policy::alternate_exchange);

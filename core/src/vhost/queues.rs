@@ -232,8 +232,14 @@ impl VHost {
             let policies = self.policies.read();
             let operators = self.operator_policies.read();
             (
-                select(&policies, |p| p.matches_quorum_queue(&name)).map(|p| p.definition.clone()),
-                select(&operators, |p| p.matches_quorum_queue(&name)).map(|p| p.definition.clone()),
+                select(&policies, |p| {
+                    p.matches_typed_queue(queue_type.name(), &name)
+                })
+                .map(|p| p.definition.clone()),
+                select(&operators, |p| {
+                    p.matches_typed_queue(queue_type.name(), &name)
+                })
+                .map(|p| p.definition.clone()),
             )
         };
         let queue = queue_type.declare(
@@ -340,7 +346,10 @@ impl VHost {
         if self.typed.read().contains_key(log.name()) {
             return;
         }
-        self.insert_typed_queue_locked(crate::queue_type::stream::StreamQueue::new(log, self));
+        let queue: Arc<dyn QueueInstance> = crate::queue_type::stream::StreamQueue::new(log, self);
+        // Retention set by a policy applies to streams made outside `queue.declare` too.
+        self.apply_policies_to_typed(&queue);
+        self.insert_typed_queue_locked(queue);
         if changed {
             self.durability.topology_changed();
         }

@@ -34,6 +34,11 @@ pub const HEADER_ABSOLUTE_EXPIRY: &str = "x-amqp-1.0-absolute-expiry-time";
 /// Header carrying the exact 1.0 `creation-time` (ms); `timestamp` holds it in seconds.
 pub const HEADER_CREATION_TIME: &str = "x-amqp-1.0-creation-time";
 
+/// Headers that AMQP 1.0 carries as message annotations rather than application
+/// properties, as RabbitMQ does: a stream delivery's offset and a stream message's filter
+/// value.
+const ANNOTATION_HEADERS: &[&str] = &["x-stream-offset", "x-stream-filter-value"];
+
 /// A 1.0 `reply-to` as the core (and AMQP 0-9-1, STOMP) keeps it: the v2 queue address
 /// `/queues/Q` becomes the queue name `Q`, as RabbitMQ 4.x's mc_amqpl does; any other
 /// address (or one that does not decode) is kept as written.
@@ -93,6 +98,7 @@ pub fn decode_message(payload: Bytes) -> Result<IncomingMessage, MessageDecodeEr
     let mut header: Option<Header> = None;
     let mut properties: Option<Properties> = None;
     let mut application_properties: Option<ApplicationProperties> = None;
+    let mut annotations: Option<MessageAnnotations> = None;
     let mut body_start: Option<usize> = None;
     let mut body_end = payload.len();
     let mut data_sections = Vec::new();
@@ -106,7 +112,13 @@ pub fn decode_message(payload: Bytes) -> Result<IncomingMessage, MessageDecodeEr
             .ok_or_else(|| decode_error("message section without a known descriptor"))?;
         match code {
             SECTION_HEADER => header = Some(decode_section(section, "header")?),
-            SECTION_DELIVERY_ANNOTATIONS | SECTION_MESSAGE_ANNOTATIONS => {}
+            SECTION_DELIVERY_ANNOTATIONS => {}
+            SECTION_MESSAGE_ANNOTATIONS => {
+                annotations = Some(decode_section::<MessageAnnotations>(
+                    section,
+                    "message-annotations",
+                )?)
+            }
             SECTION_PROPERTIES => properties = Some(decode_section(section, "properties")?),
             SECTION_APPLICATION_PROPERTIES => {
                 application_properties = Some(decode_section(section, "application-properties")?)
@@ -181,6 +193,20 @@ pub fn decode_message(payload: Bytes) -> Result<IncomingMessage, MessageDecodeEr
         for (key, value) in application_properties.0 {
             if let Some(value) = simple_to_core(value) {
                 headers.insert(key, value);
+            }
+        }
+    }
+    // A stream message's filter value (RabbitMQ reads it from this annotation only; the
+    // core, and AMQP 0-9-1 and STOMP, keep it as a header).
+    if let Some(annotations) = annotations {
+        for (key, value) in annotations.0 {
+            let OwnedKey::Symbol(key) = key else {
+                continue;
+            };
+            if key.0 == "x-stream-filter-value" {
+                if let AmqpValue::String(text) = value {
+                    headers.insert(key.0, Value::string(text));
+                }
             }
         }
     }
@@ -373,6 +399,17 @@ pub fn encode_message(
             AmqpValue::String(app_id.clone()),
         );
     }
+    for &key in ANNOTATION_HEADERS {
+        let value = headers
+            .and_then(|h| h.get(key))
+            .and_then(|value| match value {
+                Value::LongString(_) => value.as_str().map(|text| AmqpValue::String(text.into())),
+                other => other.as_i64().map(AmqpValue::Long),
+            });
+        if let Some(value) = value {
+            annotations.insert(OwnedKey::Symbol(Symbol::from(key)), value);
+        }
+    }
     serialize_into(out, &MessageAnnotations(annotations));
 
     let creation_time = header_i64(headers, HEADER_CREATION_TIME).or_else(|| {
@@ -403,7 +440,7 @@ pub fn encode_message(
     if let Some(headers) = headers {
         let mut map = OrderedMap::new();
         for (key, value) in headers.iter() {
-            if key.starts_with("x-amqp-1.0-") {
+            if key.starts_with("x-amqp-1.0-") || ANNOTATION_HEADERS.contains(&key) {
                 continue;
             }
             if let Some(value) = core_to_simple(value) {

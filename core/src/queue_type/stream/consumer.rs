@@ -28,15 +28,18 @@ const DELIVERIES_PER_TURN: usize = 256;
 pub(super) struct StreamConsumer {
     pub id: u64,
     pub sink: Arc<dyn DeliverySink>,
+    /// False for a pre-settled (credited) consumer: its deliveries are sent settled.
+    needs_settlement: bool,
     wake: Notify,
     stopped: AtomicBool,
 }
 
 impl StreamConsumer {
-    pub fn new(id: u64, sink: Arc<dyn DeliverySink>) -> StreamConsumer {
+    pub fn new(id: u64, sink: Arc<dyn DeliverySink>, needs_settlement: bool) -> StreamConsumer {
         StreamConsumer {
             id,
             sink,
+            needs_settlement,
             wake: Notify::new(),
             stopped: AtomicBool::new(false),
         }
@@ -146,6 +149,7 @@ pub(super) async fn run(
             match cursor.next_message(&queue) {
                 Ok(Some(found)) => next = Some(found),
                 Ok(None) => {
+                    consumer.sink.idle();
                     tokio::select! {
                         _ = committed.changed() => {}
                         _ = consumer.wake.notified() => {}
@@ -169,7 +173,7 @@ pub(super) async fn run(
         let Some((offset, message)) = next.take() else {
             continue;
         };
-        let Some(delivery) = queue.delivery(offset, message) else {
+        let Some(delivery) = queue.delivery(offset, message, consumer.needs_settlement) else {
             return;
         };
         consumer.sink.deliver(delivery);

@@ -44,8 +44,12 @@ const CAPABILITIES: Capabilities = Capabilities {
         "x-initial-cluster-size",
         "x-queue-leader-locator",
     ],
-    // Retention by policy is not applied yet (docs/streams.md): only arguments count.
-    policy_keys: &[],
+    // Policy wins over the argument (RabbitMQ's policy precedence for streams).
+    policy_keys: &[
+        "max-age",
+        "max-length-bytes",
+        "stream-max-segment-size-bytes",
+    ],
     global_qos: false,
     priorities: false,
     per_message_ttl: false,
@@ -115,6 +119,11 @@ impl QueueType for Stream {
                 )))
             }
         };
-        Ok(StreamQueue::new(log, &vhost))
+        let queue = StreamQueue::new(log, &vhost);
+        queue.apply_policies(
+            declaration.policy.as_ref(),
+            declaration.operator_policy.as_ref(),
+        );
+        Ok(queue)
     }
 }

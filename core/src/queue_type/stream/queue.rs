@@ -16,7 +16,10 @@ use crate::message::Message;
 use crate::queue::{ConsumerRemoval, EnqueueOutcome, QueueStats, Settlement};
 use crate::queue_type::{Published, QueueInstance, QueueType};
 use crate::store::Durability;
-use crate::stream_log::{MessageFormat, OffsetSpec, Publish, Record, StreamLog};
+use crate::stream_log::{
+    parse_max_age, MessageFormat, OffsetSpec, PolicyLimits, Publish, Record, StreamLog,
+    StreamSettings,
+};
 use crate::value::{Table, Value};
 use crate::vhost::VHost;
 
@@ -106,7 +109,12 @@ impl StreamQueue {
         Arc::new(message)
     }
 
-    pub(super) fn delivery(&self, offset: u64, message: Arc<Message>) -> Option<Delivery> {
+    pub(super) fn delivery(
+        &self,
+        offset: u64,
+        message: Arc<Message>,
+        needs_settlement: bool,
+    ) -> Option<Delivery> {
         let queue: Arc<dyn QueueInstance> = self.me.upgrade()?;
         self.delivered.fetch_add(1, Ordering::Relaxed);
         Some(Delivery {
@@ -115,7 +123,7 @@ impl StreamQueue {
             message,
             redelivered: false,
             delivery_count: 0,
-            needs_settlement: true,
+            needs_settlement,
         })
     }
 
@@ -188,8 +196,10 @@ impl QueueInstance for StreamQueue {
 
     fn consume(&self, spec: ConsumerSpec, sink: Arc<dyn DeliverySink>) -> CoreResult<u64> {
         // RabbitMQ's checks, in its order and with its texts. An auto-ack consumer has no
-        // prefetch the sink can report, so it is refused for auto-ack whatever its qos.
-        if !spec.needs_settlement {
+        // prefetch the sink can report, so it is refused for auto-ack whatever its qos. A
+        // credited consumer (AMQP 1.0) has neither check: link credit bounds its flow.
+        let credited = sink.credited();
+        if !credited && !spec.needs_settlement {
             return Err(CoreError::new(
                 ErrorKind::NotImplemented,
                 format!(
@@ -198,7 +208,7 @@ impl QueueInstance for StreamQueue {
                 ),
             ));
         }
-        if sink.prefetch().unwrap_or(0) == 0 {
+        if !credited && sink.prefetch().unwrap_or(0) == 0 {
             return Err(CoreError::precondition_failed(format!(
                 "consumer prefetch count is not set for stream {}",
                 self.describe()
@@ -239,7 +249,7 @@ impl QueueInstance for StreamQueue {
             return Err(CoreError::not_found(format!("no {}", self.describe())));
         };
         let id = NEXT_CONSUMER_ID.fetch_add(1, Ordering::Relaxed);
-        let consumer = Arc::new(StreamConsumer::new(id, sink));
+        let consumer = Arc::new(StreamConsumer::new(id, sink, spec.needs_settlement));
         self.consumers.lock().insert(id, Arc::clone(&consumer));
         runtime.spawn(consumer::run(
             queue,
@@ -350,6 +360,11 @@ impl QueueInstance for StreamQueue {
         table
     }
 
+    fn apply_policies(&self, policy: Option<&Table>, operator: Option<&Table>) {
+        let limits = policy_limits(self.log.settings(), policy, operator);
+        self.log.set_policy(&limits);
+    }
+
     fn delete(&self) -> u64 {
         let consumers: Vec<_> = self.consumers.lock().drain().map(|(_, c)| c).collect();
         for consumer in consumers {
@@ -361,5 +376,44 @@ impl QueueInstance for StreamQueue {
             vhost.streams().delete(self.log.name());
         }
         0
+    }
+}
+
+/// The retention a policy and an operator policy set on a stream whose arguments are
+/// `settings`: the policy's `max-age`, `max-length-bytes` and
+/// `stream-max-segment-size-bytes` win over the arguments; an operator policy's
+/// `max-length-bytes` caps whichever applies (the smaller wins), as for other queues.
+/// Values that do not parse are left out (the policy's validation refuses most).
+pub(super) fn policy_limits(
+    settings: &StreamSettings,
+    policy: Option<&Table>,
+    operator: Option<&Table>,
+) -> PolicyLimits {
+    let positive = |table: Option<&Table>, key: &str| {
+        table
+            .and_then(|t| t.get(key))
+            .and_then(Value::as_i64)
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|n| *n > 0)
+    };
+    let max_age = policy
+        .and_then(|t| t.get("max-age"))
+        .and_then(Value::as_str)
+        .and_then(|text| match parse_max_age(text) {
+            Ok(age) => Some(age),
+            Err(problem) => {
+                tracing::warn!(%problem, "a policy's max-age is ignored for streams");
+                None
+            }
+        });
+    let mut max_length_bytes = positive(policy, "max-length-bytes");
+    if let Some(cap) = positive(operator, "max-length-bytes") {
+        let current = max_length_bytes.or(settings.max_length_bytes);
+        max_length_bytes = Some(current.map_or(cap, |n| n.min(cap)));
+    }
+    PolicyLimits {
+        max_segment_size: positive(policy, "stream-max-segment-size-bytes"),
+        max_length_bytes,
+        max_age,
     }
 }

@@ -33,6 +33,7 @@ use super::sink::{LinkSink, Mailbox, MailboxEntry};
 use crate::address::{parse_source, parse_target, TargetAddress};
 use crate::codec::{encode_amqp_frame, performative_size, FRAME_HEADER_SIZE};
 use crate::mapping::{decode_message, encode_message, IncomingMessage};
+use crate::stream_filters::stream_filters;
 
 /// The incoming window the broker announces and tops up.
 const INCOMING_WINDOW: u32 = 1 << 16;
@@ -114,6 +115,8 @@ pub struct Session {
     durable_waits: VecDeque<(u64, DeliveryNumber, DeliveryState)>,
     /// Outgoing links whose flow asked for drain or echo: (handle, drain, echo).
     answer_flows: Vec<(u32, bool, bool)>,
+    /// Drains of stream links waiting for the stream's consumer task: (handle, echo).
+    drains_waiting: Vec<(u32, bool)>,
     scratch: BytesMut,
     /// The core's publish state: exchanges this session's user was allowed to write to.
     publisher: Publisher,
@@ -149,6 +152,7 @@ impl Session {
             dispositions: Vec::new(),
             durable_waits: VecDeque::new(),
             answer_flows: Vec::new(),
+            drains_waiting: Vec::new(),
             scratch: BytesMut::new(),
             publisher: Publisher::new(),
         }
@@ -356,6 +360,30 @@ impl Session {
                 return;
             }
         };
+        // A stream reads its consumer's filters (where to start, which values) and the
+        // reply's source echoes those it took; other queue types take none.
+        let arguments = if queue.queue_type().capabilities().consumers_need_offset {
+            match stream_filters(reply.source.as_ref().and_then(|s| s.filter.as_ref())) {
+                Ok(filters) => {
+                    if let Some(source) = reply.source.as_mut() {
+                        source.filter = Some(filters.accepted).filter(|f| !f.is_empty());
+                    }
+                    filters.arguments
+                }
+                Err(reason) => {
+                    reply.source = None;
+                    encode_amqp_frame(out, self.channel, &Performative::Attach(reply), &[]);
+                    self.send_detach(
+                        handle,
+                        Some(errors::amqp(AmqpError::InvalidField, reason)),
+                        out,
+                    );
+                    return;
+                }
+            }
+        } else {
+            Table::new()
+        };
         let link_id = *context.next_link_id;
         *context.next_link_id += 1;
         let sink = LinkSink::new(self.channel, link_id, Arc::clone(context.mailbox));
@@ -365,7 +393,7 @@ impl Session {
             needs_settlement: !pre_settled,
             exclusive: false,
             priority: 0,
-            arguments: Table::new(),
+            arguments,
         };
         match context
             .vhost
@@ -521,10 +549,22 @@ impl Session {
             Some(Link::Outgoing(link)) => {
                 let sink = Arc::clone(&link.sink);
                 let queue = Arc::clone(&link.queue);
-                sink.grant(
+                let (delivery_count, link_credit) = (
                     flow.delivery_count.unwrap_or(0),
                     flow.link_credit.unwrap_or(0),
                 );
+                // A stream delivers from a task of its own: a drain is answered once that
+                // task handed over what it had (MailboxEntry::Drained), not right after
+                // dispatch, which only wakes it.
+                if flow.drain && queue.queue_type().capabilities().consumers_need_offset {
+                    if sink.grant_draining(delivery_count, link_credit) {
+                        self.drains_waiting.push((handle, flow.echo));
+                        queue.dispatch();
+                        return Ok(());
+                    }
+                } else {
+                    sink.grant(delivery_count, link_credit);
+                }
                 // The queue hands over what it has now: the deliveries land in the mailbox
                 // synchronously, and the connection sends them before calling
                 // finish_flows, so a drain's answering flow follows its transfers.
@@ -637,6 +677,18 @@ impl Session {
                 };
                 self.pending.push_back(Pending { handle, delivery });
                 self.send_pending(remote_max_frame_size, out);
+            }
+            MailboxEntry::Drained { link_id, .. } => {
+                let Some(&handle) = self.outgoing_handles.get(&link_id) else {
+                    return;
+                };
+                let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.drains_waiting)
+                    .into_iter()
+                    .partition(|(h, _)| *h == handle);
+                self.drains_waiting = waiting;
+                for (handle, echo) in ready {
+                    self.answer_flows.push((handle, true, echo));
+                }
             }
             MailboxEntry::Cancelled { link_id, .. } => {
                 let Some(handle) = self.outgoing_handles.get(&link_id).copied() else {

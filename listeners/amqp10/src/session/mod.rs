@@ -780,6 +780,7 @@ impl Connection {
         for entry in entries {
             let channel = match &entry {
                 MailboxEntry::Delivery { channel, .. }
+                | MailboxEntry::Drained { channel, .. }
                 | MailboxEntry::Cancelled { channel, .. } => *channel,
             };
             match self.sessions.get_mut(&channel) {
@@ -787,6 +788,12 @@ impl Connection {
                     session.take_entry(entry, self.remote_max_frame_size, &mut self.out)
                 }
                 None => links::return_entry(entry),
+            }
+        }
+        // Drains a queue's task finished (a stream's), answered after their transfers.
+        for session in self.sessions.values_mut() {
+            if session.has_flows_to_answer() {
+                session.finish_flows(&mut self.out);
             }
         }
     }

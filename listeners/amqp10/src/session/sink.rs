@@ -24,6 +24,14 @@ pub enum MailboxEntry {
         /// The delivery.
         delivery: Delivery,
     },
+    /// A drain of the outgoing link can be answered: the queue handed over what it had, or
+    /// the credit is spent.
+    Drained {
+        /// The session's channel.
+        channel: u16,
+        /// The connection-wide id of the link.
+        link_id: u64,
+    },
     /// The queue behind the link was deleted.
     Cancelled {
         /// The session's channel.
@@ -69,6 +77,10 @@ pub struct Credit {
     pub delivery_count: u32,
     /// Set once the link is detached: nothing more is reserved.
     pub closed: bool,
+    /// A drain waits for the queue to hand over what it has (a queue delivering from a
+    /// task of its own: a stream): [`MailboxEntry::Drained`] is posted once it has, or once
+    /// the credit is spent.
+    pub draining: bool,
 }
 
 /// An outgoing link as the core sees it.
@@ -94,6 +106,11 @@ impl LinkSink {
     /// minus ours (AMQP 1.0 2.6.7). Returns the new state.
     pub fn grant(&self, receiver_delivery_count: u32, receiver_link_credit: u32) -> Credit {
         let mut credit = self.credit.lock();
+        Self::apply_grant(&mut credit, receiver_delivery_count, receiver_link_credit);
+        *credit
+    }
+
+    fn apply_grant(credit: &mut Credit, receiver_delivery_count: u32, receiver_link_credit: u32) {
         credit.link_credit = receiver_delivery_count
             .wrapping_add(receiver_link_credit)
             .wrapping_sub(credit.delivery_count);
@@ -101,7 +118,18 @@ impl LinkSink {
         if credit.link_credit > receiver_link_credit {
             credit.link_credit = receiver_link_credit;
         }
-        *credit
+    }
+
+    /// Applies a flow asking for drain on a link whose queue delivers from a task of its
+    /// own: as [`LinkSink::grant`], and the drain is answered once
+    /// [`MailboxEntry::Drained`] arrives. Returns whether it must wait (false: no credit,
+    /// answer now).
+    pub fn grant_draining(&self, receiver_delivery_count: u32, receiver_link_credit: u32) -> bool {
+        // One lock: the queue's task sees the credit and the drain together.
+        let mut credit = self.credit.lock();
+        Self::apply_grant(&mut credit, receiver_delivery_count, receiver_link_credit);
+        credit.draining = credit.link_credit > 0;
+        credit.draining
     }
 
     /// Drain: spends the remaining credit by advancing the delivery count. Returns the state.
@@ -109,7 +137,15 @@ impl LinkSink {
         let mut credit = self.credit.lock();
         credit.delivery_count = credit.delivery_count.wrapping_add(credit.link_credit);
         credit.link_credit = 0;
+        credit.draining = false;
         *credit
+    }
+
+    fn post_drained(&self) {
+        self.mailbox.push(MailboxEntry::Drained {
+            channel: self.channel,
+            link_id: self.link_id,
+        });
     }
 
     /// The current credit state.
@@ -140,6 +176,25 @@ impl DeliverySink for LinkSink {
             link_id: self.link_id,
             delivery,
         });
+        // The last delivery a drain allowed: after it in the mailbox, the drain's answer.
+        let spent = {
+            let mut credit = self.credit.lock();
+            let spent = credit.draining && credit.link_credit == 0;
+            if spent {
+                credit.draining = false;
+            }
+            spent
+        };
+        if spent {
+            self.post_drained();
+        }
+    }
+
+    fn idle(&self) {
+        let waiting = std::mem::take(&mut self.credit.lock().draining);
+        if waiting {
+            self.post_drained();
+        }
     }
 
     fn cancelled(&self) {
@@ -147,6 +202,10 @@ impl DeliverySink for LinkSink {
             channel: self.channel,
             link_id: self.link_id,
         });
+    }
+
+    fn credited(&self) -> bool {
+        true
     }
 }
 

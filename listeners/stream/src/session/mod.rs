@@ -107,6 +107,9 @@ pub struct Session {
     publishers: HashMap<u8, Publisher>,
     subscriptions: HashMap<u8, Subscription>,
     confirms: Arc<ConfirmQueue>,
+    /// Wakes the connection's driver: confirms arrived, or a single active consumer of
+    /// this connection became active.
+    wake: Arc<Notify>,
     changes: Vec<SubscriptionChange>,
     next_correlation_id: u32,
     /// Frames to send.
@@ -184,7 +187,8 @@ impl Session {
             client_properties: Vec::new(),
             publishers: HashMap::new(),
             subscriptions: HashMap::new(),
-            confirms: Arc::new(ConfirmQueue::new(wake)),
+            confirms: Arc::new(ConfirmQueue::new(Arc::clone(&wake))),
+            wake,
             changes: Vec::new(),
             next_correlation_id: 1,
             out: BytesMut::new(),
@@ -587,7 +591,11 @@ impl Session {
                     answer,
                 );
             }
-            Request::ConsumerUpdateResponse { .. } => {}
+            Request::ConsumerUpdateResponse {
+                correlation_id,
+                offset,
+                ..
+            } => self.consumer_update_response(correlation_id, offset),
             Request::Unknown { key, version } => {
                 tracing::debug!(peer = %self.peer, key, version, "unknown stream command");
                 self.close(

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use warren_core::access::Access;
+use warren_core::stream_log::single_active::GroupMember;
 use warren_core::stream_log::{ChunkFilter, OffsetSpec, StreamLog, StreamReader};
 
 use super::{error_code, Control, Session, SubscriptionChange};
@@ -15,10 +16,39 @@ pub(super) struct Subscription {
     pub stream: String,
     pub log: Arc<StreamLog>,
     pub reader: StreamReader,
+    /// The chunk filter, kept to read again from where a single active consumer resumes.
+    pub filter: Option<ChunkFilter>,
     /// Chunks the client will still take.
     pub credit: u32,
     /// Caught up with the stream's end when last read.
     pub caught_up: bool,
+    /// Its single-active-consumer group, for a subscription that joined one.
+    pub group: Option<Group>,
+}
+
+/// A subscription's place in its single-active-consumer group.
+pub(super) struct Group {
+    member: GroupMember,
+    phase: Phase,
+}
+
+/// Where a single active consumer is: it is sent chunks only once active and told so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Not the active one (or not yet told it is).
+    Waiting,
+    /// Told it is active (ConsumerUpdate with this correlation id); waits for the client
+    /// to answer where to start.
+    Asked(u32),
+    /// Active: chunks flow while it has credit.
+    Active,
+}
+
+impl Subscription {
+    /// Whether chunks may be sent (always, unless a single active consumer not active).
+    fn delivering(&self) -> bool {
+        self.group.as_ref().is_none_or(|g| g.phase == Phase::Active)
+    }
 }
 
 fn offset_spec(offset: OffsetSpecification) -> OffsetSpec {
@@ -161,12 +191,17 @@ impl Session {
         if self.subscriptions.contains_key(&subscription_id) {
             return code::SUBSCRIPTION_ID_ALREADY_EXISTS;
         }
-        if properties
+        let single_active = properties
             .iter()
-            .any(|(k, v)| k == "single-active-consumer" && v == "true")
-        {
-            // Refused rather than silently served as an ordinary consumer.
-            tracing::info!(%stream, "single active consumer on streams is not supported yet");
+            .any(|(k, v)| k == "single-active-consumer" && v == "true");
+        // The group is named by the consumer's name, which a single active consumer must
+        // give (RabbitMQ refuses it without).
+        let group_name = properties
+            .iter()
+            .find(|(k, _)| k == "name")
+            .map(|(_, v)| v.clone());
+        if single_active && group_name.as_deref().is_none_or(str::is_empty) {
+            tracing::info!(%stream, "single active consumer without a name refused");
             return code::PRECONDITION_FAILED;
         }
         let (vhost, user) = self.vhost();
@@ -174,8 +209,9 @@ impl Session {
             Ok(log) => log,
             Err(error) => return error_code(&error),
         };
+        let filter = chunk_filter(properties);
         let reader = match log.reader(offset_spec(offset)) {
-            Ok(reader) => reader.with_filter(chunk_filter(properties)),
+            Ok(reader) => reader.with_filter(filter.clone()),
             Err(error) => {
                 tracing::warn!(%stream, %error, "cannot read stream");
                 return code::INTERNAL_ERROR;
@@ -185,17 +221,81 @@ impl Session {
             subscription_id,
             log.subscribe(),
         ));
+        let group = match group_name {
+            Some(name) if single_active => Some(Group {
+                member: log.consumer_groups().join(&name, Arc::clone(&self.wake)),
+                phase: Phase::Waiting,
+            }),
+            _ => None,
+        };
         self.subscriptions.insert(
             subscription_id,
             Subscription {
                 stream: stream.to_owned(),
                 log,
                 reader,
+                filter,
                 credit: u32::from(credit),
                 caught_up: false,
+                group,
             },
         );
         code::OK
+    }
+
+    /// The client answered a ConsumerUpdate: its subscription is active from the offset it
+    /// gave (or, without one, from where it subscribed).
+    pub(super) fn consumer_update_response(
+        &mut self,
+        correlation_id: u32,
+        offset: Option<OffsetSpecification>,
+    ) {
+        let Some(subscription) = self.subscriptions.values_mut().find(|s| {
+            s.group
+                .as_ref()
+                .is_some_and(|g| g.phase == Phase::Asked(correlation_id))
+        }) else {
+            tracing::debug!(peer = %self.peer, correlation_id, "ConsumerUpdate answer for no subscription");
+            return;
+        };
+        if let Some(offset) = offset {
+            match subscription.log.reader(offset_spec(offset)) {
+                Ok(reader) => subscription.reader = reader.with_filter(subscription.filter.clone()),
+                Err(error) => {
+                    tracing::warn!(stream = %subscription.stream, %error, "cannot read stream from the offset a consumer resumes at");
+                }
+            }
+        }
+        if let Some(group) = subscription.group.as_mut() {
+            group.phase = Phase::Active;
+        }
+        subscription.caught_up = false;
+    }
+
+    /// Tells each single active consumer that became active so (ConsumerUpdate); it is sent
+    /// chunks once its client answered where to start.
+    fn announce_active(&mut self) {
+        let newly_active: Vec<u8> = self
+            .subscriptions
+            .iter()
+            .filter(|(_, s)| {
+                s.group
+                    .as_ref()
+                    .is_some_and(|g| g.phase == Phase::Waiting && g.member.is_active())
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in newly_active {
+            let correlation_id = self.correlation_id();
+            if let Some(group) = self
+                .subscriptions
+                .get_mut(&id)
+                .and_then(|s| s.group.as_mut())
+            {
+                group.phase = Phase::Asked(correlation_id);
+            }
+            encode::consumer_update(&mut self.out, correlation_id, id, true);
+        }
     }
 
     /// Marks every subscription as worth reading again (the driver calls it when a
@@ -210,6 +310,7 @@ impl Session {
     /// `budget` bytes. Returns whether some subscription could send more right away.
     /// Subscriptions and publishers of deleted streams get a `MetadataUpdate` and end.
     pub fn pump(&mut self, budget: usize) -> bool {
+        self.announce_active();
         let mut gone = Vec::new();
         let mut more = false;
         for (id, subscription) in self.subscriptions.iter_mut() {
@@ -217,7 +318,7 @@ impl Session {
                 gone.push((*id, subscription.stream.clone()));
                 continue;
             }
-            while subscription.credit > 0 && !subscription.caught_up {
+            while subscription.credit > 0 && !subscription.caught_up && subscription.delivering() {
                 if self.out.len() >= budget {
                     more = true;
                     break;

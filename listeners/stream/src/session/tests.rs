@@ -236,3 +236,72 @@ fn metadata_advertises_the_address_the_client_connected_to() {
     assert_eq!(body.get_u32(), 5552);
     assert_eq!(body.get_u32(), 2, "two streams");
 }
+
+#[tokio::test]
+async fn a_single_active_consumer_waits_its_turn_and_resumes_where_its_client_says() {
+    let mut fixture = fixture("single-active");
+    open(&mut fixture);
+    let session = &mut fixture.session;
+    session.handle(Request::Create {
+        correlation_id: 5,
+        stream: "s".into(),
+        arguments: vec![],
+    });
+    let sac = |name: &str| {
+        vec![
+            ("single-active-consumer".to_owned(), "true".to_owned()),
+            ("name".to_owned(), name.to_owned()),
+        ]
+    };
+    let subscribe = |session: &mut Session, id: u8, properties| {
+        session.handle(Request::Subscribe {
+            correlation_id: 10 + u32::from(id),
+            subscription_id: id,
+            stream: "s".into(),
+            offset: OffsetSpecification::First,
+            credit: 5,
+            properties,
+        });
+    };
+    // Without a name there is no group to join: refused as RabbitMQ refuses it.
+    subscribe(
+        session,
+        9,
+        vec![("single-active-consumer".to_owned(), "true".to_owned())],
+    );
+    subscribe(session, 1, sac("app"));
+    subscribe(session, 2, sac("app"));
+    session.pump(1 << 20);
+    let out = frames(session);
+    let codes: Vec<u16> = out[..4].iter().map(|f| response_code(&f.1)).collect();
+    assert_eq!(
+        codes,
+        vec![code::OK, code::PRECONDITION_FAILED, code::OK, code::OK]
+    );
+    // Only the first is told it is active.
+    assert_eq!(out.len(), 5, "one ConsumerUpdate");
+    let (update_key, mut update) = out[4].clone();
+    assert_eq!(update_key, key::CONSUMER_UPDATE);
+    let correlation_id = update.get_u32();
+    assert_eq!((update.get_u8(), update.get_u8()), (1, 1));
+    // Nothing is delivered before its client answers; then from the offset it gave.
+    session.handle(Request::ConsumerUpdateResponse {
+        correlation_id,
+        code: code::OK,
+        offset: Some(OffsetSpecification::Next),
+    });
+    session.pump(1 << 20);
+    assert!(frames(session).is_empty(), "an empty stream from next");
+    // The first leaves: the second is told.
+    session.handle(Request::Unsubscribe {
+        correlation_id: 20,
+        subscription_id: 1,
+    });
+    session.pump(1 << 20);
+    let out = frames(session);
+    assert_eq!(response_code(&out[0].1), code::OK);
+    assert_eq!(out[1].0, key::CONSUMER_UPDATE);
+    let mut update = out[1].1.clone();
+    update.get_u32();
+    assert_eq!((update.get_u8(), update.get_u8()), (2, 1));
+}

@@ -2,6 +2,7 @@
 //! with its first and last offset, segment count and bytes on disk.
 
 use serde_json::{json, Value as Json};
+use warren_core::policy::select;
 use warren_core::stream_log::StreamLog;
 use warren_core::vhost::VHost;
 
@@ -27,7 +28,9 @@ impl Management {
             "type": "stream",
             "node": self.node_name,
             "state": "running",
-            "policy": Json::Null,
+            // The policy that applies to the stream (its retention wins over arguments).
+            "policy": select(&vhost.policies(false), |p| p.matches_stream(log.name()))
+                .map(|p| p.name.clone()),
             // Consumers over AMQP 0-9-1 and STOMP (stream protocol subscribers are not
             // counted yet).
             "consumers": vhost.queue_instance(log.name()).map_or(0, |queue| queue.info().consumers),
@@ -39,8 +42,9 @@ impl Management {
             "committed_offset": stats.last_chunk_offset,
             "segments": stats.segments,
             "disk_bytes": stats.bytes,
-            // A stream with neither x-max-length-bytes nor x-max-age grows forever.
-            "retention_unbounded": settings.unbounded(),
+            // A stream with neither a length nor an age limit (by argument or policy)
+            // grows forever.
+            "retention_unbounded": log.effective_settings().unbounded(),
         })
     }
 }
