@@ -331,3 +331,35 @@ async fn an_empty_local_copy_made_at_boot_becomes_a_stand_in_with_its_bindings()
     let home = b.vhost("/").unwrap().queue("q").unwrap();
     eventually("the message at home", || home.message_count() == 1).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stand_in_is_redeclared_as_the_classic_queue_it_stands_for() {
+    let (_net, a, _b) = two_nodes();
+    let vhost = a.vhost("/").unwrap();
+    let redeclare = |arguments: Table| {
+        vhost.declare_queue(
+            ADMIN,
+            QueueDeclare {
+                name: "q".into(),
+                passive: false,
+                durable: true,
+                exclusive: false,
+                auto_delete: false,
+                arguments,
+            },
+        )
+    };
+    redeclare(Table::new()).expect("the same declaration");
+    let mut typed = Table::new();
+    typed.insert("x-queue-type", crate::value::Value::string("classic"));
+    redeclare(typed).expect("with the type written out");
+    let mut other = Table::new();
+    other.insert("x-queue-type", crate::value::Value::string("quorum"));
+    let error = redeclare(other).unwrap_err();
+    assert_eq!(error.kind, crate::error::ErrorKind::PreconditionFailed);
+    assert!(
+        error.message.contains("inequivalent arg 'x-queue-type'"),
+        "{}",
+        error.message
+    );
+}

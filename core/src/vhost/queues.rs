@@ -199,7 +199,11 @@ impl VHost {
                     existing.durable()
                 )));
             }
-            let current = existing.arguments();
+            let mut current = existing.arguments();
+            if current.get("x-queue-type").is_none() {
+                // A classic queue's stand-in keeps its arguments as declared, without a type.
+                current.insert("x-queue-type", Value::string(existing.queue_type().name()));
+            }
             let mut received = request.arguments.clone();
             if received.get("x-queue-type").is_none() {
                 // Declared without a type (the vhost's default applied, or a client that
