@@ -70,7 +70,7 @@ pub enum Request {
     /// (on disk for persistent messages in durable queues).
     Publish {
         /// Each message with the queue it goes to.
-        messages: Vec<(QueueRef, Arc<Message>)>,
+        messages: Vec<(Arc<QueueRef>, Arc<Message>)>,
     },
     /// Attach a consumer at the home node on behalf of consumer `proxy` of the caller.
     Consume {
@@ -331,9 +331,14 @@ pub fn decode_request(bytes: &[u8]) -> Result<Request, CodecError> {
     let request = match r.u8()? {
         1 => {
             let count = r.count(12)?;
-            let mut messages = Vec::with_capacity(count);
+            let mut messages: Vec<(Arc<QueueRef>, Arc<Message>)> = Vec::with_capacity(count);
             for _ in 0..count {
                 let queue = r.queue_ref()?;
+                // Runs of messages to one queue share its name.
+                let queue = match messages.last() {
+                    Some((last, _)) if **last == queue => Arc::clone(last),
+                    _ => Arc::new(queue),
+                };
                 messages.push((queue, Arc::new(r.message()?)));
             }
             Request::Publish { messages }
@@ -564,7 +569,10 @@ mod tests {
     fn requests_round_trip() {
         let requests = vec![
             Request::Publish {
-                messages: vec![(queue(), message(b"a")), (queue(), message(b""))],
+                messages: vec![
+                    (Arc::new(queue()), message(b"a")),
+                    (Arc::new(queue()), message(b"")),
+                ],
             },
             Request::Consume {
                 queue: queue(),

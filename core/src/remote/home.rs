@@ -39,6 +39,8 @@ struct Served {
 /// deliveries sent over the link.
 struct RemoteSink {
     forwarding: Weak<Forwarding>,
+    /// The ordered lane of deliveries to the consumer's node.
+    lane: Arc<super::Lane>,
     node: String,
     proxy: u64,
     queue_ref: Arc<QueueRef>,
@@ -64,9 +66,8 @@ impl DeliverySink for RemoteSink {
                 .home
                 .hold(&self.node, &self.queue_ref, delivery.id);
         }
-        forwarding.send(
-            &self.node,
-            LaneKind::Deliver,
+        forwarding.send_on(
+            &self.lane,
             Op::Deliver {
                 proxy: self.proxy,
                 deliveries: vec![RemoteDelivery {
@@ -86,9 +87,8 @@ impl DeliverySink for RemoteSink {
         };
         forwarding.home.forget_consumer(&self.node, self.proxy);
         // On the delivery lane: after every delivery sent before it.
-        forwarding.send(
-            &self.node,
-            LaneKind::Deliver,
+        forwarding.send_on(
+            &self.lane,
             Op::Control(Request::Cancelled { proxy: self.proxy }),
         );
     }
@@ -179,6 +179,7 @@ impl Forwarding {
                 let queue_ref = Arc::new(queue);
                 let sink = Arc::new(RemoteSink {
                     forwarding: Arc::downgrade(self),
+                    lane: self.lane(from, LaneKind::Deliver),
                     node: from.to_string(),
                     proxy,
                     queue_ref: Arc::clone(&queue_ref),
@@ -299,17 +300,27 @@ impl Forwarding {
     /// reached a durable queue is on disk.
     async fn publish_here(
         &self,
-        messages: Vec<(QueueRef, std::sync::Arc<crate::message::Message>)>,
+        messages: Vec<(Arc<QueueRef>, Arc<crate::message::Message>)>,
     ) -> Reply {
         let Some(broker) = self.broker.upgrade() else {
             return Reply::Published(vec![false; messages.len()]);
         };
         let mut taken = Vec::with_capacity(messages.len());
         let mut wait_for = None;
+        // Batches are mostly runs to one queue: it is looked up once per run.
+        type Found = Option<(Arc<crate::vhost::VHost>, Arc<Queue>)>;
+        let mut last: Option<(Arc<QueueRef>, Found)> = None;
         for (queue, message) in messages {
-            let found = broker
-                .vhost(&queue.vhost)
-                .and_then(|vhost| vhost.queue(&queue.queue).map(|q| (vhost, q)));
+            let found = match &last {
+                Some((at, found)) if Arc::ptr_eq(at, &queue) => found.clone(),
+                _ => {
+                    let found = broker
+                        .vhost(&queue.vhost)
+                        .and_then(|vhost| vhost.queue(&queue.queue).map(|q| (vhost, q)));
+                    last = Some((Arc::clone(&queue), found.clone()));
+                    found
+                }
+            };
             let Some((vhost, local)) = found else {
                 // Deleted meanwhile: dropped, as a message routed to a queue being deleted
                 // is (the publisher is not nacked for it).

@@ -41,7 +41,7 @@ use codec::{QueueRef, RemoteDelivery, Reply, Request};
 /// How long a forwarded request may take before it counts as failed.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most messages one forwarded publish request carries.
-const PUBLISH_BATCH: usize = 512;
+const PUBLISH_BATCH: usize = 1024;
 
 /// A future of a forwarded call's answer.
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, String>> + Send>>;
@@ -92,7 +92,7 @@ enum LaneKind {
 /// One outgoing item.
 enum Op {
     Publish {
-        queue: QueueRef,
+        queue: Arc<QueueRef>,
         message: Arc<Message>,
         hold: Option<u64>,
     },
@@ -145,6 +145,7 @@ impl Forwarding {
             .filter(|home| home != self.link.local())
     }
 
+    /// The lane of `kind` to `node` (users keep it: looking it up costs a key).
     fn lane(self: &Arc<Self>, node: &str, kind: LaneKind) -> Arc<Lane> {
         Arc::clone(
             self.lanes
@@ -159,9 +160,9 @@ impl Forwarding {
         )
     }
 
-    /// Queues `op` on the lane and starts its sender if it is idle.
-    fn send(self: &Arc<Self>, node: &str, kind: LaneKind, op: Op) {
-        let lane = self.lane(node, kind);
+    /// Queues `op` on `lane` and starts its sender if it is idle.
+    fn send_on(self: &Arc<Self>, lane: &Arc<Lane>, op: Op) {
+        let lane = Arc::clone(lane);
         let start = {
             let mut state = lane.state.lock();
             state.ops.push_back(op);
@@ -363,7 +364,7 @@ impl Forwarding {
 /// What one lane sends next.
 enum Batch {
     Publish {
-        messages: Vec<(QueueRef, Arc<Message>)>,
+        messages: Vec<(Arc<QueueRef>, Arc<Message>)>,
         holds: Vec<Option<u64>>,
     },
     Deliver {

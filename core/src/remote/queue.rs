@@ -32,7 +32,10 @@ const STATS_TIMEOUT: Duration = Duration::from_millis(500);
 /// A classic queue that lives on another node.
 pub struct RemoteQueue {
     me: Weak<RemoteQueue>,
-    queue_ref: QueueRef,
+    queue_ref: Arc<QueueRef>,
+    /// The ordered lanes to the home node, for publishes and for everything else.
+    publish_lane: Arc<super::Lane>,
+    control_lane: Arc<super::Lane>,
     home: String,
     forwarding: Weak<Forwarding>,
     store: Option<Arc<MessageStore>>,
@@ -55,10 +58,12 @@ impl RemoteQueue {
     ) -> Arc<RemoteQueue> {
         Arc::new_cyclic(|me| RemoteQueue {
             me: me.clone(),
-            queue_ref: QueueRef {
+            queue_ref: Arc::new(QueueRef {
                 vhost: vhost.to_string(),
                 queue: name.to_string(),
-            },
+            }),
+            publish_lane: forwarding.lane(&home, LaneKind::Publish),
+            control_lane: forwarding.lane(&home, LaneKind::Control),
             home,
             forwarding: Arc::downgrade(forwarding),
             store: forwarding.store(),
@@ -116,7 +121,7 @@ impl RemoteQueue {
 
     fn control(&self, request: Request) {
         if let Some(forwarding) = self.forwarding() {
-            forwarding.send(&self.home, LaneKind::Control, Op::Control(request));
+            forwarding.send_on(&self.control_lane, Op::Control(request));
         }
     }
 }
@@ -147,11 +152,10 @@ impl QueueInstance for RemoteQueue {
             return rejected;
         }
         let hold = self.store.as_ref().map(|store| store.hold());
-        forwarding.send(
-            &self.home,
-            LaneKind::Publish,
+        forwarding.send_on(
+            &self.publish_lane,
             Op::Publish {
-                queue: self.queue_ref.clone(),
+                queue: Arc::clone(&self.queue_ref),
                 message,
                 hold,
             },
@@ -182,7 +186,7 @@ impl QueueInstance for RemoteQueue {
         // Known before the home node can send its first delivery.
         forwarding.proxies.lock().insert(proxy, consumer);
         let request = Request::Consume {
-            queue: self.queue_ref.clone(),
+            queue: QueueRef::clone(&self.queue_ref),
             proxy,
             window,
             spec: RemoteConsumerSpec::from_spec(&spec),
@@ -215,7 +219,7 @@ impl QueueInstance for RemoteQueue {
             let undelivered: Vec<u64> = proxy.pending.lock().drain(..).map(|d| d.id).collect();
             if !undelivered.is_empty() {
                 self.control(Request::Settle {
-                    queue: self.queue_ref.clone(),
+                    queue: QueueRef::clone(&self.queue_ref),
                     ids: undelivered,
                     settlement: Settlement::Release,
                 });
@@ -233,7 +237,7 @@ impl QueueInstance for RemoteQueue {
             return;
         }
         self.control(Request::Settle {
-            queue: self.queue_ref.clone(),
+            queue: QueueRef::clone(&self.queue_ref),
             ids: ids.to_vec(),
             settlement,
         });
@@ -257,7 +261,7 @@ impl QueueInstance for RemoteQueue {
 
     fn get(&self, needs_settlement: bool) -> Option<(Delivery, u64)> {
         let request = Request::Get {
-            queue: self.queue_ref.clone(),
+            queue: QueueRef::clone(&self.queue_ref),
             needs_settlement,
         };
         match self.call(request, SYNC_TIMEOUT) {
@@ -270,7 +274,7 @@ impl QueueInstance for RemoteQueue {
 
     fn browse(&self, limit: usize) -> Vec<Arc<Message>> {
         let request = Request::Browse {
-            queue: self.queue_ref.clone(),
+            queue: QueueRef::clone(&self.queue_ref),
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
         };
         match self.call(request, SYNC_TIMEOUT) {
@@ -281,7 +285,7 @@ impl QueueInstance for RemoteQueue {
 
     fn purge(&self) -> u64 {
         let request = Request::Purge {
-            queue: self.queue_ref.clone(),
+            queue: QueueRef::clone(&self.queue_ref),
         };
         match self.call(request, SYNC_TIMEOUT) {
             Ok(Reply::Count(count)) => count,
@@ -303,7 +307,7 @@ impl QueueInstance for RemoteQueue {
             }
         }
         let request = Request::Info {
-            queue: self.queue_ref.clone(),
+            queue: QueueRef::clone(&self.queue_ref),
         };
         match self.call(request, STATS_TIMEOUT) {
             Ok(Reply::Stats(stats)) => {
@@ -404,9 +408,8 @@ impl ProxyConsumer {
                 }
             }
             if handed > 0 {
-                forwarding.send(
-                    &self.home,
-                    LaneKind::Control,
+                forwarding.send_on(
+                    &queue.control_lane,
                     Op::Control(Request::Credit {
                         proxy: self.id,
                         credit: handed,
