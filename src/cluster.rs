@@ -124,15 +124,15 @@ pub async fn start(
                 return Box::pin(async move { answer });
             }
             if method == FORWARD_METHOD {
-                let forwarding = forwarding.get().cloned();
-                return Box::pin(async move {
-                    match forwarding {
-                        Some(forwarding) => {
-                            Ok(bytes::Bytes::from(forwarding.serve(&from, &body).await))
-                        }
-                        None => Err("this node is still starting".to_string()),
+                // Served now (the transport calls this in arrival order), answered when
+                // the returned future is done.
+                return match forwarding.get() {
+                    Some(forwarding) => {
+                        let answer = forwarding.serve_in_order(&from, &body);
+                        Box::pin(async move { Ok(bytes::Bytes::from(answer.await)) })
                     }
-                });
+                    None => Box::pin(async { Err("this node is still starting".to_string()) }),
+                };
             }
             Box::pin(quorum.serve(method, body))
         }));

@@ -34,7 +34,9 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Bytes, String>> + Se
 /// ([`Transport::set_extension_handler`]).
 pub const EXTENSION_METHODS: u16 = 100;
 
-/// Serves requests from peers: `(from node, method, body)`.
+/// Serves requests from peers: `(from node, method, body)`. It is called on the link's
+/// reader in the order requests arrive (what it does before returning its future happens in
+/// that order); the future is awaited in a task of its own, so answers may leave in any order.
 pub type Handler = Arc<dyn Fn(String, u16, Bytes) -> HandlerFuture + Send + Sync>;
 
 /// Why a request got no answer.
@@ -430,9 +432,12 @@ impl Transport {
                             continue;
                         };
                         let replies = replies.clone();
-                        let from = peer.clone();
+                        // Called here, in arrival order: a handler may do its synchronous
+                        // part before returning its future (forwarding keeps a link's
+                        // requests in order that way); only the waiting is spawned.
+                        let answer = handler(peer.clone(), method, body);
                         tokio::spawn(async move {
-                            let (ok, body) = match handler(from, method, body).await {
+                            let (ok, body) = match answer.await {
                                 Ok(body) => (true, body),
                                 Err(text) => (false, Bytes::from(text)),
                             };

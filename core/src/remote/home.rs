@@ -163,9 +163,14 @@ impl Forwarding {
     }
 
     /// Serves a request from `from` aimed at this node's queues.
-    pub(super) async fn serve_home(self: &Arc<Self>, from: &str, request: Request) -> Reply {
+    /// Serves a request from `from` aimed at this node's queues (publishes go through
+    /// [`Forwarding::publish_here`]).
+    pub(super) fn serve_home(self: &Arc<Self>, from: &str, request: Request) -> Reply {
         match request {
-            Request::Publish { messages } => self.publish_here(messages).await,
+            Request::Publish { .. } => Reply::Error(
+                ErrorKind::InternalError,
+                "publishes are served in order, not here".into(),
+            ),
             Request::Consume {
                 queue,
                 proxy,
@@ -298,50 +303,60 @@ impl Forwarding {
 
     /// Enqueues forwarded messages here and answers once every persistent message that
     /// reached a durable queue is on disk.
-    async fn publish_here(
+    pub(super) fn publish_here(
         &self,
         messages: Vec<(Arc<QueueRef>, Arc<crate::message::Message>)>,
-    ) -> Reply {
-        let Some(broker) = self.broker.upgrade() else {
-            return Reply::Published(vec![false; messages.len()]);
-        };
+    ) -> impl std::future::Future<Output = Reply> + Send + 'static {
+        let broker = self.broker.upgrade();
         let mut taken = Vec::with_capacity(messages.len());
         let mut wait_for = None;
-        // Batches are mostly runs to one queue: it is looked up once per run.
-        type Found = Option<(Arc<crate::vhost::VHost>, Arc<Queue>)>;
-        let mut last: Option<(Arc<QueueRef>, Found)> = None;
-        for (queue, message) in messages {
-            let found = match &last {
-                Some((at, found)) if Arc::ptr_eq(at, &queue) => found.clone(),
-                _ => {
-                    let found = broker
-                        .vhost(&queue.vhost)
-                        .and_then(|vhost| vhost.queue(&queue.queue).map(|q| (vhost, q)));
-                    last = Some((Arc::clone(&queue), found.clone()));
-                    found
+        if let Some(broker) = &broker {
+            // Batches are mostly runs to one queue: it is looked up once per run.
+            type Found = Option<(Arc<crate::vhost::VHost>, Arc<Queue>)>;
+            let mut last: Option<(Arc<QueueRef>, Found)> = None;
+            for (queue, message) in messages {
+                let found = match &last {
+                    Some((at, found)) if Arc::ptr_eq(at, &queue) => found.clone(),
+                    _ => {
+                        let found = broker
+                            .vhost(&queue.vhost)
+                            .and_then(|vhost| vhost.queue(&queue.queue).map(|q| (vhost, q)));
+                        last = Some((Arc::clone(&queue), found.clone()));
+                        found
+                    }
+                };
+                let Some((vhost, local)) = found else {
+                    // Deleted meanwhile: dropped, as a message routed to a queue being
+                    // deleted is (the publisher is not nacked for it).
+                    taken.push(true);
+                    continue;
+                };
+                let enqueued = vhost.enqueue_routed_all(message, std::slice::from_ref(&local), &[]);
+                taken.push(enqueued.accepted);
+                if let Some(seq) = enqueued.durable_seq {
+                    wait_for = Some(wait_for.map_or(seq, |w: u64| w.max(seq)));
                 }
-            };
-            let Some((vhost, local)) = found else {
-                // Deleted meanwhile: dropped, as a message routed to a queue being deleted
-                // is (the publisher is not nacked for it).
-                taken.push(true);
-                continue;
-            };
-            let enqueued = vhost.enqueue_routed_all(message, std::slice::from_ref(&local), &[]);
-            taken.push(enqueued.accepted);
-            if let Some(seq) = enqueued.durable_seq {
-                wait_for = Some(wait_for.map_or(seq, |w: u64| w.max(seq)));
             }
+        } else {
+            taken = vec![false; messages.len()];
         }
-        if let (Some(seq), Some(store)) = (wait_for, broker.message_store()) {
-            let mut durable = store.subscribe_durable();
-            let reached =
-                tokio::time::timeout(super::CALL_TIMEOUT, durable.wait_for(|d| *d >= seq)).await;
-            if !matches!(reached, Ok(Ok(_))) {
-                return Reply::Published(vec![false; taken.len()]);
+        let durable = wait_for.and_then(|seq| {
+            broker
+                .as_ref()
+                .and_then(|b| b.message_store())
+                .map(|store| (seq, store.subscribe_durable()))
+        });
+        async move {
+            if let Some((seq, mut durable)) = durable {
+                let reached =
+                    tokio::time::timeout(super::CALL_TIMEOUT, durable.wait_for(|d| *d >= seq))
+                        .await;
+                if !matches!(reached, Ok(Ok(_))) {
+                    return Reply::Published(vec![false; taken.len()]);
+                }
             }
+            Reply::Published(taken)
         }
-        Reply::Published(taken)
     }
 
     /// A consumer attach from another run of `from` than the one that made its earlier

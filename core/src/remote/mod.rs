@@ -40,6 +40,8 @@ use codec::{QueueRef, RemoteDelivery, Reply, Request};
 
 /// How long a forwarded request may take before it counts as failed.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many requests one lane keeps in flight.
+const PIPELINE: usize = 4;
 /// The most messages one forwarded publish request carries.
 const PUBLISH_BATCH: usize = 1024;
 
@@ -114,6 +116,8 @@ struct LaneState {
 struct Lane {
     node: String,
     state: Mutex<LaneState>,
+    /// Rung when an op is queued while the lane's sender runs.
+    more: tokio::sync::Notify,
 }
 
 impl Forwarding {
@@ -155,6 +159,7 @@ impl Forwarding {
                     Arc::new(Lane {
                         node: node.to_string(),
                         state: Mutex::default(),
+                        more: tokio::sync::Notify::new(),
                     })
                 }),
         )
@@ -171,22 +176,45 @@ impl Forwarding {
         if start {
             let me = Arc::clone(self);
             self.runtime.spawn(async move { me.run_lane(lane).await });
+        } else {
+            lane.more.notify_one();
         }
     }
 
+    /// Sends a lane's requests, up to [`PIPELINE`] in flight, each handed to the link in
+    /// lane order (the home node then takes them in that order: the transport runs each
+    /// request's synchronous part as it arrives, see [`Forwarding::serve_in_order`]).
     async fn run_lane(self: Arc<Self>, lane: Arc<Lane>) {
+        let mut in_flight = tokio::task::JoinSet::new();
         loop {
-            let batch = {
-                let mut state = lane.state.lock();
-                match take_batch(&mut state.ops) {
-                    Some(batch) => batch,
-                    None => {
-                        state.running = false;
-                        return;
-                    }
+            while in_flight.len() < PIPELINE {
+                let batch = take_batch(&mut lane.state.lock().ops);
+                let Some(batch) = batch else { break };
+                let me = Arc::clone(&self);
+                let node = lane.node.clone();
+                let mut sending: Pin<Box<dyn Future<Output = ()> + Send>> =
+                    Box::pin(async move { me.send_batch(&node, batch).await });
+                // The first poll hands the request to the link, so requests leave in order.
+                let done = std::future::poll_fn(|cx| {
+                    std::task::Poll::Ready(sending.as_mut().poll(cx).is_ready())
+                })
+                .await;
+                if !done {
+                    in_flight.spawn(sending);
                 }
-            };
-            self.send_batch(&lane.node, batch).await;
+            }
+            if in_flight.is_empty() {
+                let mut state = lane.state.lock();
+                if state.ops.is_empty() {
+                    state.running = false;
+                    return;
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = in_flight.join_next() => {}
+                _ = lane.more.notified(), if in_flight.len() < PIPELINE => {}
+            }
         }
     }
 
@@ -315,19 +343,37 @@ impl Forwarding {
         }
     }
 
-    /// Answers a request from `from` (the transport's handler for the forwarding method).
+    /// Answers a request from `from`.
     pub async fn serve(self: &Arc<Self>, from: &str, body: &[u8]) -> Vec<u8> {
+        self.serve_in_order(from, body).await
+    }
+
+    /// Answers a request from `from` (the transport's handler for the forwarding method).
+    /// Everything but the wait for the disk happens now, before the returned future is
+    /// first polled: the transport calls this in the order requests arrive on a link, so a
+    /// node's publishes, deliveries and settlements are applied in the order it sent them
+    /// although several are in flight.
+    pub fn serve_in_order(
+        self: &Arc<Self>,
+        from: &str,
+        body: &[u8],
+    ) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send>> {
         let reply = match codec::decode_request(body) {
-            Ok(request) => self.handle(from, request).await,
+            Ok(Request::Publish { messages }) => {
+                let published = self.publish_here(messages);
+                return Box::pin(async move { codec::encode_reply(&published.await) });
+            }
+            Ok(request) => self.handle(from, request),
             Err(error) => Reply::Error(
                 crate::error::ErrorKind::InternalError,
                 format!("damaged forwarding request: {}", error.0),
             ),
         };
-        codec::encode_reply(&reply)
+        let bytes = codec::encode_reply(&reply);
+        Box::pin(std::future::ready(bytes))
     }
 
-    async fn handle(self: &Arc<Self>, from: &str, request: Request) -> Reply {
+    fn handle(self: &Arc<Self>, from: &str, request: Request) -> Reply {
         match request {
             Request::Deliver { proxy, deliveries } => self.delivered(proxy, deliveries),
             Request::Cancelled { proxy } => {
@@ -336,7 +382,7 @@ impl Forwarding {
                 }
                 Reply::Ok
             }
-            home => self.serve_home(from, home).await,
+            home => self.serve_home(from, home),
         }
     }
 
