@@ -175,6 +175,23 @@ async fn a_classic_queue_is_reached_from_every_node_with_confirms_credit_and_ack
         )
         .await
         .expect("basic.consume on a node that is not the queue's home");
+    // Every node lists the consumer once, as the node its channel is on (RabbitMQ's shape),
+    // not as a connection-less consumer of the home node.
+    for node in 0..3 {
+        let (status, list) = cluster.api(node, "GET", "/api/consumers", None).await;
+        assert_eq!(status, 200);
+        let found: Vec<&serde_json::Value> = list
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter(|c| c["queue"]["name"] == "orders")
+            .collect();
+        assert_eq!(found.len(), 1, "node {node}'s /api/consumers: {list}");
+        assert_eq!(found[0]["consumer_tag"], "remote");
+        assert_eq!(found[0]["ack_required"], true);
+        assert_eq!(found[0]["channel_details"]["node"], node_name(2));
+        assert_eq!(found[0]["channel_details"]["user"], "guest");
+    }
     // The first is refused with requeue: it comes back redelivered, first again.
     let first = next_delivery(&mut consumer).await;
     assert_eq!(first.data, b"o0");

@@ -225,6 +225,21 @@ async fn the_api_lists_gets_publishes_browses_purges_and_deletes_a_quorum_queue(
     assert_eq!(&delivery.data[..], b"three");
     let consumed = wait_for_counts(&broker, "orders", 0, 1).await;
     assert_eq!(consumed["consumers"], 1);
+    // /api/consumers lists a quorum queue's consumer with its channel.
+    let consumers = broker
+        .api_as_guest("GET", "/api/consumers/%2F", None)
+        .await
+        .json();
+    let listed: Vec<&Value> = consumers
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|c| c["queue"]["name"] == "orders")
+        .collect();
+    assert_eq!(listed.len(), 1, "{consumers}");
+    assert_eq!(listed[0]["consumer_tag"], "watcher");
+    assert_eq!(listed[0]["ack_required"], true);
+    assert_eq!(listed[0]["channel_details"]["user"], "guest");
     connection.close(200, "bye".into()).await.expect("close");
     wait_for_counts(&broker, "orders", 1, 0).await;
 

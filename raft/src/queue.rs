@@ -334,6 +334,8 @@ pub(crate) enum Op {
 /// A consumer attached through this handle.
 struct LocalConsumer {
     sink: Arc<dyn DeliverySink>,
+    /// What the channel or link asked for (for `/api/consumers`).
+    spec: ConsumerSpec,
     auto_ack: bool,
     /// Deliveries checked out to it that its sink had no room for yet.
     waiting: VecDeque<Delivery>,
@@ -697,6 +699,7 @@ impl QueueInstance for QuorumQueueHandle {
         let consumer = LocalConsumer {
             sink,
             auto_ack: !spec.needs_settlement,
+            spec: spec.clone(),
             waiting: VecDeque::new(),
             since_top_up: 0,
         };
@@ -706,6 +709,19 @@ impl QueueInstance for QuorumQueueHandle {
             command,
         });
         Ok(local_id)
+    }
+
+    fn local_consumers(&self) -> Vec<(ConsumerSpec, bool)> {
+        // Attached ones and those whose attach is not committed yet, as RabbitMQ lists a
+        // consumer once basic.consume-ok went out. Which one a single-active-consumer queue
+        // serves is the state machine's; each is shown active.
+        let local = self.local.lock();
+        local
+            .consumers
+            .values()
+            .chain(local.pending.values())
+            .map(|consumer| (consumer.spec.clone(), true))
+            .collect()
     }
 
     fn cancel(&self, consumer_id: u64) -> ConsumerRemoval {

@@ -101,6 +101,14 @@ impl QueueInstance for Queue {
         }
     }
 
+    fn local_consumers(&self) -> Vec<(ConsumerSpec, bool)> {
+        // Consumers attached for other nodes (forwarding's proxies) have no connection
+        // here: their own node lists them through its stand-in.
+        let mut consumers = Queue::consumers(self);
+        consumers.retain(|(spec, _)| spec.connection_id != crate::vhost::BROKER_CONNECTION);
+        consumers
+    }
+
     fn consume(&self, spec: ConsumerSpec, sink: Arc<dyn DeliverySink>) -> CoreResult<u64> {
         match self.arc() {
             Some(queue) => queue.add_consumer(spec, sink),

@@ -236,6 +236,14 @@ pub trait QueueInstance: Send + Sync {
         Table::new()
     }
 
+    /// The consumers whose channel or link is on this node, with whether each is the active
+    /// one (false only for a single-active-consumer queue's waiting consumers): what
+    /// `/api/consumers` lists here. A consumer that another node attached through
+    /// forwarding is that node's to list, so every consumer is listed once in a cluster.
+    fn local_consumers(&self) -> Vec<(ConsumerSpec, bool)> {
+        Vec::new()
+    }
+
     /// Whether the queue survives a restart.
     fn durable(&self) -> bool {
         true

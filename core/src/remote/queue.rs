@@ -47,6 +47,15 @@ pub struct RemoteQueue {
 }
 
 impl RemoteQueue {
+    /// This queue's proxy consumers, in attach order.
+    fn proxies(&self, forwarding: &Forwarding) -> Vec<Arc<ProxyConsumer>> {
+        let ids = self.consumers.lock().clone();
+        let proxies = forwarding.proxies.lock();
+        ids.iter()
+            .filter_map(|id| proxies.get(id).cloned())
+            .collect()
+    }
+
     /// The stand-in for queue `name` of `vhost`, homed on `home`.
     pub(crate) fn new(
         forwarding: &Arc<Forwarding>,
@@ -182,6 +191,7 @@ impl QueueInstance for RemoteQueue {
             pending: Mutex::new(VecDeque::new()),
             draining: Mutex::new(()),
             again: AtomicBool::new(false),
+            spec: spec.clone(),
         });
         // Known before the home node can send its first delivery.
         forwarding.proxies.lock().insert(proxy, consumer);
@@ -247,16 +257,20 @@ impl QueueInstance for RemoteQueue {
         let Some(forwarding) = self.forwarding() else {
             return;
         };
-        let consumers: Vec<Arc<ProxyConsumer>> = {
-            let ids = self.consumers.lock().clone();
-            let proxies = forwarding.proxies.lock();
-            ids.iter()
-                .filter_map(|id| proxies.get(id).cloned())
-                .collect()
-        };
-        for consumer in consumers {
+        for consumer in self.proxies(&forwarding) {
             consumer.drain(&forwarding);
         }
+    }
+
+    fn local_consumers(&self) -> Vec<(ConsumerSpec, bool)> {
+        // The home node knows which one a single-active-consumer queue serves; here each
+        // is shown active.
+        self.forwarding().map_or_else(Vec::new, |forwarding| {
+            self.proxies(&forwarding)
+                .iter()
+                .map(|consumer| (consumer.spec.clone(), true))
+                .collect()
+        })
     }
 
     fn get(&self, needs_settlement: bool) -> Option<(Delivery, u64)> {
@@ -357,6 +371,8 @@ pub(super) struct ProxyConsumer {
     draining: Mutex<()>,
     /// A drain was asked for while one ran: it runs again.
     again: AtomicBool,
+    /// What the local channel or link asked for (for `/api/consumers` on this node).
+    spec: ConsumerSpec,
 }
 
 impl ProxyConsumer {

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use super::offset::ConsumerFilter;
 use super::queue::{StreamQueue, FILTER_VALUE_HEADER};
-use crate::consumer::DeliverySink;
+use crate::consumer::{ConsumerSpec, DeliverySink};
 use crate::message::Message;
 use crate::stream_log::StreamReader;
 use crate::value::Value;
@@ -30,16 +30,19 @@ pub(super) struct StreamConsumer {
     pub sink: Arc<dyn DeliverySink>,
     /// False for a pre-settled (credited) consumer: its deliveries are sent settled.
     needs_settlement: bool,
+    /// What the channel or link asked for (for `/api/consumers`).
+    pub spec: ConsumerSpec,
     wake: Notify,
     stopped: AtomicBool,
 }
 
 impl StreamConsumer {
-    pub fn new(id: u64, sink: Arc<dyn DeliverySink>, needs_settlement: bool) -> StreamConsumer {
+    pub fn new(id: u64, sink: Arc<dyn DeliverySink>, spec: ConsumerSpec) -> StreamConsumer {
         StreamConsumer {
             id,
             sink,
-            needs_settlement,
+            needs_settlement: spec.needs_settlement,
+            spec,
             wake: Notify::new(),
             stopped: AtomicBool::new(false),
         }

@@ -249,7 +249,7 @@ impl QueueInstance for StreamQueue {
             return Err(CoreError::not_found(format!("no {}", self.describe())));
         };
         let id = NEXT_CONSUMER_ID.fetch_add(1, Ordering::Relaxed);
-        let consumer = Arc::new(StreamConsumer::new(id, sink, spec.needs_settlement));
+        let consumer = Arc::new(StreamConsumer::new(id, sink, spec));
         self.consumers.lock().insert(id, Arc::clone(&consumer));
         runtime.spawn(consumer::run(
             queue,
@@ -257,6 +257,15 @@ impl QueueInstance for StreamQueue {
             Cursor::new(reader, start, filter),
         ));
         Ok(id)
+    }
+
+    fn local_consumers(&self) -> Vec<(ConsumerSpec, bool)> {
+        let mut consumers: Vec<_> = self.consumers.lock().values().cloned().collect();
+        consumers.sort_by_key(|consumer| consumer.id);
+        consumers
+            .into_iter()
+            .map(|consumer| (consumer.spec.clone(), true))
+            .collect()
     }
 
     fn cancel(&self, consumer_id: u64) -> ConsumerRemoval {

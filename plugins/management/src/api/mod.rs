@@ -108,7 +108,8 @@ pub trait ClusterView: Send + Sync {
         None
     }
     /// Every running peer's own listing of `kind` (`connections`, `channels`), each object
-    /// with its `node`; peers that do not answer within a second are left out.
+    /// with its `node` (consumers: in `channel_details`); peers that do not answer within a
+    /// second are left out.
     fn peer_listing(&self, _kind: ListingKind) -> Vec<Json> {
         Vec::new()
     }
@@ -125,6 +126,8 @@ pub enum ListingKind {
     Connections,
     /// `/api/channels`.
     Channels,
+    /// `/api/consumers`.
+    Consumers,
 }
 
 impl ListingKind {
@@ -133,6 +136,7 @@ impl ListingKind {
         match self {
             ListingKind::Connections => "connections",
             ListingKind::Channels => "channels",
+            ListingKind::Consumers => "consumers",
         }
     }
 
@@ -141,6 +145,7 @@ impl ListingKind {
         match name {
             "connections" => Some(ListingKind::Connections),
             "channels" => Some(ListingKind::Channels),
+            "consumers" => Some(ListingKind::Consumers),
             _ => None,
         }
     }
@@ -159,6 +164,13 @@ impl Management {
             ListingKind::Channels => connections
                 .iter()
                 .flat_map(|c| self.channels_of(c))
+                .collect(),
+            ListingKind::Consumers => self
+                .broker
+                .vhost_names()
+                .iter()
+                .filter_map(|name| self.broker.vhost(name))
+                .flat_map(|vhost| self.local_consumers_of(&vhost))
                 .collect(),
         })
     }

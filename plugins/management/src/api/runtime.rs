@@ -410,46 +410,75 @@ impl Management {
             .collect()
     }
 
+    /// `/api/consumers`: this node's consumers and, on a cluster, every other node's, each
+    /// listed by the node its channel or link is on (as RabbitMQ does).
     pub(crate) fn consumers(&self, caller: &Caller, vhost: Option<&str>) -> Response {
         let vhosts = match self.visible_vhosts(caller, vhost) {
             Ok(vhosts) => vhosts,
             Err(response) => return response,
         };
-        let connections = self.broker.connections().list();
-        let mut list = Vec::new();
-        for vhost in &vhosts {
-            let mut queues = vhost.queues();
-            queues.sort_by(|a, b| a.name().cmp(b.name()));
-            for queue in queues {
-                for (spec, active) in queue.consumers() {
-                    let connection = connections.iter().find(|c| c.info.id == spec.connection_id);
-                    if !caller.is(Role::Monitoring)
-                        && connection.is_some_and(|c| c.info.user != caller.user.name)
-                    {
-                        continue;
-                    }
-                    let channel_details = connection.map_or(Json::Null, |c| {
-                        json!({
-                            "connection_name": c.info.name(),
-                            "peer_host": c.info.peer.ip().to_string(),
-                            "peer_port": c.info.peer.port(),
-                            "user": c.info.user,
-                        })
-                    });
-                    list.push(json!({
-                        "consumer_tag": &*spec.tag,
-                        "queue": {"name": queue.name(), "vhost": vhost.name()},
-                        "channel_details": channel_details,
-                        "ack_required": spec.needs_settlement,
-                        "exclusive": spec.exclusive,
-                        "priority": spec.priority,
-                        "arguments": table_to_json(&spec.arguments),
-                        "active": active,
-                        "activity_status": if active { "up" } else { "waiting" },
-                    }));
-                }
-            }
+        let visible = |object: &Json| {
+            caller.is(Role::Monitoring) || object["channel_details"]["user"] == caller.user.name
+        };
+        let mut list: Vec<Json> = vhosts
+            .iter()
+            .flat_map(|vhost| self.local_consumers_of(vhost))
+            .filter(|object| visible(object))
+            .collect();
+        if let Some(cluster) = &self.cluster {
+            list.extend(
+                cluster
+                    .peer_listing(super::ListingKind::Consumers)
+                    .into_iter()
+                    .filter(|object| {
+                        visible(object)
+                            && vhosts.iter().any(|v| object["queue"]["vhost"] == v.name())
+                    }),
+            );
         }
         Response::json(200, &Json::Array(list))
+    }
+
+    /// The consumers of `vhost`'s queues whose channel or link is on this node, by queue
+    /// name.
+    pub(crate) fn local_consumers_of(&self, vhost: &warren_core::vhost::VHost) -> Vec<Json> {
+        let connections = self.broker.connections().list();
+        let mut queues = vhost.queue_instances();
+        // Streams' consumers over AMQP (the stream protocol's subscribers are not listed).
+        queues.extend(
+            vhost
+                .streams()
+                .list()
+                .iter()
+                .filter_map(|log| vhost.queue_instance(log.name())),
+        );
+        queues.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut list = Vec::new();
+        for queue in queues {
+            for (spec, active) in queue.local_consumers() {
+                let connection = connections.iter().find(|c| c.info.id == spec.connection_id);
+                let channel_details = connection.map_or(Json::Null, |c| {
+                    json!({
+                        "connection_name": c.info.name(),
+                        "node": self.node_name,
+                        "peer_host": c.info.peer.ip().to_string(),
+                        "peer_port": c.info.peer.port(),
+                        "user": c.info.user,
+                    })
+                });
+                list.push(json!({
+                    "consumer_tag": &*spec.tag,
+                    "queue": {"name": queue.name(), "vhost": vhost.name()},
+                    "channel_details": channel_details,
+                    "ack_required": spec.needs_settlement,
+                    "exclusive": spec.exclusive,
+                    "priority": spec.priority,
+                    "arguments": table_to_json(&spec.arguments),
+                    "active": active,
+                    "activity_status": if active { "up" } else { "waiting" },
+                }));
+            }
+        }
+        list
     }
 }
