@@ -152,6 +152,21 @@ async fn a_classic_queue_is_reached_from_every_node_with_confirms_credit_and_ack
     eprintln!("formed in {:?}", started.elapsed());
     declare_on(&cluster, 0, &[1, 2], "orders").await;
     eprintln!("declared at {:?}", started.elapsed());
+    // A definitions export on another node has the queue, as its home exports it.
+    for node in [0, 2] {
+        let (status, definitions) = cluster.api(node, "GET", "/api/definitions", None).await;
+        assert_eq!(status, 200);
+        let queue = definitions["queues"]
+            .as_array()
+            .expect("queues")
+            .iter()
+            .find(|q| q["name"] == "orders")
+            .cloned()
+            .unwrap_or_else(|| panic!("node {node} exports 'orders': {definitions}"));
+        assert_eq!(queue["durable"], true);
+        assert_eq!(queue["type"], "classic");
+        assert_eq!(queue["vhost"], "/");
+    }
 
     // Published on node 1: every confirm is an ack, and the messages are at the home node.
     let (_publisher, channel) = open(&cluster, 1).await;
@@ -629,4 +644,170 @@ async fn a_publish_the_home_node_refuses_is_nacked_on_the_forwarding_node_in_eve
     assert_eq!(error.header("message"), Some("message not taken"));
     assert_eq!(error.header("receipt-id"), Some("r-over"));
     wait_for_depth(&cluster, 0, "bounded", 1).await;
+}
+
+/// Waits until `node` lists a binding of exchange `source` to queue `queue`.
+async fn wait_bound(cluster: &TestCluster, node: usize, source: &str, queue: &str) {
+    let deadline = Instant::now() + SPREAD_LIMIT;
+    loop {
+        let (_, list) = cluster
+            .api(
+                node,
+                "GET",
+                &format!("/api/exchanges/%2F/{source}/bindings/source"),
+                None,
+            )
+            .await;
+        if list
+            .as_array()
+            .is_some_and(|l| l.iter().any(|b| b["destination"] == queue))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {node} never listed {source} -> {queue}: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_dead_lettering_and_alternate_exchanges_reach_queues_on_other_nodes() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    // The dead-letter queue and the alternate exchange's queue live on node 2; the queue
+    // whose messages expire and both exchanges were made through node 1.
+    declare_on(&cluster, 1, &[0, 2], "dead-letters").await;
+    declare_on(&cluster, 1, &[0, 2], "unrouted").await;
+    let (_declarer, channel) = open(&cluster, 0).await;
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-message-ttl".into(), AMQPValue::LongInt(200));
+    arguments.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString("".into()),
+    );
+    arguments.insert(
+        "x-dead-letter-routing-key".into(),
+        AMQPValue::LongString("dead-letters".into()),
+    );
+    channel
+        .queue_declare(
+            "short-lived".into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            arguments,
+        )
+        .await
+        .expect("declares the queue with a TTL");
+    let durable = lapin::options::ExchangeDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    channel
+        .exchange_declare(
+            "orders-ae".into(),
+            lapin::ExchangeKind::Fanout,
+            durable,
+            FieldTable::default(),
+        )
+        .await
+        .expect("declares the alternate exchange");
+    let mut with_ae = FieldTable::default();
+    with_ae.insert(
+        "alternate-exchange".into(),
+        AMQPValue::LongString("orders-ae".into()),
+    );
+    channel
+        .exchange_declare(
+            "orders-x".into(),
+            lapin::ExchangeKind::Direct,
+            durable,
+            with_ae,
+        )
+        .await
+        .expect("declares the exchange");
+    channel
+        .queue_bind(
+            "unrouted".into(),
+            "orders-ae".into(),
+            "".into(),
+            Default::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("binds the alternate exchange's queue");
+    wait_known(&cluster, 0, &[2], "short-lived").await;
+    wait_bound(&cluster, 2, "orders-ae", "unrouted").await;
+
+    // Published through node 3: five expire at node 1 and are dead-lettered to node 2;
+    // three match no binding of orders-x and go to node 2's queue through orders-ae.
+    let (_publisher, publishing) = open(&cluster, 2).await;
+    assert_eq!(
+        publish_confirmed(&publishing, "short-lived", "t", 5).await,
+        5
+    );
+    for i in 0..3 {
+        let confirm = publishing
+            .basic_publish(
+                "orders-x".into(),
+                "no-such-key".into(),
+                BasicPublishOptions::default(),
+                format!("a{i}").as_bytes(),
+                properties(i),
+            )
+            .await
+            .expect("basic.publish");
+        assert!(
+            tokio::time::timeout(WAIT, confirm)
+                .await
+                .expect("confirmed in time")
+                .expect("a confirm")
+                .is_ack(),
+            "an alternate-exchange publish is acked"
+        );
+    }
+    wait_for_depth(&cluster, 1, "dead-letters", 5).await;
+    wait_for_depth(&cluster, 1, "unrouted", 3).await;
+    wait_for_depth(&cluster, 0, "short-lived", 0).await;
+
+    // Taken on node 3: the dead letters carry x-death naming the expired queue.
+    for i in 0..5 {
+        let got = publishing
+            .basic_get("dead-letters".into(), BasicGetOptions::default())
+            .await
+            .expect("basic.get")
+            .expect("a dead letter");
+        assert_eq!(got.delivery.data, format!("t{i}").as_bytes());
+        let headers = got.delivery.properties.headers().clone().expect("headers");
+        let Some(AMQPValue::FieldArray(deaths)) = headers.inner().get("x-death").cloned() else {
+            panic!("x-death: {headers:?}");
+        };
+        let Some(AMQPValue::FieldTable(death)) = deaths.as_slice().first().cloned() else {
+            panic!("an x-death entry: {deaths:?}");
+        };
+        assert_eq!(
+            death.inner().get("reason"),
+            Some(&AMQPValue::LongString("expired".into()))
+        );
+        assert_eq!(
+            death.inner().get("queue"),
+            Some(&AMQPValue::LongString("short-lived".into()))
+        );
+        got.delivery
+            .ack(BasicAckOptions::default())
+            .await
+            .expect("basic.ack");
+    }
+    let got = publishing
+        .basic_get("unrouted".into(), BasicGetOptions::default())
+        .await
+        .expect("basic.get")
+        .expect("an alternate-exchange message");
+    assert_eq!(got.delivery.data, b"a0");
+    assert_eq!(got.message_count, 2);
 }
