@@ -122,7 +122,10 @@ impl QuorumBackend {
             // refuses votes this long after it last heard from its leader).
             enable_heartbeat: false,
             enable_elect: false,
-            heartbeat_interval: 300,
+            // Also openraft's bound on one AppendEntries (and its tick is 1.5 times this):
+            // long enough that a follower slowed by a loaded machine is not timed out and
+            // its replication stream restarted mid-batch.
+            heartbeat_interval: 900,
             election_timeout_min: 1_000,
             election_timeout_max: 1_500,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(5_000),
