@@ -111,6 +111,13 @@ impl QueueGroup {
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
                         _ = applied.notified() => {}
+                        _ = machine.snapshot_due() => {
+                            // Entries carry batches: snapshots follow the commands applied
+                            // (`SNAPSHOT_COMMANDS`), not only openraft's count of entries.
+                            if raft.trigger().snapshot().await.is_err() {
+                                return;
+                            }
+                        }
                     }
                 }
             })

@@ -385,23 +385,65 @@ impl GroupRegistry {
     }
 }
 
-/// Proposes `commands` in order (stamped with this node's clock) and waits, at most `bound`
-/// in all, for each to be applied: a reply per command, `None` for one that was not (this
-/// node does not lead, or no majority answered).
+/// Most commands packed into one log entry.
+pub(crate) const ENTRY_COMMANDS: usize = 1_024;
+/// Message bytes past which no more commands are packed into the entry (one message larger
+/// than this gets an entry of its own).
+pub(crate) const ENTRY_BYTES: usize = 256 * 1024;
+
+/// Splits `commands`, in order, into the contents of log entries: runs of at most
+/// [`ENTRY_COMMANDS`] commands and about [`ENTRY_BYTES`] of message bodies.
+pub(crate) fn pack(
+    commands: Vec<warren_core::quorum::Command>,
+) -> Vec<Vec<warren_core::quorum::Command>> {
+    use warren_core::quorum::Command;
+    let mut entries: Vec<Vec<Command>> = Vec::new();
+    let mut bytes = 0;
+    for command in commands {
+        let size = match &command {
+            Command::Enqueue { message, .. } => message.body.len() + 64,
+            _ => 64,
+        };
+        match entries.last_mut() {
+            Some(last) if last.len() < ENTRY_COMMANDS && bytes + size <= ENTRY_BYTES => {
+                bytes += size;
+                last.push(command);
+            }
+            _ => {
+                bytes = size;
+                entries.push(vec![command]);
+            }
+        }
+    }
+    entries
+}
+
+/// Proposes `commands` in order (stamped with this node's clock), packed into as few log
+/// entries as [`pack`] allows (a [`Command::Batch`](warren_core::quorum::Command::Batch)
+/// each, or the command itself when alone), and waits, at most `bound` in all, for each
+/// entry to be applied: a reply per command, `None` for one that was not (this node does
+/// not lead, or no majority answered). A batch commits or not as a whole.
 pub async fn propose_all(
     raft: &QueueRaft,
     commands: Vec<warren_core::quorum::Command>,
     bound: Duration,
 ) -> Vec<Option<Reply>> {
+    use warren_core::quorum::Command;
     let count = commands.len();
-    let mut pending = Vec::with_capacity(count);
-    for command in commands {
+    let mut pending = Vec::new();
+    for mut entry in pack(commands) {
+        let size = entry.len();
+        let command = match entry.len() {
+            1 => entry.swap_remove(0),
+            _ => Command::Batch(entry),
+        };
         let at = unix_ms();
-        pending.push(raft.client_write_ff(Stamped { at, command }).await.ok());
+        let receiver = raft.client_write_ff(Stamped { at, command }).await.ok();
+        pending.push((size, receiver));
     }
     let mut replies = Vec::with_capacity(count);
     let deadline = tokio::time::Instant::now() + bound;
-    for receiver in pending {
+    for (size, receiver) in pending {
         let reply = match receiver {
             Some(receiver) => match tokio::time::timeout_at(deadline, receiver).await {
                 Ok(Ok(Ok(response))) => Some(response.data.0),
@@ -409,7 +451,72 @@ pub async fn propose_all(
             },
             None => None,
         };
-        replies.push(reply);
+        match reply {
+            Some(Reply::Batch(each)) if size > 1 && each.len() == size => {
+                replies.extend(each.into_iter().map(Some));
+            }
+            Some(reply) if size == 1 => replies.push(Some(reply)),
+            _ => replies.extend(std::iter::repeat_n(None, size)),
+        }
     }
     replies
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use warren_core::message::{Message, Properties};
+    use warren_core::quorum::Command;
+
+    use super::{pack, ENTRY_BYTES, ENTRY_COMMANDS};
+
+    fn publish(size: usize) -> Command {
+        Command::Enqueue {
+            publish: None,
+            message: Arc::new(Message {
+                exchange: Arc::from(""),
+                routing_key: Arc::from("q"),
+                properties: Properties::default(),
+                encoded_properties: None,
+                body: Bytes::from(vec![b'm'; size]),
+            }),
+        }
+    }
+
+    fn sizes(entries: &[Vec<Command>]) -> Vec<usize> {
+        entries.iter().map(Vec::len).collect()
+    }
+
+    #[test]
+    fn commands_are_packed_in_order_within_the_count_and_byte_bounds() {
+        let commands: Vec<Command> = (0..ENTRY_COMMANDS * 2 + 3).map(|_| Command::Tick).collect();
+        assert_eq!(
+            sizes(&pack(commands)),
+            vec![ENTRY_COMMANDS, ENTRY_COMMANDS, 3]
+        );
+        // Big messages: a new entry once the bytes would pass the bound; one larger than the
+        // bound alone in its entry.
+        let half = ENTRY_BYTES / 2;
+        let commands = vec![
+            publish(half),
+            publish(half - 200),
+            publish(10),
+            publish(ENTRY_BYTES * 2),
+            publish(10),
+        ];
+        let entries = pack(commands);
+        assert_eq!(sizes(&entries), vec![2, 1, 1, 1]);
+        let bodies: Vec<usize> = entries
+            .iter()
+            .flatten()
+            .map(|command| match command {
+                Command::Enqueue { message, .. } => message.body.len(),
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(bodies, vec![half, half - 200, 10, ENTRY_BYTES * 2, 10]);
+        assert!(pack(Vec::new()).is_empty());
+    }
 }

@@ -105,8 +105,11 @@ impl QuorumBackend {
             election_timeout_max: 1_500,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(5_000),
             // A follower a little behind catches up from the log, not from a snapshot (the
-            // entries' messages are shared with the state machine, so keeping them is cheap).
-            max_in_snapshot_log_to_keep: 2_000,
+            // entries' messages are shared with the state machine while they are queued).
+            // Entries carry batches (up to 1,024 commands, 256 KiB of bodies, see
+            // `network::pack`), so this bounds the bodies the log keeps alive past a
+            // snapshot to 64 MiB.
+            max_in_snapshot_log_to_keep: 256,
             ..Default::default()
         }
         .validate()
@@ -119,13 +122,19 @@ impl QuorumBackend {
             // refuses votes this long after it last heard from its leader).
             enable_heartbeat: false,
             enable_elect: false,
-            heartbeat_interval: 300,
+            // Also openraft's bound on one AppendEntries (and its tick is 1.5 times this):
+            // long enough that a follower slowed by a loaded machine is not timed out and
+            // its replication stream restarted mid-batch.
+            heartbeat_interval: 900,
             election_timeout_min: 1_000,
             election_timeout_max: 1_500,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(5_000),
             // A follower a little behind catches up from the log, not from a snapshot (the
-            // entries' messages are shared with the state machine, so keeping them is cheap).
-            max_in_snapshot_log_to_keep: 2_000,
+            // entries' messages are shared with the state machine while they are queued).
+            // Entries carry batches (up to 1,024 commands, 256 KiB of bodies, see
+            // `network::pack`), so this bounds the bodies the log keeps alive past a
+            // snapshot to 64 MiB.
+            max_in_snapshot_log_to_keep: 256,
             ..Default::default()
         }
         .validate()

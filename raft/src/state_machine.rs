@@ -13,8 +13,9 @@ use openraft::{
 };
 use parking_lot::Mutex;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::Notify;
 use warren_core::quorum::codec::{decode_snapshot, encode_snapshot};
-use warren_core::quorum::{Effect, QuorumConfig, QuorumQueue, Reply};
+use warren_core::quorum::{Command, Effect, QuorumConfig, QuorumQueue, Reply};
 
 use crate::record::{put_membership, put_opt_log_id, Reader};
 use crate::{Response, TypeConfig};
@@ -25,6 +26,12 @@ const SNAPSHOT_FILE: &str = "snapshot";
 /// Effects of one applied entry: the log index and what the leader should do.
 pub type Effects = (u64, Vec<Effect>);
 
+/// Commands applied since the last snapshot after which another is asked for. openraft's
+/// own policy counts entries (every 5,000), and an entry may carry a batch of a thousand
+/// commands: this bounds the log a restart replays, and the messages it holds in memory,
+/// by commands.
+pub const SNAPSHOT_COMMANDS: u64 = 20_000;
+
 struct Inner {
     dir: PathBuf,
     queue: QuorumQueue,
@@ -34,12 +41,16 @@ struct Inner {
     snapshot: Option<(SnapshotMeta<u64, BasicNode>, Vec<u8>)>,
     built: u64,
     effects: Option<UnboundedSender<Effects>>,
+    /// Commands applied since the last snapshot was built or installed.
+    since_snapshot: u64,
 }
 
 /// The state machine of one quorum-queue group. Cheap to clone (a handle).
 #[derive(Clone)]
 pub struct QueueStateMachine {
     inner: Arc<Mutex<Inner>>,
+    /// Woken each time another [`SNAPSHOT_COMMANDS`] commands have been applied.
+    snapshot_due: Arc<Notify>,
 }
 
 impl QueueStateMachine {
@@ -62,6 +73,7 @@ impl QueueStateMachine {
             snapshot: None,
             built: 0,
             effects,
+            since_snapshot: 0,
         };
         if let Some((meta, data)) = read_snapshot(&inner.dir.join(SNAPSHOT_FILE))? {
             inner.queue = decode_snapshot(&data).map_err(io::Error::other)?;
@@ -71,7 +83,14 @@ impl QueueStateMachine {
         }
         Ok(QueueStateMachine {
             inner: Arc::new(Mutex::new(inner)),
+            snapshot_due: Arc::new(Notify::new()),
         })
+    }
+
+    /// Resolves once [`SNAPSHOT_COMMANDS`] more commands have been applied since the last
+    /// snapshot: the group's timer then asks openraft for one.
+    pub async fn snapshot_due(&self) {
+        self.snapshot_due.notified().await;
     }
 
     /// Reads the queue's state (for stats and the management API).
@@ -90,6 +109,7 @@ impl RaftSnapshotBuilder<TypeConfig> for QueueStateMachine {
         let (meta, data, dir) = {
             let mut inner = self.inner.lock();
             inner.built += 1;
+            inner.since_snapshot = 0;
             let meta = SnapshotMeta {
                 last_log_id: inner.last_applied,
                 last_membership: inner.membership.clone(),
@@ -101,8 +121,15 @@ impl RaftSnapshotBuilder<TypeConfig> for QueueStateMachine {
             };
             (meta, encode_snapshot(&inner.queue), inner.dir.clone())
         };
-        // Durable before openraft purges the log it replaces.
-        write_snapshot(&dir, &meta, &data).map_err(|e| {
+        // Durable before openraft purges the log it replaces; its fsyncs on a blocking
+        // thread, not on the runtime's (under load snapshots come several times a second).
+        let written = {
+            let meta = meta.clone();
+            tokio::task::spawn_blocking(move || write_snapshot(&dir, &meta, &data).map(|()| data))
+                .await
+                .unwrap_or_else(|e| Err(io::Error::other(e)))
+        };
+        let data = written.map_err(|e| {
             StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e))
         })?;
         self.inner.lock().snapshot = Some((meta.clone(), data.clone()));
@@ -135,6 +162,15 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
             match entry.payload {
                 EntryPayload::Blank => replies.push(Response(Reply::Ok)),
                 EntryPayload::Normal(stamped) => {
+                    let commands = match &stamped.command {
+                        Command::Batch(commands) => commands.len() as u64,
+                        _ => 1,
+                    };
+                    let before = inner.since_snapshot;
+                    inner.since_snapshot += commands;
+                    if inner.since_snapshot / SNAPSHOT_COMMANDS > before / SNAPSHOT_COMMANDS {
+                        self.snapshot_due.notify_one();
+                    }
                     let applied = inner.queue.apply(stamped.at, stamped.command);
                     if !applied.effects.is_empty() {
                         if let Some(sender) = &inner.effects {
@@ -180,6 +216,7 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         inner.last_applied = meta.last_log_id;
         inner.membership = meta.last_membership.clone();
         inner.snapshot = Some((meta.clone(), data));
+        inner.since_snapshot = 0;
         Ok(())
     }
 

@@ -133,6 +133,17 @@ pub fn encode_command(out: &mut Vec<u8>, command: &Command) {
             w.u8(12);
             w.config(config);
         }
+        Command::Batch(commands) => {
+            w.u8(13);
+            w.u32(commands.len() as u32);
+            for command in commands {
+                let at = w.0.len();
+                w.u32(0);
+                encode_command(w.0, command);
+                let length = (w.0.len() - at - 4) as u32;
+                w.0[at..at + 4].copy_from_slice(&length.to_le_bytes());
+            }
+        }
     }
 }
 
@@ -202,6 +213,20 @@ pub fn decode_command(bytes: &[u8]) -> Result<Command, CodecError> {
         10 => Command::Purge,
         11 => Command::Tick,
         12 => Command::Configure(r.config()?),
+        13 => {
+            // Each command is at least its length and its tag.
+            let count = r.count(5)?;
+            let mut commands = Vec::with_capacity(count);
+            for _ in 0..count {
+                let bytes = r.bytes()?;
+                // One level only: a batch never holds a batch (bounded recursion).
+                if bytes.first() == Some(&13) {
+                    return Err(CodecError("a batch inside a batch".into()));
+                }
+                commands.push(decode_command(bytes)?);
+            }
+            Command::Batch(commands)
+        }
         other => return Err(CodecError(format!("unknown command {other}"))),
     };
     r.end()?;
@@ -245,6 +270,17 @@ pub fn encode_reply(out: &mut Vec<u8>, reply: &Reply) {
             w.u64(*count);
         }
         Reply::UnknownConsumer => w.u8(8),
+        Reply::Batch(replies) => {
+            w.u8(9);
+            w.u32(replies.len() as u32);
+            for reply in replies {
+                let at = w.0.len();
+                w.u32(0);
+                encode_reply(w.0, reply);
+                let length = (w.0.len() - at - 4) as u32;
+                w.0[at..at + 4].copy_from_slice(&length.to_le_bytes());
+            }
+        }
     }
 }
 
@@ -283,6 +319,18 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Reply, CodecError> {
         6 => Reply::Empty,
         7 => Reply::Purged { count: r.u64()? },
         8 => Reply::UnknownConsumer,
+        9 => {
+            let count = r.count(5)?;
+            let mut replies = Vec::with_capacity(count);
+            for _ in 0..count {
+                let bytes = r.bytes()?;
+                if bytes.first() == Some(&9) {
+                    return Err(CodecError("a batch reply inside a batch reply".into()));
+                }
+                replies.push(decode_reply(bytes)?);
+            }
+            Reply::Batch(replies)
+        }
         other => return Err(CodecError(format!("unknown reply {other}"))),
     };
     r.end()?;

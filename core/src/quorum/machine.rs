@@ -230,6 +230,9 @@ impl QuorumQueue {
     /// log entry). Deterministic: the same commands at the same times give the same state,
     /// replies and effects on every member.
     pub fn apply(&mut self, now: u64, command: Command) -> Applied {
+        if let Command::Batch(commands) = command {
+            return self.apply_batch(now, commands);
+        }
         let mut effects = Vec::new();
         self.fall_due(now, &mut effects);
         self.update_reject_publish();
@@ -321,6 +324,8 @@ impl QuorumQueue {
                 }
             }
             Command::Tick => Reply::Ok,
+            // Taken above.
+            Command::Batch(_) => Reply::Ok,
             Command::Configure(config) => {
                 let (name, single_active_consumer) = (
                     std::mem::take(&mut self.config.name),
@@ -342,6 +347,22 @@ impl QuorumQueue {
         // unless the dispatch above could hand it out at once.
         self.expire(now, &mut effects);
         Applied { reply, effects }
+    }
+
+    /// A [`Command::Batch`]: each command applied in turn at `now`, as separate entries
+    /// stamped `now` would be; the replies in order, the effects concatenated.
+    fn apply_batch(&mut self, now: u64, commands: Vec<Command>) -> Applied {
+        let mut replies = Vec::with_capacity(commands.len());
+        let mut effects = Vec::new();
+        for command in commands {
+            let applied = self.apply(now, command);
+            replies.push(applied.reply);
+            effects.extend(applied.effects);
+        }
+        Applied {
+            reply: Reply::Batch(replies),
+            effects,
+        }
     }
 
     /// The earliest time (Unix ms) at which a [`Command::Tick`] would change something: a

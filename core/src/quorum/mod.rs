@@ -185,6 +185,11 @@ pub enum Command {
     /// apply at once (drop-head drops, reject-publish starts refusing); a new TTL applies to
     /// messages enqueued from now on. The name and single-active-consumer stay as declared.
     Configure(QuorumConfig),
+    /// Several commands in one log entry, applied in order at the entry's time exactly as if
+    /// each had its own entry. Replied [`Reply::Batch`], one reply per command. The Raft
+    /// layer packs the operations it proposes together into one entry, so a batch of
+    /// publishes costs one entry's replication and bookkeeping.
+    Batch(Vec<Command>),
 }
 
 /// One message handed out.
@@ -241,6 +246,8 @@ pub enum Reply {
     },
     /// The command named a consumer the queue does not have (timed out, or never attached).
     UnknownConsumer,
+    /// The replies to a [`Command::Batch`]'s commands, in their order.
+    Batch(Vec<Reply>),
 }
 
 /// Work for the leader after applying a command. Followers drop them.

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::codec::{decode_command, decode_snapshot, encode_command, encode_snapshot};
+use super::codec::{
+    decode_command, decode_reply, decode_snapshot, encode_command, encode_reply, encode_snapshot,
+};
 use super::*;
 use crate::message::{Message, Properties};
 use crate::queue::Overflow;
@@ -199,8 +201,42 @@ proptest! {
     }
 
     #[test]
+    fn a_batch_applies_as_its_commands_one_entry_each(
+        config in arbitrary_config(),
+        steps in prop::collection::vec((0u64..400, prop::collection::vec(arbitrary_command(), 1..8)), 1..40),
+    ) {
+        let mut single = QuorumQueue::new(config.clone());
+        let mut batched = QuorumQueue::new(config);
+        let mut now = 1_000_000u64;
+        for (delta, commands) in steps {
+            now += delta;
+            let mut replies = Vec::new();
+            let mut effects = Vec::new();
+            for command in commands.clone() {
+                let applied = single.apply(now, command);
+                replies.push(applied.reply);
+                effects.extend(applied.effects);
+            }
+            let mut bytes = Vec::new();
+            encode_command(&mut bytes, &Command::Batch(commands));
+            let applied = batched.apply(now, decode_command(&bytes).expect("batch decodes"));
+            let mut reply_bytes = Vec::new();
+            encode_reply(&mut reply_bytes, &applied.reply);
+            let reply = decode_reply(&reply_bytes).expect("batch reply decodes");
+            prop_assert_eq!(format!("{:?}", reply), format!("{:?}", Reply::Batch(replies)));
+            prop_assert_eq!(format!("{:?}", applied.effects), format!("{:?}", effects));
+            check_invariants(&batched);
+        }
+        prop_assert_eq!(encode_snapshot(&batched), encode_snapshot(&single));
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic_the_decoders(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
         let _ = decode_command(&bytes);
+        let _ = decode_reply(&bytes);
+        let mut batch = vec![13u8];
+        batch.extend_from_slice(&bytes);
+        let _ = decode_command(&batch);
         let mut snapshot = b"WQQS\x01".to_vec();
         snapshot.extend_from_slice(&bytes);
         let _ = decode_snapshot(&snapshot);

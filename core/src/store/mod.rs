@@ -243,6 +243,9 @@ struct Shared {
     /// Bumped by every change of durable topology; the writer persists definitions when it
     /// moved.
     topology_generation: Arc<AtomicU64>,
+    /// The topology generation whose definitions the writer has on disk (or had nothing to
+    /// write for): a hold is not durable at once while the topology is ahead of it.
+    written_generation: AtomicU64,
     definitions: Mutex<Option<DefinitionsWriter>>,
     max_unwritten: usize,
     locations: Mutex<Locations>,
@@ -311,6 +314,7 @@ impl MessageStore {
             durable,
             flow,
             topology_generation: Arc::new(AtomicU64::new(0)),
+            written_generation: AtomicU64::new(0),
             definitions: Mutex::new(None),
             max_unwritten: config.max_unwritten_bytes.max(1),
             locations: Mutex::new(locations),
@@ -411,10 +415,18 @@ impl MessageStore {
         pending.last_seq += 1;
         let seq = pending.last_seq;
         pending.holds.insert(seq);
+        let definitions_written = self.shared.topology_generation.load(Ordering::Acquire)
+            == self.shared.written_generation.load(Ordering::Acquire);
         if pending.buffer.is_empty() && pending.events.is_empty() && !pending.writing {
-            // Nothing unwritten is outstanding, so nothing but this hold (which is no write)
-            // stands between the durable number and `seq`.
-            pending.written_seq = seq;
+            if definitions_written {
+                // Nothing unwritten is outstanding, so nothing but this hold (which is no
+                // write) stands between the durable number and `seq`.
+                pending.written_seq = seq;
+            } else {
+                // The queue it is for may not be on disk yet (declared a moment ago): the
+                // writer writes the definitions first, then makes `seq` durable.
+                self.shared.wake.notify_one();
+            }
         }
         seq
     }
@@ -689,7 +701,10 @@ impl Writer {
                     let idle = pending.buffer.is_empty() && pending.events.is_empty();
                     let topology_moved = shared.topology_generation.load(Ordering::Acquire)
                         != self.written_generation;
-                    if !idle || pending.stopping {
+                    // Holds taken while the definitions were behind wait for this writer
+                    // (see `MessageStore::hold`): like a message, they do not wait the gap.
+                    let holds_wait = pending.written_seq < pending.last_seq;
+                    if !idle || pending.stopping || holds_wait {
                         break;
                     }
                     if topology_moved {
@@ -733,6 +748,9 @@ impl Writer {
                     self.definitions_written_at = Some(now);
                 }
                 self.written_generation = generation;
+                shared
+                    .written_generation
+                    .store(generation, Ordering::Release);
             }
             let (written, base) = self.append_until_written(&buffer, stopping);
             if written {
@@ -764,9 +782,16 @@ impl Writer {
                 let mut pending = shared.pending.lock();
                 pending.in_flight = 0;
                 pending.writing = false;
-                if written && pending.buffer.is_empty() && pending.events.is_empty() {
+                let definitions_written =
+                    shared.topology_generation.load(Ordering::Acquire) == self.written_generation;
+                if written
+                    && definitions_written
+                    && pending.buffer.is_empty()
+                    && pending.events.is_empty()
+                {
                     // Nothing was submitted meanwhile: every sequence number taken since the
-                    // batch (holds only) is written too, and only its hold keeps it back.
+                    // batch (holds only) is written too, and only its hold keeps it back
+                    // (unless the topology moved meanwhile: the next round writes it first).
                     pending.written_seq = pending.last_seq;
                     let durable = pending.durable_seq();
                     shared.durable.send_if_modified(|current| {

@@ -526,3 +526,42 @@ fn a_held_sequence_number_keeps_the_durable_one_below_it_until_released() {
     store.release(alone);
     assert_eq!(store.durable_seq(), alone);
 }
+
+#[test]
+fn a_hold_taken_right_after_a_topology_change_is_durable_only_once_the_definitions_are() {
+    let dir = TempDir::new("hold-definitions");
+    let (store, _) = open(&dir);
+    let written_generation = Arc::new(AtomicU64::new(0));
+    {
+        let (written, generation) = (
+            Arc::clone(&written_generation),
+            Arc::clone(store.topology_generation()),
+        );
+        store.set_definitions_writer(Box::new(move || {
+            let seen = generation.load(Ordering::Acquire);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            written.store(seen, Ordering::Release);
+            Ok(())
+        }));
+    }
+    let (_, first) = store.publish(&message("a"), &[&queue("q")]);
+    flush(&store, first);
+    for _ in 0..5 {
+        // A quorum queue declared, then a publish to it (a hold) released at once, as a
+        // commit faster than the definitions write would.
+        store.topology_generation().fetch_add(1, Ordering::Release);
+        store.wake();
+        let changed = store.topology_generation().load(Ordering::Acquire);
+        let held = store.hold();
+        store.release(held);
+        assert!(
+            store.durable_seq() < held || written_generation.load(Ordering::Acquire) >= changed,
+            "a hold was durable before the definitions of its queue"
+        );
+        flush(&store, held);
+        assert!(
+            written_generation.load(Ordering::Acquire) >= changed,
+            "confirmed before the definitions of the change were written"
+        );
+    }
+}
