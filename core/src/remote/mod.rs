@@ -33,8 +33,10 @@ use crate::message::Message;
 pub mod codec;
 mod home;
 mod queue;
+mod takeover;
 
 pub use queue::{RemoteQueue, StandInProperties, REMOTE_OWNER};
+pub use takeover::{ClientTakeover, SessionFuture, TAKEOVER_TIMEOUT};
 
 use codec::{QueueRef, RemoteDelivery, Reply, Request};
 
@@ -59,6 +61,10 @@ pub trait RemoteLink: Send + Sync {
     /// Sends one encoded [`Request`] to `node`'s forwarding service; the answer is an
     /// encoded [`Reply`].
     fn call(&self, node: &str, body: Vec<u8>, timeout: Duration) -> CallFuture;
+    /// The other members of the cluster that run now.
+    fn peers(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The node's forwarding: the remote queues' side (proxy consumers, outgoing lanes) and
@@ -441,6 +447,15 @@ impl Forwarding {
             Ok(Request::Publish { messages }) => {
                 let published = self.publish_here(messages);
                 return Box::pin(async move { codec::encode_reply(&published.await) });
+            }
+            Ok(Request::TakeOver {
+                vhost,
+                client_id,
+                send_will,
+            }) => {
+                // Waits for a connection to end: only the returned future waits.
+                let answered = self.serve_takeover(&vhost, &client_id, send_will);
+                return Box::pin(async move { codec::encode_reply(&answered.await) });
             }
             Ok(request) => self.handle(from, request),
             Err(error) => Reply::Error(
