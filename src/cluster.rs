@@ -293,6 +293,15 @@ impl RemoteLink for ForwardLink {
             || self.transport.detector().status(node) != warren_cluster::detector::NodeStatus::Down
     }
 
+    fn peers(&self) -> Vec<String> {
+        self.metadata
+            .members()
+            .into_iter()
+            .filter(|member| member.running && member.name != self.transport.node())
+            .map(|member| member.name)
+            .collect()
+    }
+
     fn call(
         &self,
         node: &str,

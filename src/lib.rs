@@ -218,6 +218,13 @@ async fn start_mqtt(
             .map(|max| (max, Arc::new(std::sync::atomic::AtomicUsize::new(0)))),
         ..warren_mqtt::ListenerConfig::default()
     };
+    // A client connecting on another node of the cluster with an identifier a connection
+    // of this node holds closes that connection (docs/clustering.md).
+    broker.set_client_takeover(Arc::new(warren_mqtt::RegistryTakeover {
+        registry: Arc::clone(&context.registry),
+        retained: Arc::clone(&context.retained),
+        timeout: config.takeover_timeout,
+    }));
     let mut addrs = Vec::new();
     for addr in mqtt.listeners() {
         let (listener, bound) = bind("mqtt", addr).await?;

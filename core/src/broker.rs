@@ -134,6 +134,22 @@ impl Broker {
         self.durability.set_forwarding(forwarding)
     }
 
+    /// Forwarding to other nodes, on a cluster.
+    pub fn forwarding(&self) -> Option<&Arc<crate::remote::Forwarding>> {
+        self.durability.forwarding()
+    }
+
+    /// Installs how this node closes its MQTT connection holding a client identifier that
+    /// a connection on another node takes over; false if one was installed already.
+    pub fn set_client_takeover(&self, takeover: Arc<dyn crate::remote::ClientTakeover>) -> bool {
+        self.durability.set_client_takeover(takeover)
+    }
+
+    /// The MQTT listener's takeover of client identifiers, once installed.
+    pub fn client_takeover(&self) -> Option<&Arc<dyn crate::remote::ClientTakeover>> {
+        self.durability.client_takeover()
+    }
+
     /// Installs how streams encode the messages AMQP 0-9-1, STOMP and MQTT publish to them
     /// (the server's AMQP 1.0 message mapping). Install before publishing to a stream; false
     /// if one was installed already.

@@ -157,6 +157,18 @@ pub enum TopologyChange {
         /// Only if it is empty.
         if_empty: bool,
     },
+    /// The broker dropped an exclusive or auto-delete queue homed on `home` (its owner
+    /// connection closed, its last consumer went, or `home` went down): every node removes
+    /// its copy, unless the queue it holds under that name is homed elsewhere now (the name
+    /// was declared again on another node meanwhile).
+    DropQueue {
+        /// The vhost.
+        vhost: String,
+        /// The queue.
+        name: String,
+        /// The node the dropped queue lived on.
+        home: String,
+    },
     /// Set (`Some`, JSON text) or clear (`None`) a global parameter such as `cluster_name`.
     GlobalParameter {
         /// The parameter.
@@ -220,6 +232,9 @@ impl TopologyChange {
             }
             TopologyChange::DeleteQueue { vhost, name, .. } => {
                 format!("delete queue '{name}' in vhost '{vhost}'")
+            }
+            TopologyChange::DropQueue { vhost, name, home } => {
+                format!("drop queue '{name}' of node '{home}' in vhost '{vhost}'")
             }
             TopologyChange::GlobalParameter { name, value } => format!(
                 "{} global parameter '{name}'",
@@ -454,6 +469,11 @@ fn apply_unreplicated(broker: &Broker, change: &TopologyChange) -> CoreResult<()
         } => {
             vhost_or_404(broker, vhost)?.delete_queue(actor(user), name, *if_unused, *if_empty)?;
         }
+        TopologyChange::DropQueue { vhost, name, home } => {
+            if let Some(vhost) = broker.vhost(vhost) {
+                vhost.drop_transient_queue(name, home);
+            }
+        }
         TopologyChange::GlobalParameter { name, value } => match value {
             Some(value) => {
                 broker.set_global_parameter(name, value.clone());
@@ -495,8 +515,10 @@ fn apply_unreplicated(broker: &Broker, change: &TopologyChange) -> CoreResult<()
 }
 
 impl crate::queue::Queue {
-    /// Whether the queue stays on this node when clustered: exclusive queues (one
-    /// connection's) and auto-delete queues (deleted here when their consumers go).
+    /// Whether the queue belongs to a connection or to its consumers: exclusive queues (one
+    /// connection's) and auto-delete queues (deleted when their consumers go). On a cluster
+    /// they are replicated like any queue, but only their home node deletes them (with
+    /// [`TopologyChange::DropQueue`]).
     pub fn is_node_local(&self) -> bool {
         let config = self.config();
         config.exclusive_owner.is_some() || config.auto_delete
@@ -740,7 +762,7 @@ mod tests {
     }
 
     #[test]
-    fn changes_are_replicated_once_and_nested_or_node_local_ones_not_at_all() {
+    fn changes_are_replicated_once_and_nested_ones_not_at_all() {
         let broker = Broker::new(Limits::default());
         let vhost = broker.add_vhost("v");
         vhost.set_permissions("admin", Permissions::full());
@@ -753,12 +775,13 @@ mod tests {
         vhost.declare_exchange(admin, exchange("x")).unwrap();
         vhost.declare_exchange(admin, exchange("x")).unwrap(); // redeclared: not replicated
         vhost.declare_queue(admin, queue("q", false)).unwrap();
-        vhost.declare_queue(admin, queue("mine", true)).unwrap(); // exclusive: node-local
+        // Exclusive and auto-delete queues too: other nodes route to them.
+        vhost.declare_queue(admin, queue("mine", true)).unwrap();
         let temporary = QueueDeclare {
             auto_delete: true,
             ..queue("temporary", false)
         };
-        vhost.declare_queue(admin, temporary).unwrap(); // auto-delete: node-local
+        vhost.declare_queue(admin, temporary).unwrap();
         vhost
             .bind(
                 admin,
@@ -783,6 +806,9 @@ mod tests {
             [
                 "declare exchange 'x' in vhost 'v'",
                 "declare queue 'q' in vhost 'v'",
+                "declare queue 'mine' in vhost 'v'",
+                "declare queue 'temporary' in vhost 'v'",
+                "bind from exchange 'x' in vhost 'v'",
                 "bind from exchange 'x' in vhost 'v'",
                 "delete vhost 'v'",
             ]

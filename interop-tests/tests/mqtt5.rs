@@ -810,6 +810,59 @@ async fn a_delayed_will_waits_and_is_dropped_when_the_client_returns() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_sends_the_old_will_unless_the_new_connection_resumes_with_a_delayed_one() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        let addr = broker.mqtt_addr();
+        let mut watcher = connect5(options5(addr, "watcher")).await;
+        watcher.subscribe("wills/#", QoS::AtMostOnce).await;
+        let with_will = |client_id: &str, payload: &str| {
+            let mut options = options5(addr, client_id);
+            options.set_clean_start(false);
+            session_expiry(&mut options, 60);
+            options.set_last_will(LastWill::new(
+                "wills/twin",
+                payload.to_string(),
+                QoS::AtMostOnce,
+                false,
+                None,
+            ));
+            options
+        };
+
+        // Taken over by a connection without a will delay: the old will is published.
+        let first = connect5(with_will("twin", "first gone")).await;
+        let second = connect5(with_will("twin", "second gone")).await;
+        assert_eq!(
+            server_disconnect_reason(first).await,
+            DisconnectReasonCode::SessionTakenOver
+        );
+        assert_eq!(&watcher.next_publish().await.payload[..], b"first gone");
+
+        // Taken over by a connection resuming the session with a delayed will (RabbitMQ's
+        // rule, MQTT 5 3.1.3.2.2): the old will is not published.
+        let third = connect5(with_delayed_will(addr, "twin", "wills/twin", 30)).await;
+        assert!(third.connack.session_present);
+        assert_eq!(
+            server_disconnect_reason(second).await,
+            DisconnectReasonCode::SessionTakenOver
+        );
+        assert!(
+            watcher
+                .publish_within(Duration::from_millis(500))
+                .await
+                .is_none(),
+            "the second connection's will is not published"
+        );
+        third.disconnect().await;
+        watcher.disconnect().await;
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_max_connections_is_answered_with_server_unavailable() {
     tokio::time::timeout(TEST_LIMIT, async {
         let broker = TestBroker::start_with(&[("mqtt.max_connections", "2")]).await;

@@ -237,7 +237,7 @@ pub fn encode_change(change: &TopologyChange) -> Json {
             request,
         } => json!({"op": "declare_queue", "vhost": vhost, "user": user,
                     "name": request.name, "durable": request.durable,
-                    "auto_delete": request.auto_delete,
+                    "exclusive": request.exclusive, "auto_delete": request.auto_delete,
                     "arguments": table_to_json(&request.arguments)}),
         TopologyChange::DeleteQueue {
             vhost,
@@ -247,6 +247,9 @@ pub fn encode_change(change: &TopologyChange) -> Json {
             if_empty,
         } => json!({"op": "delete_queue", "vhost": vhost, "user": user, "name": name,
                     "if_unused": if_unused, "if_empty": if_empty}),
+        TopologyChange::DropQueue { vhost, name, home } => {
+            json!({"op": "drop_queue", "vhost": vhost, "name": name, "home": home})
+        }
         TopologyChange::GlobalParameter { name, value } => {
             json!({"op": "global_parameter", "name": name, "value": value})
         }
@@ -371,7 +374,11 @@ pub fn decode_change(json: &Json) -> Result<TopologyChange, DecodeError> {
                 name: text("name")?,
                 passive: false,
                 durable: flag("durable")?,
-                exclusive: false,
+                // Absent in entries written before exclusive queues were replicated.
+                exclusive: object
+                    .get("exclusive")
+                    .and_then(Json::as_bool)
+                    .unwrap_or(false),
                 auto_delete: flag("auto_delete")?,
                 arguments: table("arguments")?,
             },
@@ -382,6 +389,11 @@ pub fn decode_change(json: &Json) -> Result<TopologyChange, DecodeError> {
             name: text("name")?,
             if_unused: flag("if_unused")?,
             if_empty: flag("if_empty")?,
+        },
+        "drop_queue" => TopologyChange::DropQueue {
+            vhost: text("vhost")?,
+            name: text("name")?,
+            home: text("home")?,
         },
         "global_parameter" => TopologyChange::GlobalParameter {
             name: text("name")?,

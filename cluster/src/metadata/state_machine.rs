@@ -133,6 +133,13 @@ impl Shared {
                     queues.remove(name);
                 }
             }
+            TopologyChange::DropQueue { vhost, name, home } => {
+                if let Some(queues) = meta.homes.get_mut(vhost) {
+                    if queues.get(name) == Some(home) {
+                        queues.remove(name);
+                    }
+                }
+            }
             TopologyChange::DeleteVhost { name } => {
                 meta.homes.remove(name);
             }

@@ -265,6 +265,12 @@ pub trait QueueInstance: Send + Sync {
         Ok(())
     }
 
+    /// The node the queue lives on when this is a stand-in forwarding to another node
+    /// ([`crate::remote::RemoteQueue`]); `None` for a queue served here.
+    fn home_node(&self) -> Option<&str> {
+        None
+    }
+
     /// The policy and operator policy that apply to the queue now (their definitions), after
     /// a policy changed. Classic queues are updated by the vhost itself.
     fn apply_policies(&self, policy: Option<&Table>, operator: Option<&Table>) {

@@ -140,6 +140,17 @@ pub enum Request {
         /// The receiving node's id for the consumer.
         proxy: u64,
     },
+    /// An MQTT client connected to the caller with `client_id` in `vhost`: close this
+    /// node's connection with that client identifier, if any, and answer once it ended.
+    TakeOver {
+        /// The vhost.
+        vhost: String,
+        /// The MQTT client identifier.
+        client_id: String,
+        /// Whether the closed connection publishes its will (as RabbitMQ decides it from
+        /// the new connection's CONNECT).
+        send_will: bool,
+    },
 }
 
 /// An answer.
@@ -159,6 +170,9 @@ pub enum Reply {
     Messages(Vec<Arc<Message>>),
     /// For [`Request::Info`].
     Stats(QueueStats),
+    /// For [`Request::TakeOver`]: the persistent session the node held for the client
+    /// identifier, encoded by the MQTT listener (opaque here), now the caller's.
+    Session(Option<Vec<u8>>),
 }
 
 fn settlement_code(settlement: Settlement) -> u8 {
@@ -321,6 +335,16 @@ pub fn encode_request(request: &Request) -> Vec<u8> {
             w.u8(11);
             w.u64(*proxy);
         }
+        Request::TakeOver {
+            vhost,
+            client_id,
+            send_will,
+        } => {
+            w.u8(12);
+            w.str(vhost);
+            w.str(client_id);
+            w.bool(*send_will);
+        }
     }
     out
 }
@@ -389,6 +413,11 @@ pub fn decode_request(bytes: &[u8]) -> Result<Request, CodecError> {
             Request::Deliver { proxy, deliveries }
         }
         11 => Request::Cancelled { proxy: r.u64()? },
+        12 => Request::TakeOver {
+            vhost: r.str()?,
+            client_id: r.str()?,
+            send_will: r.bool()?,
+        },
         other => return Err(CodecError(format!("unknown forwarding request {other}"))),
     };
     r.end()?;
@@ -487,6 +516,16 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                 w.u64(field);
             }
         }
+        Reply::Session(session) => {
+            w.u8(8);
+            match session {
+                Some(session) => {
+                    w.bool(true);
+                    w.bytes(session);
+                }
+                None => w.bool(false),
+            }
+        }
     }
     out
 }
@@ -530,6 +569,10 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Reply, CodecError> {
             }
             Reply::Stats(stats_from(fields))
         }
+        8 => Reply::Session(match r.bool()? {
+            true => Some(r.bytes()?.to_vec()),
+            false => None,
+        }),
         other => return Err(CodecError(format!("unknown forwarding reply {other}"))),
     };
     r.end()?;
@@ -620,6 +663,11 @@ mod tests {
                 }],
             },
             Request::Cancelled { proxy: 2 },
+            Request::TakeOver {
+                vhost: "/".into(),
+                client_id: "sensor-1".into(),
+                send_will: false,
+            },
         ];
         for request in requests {
             let bytes = encode_request(&request);
@@ -644,6 +692,8 @@ mod tests {
             Reply::Count(12),
             Reply::Messages(vec![message(b"m")]),
             Reply::Stats(stats),
+            Reply::Session(None),
+            Reply::Session(Some(b"session".to_vec())),
         ];
         for reply in replies {
             let bytes = encode_reply(&reply);

@@ -294,10 +294,12 @@ impl Forwarding {
                 Some(local) => Reply::Stats(local.info()),
                 None => not_found(&queue),
             },
-            Request::Deliver { .. } | Request::Cancelled { .. } => Reply::Error(
-                ErrorKind::InternalError,
-                "not a request for a home node".into(),
-            ),
+            Request::Deliver { .. } | Request::Cancelled { .. } | Request::TakeOver { .. } => {
+                Reply::Error(
+                    ErrorKind::InternalError,
+                    "not a request for a home node".into(),
+                )
+            }
         }
     }
 

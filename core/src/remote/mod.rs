@@ -33,8 +33,10 @@ use crate::message::Message;
 pub mod codec;
 mod home;
 mod queue;
+mod takeover;
 
-pub use queue::RemoteQueue;
+pub use queue::{RemoteQueue, StandInProperties, REMOTE_OWNER};
+pub use takeover::{ClientTakeover, SessionFuture, TAKEOVER_TIMEOUT};
 
 use codec::{QueueRef, RemoteDelivery, Reply, Request};
 
@@ -59,6 +61,10 @@ pub trait RemoteLink: Send + Sync {
     /// Sends one encoded [`Request`] to `node`'s forwarding service; the answer is an
     /// encoded [`Reply`].
     fn call(&self, node: &str, body: Vec<u8>, timeout: Duration) -> CallFuture;
+    /// The other members of the cluster that run now.
+    fn peers(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The node's forwarding: the remote queues' side (proxy consumers, outgoing lanes) and
@@ -76,7 +82,17 @@ pub struct Forwarding {
     home: home::HomeState,
     /// How often [`Forwarding::maintain`] ran.
     maintained: AtomicU64,
+    /// Since when each node the failure detector calls down has been down: the transient
+    /// queues of a node down for [`GONE_AFTER`] are dropped.
+    down_since: Mutex<HashMap<String, std::time::Instant>>,
+    /// A task commits transient queue drops now (one at a time).
+    dropping: std::sync::atomic::AtomicBool,
 }
+
+/// How long a node is down before the survivors drop its exclusive and auto-delete queues
+/// (their owners died with it or cannot reach the cluster): long enough that a blip of
+/// the link does not end every subscription of a live node.
+pub const GONE_AFTER: Duration = Duration::from_secs(3);
 
 /// How many of the first maintenance passes (about a second apart) look for classic queues
 /// made at boot that another node is home to.
@@ -139,6 +155,8 @@ impl Forwarding {
             lanes: Mutex::new(HashMap::new()),
             home: home::HomeState::default(),
             maintained: AtomicU64::new(0),
+            down_since: Mutex::new(HashMap::new()),
+            dropping: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -147,6 +165,16 @@ impl Forwarding {
         self.link
             .home_of(vhost, queue)
             .filter(|home| home != self.link.local())
+    }
+
+    /// This node's name.
+    pub fn local(&self) -> &str {
+        self.link.local()
+    }
+
+    /// The queue's home node from the metadata log, this node included.
+    pub fn link_home_of(&self, vhost: &str, queue: &str) -> Option<String> {
+        self.link.home_of(vhost, queue)
     }
 
     /// The lane of `kind` to `node` (users keep it: looking it up costs a key).
@@ -329,6 +357,7 @@ impl Forwarding {
             proxy.home_lost();
         }
         self.home.sweep(self);
+        self.drop_transient_queues();
         // Only a node that has just started holds classic queues made before it knew their
         // homes; later passes would only look at every local queue again, every second.
         if self.maintained.fetch_add(1, Ordering::Relaxed) >= REHOME_PASSES {
@@ -341,6 +370,62 @@ impl Forwarding {
                 }
             }
         }
+    }
+
+    /// Drops cluster-wide the exclusive and auto-delete queues whose owners are gone: this
+    /// node's own (from before a restart, or whose drop failed) and those of nodes down for
+    /// [`GONE_AFTER`]. The commits run on a blocking task, one batch at a time.
+    fn drop_transient_queues(self: &Arc<Self>) {
+        if self.dropping.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(broker) = self.broker.upgrade() else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        let is_gone = |node: &str| -> bool {
+            let mut down = self.down_since.lock();
+            if self.link.is_up(node) {
+                down.remove(node);
+                return false;
+            }
+            let since = *down.entry(node.to_string()).or_insert(now);
+            now.duration_since(since) >= GONE_AFTER
+        };
+        let mut drops = Vec::new();
+        for name in broker.vhost_names() {
+            if let Some(vhost) = broker.vhost(&name) {
+                for (queue, home) in vhost.transient_maintenance(self, &is_gone) {
+                    drops.push((Arc::clone(&vhost), queue, home));
+                }
+            }
+        }
+        // Nodes back up are forgotten above only when a stand-in asks; forget the rest.
+        self.down_since
+            .lock()
+            .retain(|node, _| !self.link.is_up(node));
+        if drops.is_empty() {
+            return;
+        }
+        self.dropping.store(true, Ordering::Release);
+        let me = Arc::clone(self);
+        let local = self.link.local().to_string();
+        self.runtime.spawn_blocking(move || {
+            for (vhost, queue, home) in drops {
+                match vhost.commit_transient_drop(&queue, &home) {
+                    Ok(()) => {
+                        tracing::info!(%queue, vhost = %vhost.name(), %home, "dropped an exclusive or auto-delete queue whose owner is gone");
+                    }
+                    Err(error) => {
+                        tracing::debug!(%queue, %home, %error, "could not drop a transient queue yet");
+                        if home == local {
+                            vhost.owe_transient_drop(&queue);
+                        }
+                    }
+                }
+            }
+            me.dropping.store(false, Ordering::Release);
+        });
     }
 
     /// Answers a request from `from`.
@@ -362,6 +447,15 @@ impl Forwarding {
             Ok(Request::Publish { messages }) => {
                 let published = self.publish_here(messages);
                 return Box::pin(async move { codec::encode_reply(&published.await) });
+            }
+            Ok(Request::TakeOver {
+                vhost,
+                client_id,
+                send_will,
+            }) => {
+                // Waits for a connection to end: only the returned future waits.
+                let answered = self.serve_takeover(&vhost, &client_id, send_will);
+                return Box::pin(async move { codec::encode_reply(&answered.await) });
             }
             Ok(request) => self.handle(from, request),
             Err(error) => Reply::Error(

@@ -29,6 +29,21 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
 /// Counters wait less: listings of many queues must stay usable with a home node down.
 const STATS_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// The owner [`QueueInstance::exclusive_owner`] reports for the stand-in of an exclusive
+/// queue: no connection of this node has this id.
+pub const REMOTE_OWNER: u64 = u64::MAX;
+
+/// What a stand-in keeps of its queue's declaration.
+#[derive(Debug, Clone, Copy)]
+pub struct StandInProperties {
+    /// Survives a restart of its home node.
+    pub durable: bool,
+    /// Belongs to one connection of the home node.
+    pub exclusive: bool,
+    /// Deleted by the home node when its last consumer goes.
+    pub auto_delete: bool,
+}
+
 /// A classic queue that lives on another node.
 pub struct RemoteQueue {
     me: Weak<RemoteQueue>,
@@ -40,6 +55,11 @@ pub struct RemoteQueue {
     forwarding: Weak<Forwarding>,
     store: Option<Arc<MessageStore>>,
     durable: bool,
+    /// An exclusive queue: its owner connection is on the home node, so every connection
+    /// of this node is refused (405 RESOURCE_LOCKED) but may publish to it.
+    exclusive: bool,
+    /// An auto-delete queue: the home node deletes it when its last consumer goes.
+    auto_delete: bool,
     arguments: Table,
     /// This queue's proxy consumers.
     consumers: Mutex<Vec<u64>>,
@@ -56,13 +76,14 @@ impl RemoteQueue {
             .collect()
     }
 
-    /// The stand-in for queue `name` of `vhost`, homed on `home`.
+    /// The stand-in for queue `name` of `vhost`, homed on `home`, with the declaration's
+    /// properties.
     pub(crate) fn new(
         forwarding: &Arc<Forwarding>,
         vhost: &str,
         name: &str,
         home: String,
-        durable: bool,
+        properties: StandInProperties,
         arguments: Table,
     ) -> Arc<RemoteQueue> {
         Arc::new_cyclic(|me| RemoteQueue {
@@ -76,7 +97,9 @@ impl RemoteQueue {
             home,
             forwarding: Arc::downgrade(forwarding),
             store: forwarding.store(),
-            durable,
+            durable: properties.durable,
+            exclusive: properties.exclusive,
+            auto_delete: properties.auto_delete,
             arguments,
             consumers: Mutex::new(Vec::new()),
             stats: Mutex::new(None),
@@ -86,6 +109,12 @@ impl RemoteQueue {
     /// The queue's home node.
     pub fn home(&self) -> &str {
         &self.home
+    }
+
+    /// Whether the home node deletes the queue by itself (exclusive or auto-delete): such a
+    /// stand-in is dropped cluster-wide when its home node goes down.
+    pub fn is_transient(&self) -> bool {
+        self.exclusive || self.auto_delete
     }
 
     fn forwarding(&self) -> Option<Arc<Forwarding>> {
@@ -343,6 +372,31 @@ impl QueueInstance for RemoteQueue {
 
     fn durable(&self) -> bool {
         self.durable
+    }
+
+    fn auto_delete(&self) -> bool {
+        self.auto_delete
+    }
+
+    fn exclusive_owner(&self) -> Option<u64> {
+        // No connection of this node owns it: the owner is on the home node.
+        self.exclusive.then_some(REMOTE_OWNER)
+    }
+
+    fn check_exclusive_access(&self, connection_id: u64) -> CoreResult<()> {
+        if self.exclusive && connection_id != crate::vhost::BROKER_CONNECTION {
+            return Err(CoreError::resource_locked(format!(
+                "cannot obtain exclusive access to locked {}. It could be originally declared on \
+                 another connection or the exclusive property value does not match that of the \
+                 original declaration.",
+                crate::error::resource("queue", &self.queue_ref.queue, &self.queue_ref.vhost)
+            )));
+        }
+        Ok(())
+    }
+
+    fn home_node(&self) -> Option<&str> {
+        Some(&self.home)
     }
 
     fn delete(&self) -> u64 {

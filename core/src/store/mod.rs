@@ -89,6 +89,9 @@ pub struct Durability {
     stream_format: std::sync::OnceLock<Arc<dyn crate::stream_log::MessageFormat>>,
     /// Forwarding to classic queues on other nodes, installed by a clustered server.
     forwarding: std::sync::OnceLock<Arc<crate::remote::Forwarding>>,
+    /// Closes this node's MQTT connection holding a client identifier another node's
+    /// connection takes over, installed by the MQTT listener.
+    client_takeover: std::sync::OnceLock<Arc<dyn crate::remote::ClientTakeover>>,
 }
 
 impl Durability {
@@ -126,6 +129,16 @@ impl Durability {
     /// already.
     pub fn set_forwarding(&self, forwarding: Arc<crate::remote::Forwarding>) -> bool {
         self.forwarding.set(forwarding).is_ok()
+    }
+
+    /// Installs the MQTT listener's takeover of client identifiers; false if one was.
+    pub fn set_client_takeover(&self, takeover: Arc<dyn crate::remote::ClientTakeover>) -> bool {
+        self.client_takeover.set(takeover).is_ok()
+    }
+
+    /// The MQTT listener's takeover of client identifiers, once installed.
+    pub fn client_takeover(&self) -> Option<&Arc<dyn crate::remote::ClientTakeover>> {
+        self.client_takeover.get()
     }
 
     /// Forwarding to other nodes' classic queues, on a cluster.

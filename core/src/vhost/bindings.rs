@@ -106,8 +106,9 @@ impl VHost {
         Ok(())
     }
 
-    /// Replicates a bind or unbind, unless its destination is a node-local queue (exclusive
-    /// or auto-delete: it lives and dies on this node).
+    /// Replicates a bind or unbind (to exclusive and auto-delete queues too: other nodes
+    /// route to them), unless its destination is a direct reply-to queue, which only this
+    /// node knows.
     fn replicate_binding(
         &self,
         bound: bool,
@@ -116,7 +117,7 @@ impl VHost {
         target: &Target,
     ) -> CoreResult<crate::replication::ReplicationPermit> {
         if let Target::Queue(queue) = target {
-            if queue.is_node_local() {
+            if queue.name().starts_with(DIRECT_REPLY_TO) {
                 return Ok(crate::replication::ReplicationPermit::none());
             }
         }
@@ -146,7 +147,12 @@ impl VHost {
             DestinationName::Queue(name) => {
                 self.check(actor.user, Access::Write, ResourceKind::Queue, name)?;
                 match self.stand_ins.read().get(name).cloned() {
-                    Some(stand_in) => Target::Queue(stand_in),
+                    Some(stand_in) => {
+                        if let Some(queue) = stand_in.forward() {
+                            queue.check_exclusive_access(actor.connection_id)?;
+                        }
+                        Target::Queue(stand_in)
+                    }
                     None => {
                         let queue = self.queue_or_404(name)?;
                         queue.check_exclusive_access(actor.connection_id)?;

@@ -33,6 +33,7 @@ mod queues;
 mod routing;
 mod topic;
 pub mod trace;
+mod transient;
 
 pub use publish::{
     AwaitSettlement, PublishError, PublishOptions, PublishOutcome, PublishStage, Publisher,
@@ -144,6 +145,9 @@ pub struct VHost {
     default_exchange: Arc<Exchange>,
     /// The vhost's stream logs (`crate::stream_log`); each is also a queue in `typed`.
     streams: crate::stream_log::StreamRegistry,
+    /// Exclusive and auto-delete queues that this node must still settle with the cluster
+    /// (`transient.rs`).
+    transient: Mutex<transient::TransientPending>,
 }
 
 /// The registry of plugin exchange types, by type name.
@@ -211,6 +215,7 @@ impl VHost {
             retired: Default::default(),
             default_exchange: Arc::clone(&default_exchange),
             streams,
+            transient: Mutex::default(),
         };
         {
             let mut exchanges = vhost.exchanges.write();

@@ -19,6 +19,7 @@ impl VHost {
         }
         if request.passive {
             if let Some(queue) = self.typed_queue(&request.name) {
+                queue.check_exclusive_access(actor.connection_id)?;
                 let info = queue.info();
                 return Ok(QueueDeclared {
                     name: request.name,
@@ -71,16 +72,13 @@ impl VHost {
         if self.queue(&name).is_none()
             && (queue_type.name() != "classic" || self.typed_queue(&name).is_some())
         {
-            return self.declare_typed_queue(actor.user, name, request, queue_type);
+            return self.declare_typed_queue(actor, name, request, queue_type);
         }
         let _replicated = match self.queue(&name) {
             // A redeclaration is answered under the lock below, not replicated. Exclusive
-            // queues belong to one connection on this node, and auto-delete queues to its
-            // consumers here (this node deletes them alone): both stay node-local.
+            // and auto-delete queues are replicated too (other nodes route to them), and
+            // only this node drops them (`transient.rs`).
             Some(_) => crate::replication::ReplicationPermit::none(),
-            None if request.exclusive || request.auto_delete => {
-                crate::replication::ReplicationPermit::none()
-            }
             None => self.durability.replicate(|| TopologyChange::DeclareQueue {
                 vhost: self.name.clone(),
                 user: actor.user.to_string(),
@@ -101,34 +99,49 @@ impl VHost {
                 consumer_count: existing.consumer_count(),
             });
         }
-        if !request.exclusive && !request.auto_delete {
-            if let Some(forwarding) = self.durability.forwarding() {
-                if let Some(home) = forwarding.remote_home(&self.name, &name) {
-                    // Declared on another node (its home, from the metadata log): this node
-                    // forwards to it.
-                    let remote = crate::remote::RemoteQueue::new(
-                        forwarding,
-                        &self.name,
-                        &name,
-                        home,
-                        request.durable,
-                        request.arguments,
-                    );
-                    self.insert_typed_queue_locked(remote);
-                    self.durability.topology_changed();
-                    return Ok(QueueDeclared {
-                        name,
-                        message_count: 0,
-                        consumer_count: 0,
-                    });
-                }
+        let forwarding = self.durability.forwarding();
+        if let Some(forwarding) = forwarding {
+            if let Some(home) = forwarding.remote_home(&self.name, &name) {
+                // Declared on another node (its home, from the metadata log): this node
+                // forwards to it.
+                let remote = crate::remote::RemoteQueue::new(
+                    forwarding,
+                    &self.name,
+                    &name,
+                    home,
+                    crate::remote::StandInProperties {
+                        durable: request.durable,
+                        exclusive: request.exclusive,
+                        auto_delete: request.auto_delete,
+                    },
+                    request.arguments,
+                );
+                self.insert_typed_queue_locked(remote);
+                self.durability.topology_changed();
+                return Ok(QueueDeclared {
+                    name,
+                    message_count: 0,
+                    consumer_count: 0,
+                });
             }
+        }
+        let mut owner = actor.connection_id;
+        if self.is_replayed_transient(actor, &request) {
+            if !self.replayed_transient(&name, forwarding) {
+                return Ok(QueueDeclared {
+                    name,
+                    message_count: 0,
+                    consumer_count: 0,
+                });
+            }
+            // Until maintenance knows its home: no connection of this node owns it.
+            owner = crate::remote::REMOTE_OWNER;
         }
         let config = QueueConfig {
             name: name.clone(),
             vhost: self.name.clone(),
             durable: request.durable,
-            exclusive_owner: request.exclusive.then_some(actor.connection_id),
+            exclusive_owner: request.exclusive.then_some(owner),
             auto_delete: request.auto_delete,
             arguments: request.arguments,
         };
@@ -156,11 +169,12 @@ impl VHost {
     /// type's [`crate::queue_type::QueueType::declare`].
     fn declare_typed_queue(
         &self,
-        user: &str,
+        actor: Actor<'_>,
         name: String,
         request: QueueDeclare,
         queue_type: &'static dyn crate::queue_type::QueueType,
     ) -> CoreResult<QueueDeclared> {
+        let user = actor.user;
         let what = self.describe("queue", &name);
         // A new queue is committed through the cluster first (outside the topology lock, as
         // for classic queues), with its type written out: the other nodes must not apply
@@ -185,6 +199,7 @@ impl VHost {
         };
         let _topology = self.topology.lock();
         if let Some(existing) = self.typed_queue(&name) {
+            existing.check_exclusive_access(actor.connection_id)?;
             if request.exclusive {
                 return Err(CoreError::resource_locked(format!(
                     "cannot obtain exclusive access to locked {what}. It could be originally declared \
@@ -316,7 +331,11 @@ impl VHost {
                 &self.name,
                 &name,
                 home.clone(),
-                queue.config().durable,
+                crate::remote::StandInProperties {
+                    durable: queue.config().durable,
+                    exclusive: false,
+                    auto_delete: false,
+                },
                 queue.config().arguments.clone(),
             );
             self.insert_typed_queue_locked(remote);
@@ -331,7 +350,7 @@ impl VHost {
 
     /// Adds a queue of another type and its stand-in in bindings. Caller holds the topology
     /// lock.
-    fn insert_typed_queue_locked(&self, queue: Arc<dyn QueueInstance>) {
+    pub(super) fn insert_typed_queue_locked(&self, queue: Arc<dyn QueueInstance>) {
         let name = queue.name().to_string();
         self.stand_ins.write().insert(
             name.clone(),
@@ -368,7 +387,7 @@ impl VHost {
 
     /// Removes a queue of another type (quorum), its bindings and its state. Caller holds
     /// the topology lock.
-    fn remove_typed_queue_locked(&self, name: &str) -> Option<u64> {
+    pub(super) fn remove_typed_queue_locked(&self, name: &str) -> Option<u64> {
         let queue = self.typed.write().remove(name)?;
         self.stand_ins.write().remove(name);
         self.typed_count
@@ -496,7 +515,10 @@ impl VHost {
         }
         let _replicated = match self.queue(name) {
             None => return Ok(0),
-            Some(queue) if queue.is_node_local() => crate::replication::ReplicationPermit::none(),
+            Some(queue) if queue.is_node_local() => {
+                queue.check_exclusive_access(actor.connection_id)?;
+                self.replicate_transient_drop(&queue)
+            }
             Some(_) => self.durability.replicate(|| TopologyChange::DeleteQueue {
                 vhost: self.name.clone(),
                 user: actor.user.to_string(),
@@ -549,6 +571,7 @@ impl VHost {
     /// Deletes a queue on behalf of the broker (exclusive owner gone, auto-delete), with no
     /// permission check.
     pub fn remove_queue(&self, queue: &Arc<Queue>) -> u64 {
+        let _replicated = self.replicate_transient_drop(queue);
         let _topology = self.topology.lock();
         self.remove_queue_locked(queue)
     }

@@ -342,11 +342,13 @@ impl Connection {
                         .server_disconnect(reason::SERVER_SHUTTING_DOWN, "server shutting down");
                     return End::Shutdown;
                 }
-                if signals.contains(Signal::Kick) {
-                    let why = "another connection took over the client identifier";
-                    self.session
-                        .server_disconnect(reason::SESSION_TAKEN_OVER, why);
-                    return End::Abnormal(why.into());
+                let kicked = signals.contains(Signal::Kick);
+                if kicked || signals.contains(Signal::KickWithoutWill) {
+                    self.session.server_disconnect(
+                        reason::SESSION_TAKEN_OVER,
+                        "another connection took over the client identifier",
+                    );
+                    return End::TakenOver { send_will: kicked };
                 }
                 // MQTT 3.1.1 has no way to tell the client why; like RabbitMQ, the will is
                 // published, since the client did not send DISCONNECT.

@@ -11,5 +11,6 @@ pub mod outbox;
 pub mod session;
 
 pub use driver::{serve, ListenerConfig};
+pub use session::cluster::RegistryTakeover;
 pub use session::registry::ClientRegistry;
 pub use session::{MqttContext, SessionConfig};

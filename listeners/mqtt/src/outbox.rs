@@ -220,6 +220,9 @@ pub enum Signal {
     Shutdown = 4,
     /// A resource alarm was raised or cleared.
     AlarmChanged = 8,
+    /// Another connection takes over this client identifier, and this connection's will
+    /// is not published (see `registry::Takeover::send_will`).
+    KickWithoutWill = 16,
 }
 
 /// The signals [`Outbox::take_signals`] returned.

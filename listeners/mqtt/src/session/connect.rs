@@ -210,10 +210,19 @@ impl Session {
         }
         let ended = super::registry::EndSender::new(Arc::clone(&self.outbox));
         let key = (vhost.name().to_string(), client_id.clone());
-        let takeover =
-            self.context
-                .registry
-                .claim(key, self.connection_id, Arc::clone(&self.outbox));
+        // RabbitMQ's rule for the will of the connection taken over: published, unless this
+        // connection resumes the session and has a will delay of its own.
+        let send_will = clean_start || v5.as_ref().is_none_or(|v5| v5.will_delay == 0);
+        let takeover = self
+            .context
+            .registry
+            .claim(key, self.connection_id, Arc::clone(&self.outbox))
+            .or_else(|| {
+                // On a cluster another node may hold the identifier: it is asked to close
+                // that connection first (as RabbitMQ does across its nodes).
+                super::cluster::takeover_elsewhere(&self.context, &vhost, &client_id, send_will)
+            })
+            .map(|takeover| takeover.send_will(send_will));
         self.connected = Some(Box::new(Connected {
             vhost,
             user: user.into_boxed_str(),
@@ -238,6 +247,7 @@ impl Session {
             self.outbox.configure_v5(receive_maximum, limits);
         }
         match takeover {
+            Some(takeover) if takeover.is_elsewhere() => Control::AwaitTakeover(takeover),
             Some(takeover) => {
                 tracing::info!(
                     connection = self.connection_id,

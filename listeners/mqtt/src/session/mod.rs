@@ -21,6 +21,7 @@
 //! `delivery.rs` (PUBREC and PUBCOMP: the end of QoS 2 deliveries, and what a persistent
 //! session records of them).
 
+pub mod cluster;
 mod connect;
 mod delivery;
 mod publish;
@@ -124,8 +125,15 @@ pub enum End {
     Disconnect,
     /// The server is shutting down: the will is not published.
     Shutdown,
-    /// Anything else (keep-alive timeout, socket error, protocol error, takeover): the will
-    /// is published. The text is for the log.
+    /// Another connection took over the client identifier (on this node or another): the
+    /// will is published when `send_will` (RabbitMQ's rule, `registry::Takeover::send_will`)
+    /// and has no will delay (the client is back, MQTT 5 3.1.3.2.2).
+    TakenOver {
+        /// Whether the new connection lets the will be published.
+        send_will: bool,
+    },
+    /// Anything else (keep-alive timeout, socket error, protocol error): the will is
+    /// published. The text is for the log.
     Abnormal(String),
 }
 
@@ -692,6 +700,20 @@ impl Session {
                 );
             }
             return;
+        }
+        if let End::TakenOver { send_will } = end {
+            tracing::info!(
+                connection = self.connection_id,
+                client_id = %connected.client_id,
+                send_will,
+                "MQTT connection taken over by another with its client identifier"
+            );
+            if let Some(will) = connected.will.take() {
+                // A delayed will is not published: the client is back already.
+                if send_will && v5_session::will_delay(&connected).is_none() {
+                    self.publish_will(&mut connected, *will);
+                }
+            }
         }
         if let End::Abnormal(reason) = &end {
             tracing::info!(

@@ -15,6 +15,8 @@
 //! (`RetainedStore::outbound_qos2_pending`) before its PUBREL, so the PUBREL is sent again.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -75,25 +77,75 @@ struct Holder {
     outbox: Arc<Outbox>,
 }
 
-/// A connection to close before the new one resumes the session.
+/// A connection to close before the new one resumes the session: one of this node, or
+/// (on a cluster) whichever other node holds the client identifier.
 pub struct Takeover {
-    outbox: Arc<Outbox>,
+    old: Old,
+    /// Whether the old connection publishes its will (see [`Takeover::send_will`]).
+    send_will: bool,
+}
+
+enum Old {
+    /// A connection of this node, by its outbox.
+    Here(Arc<Outbox>),
+    /// The other nodes were asked to close theirs; resolves once they answered.
+    Elsewhere(Pin<Box<dyn Future<Output = ()> + Send>>),
 }
 
 impl Takeover {
-    /// Asks the old connection to close.
+    /// The takeover of the connections other nodes hold with the client identifier, which
+    /// `asked` asks them to close.
+    pub fn elsewhere(asked: impl Future<Output = ()> + Send + 'static) -> Takeover {
+        Takeover {
+            old: Old::Elsewhere(Box::pin(asked)),
+            send_will: true,
+        }
+    }
+
+    /// The takeover of this node's connection with `outbox`.
+    pub(super) fn here(outbox: Arc<Outbox>) -> Takeover {
+        Takeover {
+            old: Old::Here(outbox),
+            send_will: true,
+        }
+    }
+
+    /// Whether the old connection publishes its will, as RabbitMQ decides it: yes, unless
+    /// the new connection resumes the session (clean start 0) and has a will delay of its
+    /// own (MQTT 5, 3.1.3.2.2 as RabbitMQ reads it).
+    pub fn send_will(mut self, send_will: bool) -> Takeover {
+        self.send_will = send_will;
+        self
+    }
+
+    /// Whether the old connection is on another node.
+    pub fn is_elsewhere(&self) -> bool {
+        matches!(self.old, Old::Elsewhere(_))
+    }
+
+    /// Asks the old connection to close (the other nodes are asked by the future itself).
     pub fn kick(&self) {
-        self.outbox.signal(crate::outbox::Signal::Kick);
+        if let Old::Here(outbox) = &self.old {
+            outbox.signal(if self.send_will {
+                crate::outbox::Signal::Kick
+            } else {
+                crate::outbox::Signal::KickWithoutWill
+            });
+        }
     }
 
     /// Waits until the old connection has finished (its session's [`EndSender`] dropped).
     pub async fn ended(self) {
+        let outbox = match self.old {
+            Old::Here(outbox) => outbox,
+            Old::Elsewhere(asked) => return asked.await,
+        };
         loop {
             let notified = SESSION_ENDED.notified();
             tokio::pin!(notified);
             // Registered before the flag is read, so an end in between is not missed.
             notified.as_mut().enable();
-            if self.outbox.has_ended() {
+            if outbox.has_ended() {
                 return;
             }
             notified.await;
@@ -140,9 +192,7 @@ impl ClientRegistry {
                 outbox,
             },
         );
-        previous.map(|holder| Takeover {
-            outbox: holder.outbox,
-        })
+        previous.map(|holder| Takeover::here(holder.outbox))
     }
 
     /// Forgets that `connection_id` holds `key` (unless another connection took it over).
@@ -179,6 +229,15 @@ impl ClientRegistry {
     /// Whether a connection holds `key` now.
     pub fn is_held(&self, key: &ClientKey) -> bool {
         self.state.lock().holders.contains_key(key)
+    }
+
+    /// The takeover of this node's connection holding `key`, if one does.
+    pub fn holder(&self, key: &ClientKey) -> Option<Takeover> {
+        self.state
+            .lock()
+            .holders
+            .get(key)
+            .map(|holder| Takeover::here(Arc::clone(&holder.outbox)))
     }
 
     /// Records that the session of `client_id` is a member of `group`.
@@ -242,7 +301,7 @@ mod tests {
     async fn end_signal_wakes_a_waiter_and_a_late_one() {
         let outbox = Outbox::new(10);
         let sender = EndSender::new(Arc::clone(&outbox));
-        let takeover = Takeover { outbox };
+        let takeover = Takeover::here(outbox);
         let waiter = tokio::spawn(takeover.ended());
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished());
@@ -251,7 +310,7 @@ mod tests {
 
         let outbox = Outbox::new(10);
         drop(EndSender::new(Arc::clone(&outbox)));
-        Takeover { outbox }.ended().await;
+        Takeover::here(outbox).ended().await;
     }
 
     #[test]
@@ -288,7 +347,7 @@ mod tests {
     async fn another_session_ending_does_not_end_the_wait() {
         let outbox = Outbox::new(10);
         let _sender = EndSender::new(Arc::clone(&outbox));
-        let waiter = tokio::spawn(Takeover { outbox }.ended());
+        let waiter = tokio::spawn(Takeover::here(outbox).ended());
         tokio::task::yield_now().await;
         drop(EndSender::new(Outbox::new(10)));
         tokio::task::yield_now().await;

@@ -145,7 +145,19 @@ impl Session {
         // An MQTT 5 session that expires takes its queues with it: `x-expires` deletes
         // them once unused for the session expiry interval, as RabbitMQ 3.13 does.
         let mut arguments = Table::new();
-        let exists = connected.vhost.queue_instance(&name).is_some();
+        let existing = connected.vhost.queue_instance(&name);
+        let exists = existing.is_some();
+        if let Some(existing) = &existing {
+            // Redeclared as it was declared (its `x-expires` is the session expiry it was
+            // made with, perhaps on another node by a connection that held the session
+            // there), so the redeclaration is equivalent.
+            let declared = existing.arguments();
+            for key in ["x-expires", "x-queue-type"] {
+                if let Some(value) = declared.get(key) {
+                    arguments.insert(key, value.clone());
+                }
+            }
+        }
         if let Some(v5) = connected.v5.as_ref() {
             let expiry = v5.session_expiry;
             if !connected.clean_session
@@ -167,22 +179,20 @@ impl Session {
         {
             arguments.insert("x-queue-type", warren_core::value::Value::string("quorum"));
         }
-        if !exists || arguments.is_empty() {
-            connected
-                .vhost
-                .declare_queue(
-                    actor,
-                    QueueDeclare {
-                        name: name.clone(),
-                        passive: false,
-                        durable: !connected.clean_session,
-                        exclusive: connected.clean_session,
-                        auto_delete: false,
-                        arguments,
-                    },
-                )
-                .map_err(|e| failed(e.message))?;
-        }
+        connected
+            .vhost
+            .declare_queue(
+                actor,
+                QueueDeclare {
+                    name: name.clone(),
+                    passive: false,
+                    durable: !connected.clean_session,
+                    exclusive: connected.clean_session,
+                    auto_delete: false,
+                    arguments,
+                },
+            )
+            .map_err(|e| failed(e.message))?;
         connected
             .vhost
             .bind_in_context(
