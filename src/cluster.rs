@@ -137,6 +137,7 @@ pub async fn start(
             Box::pin(quorum.serve(method, body))
         }));
     }
+    broker.set_local_node(&name);
     let metadata = MetadataStore::start(
         config,
         Arc::clone(broker),

@@ -529,6 +529,12 @@ impl crate::queue::Queue {
 /// tests keep those): each commits through the cluster first when the node runs clustered,
 /// then applies as the plain form does. Front ends (the HTTP API, warrenctl) use these.
 impl Broker {
+    /// Names this node in its cluster, before its metadata log is replayed (a replayed drop
+    /// tells this node's own queues from other nodes' by it). False if it was named already.
+    pub fn set_local_node(&self, name: &str) -> bool {
+        self.durability.set_local_node(name)
+    }
+
     /// Installs the cluster's replicator: from now on topology changes are committed through
     /// it before they apply. False if one was installed already.
     pub fn set_replicator(&self, replicator: std::sync::Arc<dyn TopologyReplicator>) -> bool {

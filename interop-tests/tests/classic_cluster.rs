@@ -810,4 +810,60 @@ async fn ttl_dead_lettering_and_alternate_exchanges_reach_queues_on_other_nodes(
         .expect("an alternate-exchange message");
     assert_eq!(got.delivery.data, b"a0");
     assert_eq!(got.message_count, 2);
+
+    // x-expires: the home node (1) deletes the unused queue, and the cluster with it: the
+    // other nodes forget it, and a redeclaration through node 3 makes a new queue there.
+    let mut expiring = FieldTable::default();
+    expiring.insert("x-expires".into(), AMQPValue::LongInt(1_000));
+    channel
+        .queue_declare(
+            "expiring".into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            expiring.clone(),
+        )
+        .await
+        .expect("declares a queue with x-expires");
+    wait_known(&cluster, 0, &[1, 2], "expiring").await;
+    for node in 0..3 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let (status, _) = cluster
+                .api(node, "GET", "/api/queues/%2F/expiring", None)
+                .await;
+            if status == 404 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the expired queue is still on node {node}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let (_redeclarer, redeclaring) = open(&cluster, 2).await;
+    let redeclared = redeclaring
+        .queue_declare(
+            "expiring".into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            expiring,
+        )
+        .await
+        .expect("redeclares the expired queue");
+    assert_eq!(redeclared.message_count(), 0);
+    wait_known(&cluster, 2, &[0, 1], "expiring").await;
+
+    // The old home restarted (SIGKILL) replays its log: its expired copy stays gone, and it
+    // knows the queue homed on node 3.
+    drop(channel);
+    drop(_declarer);
+    cluster.kill(0);
+    cluster.start(0);
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    wait_known(&cluster, 2, &[0], "expiring").await;
 }

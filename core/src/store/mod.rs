@@ -89,6 +89,8 @@ pub struct Durability {
     stream_format: std::sync::OnceLock<Arc<dyn crate::stream_log::MessageFormat>>,
     /// Forwarding to classic queues on other nodes, installed by a clustered server.
     forwarding: std::sync::OnceLock<Arc<crate::remote::Forwarding>>,
+    /// This node's name in its cluster, set before the metadata log is replayed.
+    local_node: std::sync::OnceLock<String>,
     /// Closes this node's MQTT connection holding a client identifier another node's
     /// connection takes over, installed by the MQTT listener.
     client_takeover: std::sync::OnceLock<Arc<dyn crate::remote::ClientTakeover>>,
@@ -168,6 +170,16 @@ impl Durability {
         replicator: Arc<dyn crate::replication::TopologyReplicator>,
     ) -> bool {
         self.replicator.set(replicator).is_ok()
+    }
+
+    /// Names this node in its cluster; false if it was named already.
+    pub fn set_local_node(&self, name: &str) -> bool {
+        self.local_node.set(name.to_string()).is_ok()
+    }
+
+    /// This node's cluster name, once named (clustered nodes only).
+    pub fn local_node(&self) -> Option<&str> {
+        self.local_node.get().map(String::as_str)
     }
 
     /// Whether a replicator is installed (the node runs clustered).

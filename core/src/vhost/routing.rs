@@ -48,7 +48,9 @@ impl VHost {
                     queue = queue.name(),
                     "queue unused for longer than x-expires; deleted"
                 );
-                self.remove_queue(&queue);
+                let _replicated = self.replicate_broker_drop(&queue);
+                let _topology = self.topology.lock();
+                self.remove_queue_locked(&queue);
             }
         }
         expired

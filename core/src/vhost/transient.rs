@@ -78,9 +78,14 @@ impl VHost {
             }
             return;
         }
-        let local = self.durability.forwarding().map(|f| f.local().to_string());
         if let Some(queue) = self.queue(name) {
-            if queue.is_node_local() && local.as_deref().is_none_or(|local| local == home) {
+            // This node's own queue (transient, or durable and expired by x-expires); with
+            // no name known yet, only a transient one (no other node has a local copy).
+            let here = match self.durability.local_node() {
+                Some(local) => local == home,
+                None => queue.is_node_local(),
+            };
+            if here {
                 self.remove_queue_locked(&queue);
             }
         }
@@ -105,9 +110,22 @@ impl VHost {
         &self,
         queue: &Queue,
     ) -> crate::replication::ReplicationPermit {
+        if !queue.is_node_local() {
+            return crate::replication::ReplicationPermit::none();
+        }
+        self.replicate_broker_drop(queue)
+    }
+
+    /// Before the broker removes `queue` of this node by itself (transient and its owner or
+    /// last consumer gone, or unused past its `x-expires`): on a cluster, commits its drop
+    /// so that every node removes its stand-in. A drop that cannot be committed now is
+    /// retried by maintenance.
+    pub(super) fn replicate_broker_drop(
+        &self,
+        queue: &Queue,
+    ) -> crate::replication::ReplicationPermit {
         let none = crate::replication::ReplicationPermit::none;
-        if !queue.is_node_local()
-            || !self.durability.is_replicated()
+        if !self.durability.is_replicated()
             || crate::replication::applying()
             || queue.name().starts_with(DIRECT_REPLY_TO)
         {
