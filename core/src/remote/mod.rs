@@ -125,15 +125,40 @@ enum Op {
 struct LaneState {
     ops: VecDeque<Op>,
     running: bool,
+    /// Ops ever queued on the lane.
+    queued: u64,
 }
 
-/// Ordered requests to one node: one request in flight, everything queued meanwhile sent
-/// in the next (publishes batched).
+/// Ordered requests to one node: up to [`PIPELINE`] in flight, everything queued meanwhile
+/// sent in the next ones (publishes batched).
 struct Lane {
     node: String,
     state: Mutex<LaneState>,
     /// Rung when an op is queued while the lane's sender runs.
     more: tokio::sync::Notify,
+    /// Ops handed to the link so far (they reach the home node before anything handed
+    /// after them).
+    handed: AtomicU64,
+    /// Rung when `handed` grows.
+    handed_more: tokio::sync::Notify,
+}
+
+impl Lane {
+    /// Waits until every op queued on the lane so far is handed to the link, so that a
+    /// call made next reaches the home node after them (a channel's `basic.get` after its
+    /// publishes sees them, as RabbitMQ's ordering between two processes promises).
+    async fn flushed(&self) {
+        let target = self.state.lock().queued;
+        loop {
+            let notified = self.handed_more.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.handed.load(Ordering::Acquire) >= target {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 impl Forwarding {
@@ -188,6 +213,8 @@ impl Forwarding {
                         node: node.to_string(),
                         state: Mutex::default(),
                         more: tokio::sync::Notify::new(),
+                        handed: AtomicU64::new(0),
+                        handed_more: tokio::sync::Notify::new(),
                     })
                 }),
         )
@@ -199,6 +226,7 @@ impl Forwarding {
         let start = {
             let mut state = lane.state.lock();
             state.ops.push_back(op);
+            state.queued += 1;
             !std::mem::replace(&mut state.running, true)
         };
         if start {
@@ -216,7 +244,12 @@ impl Forwarding {
         let mut in_flight = tokio::task::JoinSet::new();
         loop {
             while in_flight.len() < PIPELINE {
-                let batch = take_batch(&mut lane.state.lock().ops);
+                let (batch, taken) = {
+                    let mut state = lane.state.lock();
+                    let before = state.ops.len();
+                    let batch = take_batch(&mut state.ops);
+                    (batch, (before - state.ops.len()) as u64)
+                };
                 let Some(batch) = batch else { break };
                 let me = Arc::clone(&self);
                 let node = lane.node.clone();
@@ -227,6 +260,8 @@ impl Forwarding {
                     std::task::Poll::Ready(sending.as_mut().poll(cx).is_ready())
                 })
                 .await;
+                lane.handed.fetch_add(taken, Ordering::Release);
+                lane.handed_more.notify_waiters();
                 if !done {
                     in_flight.spawn(sending);
                 }
@@ -306,14 +341,24 @@ impl Forwarding {
 
     /// [`Forwarding::call`] from a synchronous caller on a tokio worker (consume, get,
     /// purge, browse, counters): waits on this thread, bounded by `timeout`.
+    /// The call leaves after everything queued on `after` so far (see [`Lane::flushed`]).
     fn call_blocking(
         &self,
         node: &str,
         request: Request,
         timeout: Duration,
+        after: [&Arc<Lane>; 2],
     ) -> Result<Reply, String> {
         let bytes = codec::encode_request(&request);
-        let call = self.link.call(node, bytes, timeout);
+        let link = Arc::clone(&self.link);
+        let node_name = node.to_string();
+        let after = after.map(Arc::clone);
+        let call = async move {
+            for lane in &after {
+                lane.flushed().await;
+            }
+            link.call(&node_name, bytes, timeout).await
+        };
         let wait = async move {
             match tokio::time::timeout(timeout, call).await {
                 Ok(result) => result,

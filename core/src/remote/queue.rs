@@ -135,7 +135,8 @@ impl RemoteQueue {
         if !forwarding.is_up(&self.home) {
             return Err(self.home_down());
         }
-        match forwarding.call_blocking(&self.home, request, timeout) {
+        let after = [&self.publish_lane, &self.control_lane];
+        match forwarding.call_blocking(&self.home, request, timeout, after) {
             Ok(Reply::Error(kind, text)) => Err(CoreError::new(kind, text)),
             Ok(reply) => Ok(reply),
             Err(error) => {

@@ -363,3 +363,25 @@ async fn a_stand_in_is_redeclared_as_the_classic_queue_it_stands_for() {
         error.message
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_after_a_publish_through_the_same_node_sees_it() {
+    let (_net, a, b) = two_nodes();
+    let stand_in = a.vhost("/").unwrap().queue_instance("q").unwrap();
+    let home = b.vhost("/").unwrap().queue("q").unwrap();
+    // No wait in between: the get leaves after the publish, so the home node has it.
+    for round in 0..50 {
+        publish(&a, "q", "fresh");
+        let got = stand_in.get(true);
+        let Some((got, remaining)) = got else {
+            panic!("round {round}: the get did not see the publish before it");
+        };
+        assert_eq!((got.message.body.as_ref(), remaining), (&b"fresh"[..], 0));
+        stand_in.settle(&[got.id], Settlement::Ack);
+    }
+    eventually("every ack at the home node", || {
+        home.stats().unacknowledged == 0
+    })
+    .await;
+    assert_eq!(home.message_count(), 0);
+}
