@@ -262,8 +262,8 @@ async fn three_nodes_form_one_cluster_and_what_one_node_makes_is_usable_on_the_o
         )
         .await
         .expect("publish on node 3");
-    // Routed through the replicated binding (into node 3's copy of the queue until
-    // any-node forwarding lands: docs/clustering.md).
+    // Routed on node 3 through the replicated binding and forwarded to the queue's home;
+    // the get, forwarded too, leaves after the publish, so it sees the message.
     let got = channel
         .basic_get("billing".into(), BasicGetOptions { no_ack: true })
         .await
