@@ -41,7 +41,8 @@ pub use listen_addr::ListenAddr;
 pub use mqtt::{MqttSettings, MQTT_KEYS, MQTT_MAX_PACKET_SIZE_LIMIT};
 pub use settings::{
     CertLoginFrom, DiskFreeLimit, HttpLimits, LogLevel, MemoryHighWatermark, PeerVerification,
-    Settings, SslOptions, AUTH_MECHANISMS, FRAME_MIN_SIZE, KEYS, MAX_MESSAGE_SIZE_LIMIT,
+    Setting, Settings, SslOptions, AUTH_MECHANISMS, FRAME_MIN_SIZE, MAX_MESSAGE_SIZE_LIMIT,
+    SETTINGS,
 };
 pub use stomp::{StompSettings, STOMP_KEYS, STOMP_PORT};
 pub use stream::{StreamProtocolSettings, STREAM_KEYS, STREAM_PORT};
