@@ -15,7 +15,6 @@
 //! connections until it clears, so a publisher faster than the disk is slowed down instead of
 //! growing memory.
 
-mod durability;
 pub(crate) mod record;
 mod recovery;
 mod writer;
@@ -33,7 +32,6 @@ use tokio::sync::watch;
 
 use crate::message::Message;
 
-pub use durability::{DefinitionsWriter, Durability};
 pub use record::QueueName;
 pub use recovery::{Damage, Recovered, RecoveredMessage, RecoveryReport};
 use writer::Writer;
@@ -66,6 +64,10 @@ impl StoreConfig {
         }
     }
 }
+
+/// Writes the durable definitions; called by the writer thread before it fsyncs a batch
+/// whenever the topology changed, so a confirm never precedes the queue it depends on.
+pub type DefinitionsWriter = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// What the writer does with a message's reference count.
 #[derive(Debug, Clone, Copy)]

@@ -1,14 +1,11 @@
 //! The broker's link to its message store ([`Durability`]), shared with every vhost, and the
-//! services installed next to it (clock, replicator, queue backends, forwarding).
+//! services installed next to it (clock, replicator, queue backends, forwarding). It lives
+//! outside `store` so the message store needs none of those services.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::MessageStore;
-
-/// Writes the durable definitions; called by the writer thread before it fsyncs a batch
-/// whenever the topology changed, so a confirm never precedes the queue it depends on.
-pub type DefinitionsWriter = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+use crate::store::MessageStore;
 
 /// The broker's link to its message store, shared with every vhost: empty until the server
 /// attaches a store (an in-memory broker never does).
