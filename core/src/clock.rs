@@ -2,15 +2,35 @@
 //! passed in instead of read from the system inside each operation, so expiry can be tested
 //! with tokio's paused time (`Clock::tokio`) or a hand-moved clock (`Clock::manual`) instead
 //! of sleeping.
+//!
+//! The process's clock, [`now_ms`], is tokio's: outside tests it is the monotonic clock of
+//! the operating system, and under `tokio::time::pause` (or `#[tokio::test(start_paused =
+//! true)]`) it stands still and moves with `advance` and the runtime's auto-advance. The
+//! listeners' timers (heartbeats, keep-alives, handshake and consumer timeouts) sleep on
+//! tokio's clock too, and the deliveries' timestamps for `consumer_timeout` are taken from
+//! [`now_ms`], so a whole broker runs in virtual time in a paused test.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+/// Milliseconds on the process's monotonic clock, tokio's (see the module documentation):
+/// counted from the first call, never going back.
+pub fn now_ms() -> u64 {
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
+    // A paused runtime's clock starts at the real time the runtime was built, which may
+    // precede the first call: saturate rather than go below zero.
+    tokio::time::Instant::now()
+        .into_std()
+        .saturating_duration_since(epoch)
+        .as_millis() as u64
+}
 
 /// Milliseconds on a monotonic clock. Cheap to clone; every queue of a broker holds the
 /// broker's.
 #[derive(Debug, Clone, Default)]
 pub enum Clock {
-    /// The process's monotonic clock ([`crate::queue::now_ms`]): what a server runs on.
+    /// The process's monotonic clock ([`now_ms`]): what a server runs on.
     #[default]
     Monotonic,
     /// Tokio's clock, counted from `start`: follows `tokio::time::pause` and `advance` in
@@ -34,7 +54,7 @@ impl Clock {
     /// The time now, in milliseconds.
     pub fn now_ms(&self) -> u64 {
         match self {
-            Clock::Monotonic => crate::queue::now_ms(),
+            Clock::Monotonic => now_ms(),
             Clock::Tokio(start) => tokio::time::Instant::now()
                 .saturating_duration_since(*start)
                 .as_millis() as u64,
@@ -61,6 +81,16 @@ mod tests {
         assert_eq!(clock.now_ms(), 0);
         clock.advance(1_500);
         assert_eq!(copy.now_ms(), 1_500);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_process_clock_follows_paused_time() {
+        // Past the first call's saturation (the runtime's clock may start before the epoch).
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        let before = now_ms();
+        tokio::time::advance(std::time::Duration::from_secs(30)).await;
+        assert_eq!(now_ms() - before, 30_000);
+        assert_eq!(Clock::default().now_ms() - before, 30_000);
     }
 
     #[tokio::test(start_paused = true)]
