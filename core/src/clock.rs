@@ -13,13 +13,19 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-/// Milliseconds on the process's monotonic clock, tokio's (see the module documentation):
-/// counted from the first call, never going back.
+/// How far before the first call [`now_ms`] counts from: a paused runtime's clock starts at
+/// the real time the runtime was built, which precedes the first call (by milliseconds in
+/// any test), and must not read as before the epoch.
+const EPOCH_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Milliseconds on the process's monotonic clock, tokio's (see the module documentation),
+/// counted from a minute before the first call; never going back.
 pub fn now_ms() -> u64 {
     static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
-    // A paused runtime's clock starts at the real time the runtime was built, which may
-    // precede the first call: saturate rather than go below zero.
+    let epoch = *EPOCH.get_or_init(|| {
+        let now = std::time::Instant::now();
+        now.checked_sub(EPOCH_MARGIN).unwrap_or(now)
+    });
     tokio::time::Instant::now()
         .into_std()
         .saturating_duration_since(epoch)
@@ -85,8 +91,6 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_process_clock_follows_paused_time() {
-        // Past the first call's saturation (the runtime's clock may start before the epoch).
-        tokio::time::advance(std::time::Duration::from_secs(1)).await;
         let before = now_ms();
         tokio::time::advance(std::time::Duration::from_secs(30)).await;
         assert_eq!(now_ms() - before, 30_000);
