@@ -190,4 +190,77 @@ mod tests {
             "unused past x-expires: deleted"
         );
     }
+
+    /// Ported from lapin_queue_features.rs (`expired_messages_anywhere_in_the_queue_...`),
+    /// which waited for the server's sweep in real time. With the broker's default clock (the
+    /// process's, tokio's): a per-message expiration in the middle of the queue runs out when
+    /// time is advanced past it, the sweep removes it, and it is never handed out.
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_message_in_the_middle_is_removed_and_never_delivered() {
+        use crate::access::Permissions;
+        use crate::broker::{Broker, Limits};
+        use crate::message::{Message, Properties};
+        use crate::value::Table;
+        use crate::vhost::{Actor, PublishOptions, Publisher, QueueDeclare};
+        use std::time::Duration;
+
+        let broker = Broker::new(Limits::default());
+        let vhost = broker.add_vhost("/");
+        vhost.set_permissions("u", Permissions::full());
+        let actor = Actor {
+            user: "u",
+            connection_id: 1,
+        };
+        vhost
+            .declare_queue(
+                actor,
+                QueueDeclare {
+                    name: "mixed".into(),
+                    passive: false,
+                    durable: false,
+                    exclusive: false,
+                    auto_delete: false,
+                    arguments: Table::new(),
+                },
+            )
+            .unwrap();
+        let mut publisher = Publisher::new();
+        for (body, expiration) in [("keep-1", None), ("short", Some("30")), ("keep-2", None)] {
+            let message = Message {
+                exchange: "".into(),
+                routing_key: "mixed".into(),
+                properties: Properties {
+                    expiration: expiration.map(str::to_owned),
+                    ..Properties::default()
+                },
+                encoded_properties: None,
+                body: bytes::Bytes::from(body),
+            };
+            vhost
+                .publish(
+                    &mut publisher,
+                    actor,
+                    Arc::new(message),
+                    PublishOptions::default(),
+                )
+                .unwrap();
+        }
+        let queue = vhost.queue("mixed").unwrap();
+        tokio::time::advance(Duration::from_millis(29)).await;
+        assert_eq!(broker.expire_messages(), 0, "29 ms: not expired yet");
+        assert_eq!(queue.stats().ready, 3);
+        // Past its expiration and the queue's least time between two sweeps (700 ms).
+        tokio::time::advance(Duration::from_millis(701)).await;
+        assert_eq!(broker.expire_messages(), 1);
+        let stats = queue.stats();
+        assert_eq!((stats.ready, stats.expired), (2, 1));
+        for expected in ["keep-1", "keep-2"] {
+            let (delivery, _) = queue.get(false).expect("a message");
+            assert_eq!(&delivery.message.body[..], expected.as_bytes());
+        }
+        assert!(
+            queue.get(false).is_none(),
+            "the expired one is never handed out"
+        );
+    }
 }
