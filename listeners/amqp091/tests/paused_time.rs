@@ -63,10 +63,7 @@ impl AsyncWrite for Pipe {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
@@ -311,11 +308,7 @@ async fn a_client_that_sends_heartbeats_stays_connected() {
     assert_eq!(started.elapsed(), Duration::from_secs(108));
     assert!(!driver.is_finished(), "still connected after 108 s");
     client.declare("alive").await;
-    assert!(broker
-        .vhost("/")
-        .expect("vhost")
-        .queue("alive")
-        .is_some());
+    assert!(broker.vhost("/").expect("vhost").queue("alive").is_some());
 }
 
 /// Ported from amqprs_consumer_timeout.rs, which waited through the real timeout: the channel
@@ -419,4 +412,3 @@ async fn an_unacknowledged_delivery_past_the_timeout_closes_the_channel_and_requ
     client.send(2, &Method::ChannelOpen).await;
     assert_eq!(client.method().await, (2, Method::ChannelOpenOk));
 }
-
