@@ -770,3 +770,22 @@ fn docs_configuration_md_documents_exactly_the_tables_keys_with_their_defaults()
         );
     }
 }
+
+#[test]
+fn docs_configuration_md_documents_every_key_of_the_sections() {
+    let documented = documented_keys();
+    let sections = crate::stomp::STOMP_KEYS
+        .iter()
+        .chain(crate::mqtt::MQTT_KEYS)
+        .chain(crate::cluster::CLUSTER_KEYS)
+        .chain(crate::web::WEB_KEYS)
+        .chain(crate::stream::STREAM_KEYS);
+    let missing: Vec<&str> = sections
+        .map(|(key, _)| *key)
+        .filter(|key| !documented.iter().any(|(documented, _)| documented == key))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/configuration.md does not document {missing:?}"
+    );
+}
