@@ -8,6 +8,8 @@
 //!
 //! 1. [`Settings::from_args`] starts from Warren's defaults, applies the `--config` file and
 //!    then each `--set KEY=VALUE`. An unknown key or a bad value is an error naming it.
+//!    [`SETTINGS`] is the table of top-level keys (default, `--help` line, parser) that
+//!    [`Settings::set`] and `--help` read and docs/configuration.md is checked against.
 //! 2. If `load_definitions` is set, [`Definitions::from_file`] parses the file and
 //!    [`Definitions::validate`] checks every cross-reference, pattern and hash, so a broken
 //!    file stops start-up instead of being half-applied.
