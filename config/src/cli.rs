@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use crate::cluster::CLUSTER_KEYS;
 use crate::error::ConfigError;
 use crate::mqtt::MQTT_KEYS;
-use crate::settings::{Settings, KEYS};
+use crate::settings::{Settings, SETTINGS};
 use crate::stomp::STOMP_KEYS;
 use crate::stream::STREAM_KEYS;
 use crate::web::WEB_KEYS;
@@ -23,16 +23,21 @@ pub fn usage() -> String {
          \n\
          Keys (default in parentheses):\n",
     );
-    let keys = || {
-        KEYS.iter()
-            .chain(STOMP_KEYS)
-            .chain(MQTT_KEYS)
-            .chain(CLUSTER_KEYS)
-            .chain(WEB_KEYS)
-            .chain(STREAM_KEYS)
-    };
-    let width = keys().map(|(key, _)| key.len()).max().unwrap_or(0);
-    for (key, description) in keys() {
+    let keys: Vec<(&str, String)> = SETTINGS
+        .iter()
+        .map(|setting| (setting.key, setting.description()))
+        .chain(
+            STOMP_KEYS
+                .iter()
+                .chain(MQTT_KEYS)
+                .chain(CLUSTER_KEYS)
+                .chain(WEB_KEYS)
+                .chain(STREAM_KEYS)
+                .map(|(key, description)| (*key, (*description).to_owned())),
+        )
+        .collect();
+    let width = keys.iter().map(|(key, _)| key.len()).max().unwrap_or(0);
+    for (key, description) in &keys {
         text.push_str(&format!("  {key:width$}  {description}\n"));
     }
     text

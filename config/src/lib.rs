@@ -8,6 +8,8 @@
 //!
 //! 1. [`Settings::from_args`] starts from Warren's defaults, applies the `--config` file and
 //!    then each `--set KEY=VALUE`. An unknown key or a bad value is an error naming it.
+//!    [`SETTINGS`] is the table of top-level keys (default, `--help` line, parser) that
+//!    [`Settings::set`] and `--help` read and docs/configuration.md is checked against.
 //! 2. If `load_definitions` is set, [`Definitions::from_file`] parses the file and
 //!    [`Definitions::validate`] checks every cross-reference, pattern and hash, so a broken
 //!    file stops start-up instead of being half-applied.
@@ -41,7 +43,8 @@ pub use listen_addr::ListenAddr;
 pub use mqtt::{MqttSettings, MQTT_KEYS, MQTT_MAX_PACKET_SIZE_LIMIT};
 pub use settings::{
     CertLoginFrom, DiskFreeLimit, HttpLimits, LogLevel, MemoryHighWatermark, PeerVerification,
-    Settings, SslOptions, AUTH_MECHANISMS, FRAME_MIN_SIZE, KEYS, MAX_MESSAGE_SIZE_LIMIT,
+    Setting, Settings, SslOptions, AUTH_MECHANISMS, FRAME_MIN_SIZE, MAX_MESSAGE_SIZE_LIMIT,
+    SETTINGS,
 };
 pub use stomp::{StompSettings, STOMP_KEYS, STOMP_PORT};
 pub use stream::{StreamProtocolSettings, STREAM_KEYS, STREAM_PORT};

@@ -85,10 +85,6 @@ impl WebSettings {
 /// The `web_mqtt.*` and `web_stomp.*` keys with what they set, for `--help`.
 pub const WEB_KEYS: &[(&str, &str)] = &[
     (
-        "plugins.web_mqtt",
-        "true|false: serve MQTT over WebSocket on web_mqtt.tcp.port (false)",
-    ),
-    (
         "web_mqtt.tcp.port",
         "Web-MQTT port; setting it enables Web-MQTT (15675)",
     ),
@@ -99,10 +95,6 @@ pub const WEB_KEYS: &[(&str, &str)] = &[
     ),
     ("web_mqtt.ws_path", "Web-MQTT request path (/ws)"),
     (
-        "plugins.web_stomp",
-        "true|false: serve STOMP over WebSocket on web_stomp.tcp.port (false)",
-    ),
-    (
         "web_stomp.tcp.port",
         "Web-STOMP port; setting it enables Web-STOMP (15674)",
     ),
@@ -112,10 +104,6 @@ pub const WEB_KEYS: &[(&str, &str)] = &[
         "Web-STOMP over TLS port (none); uses ssl_options.*",
     ),
     ("web_stomp.ws_path", "Web-STOMP request path (/ws)"),
-    (
-        "plugins.web_amqp",
-        "true|false: serve AMQP 1.0 over WebSocket on web_amqp.tcp.port (false)",
-    ),
     (
         "web_amqp.tcp.port",
         "AMQP 1.0 over WebSocket port; setting it enables it (15678)",

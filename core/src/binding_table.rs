@@ -19,7 +19,7 @@ use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 
 use hashbrown::HashTable;
 
-use crate::exchange::{Binding, DestinationName, Target};
+use crate::binding::{Binding, DestinationName, Target};
 use crate::value::{Table, Value};
 
 /// No arguments, for bindings stored without any.

@@ -8,10 +8,11 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::access::{Permissions, User};
 use crate::connections::{CloseWaker, ConnectionHandle, ConnectionInfo, ConnectionRegistry};
+use crate::durability::Durability;
 use crate::error::{CoreError, CoreResult};
 use crate::exchange::ExchangeType;
 use crate::password::PasswordHash;
-use crate::store::{Durability, MessageStore};
+use crate::store::MessageStore;
 use crate::vhost::{ExchangeTypes, VHost};
 
 /// Broker-wide limits every listener enforces.

@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+pub use crate::binding::{Binding, DestinationName, Target};
 use crate::binding_table::BindingTable;
 use crate::message::Message;
-use crate::queue::Queue;
 use crate::routing::headers::headers_match;
 use crate::routing::target_set::TargetSet;
 use crate::routing::topic::TopicTrie;
@@ -113,77 +113,6 @@ impl ExchangeConfig {
         self.arguments
             .get("alternate-exchange")
             .and_then(|v| v.as_str())
-    }
-}
-
-/// Where a binding leads.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum DestinationName {
-    /// A queue, by name.
-    Queue(String),
-    /// An exchange, by name.
-    Exchange(String),
-}
-
-impl DestinationName {
-    /// The destination's name.
-    pub fn name(&self) -> &str {
-        match self {
-            DestinationName::Queue(n) | DestinationName::Exchange(n) => n,
-        }
-    }
-}
-
-/// One binding, as listed and compared.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Binding {
-    /// The source exchange.
-    pub source: String,
-    /// The destination.
-    pub destination: DestinationName,
-    /// The binding (routing) key.
-    pub routing_key: String,
-    /// Binding arguments (used by the headers exchange).
-    pub arguments: Table,
-}
-
-/// A resolved binding destination, as kept in routing indexes. Queues are held by `Arc` so
-/// routing needs no name lookup; exchanges by name, so cycles hold no reference loops.
-#[derive(Clone, Debug)]
-pub enum Target {
-    /// A queue.
-    Queue(Arc<Queue>),
-    /// An exchange.
-    Exchange(Arc<str>),
-}
-
-impl PartialEq for Target {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Target::Queue(a), Target::Queue(b)) => Arc::ptr_eq(a, b),
-            (Target::Exchange(a), Target::Exchange(b)) => a == b,
-            _ => false,
-        }
-    }
-}
-
-impl Eq for Target {}
-
-impl Ord for Target {
-    /// Queues before exchanges; queues by identity, exchanges by name. Consistent with `Eq`.
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        match (self, other) {
-            (Target::Queue(a), Target::Queue(b)) => Arc::as_ptr(a).cmp(&Arc::as_ptr(b)),
-            (Target::Exchange(a), Target::Exchange(b)) => a.cmp(b),
-            (Target::Queue(_), Target::Exchange(_)) => std::cmp::Ordering::Less,
-            (Target::Exchange(_), Target::Queue(_)) => std::cmp::Ordering::Greater,
-        }
-    }
-}
-
-impl PartialOrd for Target {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
     }
 }
 
@@ -435,7 +364,7 @@ impl std::fmt::Debug for Exchange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::QueueConfig;
+    use crate::queue::{Queue, QueueConfig};
     use crate::value::Value;
 
     fn exchange(name: &str, kind: ExchangeKind) -> Arc<Exchange> {

@@ -11,6 +11,7 @@
 
 pub mod accept;
 pub mod access;
+pub mod binding;
 mod binding_table;
 pub mod broker;
 pub mod certificate;
@@ -19,6 +20,7 @@ pub mod connections;
 pub mod consumer;
 pub mod counters;
 pub mod dead_letter;
+pub mod durability;
 pub mod error;
 pub mod exchange;
 pub mod flow;

@@ -5,7 +5,7 @@
 //! is over, so every node applies the log in the same order. Other nodes apply the committed
 //! change with [`apply`].
 //!
-//! A single node installs no replicator: [`crate::store::Durability::replicate`] is then one
+//! A single node installs no replicator: [`crate::durability::Durability::replicate`] is then one
 //! `OnceLock` load and the change is applied as it always was.
 //!
 //! Nested changes (deleting a vhost deletes its queues) run inside the outer change's permit

@@ -7,7 +7,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Instant;
 
 use parking_lot::{Mutex, MutexGuard};
 
@@ -36,11 +35,9 @@ const SWEEP_INTERVAL_MS: u64 = 700;
 /// Ready entries an expiry pass looks at per lock hold (about a millisecond's work).
 const SWEEP_STEP: usize = 16_384;
 
-/// Milliseconds on a monotonic clock, for message expiry.
-pub fn now_ms() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
+/// Milliseconds on the process's monotonic clock (tokio's), for message expiry and
+/// delivery timestamps; defined in [`crate::clock`], re-exported here for the listeners.
+pub use crate::clock::now_ms;
 
 /// What happened to a message offered to a queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

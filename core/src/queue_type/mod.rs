@@ -14,10 +14,10 @@
 use std::sync::{Arc, Weak};
 
 use crate::consumer::{ConsumerSpec, Delivery, DeliverySink};
+use crate::durability::Durability;
 use crate::error::{CoreError, CoreResult};
 use crate::message::Message;
 use crate::queue::{ConsumerRemoval, EnqueueOutcome, QueueStats, Settlement};
-use crate::store::Durability;
 use crate::value::Table;
 use crate::vhost::VHost;
 

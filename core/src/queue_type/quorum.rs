@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use super::{Capabilities, Declaration, QueueInstance, QueueType};
+use crate::durability::Durability;
 use crate::error::{CoreError, CoreResult};
 use crate::quorum::{QuorumConfig, MAX_PREFETCH};
-use crate::store::Durability;
 use crate::value::Table;
 
 /// The quorum queue type.

@@ -121,8 +121,8 @@ mod tests {
     #[test]
     fn a_set_is_no_larger_than_a_vec() {
         assert_eq!(
-            std::mem::size_of::<TargetSet<crate::exchange::Target>>(),
-            std::mem::size_of::<Vec<crate::exchange::Target>>()
+            std::mem::size_of::<TargetSet<crate::binding::Target>>(),
+            std::mem::size_of::<Vec<crate::binding::Target>>()
         );
     }
 

@@ -1,6 +1,8 @@
 use super::*;
 use crate::message::Properties;
 use bytes::Bytes;
+use std::fs::OpenOptions;
+use std::io::Write;
 use std::sync::atomic::AtomicUsize;
 
 /// A fresh directory for one test, removed when dropped.

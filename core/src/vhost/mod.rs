@@ -15,6 +15,7 @@ use rand::RngCore;
 
 use crate::access::{access_refused, Access, Permissions, ResourceKind};
 use crate::consumer::{ConsumerSpec, DeliverySink};
+use crate::durability::Durability;
 use crate::error::{resource, CoreError, CoreResult, ErrorKind};
 use crate::exchange::{Binding, DestinationName, Exchange, ExchangeConfig, ExchangeKind, Target};
 use crate::policy::{select, Policy};
@@ -22,7 +23,6 @@ use crate::queue::{ConsumerRemoval, Queue, QueueConfig};
 use crate::queue_type::QueueInstance;
 use crate::replication::TopologyChange;
 use crate::routing::headers::validate_x_match;
-use crate::store::Durability;
 use crate::value::{Table, Value};
 
 mod bindings;

@@ -557,7 +557,7 @@ fn quorum_queues_need_a_backend_and_are_refused_as_rabbitmq_refuses_them() {
     assert_eq!(err.kind, ErrorKind::PreconditionFailed);
     assert!(err.message.contains("'quorum'"), "{}", err.message);
 
-    let durability = Arc::new(crate::store::Durability::default());
+    let durability = Arc::new(crate::durability::Durability::default());
     let backend = Arc::new(FakeBackend::default());
     assert!(durability.set_queue_backend(Arc::new(FakeBackendHandle(Arc::clone(&backend)))));
     let vhost = VHost::in_broker("/", ExchangeTypes::default(), durability);

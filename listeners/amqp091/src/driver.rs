@@ -185,6 +185,36 @@ pub async fn run_connection(
     run_stream(reader, writer, connection, broker, config, shutdown, alarms).await;
 }
 
+/// Runs one AMQP 0-9-1 connection over a byte stream that is not a socket (a
+/// [`Tunnel`](warren_core::websocket::Tunnel)), from its protocol header to its end, as
+/// [`run_connection`] does for TCP. Tests drive the whole driver this way over an in-memory
+/// pipe, in tokio's paused time: heartbeats, the handshake and consumer timeouts then run in
+/// virtual time, without sleeping and without a socket whose readiness the runtime must poll.
+pub async fn run_tunnel(
+    mut stream: Box<dyn warren_core::websocket::Tunnel>,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    config: Arc<ListenerConfig>,
+    shutdown: watch::Receiver<bool>,
+    alarms: watch::Receiver<Option<String>>,
+) {
+    let mut header = [0u8; 8];
+    match timeout(config.handshake_timeout, stream.read_exact(&mut header)).await {
+        Ok(Ok(_)) => {}
+        _ => return,
+    }
+    let stream = ClientStream::Tunnel(stream);
+    let local = stream.local_addr();
+    let (reader, writer) = stream.split();
+    let connection = Connection {
+        header,
+        peer,
+        local,
+        certificate: None,
+    };
+    run_stream(reader, writer, connection, broker, config, shutdown, alarms).await;
+}
+
 /// What the driver knows of a connection once its protocol header was read.
 struct Connection {
     header: [u8; 8],

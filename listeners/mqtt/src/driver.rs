@@ -201,6 +201,25 @@ pub async fn serve(
     tokio::join!(accept_loop, tell_connections);
 }
 
+/// Serves one MQTT connection over any byte stream, as [`serve`] does for each accepted
+/// socket, with no listener around it (no `mqtt.max_connections` count, no shutdown or
+/// alarm signals). Tests drive it over an in-memory pipe
+/// ([`ClientStream::Tunnel`]) in tokio's paused time, where the keep-alive and the
+/// CONNECT timeout run in virtual time.
+pub async fn run_stream(
+    stream: ClientStream,
+    peer: SocketAddr,
+    context: Arc<MqttContext>,
+    config: Arc<ListenerConfig>,
+) {
+    let connections = Arc::new(Connections::default());
+    let outbox = Outbox::new(context.config.prefetch);
+    let registered = connections.register(&outbox);
+    Connection::new(stream, peer, context, config, outbox, registered)
+        .run()
+        .await;
+}
+
 /// One connection: everything its task holds for as long as the connection lives. Its
 /// size is most of what an idle connection costs, so what only some connections need
 /// (publishing, TLS, a takeover, a socket that is not writable) is boxed and allocated when

@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use super::{Capabilities, Declaration, QueueInstance, QueueType};
+use crate::durability::Durability;
 use crate::error::{CoreError, CoreResult, ErrorKind};
-use crate::store::Durability;
 use crate::stream_log::vhost_streams::table_to_arguments;
 use crate::stream_log::{StreamCreated, StreamSettings};
 use crate::value::Table;

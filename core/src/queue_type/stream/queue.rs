@@ -11,11 +11,11 @@ use super::consumer::{self, Cursor, StreamConsumer};
 use super::offset::{consumer_filter, offset_spec};
 use super::STREAM;
 use crate::consumer::{ConsumerSpec, Delivery, DeliverySink};
+use crate::durability::Durability;
 use crate::error::{resource, CoreError, CoreResult, ErrorKind};
 use crate::message::Message;
 use crate::queue::{ConsumerRemoval, EnqueueOutcome, QueueStats, Settlement};
 use crate::queue_type::{Published, QueueInstance, QueueType};
-use crate::store::Durability;
 use crate::stream_log::{
     parse_max_age, MessageFormat, OffsetSpec, PolicyLimits, Publish, Record, StreamLog,
     StreamSettings,

@@ -2,9 +2,13 @@
 //!
 //! Sans-IO: frames go in through [`Session::handle_frame`], replies and deliveries come out
 //! as encoded frames in the connection's [`Outbox`]. The driver owns the socket and the clock.
-//! Channel-level methods live in `channel.rs`, one handler per method family.
+//! Channel-level methods live in `channel.rs`, one handler per method family; the
+//! connection handshake in `handshake.rs`; end-of-batch work (confirms, commits) and the
+//! release of channels and connections in `batch.rs`.
 
+mod batch;
 mod channel;
+mod handshake;
 #[cfg(test)]
 mod session_tests;
 
@@ -15,16 +19,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use warren_core::access::User;
 use warren_core::certificate::{login_name, LoginFrom};
-use warren_core::connections::{ConnectionHandle, ConnectionInfo};
+use warren_core::connections::ConnectionHandle;
 use warren_core::idmap::IdMap;
 use warren_core::queue::Settlement;
-use warren_core::value::{Table, Value};
+use warren_core::value::Table;
 use warren_core::vhost::VHost;
 use warren_core::Broker;
 
 use crate::codec::{
-    decode_table, Frame, FrameError, Method, MethodDecodeError, FRAME_BODY, FRAME_HEADER,
-    FRAME_HEARTBEAT, FRAME_METHOD,
+    Frame, FrameError, Method, MethodDecodeError, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT,
+    FRAME_METHOD,
 };
 use crate::outbox::{Outbox, Unacked};
 use crate::reply::{self, AmqpError};
@@ -203,52 +207,6 @@ impl Session {
         };
         session.outbox.send_method(0, &session.connection_start());
         session
-    }
-
-    fn connection_start(&self) -> Method {
-        let mut capabilities = Table::new();
-        for capability in [
-            "publisher_confirms",
-            "exchange_exchange_bindings",
-            "basic.nack",
-            "consumer_cancel_notify",
-            "connection.blocked",
-            "consumer_priorities",
-            "authentication_failure_close",
-            "per_consumer_qos",
-            "direct_reply_to",
-        ] {
-            capabilities.insert(capability, Value::Bool(true));
-        }
-        let mut properties = Table::new();
-        properties.insert("capabilities", Value::Table(capabilities));
-        properties.insert("cluster_name", Value::string("warren"));
-        properties.insert(
-            "copyright",
-            Value::string("Copyright (c) the Warren authors"),
-        );
-        properties.insert(
-            "information",
-            Value::string("Licensed under the Apache License 2.0"),
-        );
-        properties.insert("platform", Value::string("Rust"));
-        properties.insert("product", Value::string(self.config.product.clone()));
-        properties.insert("version", Value::string(env!("CARGO_PKG_VERSION")));
-        // As rabbit_reader: configured properties win over the built-in ones, except
-        // capabilities, and the table goes out sorted by key.
-        for (key, value) in &self.config.server_properties {
-            if key != "capabilities" {
-                properties.insert(key.clone(), Value::string(value.clone()));
-            }
-        }
-        properties.0.sort_by(|(a, _), (b, _)| a.cmp(b));
-        Method::ConnectionStart {
-            version_major: 0,
-            version_minor: 9,
-            server_properties: properties,
-            mechanisms: self.mechanisms.join(" ").into_bytes(),
-            locales: b"en_US".to_vec(),
-        }
     }
 
     /// Records the client's and the broker's addresses (shown to operators).
@@ -541,149 +499,6 @@ impl Session {
         }
     }
 
-    fn start_ok(
-        &mut self,
-        client_properties: Table,
-        mechanism: &str,
-        response: &[u8],
-    ) -> Result<Control, AmqpError> {
-        let capability = |name: &str| {
-            client_properties
-                .get("capabilities")
-                .and_then(|c| match c {
-                    Value::Table(t) => t.get(name).and_then(Value::as_bool),
-                    _ => None,
-                })
-                .unwrap_or(false)
-        };
-        self.outbox
-            .set_consumer_cancel_notify(capability("consumer_cancel_notify"));
-        self.blocked_capability = capability("connection.blocked");
-        self.client_properties = client_properties;
-        if !self.mechanisms.iter().any(|offered| offered == mechanism) {
-            return Err(AmqpError::new(
-                reply::COMMAND_INVALID,
-                format!("unknown authentication mechanism '{mechanism}'"),
-            ));
-        }
-        let refused = |mechanism: &str| {
-            // authentication_failure_close: RabbitMQ answers with 403 and closes.
-            AmqpError::new(
-                reply::ACCESS_REFUSED,
-                format!(
-                    "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
-                ),
-            )
-        };
-        let (username, login) = if mechanism == "EXTERNAL" {
-            // The response is not looked at: the certificate is the credential.
-            let Some(username) = self.certificate_user.clone().flatten() else {
-                tracing::warn!(
-                    "AMQP 0-9-1 EXTERNAL login refused: no name found in the client certificate"
-                );
-                return Err(refused(mechanism));
-            };
-            let login = self
-                .broker
-                .authenticate_trusted(&username, self.from_loopback);
-            (username, login)
-        } else {
-            let (username, password) = match mechanism {
-                "PLAIN" => parse_plain(response),
-                _ => parse_amqplain(response),
-            }
-            .ok_or_else(|| {
-                AmqpError::new(
-                    reply::ACCESS_REFUSED,
-                    format!("{mechanism} login refused: malformed response"),
-                )
-            })?;
-            let login = self
-                .broker
-                .authenticate(&username, &password, self.from_loopback);
-            (username, login)
-        };
-        match login {
-            Ok(user) => self.user = Some(user),
-            Err(failure) => {
-                tracing::warn!(user = %username, reason = %failure, mechanism, "AMQP 0-9-1 login refused");
-                return Err(refused(mechanism));
-            }
-        }
-        self.phase = Phase::AwaitTuneOk;
-        self.outbox.send_method(
-            0,
-            &Method::ConnectionTune {
-                channel_max: self.config.channel_max,
-                frame_max: self.config.frame_max,
-                heartbeat: self.config.heartbeat,
-            },
-        );
-        Ok(Control::Continue)
-    }
-
-    fn tune_ok(
-        &mut self,
-        channel_max: u16,
-        frame_max: u32,
-        heartbeat: u16,
-    ) -> Result<Control, AmqpError> {
-        if frame_max != 0 && frame_max < FRAME_MIN_SIZE {
-            return Err(AmqpError::new(
-                reply::NOT_ALLOWED,
-                format!("frame_max={frame_max} < {FRAME_MIN_SIZE} min size"),
-            ));
-        }
-        // The lower of the two proposals wins; 0 means "no limit" on either side.
-        let lower = |client: u32, server: u32| match (client, server) {
-            (0, s) => s,
-            (c, 0) => c,
-            (c, s) => c.min(s),
-        };
-        self.frame_max = lower(frame_max, self.config.frame_max);
-        self.channel_max = lower(u32::from(channel_max), u32::from(self.config.channel_max)) as u16;
-        self.heartbeat = heartbeat;
-        self.outbox.set_frame_max(self.frame_max);
-        self.phase = Phase::AwaitOpen;
-        Ok(Control::Continue)
-    }
-
-    fn open(&mut self, virtual_host: &str) -> Result<Control, AmqpError> {
-        let user = self
-            .user
-            .as_ref()
-            .map(|u| u.name.clone())
-            .unwrap_or_default();
-        let vhost = self.broker.open_vhost(&user, virtual_host)?;
-        self.vhost = Some(vhost);
-        let outbox = Arc::clone(&self.outbox);
-        self.registration = Some(
-            self.broker.register_connection(
-                ConnectionInfo {
-                    id: self.connection_id,
-                    protocol: "AMQP 0-9-1".to_string(),
-                    user,
-                    vhost: virtual_host.to_string(),
-                    peer: self.addresses.0,
-                    local: self.addresses.1,
-                    connection_name: ConnectionInfo::connection_name_from(&self.client_properties),
-                    client_properties: self.client_properties.clone(),
-                    tls: false,
-                    frame_max: self.frame_max,
-                    channel_max: self.channel_max,
-                    heartbeat: self.heartbeat,
-                    connected_at: std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as u64),
-                },
-                Box::new(move || outbox.reader_wake.notify_one()),
-            ),
-        );
-        self.phase = Phase::Open;
-        self.outbox.send_method(0, &Method::ConnectionOpenOk);
-        Ok(Control::Continue)
-    }
-
     fn handle_channel_method(
         &mut self,
         channel_id: u16,
@@ -844,142 +659,6 @@ impl Session {
         self.phase = Phase::Closing;
         Control::Continue
     }
-
-    /// Work done once per batch of frames read together: coalesced publisher confirms,
-    /// consumers the server cancelled, deliveries orphaned by a closed channel.
-    pub fn end_of_batch(&mut self) {
-        self.flush_confirms();
-        self.flush_commits();
-        if let Some(registration) = &self.registration {
-            registration.set_channels(self.channels.len() as u32);
-        }
-        for (channel_id, tag) in self.outbox.take_server_cancelled() {
-            if let Some(channel) = self.channels.get_mut(&channel_id) {
-                channel.forget_consumer(&tag);
-            }
-        }
-        let orphaned = self.outbox.take_orphaned();
-        settle_grouped(orphaned, Settlement::Release);
-    }
-
-    fn flush_confirms(&mut self) {
-        if self.pending_confirms.is_empty() {
-            return;
-        }
-        let store = self.broker.message_store().cloned();
-        let durable = store.as_ref().map_or(0, |s| s.durable_seq());
-        let failed = |seq: u64| store.as_ref().is_some_and(|s| s.take_failed(seq));
-        let mut methods = Vec::new();
-        let mut waiting = Vec::new();
-        for channel_id in std::mem::take(&mut self.pending_confirms) {
-            if let Some(channel) = self.channels.get_mut(&channel_id) {
-                let before = channel.confirmed_seq();
-                if channel.take_confirms(durable, &failed, &mut methods) {
-                    waiting.push(channel_id);
-                }
-                let confirmed = channel.confirmed_seq() - before;
-                if confirmed > 0 {
-                    if let Some(vhost) = &self.vhost {
-                        vhost.counters().record_confirmed(confirmed);
-                    }
-                }
-                for method in methods.drain(..) {
-                    self.outbox.send_method(channel_id, &method);
-                }
-            }
-        }
-        self.pending_confirms = waiting;
-    }
-
-    /// Sends the tx.commit-oks whose persistent messages the store now has on disk, in
-    /// commit order per channel.
-    fn flush_commits(&mut self) {
-        if self.pending_commits.is_empty() {
-            return;
-        }
-        let durable = self
-            .broker
-            .message_store()
-            .map_or(u64::MAX, |s| s.durable_seq());
-        let mut waiting = Vec::new();
-        for channel_id in std::mem::take(&mut self.pending_commits) {
-            let Some(channel) = self.channels.get_mut(&channel_id) else {
-                continue;
-            };
-            let mut ready = 0;
-            while channel
-                .commit_waits
-                .front()
-                .is_some_and(|&seq| seq <= durable)
-            {
-                channel.commit_waits.pop_front();
-                ready += 1;
-            }
-            if !channel.commit_waits.is_empty() {
-                waiting.push(channel_id);
-            }
-            for _ in 0..ready {
-                self.outbox.send_method(channel_id, &Method::TxCommitOk);
-            }
-        }
-        self.pending_commits = waiting;
-    }
-
-    /// Whether publisher confirms or tx.commit-oks wait for the message store; the driver
-    /// then calls [`Session::end_of_batch`] again when the store's durable sequence number
-    /// moves.
-    pub fn awaits_durability(&self) -> bool {
-        !self.pending_confirms.is_empty() || !self.pending_commits.is_empty()
-    }
-
-    /// Releases a channel's consumers and requeues its unacked deliveries.
-    fn release_channel(&mut self, channel_id: u16) {
-        let Some(channel) = self.channels.get_mut(&channel_id) else {
-            return;
-        };
-        let consumers = channel.take_consumers();
-        if let Some(vhost) = &self.vhost {
-            for consumer in consumers {
-                vhost.cancel_instance(&consumer.queue, consumer.consumer_id);
-            }
-        }
-        let unacked = self.outbox.close_channel(channel_id);
-        settle_grouped(unacked, Settlement::Requeue);
-    }
-
-    fn release_all(&mut self) {
-        // Detach every consumer before requeueing anything: otherwise a message requeued by
-        // one channel is delivered to a consumer on another channel of this connection that
-        // is about to go, and goes out after the client sent connection.close.
-        if let Some(vhost) = &self.vhost {
-            for channel in self.channels.values_mut() {
-                for consumer in channel.take_consumers() {
-                    vhost.cancel_instance(&consumer.queue, consumer.consumer_id);
-                }
-            }
-        }
-        let ids: Vec<u16> = self.channels.keys().copied().collect();
-        for id in ids {
-            self.release_channel(id);
-        }
-        self.channels.clear();
-        if let Some(vhost) = &self.vhost {
-            vhost.remove_exclusive_queues(self.connection_id, &self.exclusive_queues);
-        }
-        self.exclusive_queues.clear();
-    }
-
-    /// The socket is gone: release every channel, consumer and exclusive queue.
-    pub fn terminate(&mut self) {
-        if self.phase != Phase::Closed {
-            self.release_all();
-            self.phase = Phase::Closed;
-        }
-        self.registration = None;
-        self.outbox.close();
-        let orphaned = self.outbox.take_orphaned();
-        settle_grouped(orphaned, Settlement::Release);
-    }
 }
 
 /// The address shown before the driver tells the session its socket's addresses.
@@ -999,41 +678,5 @@ fn settle_grouped(deliveries: Vec<Unacked>, settlement: Settlement) {
         }
         queue.settle(&ids, settlement);
         index = end;
-    }
-}
-
-/// SASL PLAIN, parsed by the core's one strict parser (shared with AMQP 1.0).
-fn parse_plain(response: &[u8]) -> Option<(String, String)> {
-    warren_core::sasl::parse_plain(response).map(|plain| (plain.user, plain.password))
-}
-
-/// AMQPLAIN: a field table without its length prefix, with LOGIN and PASSWORD.
-fn parse_amqplain(response: &[u8]) -> Option<(String, String)> {
-    let length = u32::try_from(response.len()).ok()?;
-    let mut framed = Vec::with_capacity(response.len() + 4);
-    framed.extend_from_slice(&length.to_be_bytes());
-    framed.extend_from_slice(response);
-    let table = decode_table(&framed).ok()?;
-    let login = table.get("LOGIN")?.as_str()?.to_string();
-    let password = table.get("PASSWORD")?.as_str()?.to_string();
-    Some((login, password))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_response_parses_with_and_without_authzid() {
-        assert_eq!(
-            parse_plain(b"\0guest\0secret"),
-            Some(("guest".into(), "secret".into()))
-        );
-        assert_eq!(
-            parse_plain(b"admin\0guest\0secret"),
-            Some(("guest".into(), "secret".into()))
-        );
-        assert_eq!(parse_plain(b"guest"), None);
-        assert_eq!(parse_plain(b"\0a\0b\0c"), None);
     }
 }

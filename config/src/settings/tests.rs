@@ -1,4 +1,7 @@
+use std::path::Path;
+
 use super::*;
+use crate::error::ConfigError;
 
 fn error_text(result: Result<Settings, ConfigError>) -> String {
     match result {
@@ -660,4 +663,129 @@ fn server_properties_are_set_by_name_and_capabilities_are_refused() {
         .set("server_properties.capabilities", "none")
         .unwrap_err();
     assert!(error.to_string().contains("capabilities"), "{error}");
+}
+
+#[test]
+fn the_table_has_each_key_once_and_every_key_is_found_through_it() {
+    let mut seen = std::collections::HashSet::new();
+    for setting in SETTINGS {
+        assert!(seen.insert(setting.key), "{} is listed twice", setting.key);
+        let found = if setting.is_family() {
+            let member = format!("{}example", setting.key.split('<').next().unwrap_or(""));
+            table::Setting::family(&member).map(|(found, _)| found.key)
+        } else {
+            table::Setting::exact(setting.key).map(|found| found.key)
+        };
+        assert_eq!(found, Some(setting.key));
+    }
+}
+
+#[test]
+fn setting_a_default_from_the_table_changes_nothing() {
+    for setting in SETTINGS
+        .iter()
+        .filter(|setting| !setting.default.is_empty())
+    {
+        let mut settings = Settings::default();
+        settings
+            .set(setting.key, setting.default)
+            .unwrap_or_else(|error| panic!("{}: {error}", setting.key));
+        assert_eq!(
+            settings,
+            Settings::default(),
+            "{} = {} is not the default",
+            setting.key,
+            setting.default
+        );
+    }
+}
+
+#[test]
+fn help_lists_every_key_of_the_table_with_its_default() {
+    let usage = crate::cli::usage();
+    for setting in SETTINGS {
+        let line = usage
+            .lines()
+            .find(|line| line.trim_start().starts_with(&format!("{} ", setting.key)))
+            .unwrap_or_else(|| panic!("--help does not list {}", setting.key));
+        assert!(line.contains(setting.help), "{line}");
+        if !setting.default.is_empty() {
+            assert!(line.ends_with(&format!("({})", setting.default)), "{line}");
+        }
+    }
+}
+
+/// The `(key, default cell)` rows of every table in docs/configuration.md; a row naming
+/// several keys (`` `a` / `b` ``) gives one row per key, with the matching part of the default
+/// cell when it has one per key.
+fn documented_keys() -> Vec<(String, String)> {
+    let text = include_str!("../../../docs/configuration.md");
+    let mut rows = Vec::new();
+    for line in text.lines().filter(|line| line.starts_with("| `")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 5, "a row of three cells: {line}");
+        let keys: Vec<&str> = cells[1]
+            .split(" / ")
+            .map(|key| key.trim().trim_matches('`'))
+            .collect();
+        let default = cells[2];
+        let defaults: Vec<&str> = default.split(" / ").collect();
+        for (index, key) in keys.iter().enumerate() {
+            let default = if defaults.len() == keys.len() {
+                defaults[index]
+            } else {
+                default
+            };
+            rows.push(((*key).to_owned(), default.to_owned()));
+        }
+    }
+    rows
+}
+
+#[test]
+fn docs_configuration_md_documents_exactly_the_tables_keys_with_their_defaults() {
+    let documented = documented_keys();
+    let of_the_table: Vec<&(String, String)> = documented
+        .iter()
+        .filter(|(key, _)| !parse::in_section(key))
+        .collect();
+    for setting in SETTINGS {
+        let (_, default) = of_the_table
+            .iter()
+            .find(|(key, _)| key == setting.key)
+            .unwrap_or_else(|| panic!("docs/configuration.md does not document {}", setting.key));
+        if !setting.default.is_empty() {
+            assert!(
+                default.contains(&format!("`{}`", setting.default)),
+                "docs/configuration.md gives {} the default {default}, the table {}",
+                setting.key,
+                setting.default
+            );
+        }
+    }
+    for (key, _) in of_the_table {
+        assert!(
+            SETTINGS.iter().any(|setting| setting.key == key),
+            "docs/configuration.md documents {key}, which is not in the table"
+        );
+    }
+}
+
+#[test]
+fn docs_configuration_md_documents_every_key_of_the_sections() {
+    let documented = documented_keys();
+    let sections = crate::stomp::STOMP_KEYS
+        .iter()
+        .chain(crate::mqtt::MQTT_KEYS)
+        .chain(crate::cluster::CLUSTER_KEYS)
+        .chain(crate::web::WEB_KEYS)
+        .chain(crate::stream::STREAM_KEYS);
+    let missing: Vec<&str> = sections
+        .map(|(key, _)| *key)
+        .filter(|key| !documented.iter().any(|(documented, _)| documented == key))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/configuration.md does not document {missing:?}"
+    );
 }
