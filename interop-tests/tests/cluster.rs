@@ -874,7 +874,7 @@ async fn concurrent_declarations_through_a_follower_share_log_entries_and_reach_
                 let name = format!("batched-{client}-{i}");
                 let declared = channel
                     .queue_declare(
-                        &name,
+                        name.as_str().into(),
                         QueueDeclareOptions {
                             durable: true,
                             ..QueueDeclareOptions::default()
@@ -885,7 +885,7 @@ async fn concurrent_declarations_through_a_follower_share_log_entries_and_reach_
                     .unwrap_or_else(|e| panic!("declare {name}: {e}"));
                 assert_eq!(declared.name().as_str(), name);
             }
-            let _ = connection.close(200, "done").await;
+            let _ = connection.close(200, "done".into()).await;
         }));
     }
     for client in clients {

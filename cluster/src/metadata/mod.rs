@@ -8,7 +8,9 @@
 //! - **Changes**: the core calls [`MetadataStore`] (a
 //!   [`TopologyReplicator`]) before it applies a change. The change is proposed to the leader
 //!   (forwarded over the control link from a follower), committed by a majority, and handed
-//!   back to the proposing call in log order (see `state_machine.rs`). Without a majority the
+//!   back to the proposing call in log order (see `state_machine.rs`). Each node has one
+//!   proposal in flight at a time; the changes that arrive meanwhile are proposed together
+//!   as one entry once it is answered (group commit, `group_commit.rs`). Without a majority the
 //!   call is refused within `cluster.change_timeout` (at most 10 s) with
 //!   [`warren_core::replication::no_majority`].
 //! - **Heartbeats**: this one group keeps openraft's own heartbeats and elections (raised to
