@@ -671,10 +671,13 @@ impl MetadataStore {
     /// Commits `batch` as one entry through the leader (one change alone is a plain
     /// [`Operation::Topology`] entry, as before batches existed).
     async fn propose_batch(&self, batch: &[Queued]) -> Result<(), String> {
+        // The earliest caller's deadline: past it that caller is refused, so the batch must
+        // stop trying then too, or a change answered "no majority" could still commit. Later
+        // callers in the batch are refused a little early, which is safe.
         let deadline = batch
             .iter()
             .map(|q| q.deadline)
-            .max()
+            .min()
             .unwrap_or_else(|| Instant::now() + self.config.change_timeout);
         let command = match batch {
             [only] => MetadataCommand {
