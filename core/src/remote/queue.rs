@@ -399,6 +399,10 @@ impl QueueInstance for RemoteQueue {
         Some(&self.home)
     }
 
+    fn remember_info(&self, stats: QueueStats) {
+        *self.stats.lock() = Some((Instant::now(), stats));
+    }
+
     fn delete(&self) -> u64 {
         let ids: Vec<u64> = std::mem::take(&mut *self.consumers.lock());
         if let Some(forwarding) = self.forwarding() {
