@@ -8,6 +8,7 @@
 //! then install the definitions writer, so a half-restored broker is never written over the
 //! saved file.
 
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -150,7 +151,9 @@ pub fn snapshot(broker: &Broker) -> Json {
                 }));
             }
         }
-        let mut durable_exchanges: Vec<String> = Vec::new();
+        // Sets: every binding looks its destination up (10,000 queues and 1,000 bindings
+        // made a linear search here cost 10 million comparisons per write).
+        let mut durable_exchanges: HashSet<String> = HashSet::new();
         let mut all_exchanges = vhost.exchanges();
         all_exchanges.sort_by(|a, b| a.name().cmp(b.name()));
         for exchange in &all_exchanges {
@@ -158,7 +161,7 @@ pub fn snapshot(broker: &Broker) -> Json {
             if !config.durable {
                 continue;
             }
-            durable_exchanges.push(config.name.clone());
+            durable_exchanges.insert(config.name.clone());
             if config.name.is_empty() || config.name.starts_with("amq.") {
                 continue;
             }
@@ -172,7 +175,7 @@ pub fn snapshot(broker: &Broker) -> Json {
                 "arguments": table_to_json(&config.arguments),
             }));
         }
-        let mut durable_queues: Vec<String> = Vec::new();
+        let mut durable_queues: HashSet<String> = HashSet::new();
         let mut all_queues = vhost.queues();
         all_queues.sort_by(|a, b| a.name().cmp(b.name()));
         for queue in &all_queues {
@@ -180,7 +183,7 @@ pub fn snapshot(broker: &Broker) -> Json {
             if !config.durable || config.exclusive_owner.is_some() || queue.is_deleted() {
                 continue;
             }
-            durable_queues.push(config.name.clone());
+            durable_queues.insert(config.name.clone());
             queues.push(json!({
                 "name": config.name,
                 "vhost": vhost_name,
@@ -196,7 +199,7 @@ pub fn snapshot(broker: &Broker) -> Json {
             if !queue.durable() {
                 continue;
             }
-            durable_queues.push(queue.name().to_string());
+            durable_queues.insert(queue.name().to_string());
             queues.push(json!({
                 "name": queue.name(),
                 "vhost": vhost_name,

@@ -839,3 +839,107 @@ async fn every_node_lists_and_closes_the_connections_and_channels_of_the_whole_c
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Group commit (cluster/src/metadata/group_commit.rs): declarations made at once by many
+/// clients of a follower share log entries, and every one of them is committed and applied
+/// on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_declarations_through_a_follower_share_log_entries_and_reach_every_node() {
+    const CLIENTS: usize = 10;
+    const PER_CLIENT: usize = 20;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    let (_, status) = cluster.api(0, "GET", "/api/cluster-status", None).await;
+    let leader = status["leader"].as_str().expect("a leader").to_string();
+    let follower = (0..3)
+        .find(|&node| node_name(node) != leader)
+        .expect("a follower");
+    let applied_before = {
+        let (_, status) = cluster
+            .api(follower, "GET", "/api/cluster-status", None)
+            .await;
+        status["last_applied"].as_u64().expect("last_applied")
+    };
+    let url = cluster.amqp_url(follower, "guest", "guest", "%2f");
+    let mut clients = Vec::new();
+    for client in 0..CLIENTS {
+        let url = url.clone();
+        clients.push(tokio::spawn(async move {
+            let connection = Connection::connect(&url, ConnectionProperties::default())
+                .await
+                .expect("connect to the follower");
+            let channel = connection.create_channel().await.expect("channel");
+            for i in 0..PER_CLIENT {
+                let name = format!("batched-{client}-{i}");
+                let declared = channel
+                    .queue_declare(
+                        name.as_str().into(),
+                        QueueDeclareOptions {
+                            durable: true,
+                            ..QueueDeclareOptions::default()
+                        },
+                        FieldTable::default(),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("declare {name}: {e}"));
+                assert_eq!(declared.name().as_str(), name);
+            }
+            let _ = connection.close(200, "done".into()).await;
+        }));
+    }
+    for client in clients {
+        client.await.expect("client task");
+    }
+    let expected: Vec<String> = (0..CLIENTS)
+        .flat_map(|c| (0..PER_CLIENT).map(move |i| format!("batched-{c}-{i}")))
+        .collect();
+    for node in 0..3 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (status, queues) = cluster.api(node, "GET", "/api/queues/%2F", None).await;
+            assert_eq!(status, 200, "{queues}");
+            let listed: Vec<&str> = queues
+                .as_array()
+                .expect("a list")
+                .iter()
+                .filter_map(|q| q["name"].as_str())
+                .collect();
+            let missing: Vec<&String> = expected
+                .iter()
+                .filter(|name| !listed.contains(&name.as_str()))
+                .collect();
+            if missing.is_empty() {
+                let home = queues
+                    .as_array()
+                    .and_then(|list| list.iter().find(|q| q["name"] == "batched-0-0"))
+                    .map(|q| q["node"].clone())
+                    .unwrap_or_default();
+                assert_eq!(
+                    home,
+                    node_name(follower).as_str(),
+                    "declared through the follower, homed there (node {node})"
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {node} lacks {} declarations, e.g. {:?}",
+                missing.len(),
+                &missing[..missing.len().min(5)]
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // Fewer log entries than declarations: clients that declared while another's entry was
+    // in flight were proposed together (10 clients, one declaration in flight each).
+    let (_, status) = cluster
+        .api(follower, "GET", "/api/cluster-status", None)
+        .await;
+    let entries = status["last_applied"].as_u64().expect("last_applied") - applied_before;
+    let declarations = (CLIENTS * PER_CLIENT) as u64;
+    assert!(
+        entries < declarations,
+        "{declarations} declarations took {entries} log entries"
+    );
+}

@@ -28,6 +28,19 @@ pub enum Operation {
     Topology(Json),
     /// The cluster's id, set once by the node that formed the cluster.
     ClusterId(String),
+    /// Several changes of one proposer (the command's origin), applied in this order: what
+    /// group commit gathered while the proposer's previous entry was in flight
+    /// (`group_commit.rs`). The command's own ticket is unused; each change has its own.
+    Batch(Vec<BatchedChange>),
+}
+
+/// One change of an [`Operation::Batch`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchedChange {
+    /// The proposer's ticket for this change.
+    pub ticket: u64,
+    /// The change, as encoded by [`encode_change`].
+    pub change: Json,
 }
 
 /// What applying an entry answered: empty, or why the change failed on the leader.
@@ -480,5 +493,48 @@ mod tests {
         }
         assert!(decode_change(&json!({"op": "explode"})).is_err());
         assert!(decode_change(&json!({"op": "delete_vhost"})).is_err());
+    }
+
+    #[test]
+    fn a_batch_command_keeps_its_changes_and_tickets_in_order_through_the_log_form() {
+        let changes: Vec<BatchedChange> = ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(ticket, name)| BatchedChange {
+                ticket: ticket as u64 + 7,
+                change: encode_change(&TopologyChange::DeleteVhost {
+                    name: name.to_string(),
+                }),
+            })
+            .collect();
+        let command = MetadataCommand {
+            origin: "warren@127.0.0.2".into(),
+            ticket: 0,
+            operation: Operation::Batch(changes.clone()),
+        };
+        let text = serde_json::to_string(&command).unwrap();
+        let decoded: MetadataCommand = serde_json::from_str(&text).unwrap();
+        assert_eq!(decoded, command);
+        let Operation::Batch(decoded_changes) = decoded.operation else {
+            panic!("not a batch");
+        };
+        let names: Vec<(u64, String)> = decoded_changes
+            .iter()
+            .map(|c| match decode_change(&c.change).unwrap() {
+                TopologyChange::DeleteVhost { name } => (c.ticket, name),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [(7, "a".to_string()), (8, "b".into()), (9, "c".into())]
+        );
+        // An entry written before batches existed still reads.
+        let single: MetadataCommand = serde_json::from_value(json!({
+            "origin": "warren@127.0.0.1", "ticket": 3,
+            "operation": {"Topology": {"op": "delete_vhost", "name": "v"}}
+        }))
+        .unwrap();
+        assert!(matches!(single.operation, Operation::Topology(_)));
     }
 }

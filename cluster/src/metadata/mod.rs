@@ -8,7 +8,9 @@
 //! - **Changes**: the core calls [`MetadataStore`] (a
 //!   [`TopologyReplicator`]) before it applies a change. The change is proposed to the leader
 //!   (forwarded over the control link from a follower), committed by a majority, and handed
-//!   back to the proposing call in log order (see `state_machine.rs`). Without a majority the
+//!   back to the proposing call in log order (see `state_machine.rs`). Each node has one
+//!   proposal in flight at a time; the changes that arrive meanwhile are proposed together
+//!   as one entry once it is answered (group commit, `group_commit.rs`). Without a majority the
 //!   call is refused within `cluster.change_timeout` (at most 10 s) with
 //!   [`warren_core::replication::no_majority`].
 //! - **Heartbeats**: this one group keeps openraft's own heartbeats and elections (raised to
@@ -18,6 +20,7 @@
 
 mod command;
 mod formation;
+pub mod group_commit;
 mod log_store;
 mod network;
 mod state_machine;
@@ -26,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -41,12 +44,13 @@ use warren_core::replication::{
 };
 use warren_core::{Broker, CoreError, CoreResult};
 
-pub use command::{CommandResponse, MetadataCommand, Operation};
+pub use command::{BatchedChange, CommandResponse, MetadataCommand, Operation};
 pub use log_store::LogStore;
 pub use state_machine::{DefinitionsExport, DefinitionsImport, SnapshotIo};
 
 use crate::codec::LinkKind;
 use crate::transport::{Handler, Transport};
+use group_commit::GroupCommit;
 
 openraft::declare_raft_types!(
     /// The metadata group's openraft types.
@@ -142,6 +146,20 @@ pub struct MetadataStore {
     membership_lock: tokio::sync::Mutex<()>,
     /// Serialises leadership checks; holds when the last successful one started.
     leadership_check: tokio::sync::Mutex<Option<Instant>>,
+    /// This node's changes waiting for the leader while a batch of them is in flight.
+    group: parking_lot::Mutex<GroupCommit<Queued>>,
+    /// The store itself, for the task that drives a batch.
+    me: Weak<MetadataStore>,
+}
+
+/// A change of this node waiting in [`MetadataStore::group`].
+struct Queued {
+    ticket: u64,
+    change: Json,
+    /// When its caller gives up.
+    deadline: Instant,
+    /// The batch's outcome: committed, or why not.
+    answer: tokio::sync::oneshot::Sender<Result<(), String>>,
 }
 
 /// Why the store could not start.
@@ -206,7 +224,7 @@ impl MetadataStore {
         for (name, address) in &config.seeds {
             transport.add_seed(name, address);
         }
-        let store = Arc::new(MetadataStore {
+        let store = Arc::new_cyclic(|me| MetadataStore {
             config,
             raft,
             transport: Arc::clone(&transport),
@@ -216,6 +234,8 @@ impl MetadataStore {
             peer_info: RwLock::default(),
             membership_lock: tokio::sync::Mutex::new(()),
             leadership_check: tokio::sync::Mutex::new(None),
+            group: parking_lot::Mutex::new(GroupCommit::new(group_commit::MAX_BATCH)),
+            me: me.clone(),
         });
         transport.set_handler(store.handler());
         broker.set_replicator(Arc::clone(&store) as Arc<dyn TopologyReplicator>);
@@ -569,32 +589,45 @@ impl MetadataStore {
     }
 
     /// Proposes `change` and waits for this node's turn to apply it.
+    ///
+    /// The change joins this node's group commit ([`group_commit`]): proposed at once when
+    /// no batch of this node is in flight, else with the others that arrive meanwhile, as one
+    /// entry, as soon as the batch in flight is answered.
     async fn propose(
         &self,
         change: &TopologyChange,
     ) -> CoreResult<tokio::sync::oneshot::Sender<()>> {
         let deadline = Instant::now() + self.config.change_timeout;
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
-        let command = MetadataCommand {
-            origin: self.config.node.clone(),
-            ticket,
-            operation: Operation::Topology(command::encode_change(change)),
-        };
         let turn = self.shared.wait_for_turn(ticket);
-        let body = serde_json::to_value(&command)
-            .map_err(|e| CoreError::new(warren_core::ErrorKind::InternalError, e.to_string()))?;
-        let write = self.on_leader(methods::PROPOSE, body, deadline, || {
-            self.write_on_leader(command.clone())
-        });
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let queued = Queued {
+            ticket,
+            change: command::encode_change(change),
+            deadline,
+            answer,
+        };
+        let batch = self.group.lock().submit(queued);
+        if let Some(batch) = batch {
+            match self.me.upgrade() {
+                Some(store) => {
+                    self.runtime.spawn(store.drive(batch));
+                }
+                None => {
+                    self.shared.forget(ticket);
+                    return Err(no_majority(&change.describe()));
+                }
+            }
+        }
         // The leader's own write returns only once its machine applied the entry, which
         // waits for this node's turn: wait for either.
-        tokio::pin!(write);
+        tokio::pin!(answered);
         tokio::pin!(turn);
         let left = deadline.saturating_duration_since(Instant::now());
         let outcome = tokio::time::timeout(left, async {
             tokio::select! {
                 turn = &mut turn => return turn.map_err(|_| "the state machine stopped".to_string()),
-                written = &mut write => written?,
+                written = &mut answered => written.map_err(|_| "the proposal was dropped".to_string())??,
             }
             // Committed: the turn follows once this node's machine reaches the entry.
             (&mut turn)
@@ -615,6 +648,62 @@ impl MetadataStore {
                 Err(no_majority(&change.describe()))
             }
         }
+    }
+
+    /// Proposes `batch`, answers each of its changes with the outcome, and goes on with the
+    /// changes that queued meanwhile until none is left: one batch of this node in flight at
+    /// a time, so the log holds this node's changes in the order they arrived.
+    async fn drive(self: Arc<Self>, mut batch: Vec<Queued>) {
+        loop {
+            let outcome = self.propose_batch(&batch).await;
+            for queued in batch {
+                let _ = queued.answer.send(outcome.clone());
+            }
+            // A change whose caller gave up was refused: it must not be proposed now.
+            let next = self.group.lock().next_batch(|q| !q.answer.is_closed());
+            match next {
+                Some(next) => batch = next,
+                None => return,
+            }
+        }
+    }
+
+    /// Commits `batch` as one entry through the leader (one change alone is a plain
+    /// [`Operation::Topology`] entry, as before batches existed).
+    async fn propose_batch(&self, batch: &[Queued]) -> Result<(), String> {
+        // The earliest caller's deadline: past it that caller is refused, so the batch must
+        // stop trying then too, or a change answered "no majority" could still commit. Later
+        // callers in the batch are refused a little early, which is safe.
+        let deadline = batch
+            .iter()
+            .map(|q| q.deadline)
+            .min()
+            .unwrap_or_else(|| Instant::now() + self.config.change_timeout);
+        let command = match batch {
+            [only] => MetadataCommand {
+                origin: self.config.node.clone(),
+                ticket: only.ticket,
+                operation: Operation::Topology(only.change.clone()),
+            },
+            _ => MetadataCommand {
+                origin: self.config.node.clone(),
+                ticket: 0,
+                operation: Operation::Batch(
+                    batch
+                        .iter()
+                        .map(|q| BatchedChange {
+                            ticket: q.ticket,
+                            change: q.change.clone(),
+                        })
+                        .collect(),
+                ),
+            },
+        };
+        let body = serde_json::to_value(&command).map_err(|e| e.to_string())?;
+        self.on_leader(methods::PROPOSE, body, deadline, || {
+            self.write_on_leader(command.clone())
+        })
+        .await
     }
 
     /// On the leader: adds `name` as a learner, then as a voter while there are fewer than

@@ -158,43 +158,62 @@ impl Shared {
                 CommandResponse::default()
             }
             Operation::Topology(json) => {
-                let change = match decode_change(json) {
-                    Ok(change) => change,
-                    Err(error) => {
-                        tracing::error!(%error, "metadata log: skipped an entry");
-                        return CommandResponse {
-                            error: Some(error.to_string()),
-                        };
-                    }
-                };
-                self.record_home(&command.origin, &change);
-                if command.origin == self.node {
-                    let waiting = self.proposals.lock().remove(&command.ticket);
-                    if let Some(proposer) = waiting {
-                        let (done, finished) = oneshot::channel();
-                        if proposer.send(Turn { done }).is_ok() {
-                            // The proposer applies it now, in log order. A proposer that is
-                            // stuck must not stop the log: after a while, move on.
-                            if tokio::time::timeout(Duration::from_secs(30), finished)
-                                .await
-                                .is_err()
-                            {
-                                tracing::warn!(change = %change.describe(), "metadata log: the proposer took over 30 s to apply its change");
-                            }
-                            return CommandResponse::default();
-                        }
-                    }
+                self.apply_change(&command.origin, command.ticket, json)
+                    .await
+            }
+            Operation::Batch(changes) => {
+                let mut errors = Vec::new();
+                for batched in changes {
+                    let response = self
+                        .apply_change(&command.origin, batched.ticket, &batched.change)
+                        .await;
+                    errors.extend(response.error);
                 }
-                match warren_core::replication::apply(&self.broker, &change) {
-                    Ok(()) => CommandResponse::default(),
-                    Err(error) => {
-                        // The same refusal the proposer got (a precondition, a permission):
-                        // every node refuses it alike.
-                        tracing::debug!(change = %change.describe(), %error, "metadata log: change refused here too");
-                        CommandResponse {
-                            error: Some(error.message),
-                        }
+                CommandResponse {
+                    error: (!errors.is_empty()).then(|| errors.join("; ")),
+                }
+            }
+        }
+    }
+
+    /// Applies one committed change proposed by `origin` under `ticket`: hands it to its
+    /// proposer when that is a call of this node still waiting, else applies it here.
+    async fn apply_change(&self, origin: &str, ticket: u64, json: &Json) -> CommandResponse {
+        let change = match decode_change(json) {
+            Ok(change) => change,
+            Err(error) => {
+                tracing::error!(%error, "metadata log: skipped an entry");
+                return CommandResponse {
+                    error: Some(error.to_string()),
+                };
+            }
+        };
+        self.record_home(origin, &change);
+        if origin == self.node {
+            let waiting = self.proposals.lock().remove(&ticket);
+            if let Some(proposer) = waiting {
+                let (done, finished) = oneshot::channel();
+                if proposer.send(Turn { done }).is_ok() {
+                    // The proposer applies it now, in log order. A proposer that is
+                    // stuck must not stop the log: after a while, move on.
+                    if tokio::time::timeout(Duration::from_secs(30), finished)
+                        .await
+                        .is_err()
+                    {
+                        tracing::warn!(change = %change.describe(), "metadata log: the proposer took over 30 s to apply its change");
                     }
+                    return CommandResponse::default();
+                }
+            }
+        }
+        match warren_core::replication::apply(&self.broker, &change) {
+            Ok(()) => CommandResponse::default(),
+            Err(error) => {
+                // The same refusal the proposer got (a precondition, a permission):
+                // every node refuses it alike.
+                tracing::debug!(change = %change.describe(), %error, "metadata log: change refused here too");
+                CommandResponse {
+                    error: Some(error.message),
                 }
             }
         }

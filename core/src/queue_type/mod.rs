@@ -222,6 +222,13 @@ pub trait QueueInstance: Send + Sync {
     /// Counters for the API and metrics.
     fn info(&self) -> QueueStats;
 
+    /// A stand-in for a queue on another node ([`QueueInstance::home_node`]): counters its
+    /// home node sent for many queues at once ([`crate::vhost::VHost::fetch_remote_info`]),
+    /// which `info` answers with for a while instead of asking again. Others ignore it.
+    fn remember_info(&self, stats: QueueStats) {
+        let _ = stats;
+    }
+
     /// Takes a routed message that no message-store record backs (the vhost writes the
     /// store only for classic queues) and says what its publisher waits for.
     fn publish(&self, message: Arc<Message>) -> Published {

@@ -128,6 +128,14 @@ pub enum Request {
         /// The queue.
         queue: QueueRef,
     },
+    /// The counters of many queues of one vhost at once (every stand-in's, for the rate
+    /// sampler and the node's totals), answered with [`Reply::StatsMany`] in this order.
+    InfoMany {
+        /// The vhost.
+        vhost: String,
+        /// The queues' names.
+        queues: Vec<String>,
+    },
     /// From the home node: deliveries for consumer `proxy` of the receiving node.
     Deliver {
         /// The receiving node's id for the consumer.
@@ -170,6 +178,9 @@ pub enum Reply {
     Messages(Vec<Arc<Message>>),
     /// For [`Request::Info`].
     Stats(QueueStats),
+    /// For [`Request::InfoMany`]: each queue's counters, `None` for a queue the home node
+    /// does not have.
+    StatsMany(Vec<Option<QueueStats>>),
     /// For [`Request::TakeOver`]: the persistent session the node held for the client
     /// identifier, encoded by the MQTT listener (opaque here), now the caller's.
     Session(Option<Vec<u8>>),
@@ -345,6 +356,14 @@ pub fn encode_request(request: &Request) -> Vec<u8> {
             w.str(client_id);
             w.bool(*send_will);
         }
+        Request::InfoMany { vhost, queues } => {
+            w.u8(13);
+            w.str(vhost);
+            w.u32(queues.len() as u32);
+            for queue in queues {
+                w.str(queue);
+            }
+        }
     }
     out
 }
@@ -418,6 +437,13 @@ pub fn decode_request(bytes: &[u8]) -> Result<Request, CodecError> {
             client_id: r.str()?,
             send_will: r.bool()?,
         },
+        13 => {
+            let vhost = r.str()?;
+            // Each name takes at least its length prefix.
+            let count = r.count(4)?;
+            let queues = (0..count).map(|_| r.str()).collect::<Result<_, _>>()?;
+            Request::InfoMany { vhost, queues }
+        }
         other => return Err(CodecError(format!("unknown forwarding request {other}"))),
     };
     r.end()?;
@@ -516,6 +542,21 @@ pub fn encode_reply(reply: &Reply) -> Vec<u8> {
                 w.u64(field);
             }
         }
+        Reply::StatsMany(all) => {
+            w.u8(9);
+            w.u32(all.len() as u32);
+            for stats in all {
+                match stats {
+                    Some(stats) => {
+                        w.bool(true);
+                        for field in stats_fields(stats) {
+                            w.u64(field);
+                        }
+                    }
+                    None => w.bool(false),
+                }
+            }
+        }
         Reply::Session(session) => {
             w.u8(8);
             match session {
@@ -573,6 +614,23 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Reply, CodecError> {
             true => Some(r.bytes()?.to_vec()),
             false => None,
         }),
+        9 => {
+            let count = r.count(1)?;
+            let mut all = Vec::with_capacity(count);
+            for _ in 0..count {
+                all.push(match r.bool()? {
+                    true => {
+                        let mut fields = [0u64; STATS_FIELDS];
+                        for field in &mut fields {
+                            *field = r.u64()?;
+                        }
+                        Some(stats_from(fields))
+                    }
+                    false => None,
+                });
+            }
+            Reply::StatsMany(all)
+        }
         other => return Err(CodecError(format!("unknown forwarding reply {other}"))),
     };
     r.end()?;
@@ -652,6 +710,14 @@ mod tests {
                 limit: 5,
             },
             Request::Info { queue: queue() },
+            Request::InfoMany {
+                vhost: "/".into(),
+                queues: vec!["a".into(), "".into(), "c".into()],
+            },
+            Request::InfoMany {
+                vhost: "v".into(),
+                queues: Vec::new(),
+            },
             Request::Deliver {
                 proxy: 1,
                 deliveries: vec![RemoteDelivery {
@@ -692,6 +758,8 @@ mod tests {
             Reply::Count(12),
             Reply::Messages(vec![message(b"m")]),
             Reply::Stats(stats),
+            Reply::StatsMany(vec![Some(stats), None, Some(QueueStats::default())]),
+            Reply::StatsMany(Vec::new()),
             Reply::Session(None),
             Reply::Session(Some(b"session".to_vec())),
         ];

@@ -294,6 +294,18 @@ impl Forwarding {
                 Some(local) => Reply::Stats(local.info()),
                 None => not_found(&queue),
             },
+            Request::InfoMany { vhost, queues } => {
+                let here = self
+                    .broker
+                    .upgrade()
+                    .and_then(|broker| broker.vhost(&vhost));
+                Reply::StatsMany(
+                    queues
+                        .iter()
+                        .map(|name| here.as_ref()?.queue(name).map(|local| local.info()))
+                        .collect(),
+                )
+            }
             Request::Deliver { .. } | Request::Cancelled { .. } | Request::TakeOver { .. } => {
                 Reply::Error(
                     ErrorKind::InternalError,

@@ -46,6 +46,8 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 const PIPELINE: usize = 4;
 /// The most messages one forwarded publish request carries.
 const PUBLISH_BATCH: usize = 1024;
+/// The most queues one bulk counters request ([`Request::InfoMany`]) asks about.
+pub const INFO_BATCH: usize = 2048;
 
 /// A future of a forwarded call's answer.
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, String>> + Send>>;
@@ -347,12 +349,12 @@ impl Forwarding {
         node: &str,
         request: Request,
         timeout: Duration,
-        after: [&Arc<Lane>; 2],
+        after: &[&Arc<Lane>],
     ) -> Result<Reply, String> {
         let bytes = codec::encode_request(&request);
         let link = Arc::clone(&self.link);
         let node_name = node.to_string();
-        let after = after.map(Arc::clone);
+        let after: Vec<Arc<Lane>> = after.iter().map(|lane| Arc::clone(lane)).collect();
         let call = async move {
             for lane in &after {
                 lane.flushed().await;
@@ -373,6 +375,48 @@ impl Forwarding {
             Err(_) => self.runtime.block_on(wait),
         }?;
         codec::decode_reply(&answer).map_err(|error| error.0)
+    }
+
+    /// The counters of `queues` (of `vhost`) on their home node `home`, in one request per
+    /// [`INFO_BATCH`] queues; `None` for a queue it does not have. Empty when `home` is down
+    /// or does not answer within `timeout`.
+    pub fn fetch_stats(
+        &self,
+        home: &str,
+        vhost: &str,
+        queues: &[String],
+        timeout: Duration,
+    ) -> Vec<(String, crate::queue::QueueStats)> {
+        let mut fetched = Vec::with_capacity(queues.len());
+        if !self.link.is_up(home) {
+            return fetched;
+        }
+        for chunk in queues.chunks(INFO_BATCH) {
+            let request = Request::InfoMany {
+                vhost: vhost.to_string(),
+                queues: chunk.to_vec(),
+            };
+            // Counters for the API: no order with this node's own requests is promised.
+            match self.call_blocking(home, request, timeout, &[]) {
+                Ok(Reply::StatsMany(all)) if all.len() == chunk.len() => {
+                    fetched.extend(
+                        chunk
+                            .iter()
+                            .zip(all)
+                            .filter_map(|(name, stats)| Some((name.clone(), stats?))),
+                    );
+                }
+                Ok(other) => {
+                    tracing::debug!(%home, reply = ?other, "unexpected answer to a bulk counters request");
+                    break;
+                }
+                Err(error) => {
+                    tracing::debug!(%home, %error, "bulk counters request failed");
+                    break;
+                }
+            }
+        }
+        fetched
     }
 
     fn store(&self) -> Option<Arc<crate::store::MessageStore>> {

@@ -136,7 +136,7 @@ impl RemoteQueue {
             return Err(self.home_down());
         }
         let after = [&self.publish_lane, &self.control_lane];
-        match forwarding.call_blocking(&self.home, request, timeout, after) {
+        match forwarding.call_blocking(&self.home, request, timeout, &after) {
             Ok(Reply::Error(kind, text)) => Err(CoreError::new(kind, text)),
             Ok(reply) => Ok(reply),
             Err(error) => {
@@ -398,6 +398,10 @@ impl QueueInstance for RemoteQueue {
 
     fn home_node(&self) -> Option<&str> {
         Some(&self.home)
+    }
+
+    fn remember_info(&self, stats: QueueStats) {
+        *self.stats.lock() = Some((Instant::now(), stats));
     }
 
     fn delete(&self) -> u64 {

@@ -22,6 +22,8 @@ struct Net {
     nodes: Mutex<HashMap<String, Arc<Forwarding>>>,
     homes: Mutex<HashMap<String, String>>,
     down: Mutex<HashSet<String>>,
+    /// Calls made over any link.
+    calls: AtomicUsize,
 }
 
 struct FakeLink {
@@ -40,6 +42,7 @@ impl RemoteLink for FakeLink {
         !self.net.down.lock().contains(node) && !self.net.down.lock().contains(&self.local)
     }
     fn call(&self, node: &str, body: Vec<u8>, _timeout: Duration) -> CallFuture {
+        self.net.calls.fetch_add(1, Ordering::AcqRel);
         let target = match self.is_up(node) {
             true => self.net.nodes.lock().get(node).cloned(),
             false => None,
@@ -384,4 +387,44 @@ async fn a_get_after_a_publish_through_the_same_node_sees_it() {
     })
     .await;
     assert_eq!(home.message_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_counters_of_every_stand_in_come_from_one_request_per_home_node() {
+    let net = Arc::new(Net::default());
+    let a = node(&net, "a");
+    let b = node(&net, "b");
+    for (queue, messages) in [("q1", 1), ("q2", 2), ("q3", 3)] {
+        declare(&b, queue);
+        net.homes.lock().insert(queue.into(), "b".into());
+        declare(&a, queue);
+        for _ in 0..messages {
+            publish(&b, queue, "m");
+        }
+    }
+    let vhost = a.vhost("/").unwrap();
+    let before = net.calls.load(Ordering::Acquire);
+    vhost.fetch_remote_info();
+    assert_eq!(
+        net.calls.load(Ordering::Acquire) - before,
+        1,
+        "one request for the three stand-ins"
+    );
+    for (queue, messages) in [("q1", 1), ("q2", 2), ("q3", 3)] {
+        let stand_in = vhost.queue_instance(queue).unwrap();
+        assert_eq!(stand_in.home_node(), Some("b"));
+        assert_eq!(stand_in.info().ready, messages, "{queue}");
+    }
+    // The stand-ins answered from what the bulk request brought, and a fetch right after
+    // the last one asks nothing.
+    vhost.fetch_remote_info();
+    let totals = vhost.totals();
+    assert_eq!(net.calls.load(Ordering::Acquire) - before, 1);
+    assert_eq!(totals.queues.published, 6, "{totals:?}");
+    // With the home node down, nothing is asked and the last counters stay.
+    net.down.lock().insert("b".into());
+    tokio::time::sleep(crate::vhost::REMOTE_INFO_REUSE).await;
+    vhost.fetch_remote_info();
+    assert_eq!(net.calls.load(Ordering::Acquire) - before, 1);
+    assert_eq!(vhost.queue_instance("q3").unwrap().info().ready, 3);
 }

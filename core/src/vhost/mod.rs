@@ -102,6 +102,12 @@ pub struct QueueDeclared {
 /// The pseudo-queue name clients consume from and put in `reply_to` for direct reply-to.
 pub const DIRECT_REPLY_TO: &str = "amq.rabbitmq.reply-to";
 
+/// How long after a bulk fetch of the stand-ins' counters another is skipped: under the
+/// half second a stand-in keeps counters it was given, so those are still fresh.
+pub const REMOTE_INFO_REUSE: std::time::Duration = std::time::Duration::from_millis(250);
+/// How long a bulk counters request may wait for a home node.
+const REMOTE_INFO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A virtual host.
 pub struct VHost {
     name: String,
@@ -140,6 +146,8 @@ pub struct VHost {
     topic_permissions: crate::topic_access::TopicPermissionTable,
     /// Lifetime counters of deleted queues (see [`VHost::totals`]).
     retired: Mutex<crate::counters::QueueTotals>,
+    /// When the stand-ins' counters were last fetched in bulk ([`VHost::fetch_remote_info`]).
+    remote_info_fetched: Mutex<Option<std::time::Instant>>,
     /// The default exchange (also in `exchanges`), held here so that counting a publish to
     /// it needs no map lookup.
     default_exchange: Arc<Exchange>,
@@ -213,6 +221,7 @@ impl VHost {
             trace: Default::default(),
             topic_permissions: Default::default(),
             retired: Default::default(),
+            remote_info_fetched: Mutex::new(None),
             default_exchange: Arc::clone(&default_exchange),
             streams,
             transient: Mutex::default(),
@@ -329,6 +338,7 @@ impl VHost {
     /// queues, deleted ones included. Reads every queue's stats: for metrics and the API,
     /// not the message path.
     pub fn totals(&self) -> crate::counters::NodeTotals {
+        self.fetch_remote_info();
         let mut queues = *self.retired.lock();
         for queue in self.queues() {
             queues.add_queue(&queue.stats());
@@ -339,6 +349,46 @@ impl VHost {
         crate::counters::NodeTotals {
             messages: self.counters.snapshot(),
             queues,
+        }
+    }
+
+    /// On a cluster: asks each home node once for the counters of every stand-in here that
+    /// it is home to ([`crate::remote::RemoteQueue`]), so each stand-in's `info` answers from
+    /// them for a while instead of asking its home node on its own. For what visits every
+    /// queue (the node's totals, the management rate sampler): one request per home node
+    /// instead of one per queue, which with thousands of queues kept every node busy while
+    /// idle. Calls less than [`REMOTE_INFO_REUSE`] after the last fetch do nothing.
+    pub fn fetch_remote_info(&self) {
+        let Some(forwarding) = self.durability.forwarding() else {
+            return;
+        };
+        {
+            let mut fetched = self.remote_info_fetched.lock();
+            if fetched.is_some_and(|at| at.elapsed() < REMOTE_INFO_REUSE) {
+                return;
+            }
+            *fetched = Some(std::time::Instant::now());
+        }
+        let mut by_home: HashMap<String, Vec<Arc<dyn QueueInstance>>> = HashMap::new();
+        for queue in self.typed.read().values() {
+            if let Some(home) = queue.home_node() {
+                by_home
+                    .entry(home.to_string())
+                    .or_default()
+                    .push(Arc::clone(queue));
+            }
+        }
+        for (home, queues) in by_home {
+            let names: Vec<String> = queues.iter().map(|q| q.name().to_string()).collect();
+            let fetched: HashMap<String, crate::queue::QueueStats> = forwarding
+                .fetch_stats(&home, &self.name, &names, REMOTE_INFO_TIMEOUT)
+                .into_iter()
+                .collect();
+            for queue in &queues {
+                if let Some(stats) = fetched.get(queue.name()) {
+                    queue.remember_info(*stats);
+                }
+            }
         }
     }
 

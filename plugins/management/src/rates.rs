@@ -475,6 +475,8 @@ impl RateSampler {
                 continue;
             };
             let (mut ready, mut unacked) = (0, 0);
+            // Stand-ins of queues homed elsewhere: one request per home node, not per queue.
+            vhost.fetch_remote_info();
             for queue in vhost.queue_instances() {
                 let stats = queue.info();
                 ready += stats.ready;
