@@ -2,7 +2,7 @@
 //!
 //! Sans-IO: frames go in through [`Session::handle_frame`], replies and deliveries come out
 //! as encoded frames in the connection's [`Outbox`]. The driver owns the socket and the clock.
-//! Channel-level methods live in `channel.rs`, one handler per method family.
+//! Channel-level methods live in `channel/`, one file per method family.
 
 mod channel;
 #[cfg(test)]
