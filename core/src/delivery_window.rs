@@ -484,6 +484,26 @@ impl<E: Tagged> Unsettled<E> {
         taken
     }
 
+    /// Takes the deliveries whose tags lie from `first` through `last`, counting on from
+    /// `first` and wrapping (as an AMQP 1.0 disposition names a range), in that order.
+    pub fn take_range(&mut self, first: E::Tag, last: E::Tag) -> Vec<E> {
+        let Some(front) = self.entries.front().map(Tagged::tag) else {
+            return Vec::new();
+        };
+        let live = self.next_tag.distance_from(front);
+        let (from, to) = (first.distance_from(front), last.distance_from(front));
+        if from <= to && to < live {
+            // Inside the tags given out, in delivery order: one run of entries.
+            let start = self.position(first);
+            let end = self.end_through(last);
+            return self.entries.drain(start..end).collect();
+        }
+        let span = last.distance_from(first);
+        let mut taken = self.take_where(|entry| entry.tag().distance_from(first) <= span);
+        taken.sort_by_key(|entry| entry.tag().distance_from(first));
+        taken
+    }
+
     /// Takes every delivery, oldest first.
     pub fn take_all(&mut self) -> Vec<E> {
         self.entries.drain(..).collect()
@@ -671,6 +691,24 @@ mod tests {
     }
 
     #[test]
+    fn a_range_settles_the_tags_it_names_even_across_the_wrap() {
+        let mut unsettled = Unsettled::new(u32::MAX - 2);
+        for _ in 0..6 {
+            deliver(&mut unsettled, 0);
+        }
+        // Given out: MAX-2, MAX-1, MAX, 0, 1, 2.
+        assert_eq!(tags(&unsettled.take_range(u32::MAX, 0)), vec![u32::MAX, 0]);
+        assert_eq!(tags(&unsettled.take_range(1, 1)), vec![1]);
+        assert!(unsettled.take_range(1, 1).is_empty());
+        // A range from a tag settled already runs on into the waiting ones.
+        assert_eq!(
+            tags(&unsettled.take_range(u32::MAX - 3, u32::MAX - 1)),
+            vec![u32::MAX - 2, u32::MAX - 1]
+        );
+        assert_eq!(tags(&unsettled.take_all()), vec![2]);
+    }
+
+    #[test]
     fn a_tag_beyond_those_given_out_covers_every_waiting_delivery() {
         let mut unsettled = Unsettled::new(1u64);
         deliver(&mut unsettled, 0);
@@ -703,6 +741,7 @@ mod tests {
         TakeThrough(u8),
         TakeThroughOwned(u8, u8),
         TakeOwned(u8),
+        TakeRange(u8, u8),
         RestoreLast,
     }
 
@@ -713,6 +752,7 @@ mod tests {
             1 => any::<u8>().prop_map(Op::TakeThrough),
             1 => (any::<u8>(), 0u8..3).prop_map(|(tag, owner)| Op::TakeThroughOwned(tag, owner)),
             1 => (0u8..3).prop_map(Op::TakeOwned),
+            2 => (any::<u8>(), any::<u8>()).prop_map(|(first, last)| Op::TakeRange(first, last)),
             1 => Just(Op::RestoreLast),
         ]
     }
@@ -780,6 +820,23 @@ mod tests {
                         .collect();
                     let expected: Vec<_> = keys.iter().filter_map(|k| model.remove(k)).collect();
                     assert_eq!(unsettled.take_where(|e| e.owner == owner), expected);
+                }
+                Op::TakeRange(first_pick, last_pick) => {
+                    let (Some(&first_tag), Some(&last_tag)) = (
+                        given.get(first_pick as usize % given.len().max(1)),
+                        given.get(last_pick as usize % given.len().max(1)),
+                    ) else {
+                        continue;
+                    };
+                    let span = last_tag.distance_from(first_tag);
+                    let mut keys: Vec<u64> = model
+                        .iter()
+                        .filter(|(_, e)| e.tag.distance_from(first_tag) <= span)
+                        .map(|(k, _)| *k)
+                        .collect();
+                    keys.sort_by_key(|k| model[k].tag.distance_from(first_tag));
+                    let expected: Vec<_> = keys.iter().filter_map(|k| model.remove(k)).collect();
+                    assert_eq!(unsettled.take_range(first_tag, last_tag), expected);
                 }
                 Op::RestoreLast => {
                     if let Some((key, entry)) = last_taken.take() {

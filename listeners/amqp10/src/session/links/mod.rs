@@ -21,6 +21,7 @@ use bytes::{Bytes, BytesMut};
 use fe2o3_amqp_types::definitions::{AmqpError, DeliveryNumber, Error, Handle, Role, SessionError};
 use fe2o3_amqp_types::messaging::DeliveryState;
 use fe2o3_amqp_types::performatives::{Attach, Begin, Detach, Flow, Performative};
+use warren_core::delivery_window::Unsettled;
 use warren_core::queue::Settlement;
 use warren_core::vhost::{Publisher, VHost};
 
@@ -31,7 +32,7 @@ use crate::codec::encode_amqp_frame;
 use incoming::IncomingLink;
 use outgoing::return_delivery;
 pub use outgoing::return_entry;
-use outgoing::{OutgoingLink, Pending, Unsettled};
+use outgoing::{OutgoingLink, Pending, UnsettledTransfer};
 
 /// The incoming window the broker announces and tops up.
 const INCOMING_WINDOW: u32 = 1 << 16;
@@ -67,13 +68,14 @@ pub struct Session {
     incoming_window: u32,
     next_outgoing_id: u32,
     remote_incoming_window: u32,
-    next_delivery_id: u32,
     links: HashMap<u32, Link>,
     /// Handles of links the broker refused (attach then detach with an error), until the
     /// client's answering detach arrives.
     refused: HashSet<u32>,
     outgoing_handles: HashMap<u64, u32>,
-    unsettled: HashMap<DeliveryNumber, Unsettled>,
+    /// Transfers sent unsettled, by delivery id (the core's [`Unsettled`], which also gives
+    /// out the session's delivery ids).
+    unsettled: Unsettled<UnsettledTransfer>,
     pending: VecDeque<Pending>,
     /// Dispositions for incoming transfers, sent together at the end of a batch.
     dispositions: Vec<(DeliveryNumber, DeliveryState)>,
@@ -98,11 +100,10 @@ impl Session {
             incoming_window: INCOMING_WINDOW,
             next_outgoing_id: 0,
             remote_incoming_window: begin.incoming_window,
-            next_delivery_id: 0,
             links: HashMap::new(),
             refused: HashSet::new(),
             outgoing_handles: HashMap::new(),
-            unsettled: HashMap::new(),
+            unsettled: Unsettled::new(0),
             pending: VecDeque::new(),
             dispositions: Vec::new(),
             durable_waits: VecDeque::new(),
@@ -237,7 +238,7 @@ impl Session {
                 self.release_link(link);
             }
         }
-        for (_, unsettled) in self.unsettled.drain() {
+        for unsettled in self.unsettled.take_all() {
             unsettled
                 .queue
                 .settle(&[unsettled.message_id], Settlement::Requeue);

@@ -14,6 +14,7 @@ use fe2o3_amqp_types::performatives::{Attach, Disposition, Performative, Transfe
 use fe2o3_amqp_types::primitives::Binary;
 use warren_core::access::Access;
 use warren_core::consumer::{ConsumerSpec, Delivery};
+use warren_core::delivery_window::Tagged;
 use warren_core::queue::Settlement;
 use warren_core::queue_type::QueueInstance;
 use warren_core::value::Table;
@@ -35,7 +36,8 @@ pub(super) struct OutgoingLink {
     pub(super) consumer_id: u64,
     pub(super) sink: Arc<LinkSink>,
 }
-pub(super) struct Unsettled {
+pub(super) struct UnsettledTransfer {
+    pub(super) delivery_id: DeliveryNumber,
     pub(super) queue: Arc<dyn QueueInstance>,
     pub(super) message_id: u64,
     pub(super) link_id: u64,
@@ -45,6 +47,14 @@ pub(super) struct Unsettled {
 pub(super) struct Pending {
     pub(super) handle: u32,
     pub(super) delivery: Delivery,
+}
+
+impl Tagged for UnsettledTransfer {
+    type Tag = DeliveryNumber;
+
+    fn tag(&self) -> DeliveryNumber {
+        self.delivery_id
+    }
 }
 
 impl Session {
@@ -178,18 +188,12 @@ impl Session {
         // Through the vhost, so an auto-delete queue losing its last consumer is deleted.
         link.vhost.cancel_instance(&link.queue, link.consumer_id);
         self.outgoing_handles.remove(&link.link_id);
-        let ids: Vec<DeliveryNumber> = self
+        let mut returned: Vec<u64> = self
             .unsettled
-            .iter()
-            .filter(|(_, u)| u.link_id == link.link_id)
-            .map(|(&id, _)| id)
+            .take_where(|unsettled| unsettled.link_id == link.link_id)
+            .into_iter()
+            .map(|unsettled| unsettled.message_id)
             .collect();
-        let mut returned = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(unsettled) = self.unsettled.remove(&id) {
-                returned.push(unsettled.message_id);
-            }
-        }
         // Queued for the link but never sent: returned without counting a failed delivery.
         let mut never_sent = Vec::new();
         let mut kept = VecDeque::new();
@@ -308,8 +312,7 @@ impl Session {
             return;
         };
         let link_id = link.link_id;
-        let delivery_id = self.next_delivery_id;
-        self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
+        let delivery_id = self.unsettled.next_tag();
         self.scratch.clear();
         encode_message(
             &delivery.message,
@@ -366,14 +369,12 @@ impl Session {
             };
         }
         if delivery.needs_settlement {
-            self.unsettled.insert(
+            self.unsettled.push(UnsettledTransfer {
                 delivery_id,
-                Unsettled {
-                    queue: delivery.queue,
-                    message_id: delivery.id,
-                    link_id,
-                },
-            );
+                queue: delivery.queue,
+                message_id: delivery.id,
+                link_id,
+            });
         }
     }
 
@@ -388,7 +389,6 @@ impl Session {
         }
         let first = disposition.first;
         let last = disposition.last.unwrap_or(first);
-        let span = last.wrapping_sub(first) as usize;
         let settlement = match &disposition.state {
             Some(DeliveryState::Accepted(_)) => Settlement::Ack,
             Some(DeliveryState::Rejected(_)) => Settlement::Reject,
@@ -410,22 +410,9 @@ impl Session {
             // Settled without an outcome: the default outcome, released.
             _ => Settlement::Release,
         };
-        let mut ids: Vec<DeliveryNumber> = if span < self.unsettled.len() {
-            (0..=span as u32).map(|i| first.wrapping_add(i)).collect()
-        } else {
-            self.unsettled
-                .keys()
-                .copied()
-                .filter(|id| id.wrapping_sub(first) as usize <= span)
-                .collect()
-        };
-        ids.sort_unstable_by_key(|id| id.wrapping_sub(first));
         let mut batch: Vec<u64> = Vec::new();
         let mut batch_queue: Option<Arc<dyn QueueInstance>> = None;
-        for id in ids {
-            let Some(unsettled) = self.unsettled.remove(&id) else {
-                continue;
-            };
+        for unsettled in self.unsettled.take_range(first, last) {
             if let Some(queue) = &batch_queue {
                 if !Arc::ptr_eq(queue, &unsettled.queue) {
                     queue.settle(&batch, settlement);
