@@ -63,7 +63,7 @@ impl Session {
             } => {
                 self.basic_consume(
                     ch,
-                    &vhost,
+                    vhost,
                     actor,
                     queue,
                     consumer_tag,

@@ -36,7 +36,7 @@ impl Session {
                 channel.mode = Mode::Transactional;
                 self.outbox.send_method(ch, &Method::TxSelectOk);
             }
-            Method::TxCommit => self.tx_commit(ch, &vhost)?,
+            Method::TxCommit => self.tx_commit(ch, vhost)?,
             Method::TxRollback => {
                 let channel = self.channel(ch);
                 if channel.mode != Mode::Transactional {
