@@ -20,6 +20,7 @@ pub mod connections;
 pub mod consumer;
 pub mod counters;
 pub mod dead_letter;
+pub mod delivery_window;
 pub mod durability;
 pub mod error;
 pub mod exchange;

@@ -2,20 +2,27 @@
 //! to its consumers: one buffer of encoded frames, the per-channel delivery tags and unacked
 //! deliveries, and the prefetch accounting.
 //!
+//! The delivery bookkeeping is the core's [`DeliveryWindow`] (admission, high-water mark,
+//! starved consumers, orphans) with each channel's [`Unsettled`] deliveries and basic.qos
+//! global credit, and each consumer's [`ConsumerCredit`]; this file keeps the 0-9-1
+//! encoding and the writer hand-over.
+//!
 //! Everything here is guarded by one mutex. Queues call [`ConsumerSink::reserve`] and
 //! [`ConsumerSink::deliver`] with their own lock held, so the lock order is always
 //! queue, then outbox; code holding the outbox lock never calls into a queue.
 //! Frames are encoded straight into the shared buffer, so the writer task sends everything
 //! that accumulated in one write.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use warren_core::consumer::{Delivery, DeliverySink};
+use warren_core::delivery_window::{
+    Admission, ConsumerCredit, Credit, DeliveryWindow, Tagged, Unsettled,
+};
 use warren_core::idmap::IdMap;
 use warren_core::message::Message;
 use warren_core::queue::now_ms;
@@ -52,26 +59,30 @@ pub struct Unacked {
     pub delivered_at: u64,
 }
 
-#[derive(Default)]
+impl Tagged for Unacked {
+    type Tag = u64;
+
+    fn tag(&self) -> u64 {
+        self.tag
+    }
+}
+
 struct ChannelDeliveries {
-    next_tag: u64,
-    unacked: VecDeque<Unacked>,
+    /// The channel's delivery tags, and its unacked deliveries in tag order.
+    unacked: Unsettled<Unacked>,
     /// basic.qos global=true: the channel-wide limit (0 = none) and deliveries counted on it.
-    global_prefetch: u32,
-    global_in_flight: u32,
+    global: Credit,
 }
 
 struct OutboxState {
     buffer: BytesMut,
     channels: IdMap<u16, ChannelDeliveries>,
     frame_max: u32,
-    /// Consumers refused for lack of room or credit, to kick when it frees up.
-    starved: Vec<Arc<ConsumerSink>>,
+    /// Open or closed, consumers refused for lack of room or credit (to kick when it frees
+    /// up), deliveries whose channel closed between reserve and deliver (to release).
+    window: DeliveryWindow<Arc<ConsumerSink>>,
     /// Consumers the server cancelled (queue deleted) for the reader to forget.
     server_cancelled: Vec<(u16, Arc<str>)>,
-    /// Deliveries whose channel closed between reserve and deliver, to requeue.
-    orphaned: Vec<Unacked>,
-    closed: bool,
     /// The writer task or the reader (inline) is writing to the socket: only one may.
     writer_busy: bool,
     /// The connection's reader is handling a read batch and flushes at its end, so frames
@@ -110,10 +121,8 @@ impl Outbox {
                 buffer: BytesMut::new(),
                 channels: IdMap::default(),
                 frame_max,
-                starved: Vec::new(),
+                window: DeliveryWindow::new(OUTBOX_HIGH_WATER),
                 server_cancelled: Vec::new(),
-                orphaned: Vec::new(),
-                closed: false,
                 writer_busy: false,
                 batch_open: false,
             }),
@@ -141,8 +150,8 @@ impl Outbox {
         self.state.lock().channels.insert(
             channel,
             ChannelDeliveries {
-                next_tag: 1,
-                ..Default::default()
+                unacked: Unsettled::new(1),
+                global: Credit::default(),
             },
         );
     }
@@ -150,11 +159,11 @@ impl Outbox {
     /// Stops deliveries to `channel` and returns its unacked deliveries in tag order.
     pub fn close_channel(&self, channel: u16) -> Vec<Unacked> {
         let mut state = self.state.lock();
-        state.starved.retain(|c| c.channel != channel);
+        state.window.retain_starved(|c| c.channel != channel);
         state
             .channels
             .remove(&channel)
-            .map(|c| c.unacked.into_iter().collect())
+            .map(|mut c| c.unacked.take_all())
             .unwrap_or_default()
     }
 
@@ -162,16 +171,15 @@ impl Outbox {
     pub fn set_global_prefetch(&self, channel: u16, prefetch: u32) -> Vec<Arc<ConsumerSink>> {
         let mut state = self.state.lock();
         if let Some(c) = state.channels.get_mut(&channel) {
-            c.global_prefetch = prefetch;
+            c.global.set_limit(prefetch);
         }
-        std::mem::take(&mut state.starved)
+        state.window.take_starved()
     }
 
     /// Marks the connection closed: nothing more is buffered and consumers get no room.
     pub fn close(&self) {
         let mut state = self.state.lock();
-        state.closed = true;
-        state.starved.clear();
+        state.window.close();
         drop(state);
         self.notify.notify_one();
     }
@@ -179,7 +187,7 @@ impl Outbox {
     /// Encodes a method frame into the buffer.
     pub fn send_method(&self, channel: u16, method: &Method) {
         let mut state = self.state.lock();
-        if state.closed {
+        if state.window.is_closed() {
             return;
         }
         let wake = state.buffer.is_empty() && !state.batch_open;
@@ -202,7 +210,7 @@ impl Outbox {
     /// Encodes a basic.return with the returned message.
     pub fn send_return(&self, channel: u16, reply_code: u16, reply_text: &str, message: &Message) {
         let mut state = self.state.lock();
-        if state.closed {
+        if state.window.is_closed() {
             return;
         }
         let frame_max = state.frame_max;
@@ -236,8 +244,7 @@ impl Outbox {
         let Some(deliveries) = channels.get_mut(&channel) else {
             return;
         };
-        let tag = deliveries.next_tag;
-        deliveries.next_tag += 1;
+        let tag = deliveries.unacked.next_tag();
         let message = &delivery.message;
         codec::write_get_ok(
             buffer,
@@ -253,7 +260,7 @@ impl Outbox {
         );
         let first_unacked = delivery.needs_settlement && deliveries.unacked.is_empty();
         if delivery.needs_settlement {
-            deliveries.unacked.push_back(Unacked {
+            deliveries.unacked.push(Unacked {
                 tag,
                 queue: delivery.queue,
                 id: delivery.id,
@@ -277,22 +284,16 @@ impl Outbox {
     pub fn take_unacked(&self, channel: u16, tag: u64, multiple: bool) -> Option<Vec<Unacked>> {
         let mut state = self.state.lock();
         let deliveries = state.channels.get_mut(&channel)?;
-        let taken: Vec<Unacked> = if multiple {
-            let end = if tag == 0 {
-                deliveries.unacked.len()
-            } else {
-                deliveries.unacked.partition_point(|u| u.tag <= tag)
-            };
-            if end == 0 && tag != 0 {
+        let taken: Vec<Unacked> = if multiple && tag == 0 {
+            deliveries.unacked.take_all()
+        } else if multiple {
+            let taken = deliveries.unacked.take_through(tag);
+            if taken.is_empty() {
                 return None;
             }
-            deliveries.unacked.drain(..end).collect()
+            taken
         } else {
-            let index = deliveries
-                .unacked
-                .binary_search_by_key(&tag, |u| u.tag)
-                .ok()?;
-            deliveries.unacked.remove(index).into_iter().collect()
+            vec![deliveries.unacked.take(tag)?]
         };
         release_credit(deliveries, &taken);
         Some(taken)
@@ -310,18 +311,28 @@ impl Outbox {
         state
             .channels
             .iter()
-            .filter_map(|(channel, d)| d.unacked.front().map(|u| (*channel, u.delivered_at)))
+            .filter_map(|(channel, d)| d.unacked.oldest().map(|u| (*channel, u.delivered_at)))
             .min_by_key(|(_, at)| *at)
     }
 
     /// Takes the consumers waiting for room, to kick their queues (outside the lock).
     pub fn take_starved(&self) -> Vec<Arc<ConsumerSink>> {
-        std::mem::take(&mut self.state.lock().starved)
+        self.state.lock().window.take_starved()
     }
 
-    /// Takes deliveries that arrived for channels already closed, to requeue.
+    /// Takes deliveries that arrived for channels already closed, to release.
     pub fn take_orphaned(&self) -> Vec<Unacked> {
-        std::mem::take(&mut self.state.lock().orphaned)
+        let orphaned = self.state.lock().window.take_orphaned();
+        orphaned
+            .into_iter()
+            .map(|(queue, id)| Unacked {
+                tag: 0,
+                queue,
+                id,
+                consumer: None,
+                delivered_at: 0,
+            })
+            .collect()
     }
 
     /// Puts deliveries back as unacked (tx.rollback of acks), re-counting their credit.
@@ -332,11 +343,10 @@ impl Outbox {
         };
         for unacked in restored {
             if let Some(consumer) = &unacked.consumer {
-                consumer.in_flight.fetch_add(1, Ordering::Relaxed);
-                deliveries.global_in_flight += 1;
+                consumer.credit.take();
+                deliveries.global.take();
             }
-            let position = deliveries.unacked.partition_point(|u| u.tag < unacked.tag);
-            deliveries.unacked.insert(position, unacked);
+            deliveries.unacked.restore(unacked);
         }
     }
 
@@ -360,7 +370,7 @@ impl Outbox {
         state.writer_busy = true;
         // Take the allocation along: an idle connection keeps no write buffer.
         let bytes = std::mem::take(&mut state.buffer).freeze();
-        let starved = std::mem::take(&mut state.starved);
+        let starved = state.window.take_starved();
         Some(Drained { bytes, starved })
     }
 
@@ -398,7 +408,7 @@ impl Outbox {
         if state.buffer.is_empty() {
             return None;
         }
-        if state.buffer.len() <= INLINE_WRITE_MAX && !state.closed {
+        if state.buffer.len() <= INLINE_WRITE_MAX && !state.window.is_closed() {
             if let Some(drained) = Self::take_locked(&mut state) {
                 return Some(drained);
             }
@@ -410,7 +420,7 @@ impl Outbox {
 
     /// Whether the connection was closed (the writer exits once the buffer is flushed).
     pub fn is_closed(&self) -> bool {
-        self.state.lock().closed
+        self.state.lock().window.is_closed()
     }
 
     /// Bytes buffered or being written: the reader stops reading a client that does not
@@ -436,8 +446,8 @@ impl Outbox {
 fn release_credit(deliveries: &mut ChannelDeliveries, taken: &[Unacked]) {
     for unacked in taken {
         if let Some(consumer) = &unacked.consumer {
-            consumer.in_flight.fetch_sub(1, Ordering::Relaxed);
-            deliveries.global_in_flight = deliveries.global_in_flight.saturating_sub(1);
+            consumer.credit.give_back();
+            deliveries.global.give_back();
         }
     }
 }
@@ -489,10 +499,9 @@ pub struct ConsumerSink {
     /// The queue it consumes from, of whatever type.
     pub queue: Arc<dyn QueueInstance>,
     needs_ack: bool,
-    /// basic.qos global=false at consume time (0 = unlimited).
-    prefetch: u32,
-    /// Deliveries counted against `prefetch`; changed only under the outbox lock.
-    in_flight: AtomicU32,
+    /// basic.qos global=false at consume time (0 = unlimited) and the deliveries counted
+    /// against it; changed only under the outbox lock.
+    credit: ConsumerCredit,
     /// False until basic.consume-ok is in the buffer: no delivery may overtake it.
     started: AtomicBool,
 }
@@ -513,8 +522,7 @@ impl ConsumerSink {
             tag,
             queue,
             needs_ack,
-            prefetch,
-            in_flight: AtomicU32::new(0),
+            credit: ConsumerCredit::new(prefetch),
             started: AtomicBool::new(false),
         })
     }
@@ -522,12 +530,6 @@ impl ConsumerSink {
     /// Lets deliveries flow once consume-ok was sent; the caller then kicks the queue.
     pub fn start(&self) {
         self.started.store(true, Ordering::Release);
-    }
-
-    fn mark_starved(self: &Arc<Self>, state: &mut OutboxState) {
-        if !state.starved.iter().any(|c| Arc::ptr_eq(c, self)) {
-            state.starved.push(Arc::clone(self));
-        }
     }
 }
 
@@ -537,36 +539,30 @@ pub struct SinkHandle(pub Arc<ConsumerSink>);
 
 impl DeliverySink for SinkHandle {
     fn prefetch(&self) -> Option<u32> {
-        (self.0.needs_ack && self.0.prefetch != 0).then_some(self.0.prefetch)
+        let prefetch = self.0.credit.limit();
+        (self.0.needs_ack && prefetch != 0).then_some(prefetch)
     }
 
     fn reserve(&self) -> bool {
         let sink = &self.0;
         let mut state = sink.outbox.state.lock();
-        if state.closed || !sink.started.load(Ordering::Acquire) {
+        if state.window.is_closed() || !sink.started.load(Ordering::Acquire) {
             return false;
         }
-        if state.buffer.len() >= OUTBOX_HIGH_WATER {
-            sink.mark_starved(&mut state);
+        let buffered = state.buffer.len();
+        let OutboxState {
+            window, channels, ..
+        } = &mut *state;
+        if window.admit(buffered, sink) != Admission::Open {
             return false;
         }
         if !sink.needs_ack {
             return true;
         }
-        let Some(deliveries) = state.channels.get_mut(&sink.channel) else {
+        let Some(deliveries) = channels.get_mut(&sink.channel) else {
             return false;
         };
-        let consumer_full =
-            sink.prefetch != 0 && sink.in_flight.load(Ordering::Relaxed) >= sink.prefetch;
-        let channel_full = deliveries.global_prefetch != 0
-            && deliveries.global_in_flight >= deliveries.global_prefetch;
-        if consumer_full || channel_full {
-            sink.mark_starved(&mut state);
-            return false;
-        }
-        deliveries.global_in_flight += 1;
-        sink.in_flight.fetch_add(1, Ordering::Relaxed);
-        true
+        window.charge(sink, Some(&sink.credit), Some(&mut deliveries.global))
     }
 
     fn deliver(&self, delivery: Delivery) {
@@ -575,24 +571,20 @@ impl DeliverySink for SinkHandle {
         let frame_max = state.frame_max;
         let wake = state.buffer.is_empty() && !state.batch_open;
         let OutboxState {
-            buffer, channels, ..
+            buffer,
+            channels,
+            window,
+            ..
         } = &mut *state;
         let Some(deliveries) = channels.get_mut(&sink.channel) else {
             // The channel closed between reserve and deliver. The queue's lock is held here,
-            // so the reader requeues the message later instead of settling it now.
+            // so the reader releases the message later instead of settling it now.
             if delivery.needs_settlement {
-                state.orphaned.push(Unacked {
-                    tag: 0,
-                    queue: delivery.queue,
-                    id: delivery.id,
-                    consumer: None,
-                    delivered_at: 0,
-                });
+                window.orphan(delivery.queue, delivery.id);
             }
             return;
         };
-        let tag = deliveries.next_tag;
-        deliveries.next_tag += 1;
+        let tag = deliveries.unacked.next_tag();
         let message = &delivery.message;
         let properties = delivery_properties(message, delivery.delivery_count);
         codec::write_deliver(
@@ -609,7 +601,7 @@ impl DeliverySink for SinkHandle {
         );
         let first_unacked = delivery.needs_settlement && deliveries.unacked.is_empty();
         if delivery.needs_settlement {
-            deliveries.unacked.push_back(Unacked {
+            deliveries.unacked.push(Unacked {
                 tag,
                 queue: delivery.queue,
                 id: delivery.id,
@@ -629,7 +621,7 @@ impl DeliverySink for SinkHandle {
     fn cancelled(&self) {
         let sink = &self.0;
         let mut state = sink.outbox.state.lock();
-        if state.closed {
+        if state.window.is_closed() {
             return;
         }
         state

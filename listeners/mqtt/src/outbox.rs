@@ -2,6 +2,11 @@
 //! deliver to its subscriptions: one buffer of encoded packets, the in-flight QoS 1 and 2
 //! deliveries by packet identifier, and the in-flight window (`mqtt.prefetch`).
 //!
+//! The core's [`DeliveryWindow`] keeps admission, the high-water mark, the queues waiting
+//! for room, orphans and which deliveries were sent; a [`Credit`] is the in-flight window.
+//! The in-flight deliveries stay here, by packet identifier: identifiers are reused and
+//! allocated around those still in flight, so they are not in delivery order.
+//!
 //! One mutex guards it all. Queues call [`DeliverySink::reserve`] and
 //! [`DeliverySink::deliver`] with their own lock held, so the lock order is queue, then
 //! outbox; code holding the outbox lock never calls into a queue. Settlements a delivery
@@ -17,6 +22,7 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use warren_core::consumer::{Delivery, DeliverySink};
+use warren_core::delivery_window::{Credit, DeliveryWindow, Orphan};
 use warren_core::idmap::IdMap;
 use warren_core::message::Message;
 use warren_core::queue_type::QueueInstance;
@@ -51,24 +57,22 @@ pub struct InFlight {
     pub released: bool,
     /// Whether it counts against the in-flight window.
     counted: bool,
-    /// [`OutboxState::drains`] when it was encoded: while they are equal its bytes are
-    /// still in the buffer and the client never got it.
+    /// The window's stamp when it was encoded ([`DeliveryWindow::stamp`]): until the
+    /// driver takes the buffer its bytes are still there and the client never got it.
     buffered_at: u32,
 }
 
 struct OutboxState {
     buffer: BytesMut,
-    /// How many times the driver took the buffer (wrapping): tells deliveries still in it
-    /// from those sent.
-    drains: u32,
+    /// Open or closed, queues waiting for room, orphans, sent or still buffered.
+    window: DeliveryWindow<Arc<dyn QueueInstance>>,
     in_flight: IdMap<u16, InFlight>,
     next_packet_id: u16,
-    /// Deliveries counted against `prefetch`: reserved, or in flight and counted.
-    counted: u32,
-    prefetch: u32,
+    /// The in-flight window (`mqtt.prefetch`, narrowed by an MQTT 5 receive maximum) and
+    /// the deliveries counted against it: reserved, or in flight and counted.
+    credit: Credit,
     /// Allocated the first time one of its lists is needed: an idle subscriber never does.
     lists: Option<Box<Lists>>,
-    closed: bool,
     /// The protocol packets are encoded for: 3.1.1 until an MQTT 5 CONNECT says otherwise.
     protocol: ProtocolLevel,
     /// What MQTT 5 deliveries need beyond the defaults; boxed and allocated only once the
@@ -180,15 +184,11 @@ impl OutboundV5 {
 }
 
 /// The outbox's lists, which most connections never fill: boxed together, so an idle
-/// connection's outbox carries one pointer instead of four empty vectors.
+/// connection's outbox carries one pointer instead of two empty vectors.
 #[derive(Default)]
 struct Lists {
-    /// Queues refused for lack of room or window, to kick when it frees up.
-    starved: Vec<Arc<dyn QueueInstance>>,
     /// Deliveries to acknowledge to their queue at once (sent as QoS 0).
     to_ack: Vec<(Arc<dyn QueueInstance>, u64)>,
-    /// Deliveries that arrived after the connection closed, to release.
-    orphaned: Vec<(Arc<dyn QueueInstance>, u64)>,
     /// The subscriptions whose filter starts with `$`, with their QoS: the only ones a
     /// `$` topic may be delivered for (MQTT-4.7.2-1). Empty for most clients.
     dollar_filters: Vec<(String, QoS)>,
@@ -281,13 +281,11 @@ impl Outbox {
         Arc::new(Outbox {
             state: Mutex::new(OutboxState {
                 buffer: BytesMut::new(),
-                drains: 0,
+                window: DeliveryWindow::new(OUTBOX_HIGH_WATER),
                 in_flight: IdMap::default(),
                 next_packet_id: 1,
-                counted: 0,
-                prefetch: u32::from(prefetch.max(1)),
+                credit: Credit::new(u32::from(prefetch.max(1))),
                 lists: None,
-                closed: false,
                 protocol: ProtocolLevel::V3_1_1,
                 v5: None,
             }),
@@ -308,7 +306,8 @@ impl Outbox {
     /// are not the defaults).
     pub fn configure_v5(&self, receive_maximum: u16, limits: OutboundV5) {
         let mut state = self.state.lock();
-        state.prefetch = state.prefetch.min(u32::from(receive_maximum.max(1)));
+        let prefetch = state.credit.limit().min(u32::from(receive_maximum.max(1)));
+        state.credit.set_limit(prefetch);
         let defaults = limits.topic_alias_maximum == 0 && limits.maximum_packet_size.is_none();
         state.v5 = (!defaults).then(|| Box::new(limits));
     }
@@ -397,7 +396,7 @@ impl Outbox {
     /// Encodes a packet into the buffer.
     pub fn send(&self, packet: &Packet) {
         let mut state = self.state.lock();
-        if state.closed {
+        if state.window.is_closed() {
             return;
         }
         let was_empty = state.buffer.is_empty();
@@ -417,7 +416,7 @@ impl Outbox {
     /// retained store, not from a queue.
     pub fn send_retained(&self, topic: &str, message: &Message, qos: QoS) {
         let mut state = self.state.lock();
-        if state.closed {
+        if state.window.is_closed() {
             return;
         }
         let was_empty = state.buffer.is_empty();
@@ -528,12 +527,7 @@ impl Outbox {
 
     /// Takes the queues waiting for room, to kick (outside the lock).
     pub fn take_starved(&self) -> Vec<Arc<dyn QueueInstance>> {
-        let mut state = self.state.lock();
-        state
-            .lists
-            .as_deref_mut()
-            .map(|lists| std::mem::take(&mut lists.starved))
-            .unwrap_or_default()
+        self.state.lock().window.take_starved()
     }
 
     /// Takes everything buffered for the driver to write.
@@ -548,14 +542,13 @@ impl Outbox {
         }
         // Take the allocation along: an idle connection keeps no write buffer.
         let bytes = std::mem::take(&mut state.buffer).freeze();
-        state.drains = state.drains.wrapping_add(1);
-        let (starved, to_ack) = match state.lists.as_deref_mut() {
-            Some(lists) => (
-                std::mem::take(&mut lists.starved),
-                std::mem::take(&mut lists.to_ack),
-            ),
-            None => (Vec::new(), Vec::new()),
-        };
+        state.window.handed_over();
+        let starved = state.window.take_starved();
+        let to_ack = state
+            .lists
+            .as_deref_mut()
+            .map(|lists| std::mem::take(&mut lists.to_ack))
+            .unwrap_or_default();
         Some(Drained {
             bytes,
             starved,
@@ -567,17 +560,13 @@ impl Outbox {
     /// the session to requeue. Buffered bytes stay for a last flush.
     pub fn close(&self) -> Leftovers {
         let mut state = self.state.lock();
-        state.closed = true;
-        let (orphaned, to_ack) = match state.lists.as_deref_mut() {
-            Some(lists) => {
-                lists.starved.clear();
-                (
-                    std::mem::take(&mut lists.orphaned),
-                    std::mem::take(&mut lists.to_ack),
-                )
-            }
-            None => (Vec::new(), Vec::new()),
-        };
+        state.window.close();
+        let orphaned = state.window.take_orphaned();
+        let to_ack = state
+            .lists
+            .as_deref_mut()
+            .map(|lists| std::mem::take(&mut lists.to_ack))
+            .unwrap_or_default();
         let mut released: Vec<u16> = state
             .in_flight
             .iter()
@@ -585,12 +574,14 @@ impl Outbox {
             .map(|(packet_id, _)| *packet_id)
             .collect();
         released.sort_unstable();
-        let drains = state.drains;
+        let OutboxState {
+            window, in_flight, ..
+        } = &mut *state;
         let mut unacknowledged = Vec::new();
         let mut never_sent = orphaned;
-        for (_, entry) in state.in_flight.drain() {
+        for (_, entry) in in_flight.drain() {
             if let Some(queue) = entry.queue {
-                if entry.buffered_at == drains {
+                if !window.was_sent(entry.buffered_at) {
                     never_sent.push((queue, entry.id));
                 } else {
                     unacknowledged.push((queue, entry.id));
@@ -600,7 +591,7 @@ impl Outbox {
         // Returned in delivery order so a resumed session sees its messages in order.
         unacknowledged.sort_by_key(|(_, id)| *id);
         never_sent.sort_by_key(|(_, id)| *id);
-        state.counted = 0;
+        state.credit.reset();
         drop(state);
         self.notify.notify_one();
         Leftovers {
@@ -612,13 +603,8 @@ impl Outbox {
     }
 
     /// Takes deliveries that arrived after [`Outbox::close`], to requeue.
-    pub fn take_orphaned(&self) -> Vec<(Arc<dyn QueueInstance>, u64)> {
-        let mut state = self.state.lock();
-        state
-            .lists
-            .as_deref_mut()
-            .map(|lists| std::mem::take(&mut lists.orphaned))
-            .unwrap_or_default()
+    pub fn take_orphaned(&self) -> Vec<Orphan> {
+        self.state.lock().window.take_orphaned()
     }
 
     /// Bytes waiting to be written.
@@ -642,17 +628,7 @@ impl OutboxState {
 
     fn uncount(&mut self, entry: &InFlight) {
         if entry.counted {
-            self.counted = self.counted.saturating_sub(1);
-        }
-    }
-
-    fn mark_starved(&mut self, queue: &Arc<dyn QueueInstance>) {
-        let starved = &mut self.lists().starved;
-        if !starved
-            .iter()
-            .any(|q| std::ptr::addr_eq(Arc::as_ptr(q), Arc::as_ptr(queue)))
-        {
-            starved.push(Arc::clone(queue));
+            self.credit.give_back();
         }
     }
 
@@ -773,32 +749,19 @@ impl SubscriptionSink {
 impl DeliverySink for SubscriptionSink {
     fn reserve(&self) -> bool {
         let mut state = self.outbox.state.lock();
-        if state.closed {
-            return false;
-        }
-        if state.buffer.len() >= OUTBOX_HIGH_WATER {
-            state.mark_starved(&self.queue);
-            return false;
-        }
-        if self.qos == QoS::AtMostOnce {
-            return true;
-        }
-        if state.counted >= state.prefetch {
-            state.mark_starved(&self.queue);
-            return false;
-        }
-        state.counted += 1;
-        true
+        let buffered = state.buffer.len();
+        let OutboxState { window, credit, .. } = &mut *state;
+        window.reserve(buffered, &self.queue, self.qos != QoS::AtMostOnce, credit)
     }
 
     fn deliver(&self, delivery: Delivery) {
         let mut state = self.outbox.state.lock();
         let counted = self.qos != QoS::AtMostOnce;
-        if state.closed {
+        if state.window.is_closed() {
             // The connection closed between reserve and deliver; the queue's lock is held
-            // here, so the session requeues it later instead of settling it now.
+            // here, so the session releases it later instead of settling it now.
             if delivery.needs_settlement {
-                state.lists().orphaned.push((delivery.queue, delivery.id));
+                state.window.orphan(delivery.queue, delivery.id);
             }
             return;
         }
@@ -819,7 +782,7 @@ impl DeliverySink for SubscriptionSink {
             })
         {
             if counted {
-                state.counted = state.counted.saturating_sub(1);
+                state.credit.give_back();
             }
             if delivery.needs_settlement {
                 state.lists().to_ack.push((delivery.queue, delivery.id));
@@ -835,7 +798,7 @@ impl DeliverySink for SubscriptionSink {
         }
         match packet_id {
             Some(packet_id) if matches!(encoded, Ok(true)) => {
-                let buffered_at = state.drains;
+                let buffered_at = state.window.stamp();
                 state.in_flight.insert(
                     packet_id,
                     InFlight {
@@ -850,7 +813,7 @@ impl DeliverySink for SubscriptionSink {
             }
             _ => {
                 if counted {
-                    state.counted = state.counted.saturating_sub(1);
+                    state.credit.give_back();
                 }
                 if delivery.needs_settlement {
                     state.lists().to_ack.push((delivery.queue, delivery.id));

@@ -2,21 +2,27 @@
 //! to its subscriptions: one buffer of encoded frames, the deliveries waiting for an ACK, and
 //! each subscription's prefetch accounting.
 //!
+//! The delivery bookkeeping is the core's [`DeliveryWindow`] (admission, high-water mark,
+//! starved subscriptions, orphans, which deliveries were sent) and [`Unsettled`] (the
+//! deliveries waiting for an ACK, by tag); this file keeps the STOMP encoding.
+//!
 //! Everything here is guarded by one mutex. Queues call [`SinkHandle::reserve`] and
 //! [`SinkHandle::deliver`] with their own lock held, so the lock order is always queue, then
 //! outbox; code holding the outbox lock never calls into a queue (settlements and kicks
 //! happen after it is released). Frames are encoded straight into the shared buffer, so the
 //! writer task sends everything that accumulated in one write.
 
-use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use warren_core::consumer::{Delivery, DeliverySink};
+use warren_core::delivery_window::{
+    Admission, ConsumerCredit, DeliveryWindow, Orphan, Tagged, Unsettled,
+};
 use warren_core::queue_type::QueueInstance;
 
 use crate::codec::{encode, encode_message, Command, Frame, Version, HEARTBEAT};
@@ -62,25 +68,28 @@ pub struct Unacked {
     pub subscription: Arc<Subscription>,
     /// The queue's id of the message.
     pub id: u64,
+    /// The window's stamp when it was encoded: tells whether the writer took it (sent).
+    stamp: u32,
+}
+
+impl Tagged for Unacked {
+    type Tag = u64;
+
+    fn tag(&self) -> u64 {
+        self.tag
+    }
 }
 
 struct OutboxState {
     buffer: BytesMut,
     version: Version,
     session: Arc<str>,
-    next_tag: u64,
-    /// Deliveries with a smaller tag were taken by the writer (sent); the others are still
-    /// in `buffer` and never reached the client.
-    handed_below: u64,
-    /// In tag order.
-    unacked: VecDeque<Unacked>,
-    /// Subscriptions refused for lack of room or credit, to kick when it frees up.
-    starved: Vec<Arc<Subscription>>,
+    /// Open or closed, starved subscriptions, orphans, sent or still buffered.
+    window: DeliveryWindow<Arc<Subscription>>,
+    /// Connection-wide delivery tags; the deliveries waiting for an ACK, in tag order.
+    unacked: Unsettled<Unacked>,
     /// Subscriptions whose queue was deleted, for the reader to forget.
     server_cancelled: Vec<Arc<str>>,
-    /// Deliveries that arrived after the connection closed, to release (never sent).
-    orphaned: Vec<(Arc<dyn QueueInstance>, u64)>,
-    closed: bool,
 }
 
 /// The shared outgoing side of one connection.
@@ -110,13 +119,9 @@ impl Outbox {
                 buffer: BytesMut::new(),
                 version: Version::V1_0,
                 session: Arc::from(""),
-                next_tag: 1,
-                handed_below: 1,
-                unacked: VecDeque::new(),
-                starved: Vec::new(),
+                window: DeliveryWindow::new(OUTBOX_HIGH_WATER),
+                unacked: Unsettled::new(1),
                 server_cancelled: Vec::new(),
-                orphaned: Vec::new(),
-                closed: false,
             }),
             notify: Notify::new(),
             drained: Notify::new(),
@@ -134,7 +139,7 @@ impl Outbox {
     /// Encodes a frame into the buffer.
     pub fn send_frame(&self, frame: &Frame) {
         let mut state = self.state.lock();
-        if state.closed {
+        if state.window.is_closed() {
             return;
         }
         let version = state.version;
@@ -152,15 +157,14 @@ impl Outbox {
     /// Marks the connection closed: nothing more is buffered and subscriptions get no room.
     pub fn close(&self) {
         let mut state = self.state.lock();
-        state.closed = true;
-        state.starved.clear();
+        state.window.close();
         drop(state);
         self.notify.notify_one();
     }
 
     /// Whether the connection was closed.
     pub fn is_closed(&self) -> bool {
-        self.state.lock().closed
+        self.state.lock().window.is_closed()
     }
 
     /// Takes the unacked deliveries an ACK or NACK of `tag` settles, releasing their
@@ -169,31 +173,19 @@ impl Outbox {
     /// earlier delivery of the same subscription is taken too.
     pub fn take_unacked(&self, subscription: &str, tag: u64) -> Option<Vec<Unacked>> {
         let mut state = self.state.lock();
-        let index = state.unacked.binary_search_by_key(&tag, |u| u.tag).ok()?;
-        let owner = Arc::clone(&state.unacked[index].subscription);
+        let owner = Arc::clone(&state.unacked.get(tag)?.subscription);
         if *owner.id != *subscription {
             return None;
         }
         let taken: Vec<Unacked> = if owner.ack == AckMode::Client {
-            let mut taken = Vec::new();
-            let mut kept = VecDeque::with_capacity(state.unacked.len());
-            for unacked in state.unacked.drain(..) {
-                if unacked.tag <= tag && Arc::ptr_eq(&unacked.subscription, &owner) {
-                    taken.push(unacked);
-                } else {
-                    kept.push_back(unacked);
-                }
-            }
-            state.unacked = kept;
-            taken
+            state
+                .unacked
+                .take_through_where(tag, |unacked| Arc::ptr_eq(&unacked.subscription, &owner))
         } else {
-            state.unacked.remove(index).into_iter().collect()
+            state.unacked.take(tag).into_iter().collect()
         };
         for unacked in &taken {
-            unacked
-                .subscription
-                .in_flight
-                .fetch_sub(1, Ordering::Relaxed);
+            unacked.subscription.credit.give_back();
         }
         Some(taken)
     }
@@ -202,14 +194,18 @@ impl Outbox {
     /// (sent to the client), then those still in the buffer (never sent), each in tag order.
     pub fn take_all_unacked(&self) -> (Vec<Unacked>, Vec<Unacked>) {
         let mut state = self.state.lock();
-        let handed_below = state.handed_below;
-        let (sent, never_sent) = state.unacked.drain(..).partition(|u| u.tag < handed_below);
-        (sent, never_sent)
+        let OutboxState {
+            window, unacked, ..
+        } = &mut *state;
+        unacked
+            .take_all()
+            .into_iter()
+            .partition(|unacked| window.was_sent(unacked.stamp))
     }
 
     /// Takes the subscriptions waiting for credit or room, to kick their queues.
     pub fn take_starved(&self) -> Vec<Arc<Subscription>> {
-        std::mem::take(&mut self.state.lock().starved)
+        self.state.lock().window.take_starved()
     }
 
     /// Takes the subscriptions the server cancelled since the last call.
@@ -218,8 +214,8 @@ impl Outbox {
     }
 
     /// Takes deliveries that arrived after the connection closed, to requeue.
-    pub fn take_orphaned(&self) -> Vec<(Arc<dyn QueueInstance>, u64)> {
-        std::mem::take(&mut self.state.lock().orphaned)
+    pub fn take_orphaned(&self) -> Vec<Orphan> {
+        self.state.lock().window.take_orphaned()
     }
 
     /// Takes everything buffered for the writer, with the subscriptions to kick now that the
@@ -231,8 +227,8 @@ impl Outbox {
         }
         // Take the allocation along: an idle connection keeps no write buffer.
         let bytes = std::mem::take(&mut state.buffer).freeze();
-        let starved = std::mem::take(&mut state.starved);
-        state.handed_below = state.next_tag;
+        let starved = state.window.take_starved();
+        state.window.handed_over();
         Some(Drained { bytes, starved })
     }
 
@@ -264,10 +260,9 @@ pub struct Subscription {
     pub queue: Arc<dyn QueueInstance>,
     /// How deliveries are acknowledged.
     pub ack: AckMode,
-    /// `prefetch-count` (0 = unlimited); only counts for acknowledged modes.
-    prefetch: u32,
-    /// Deliveries counted against `prefetch`; changed only under the outbox lock.
-    in_flight: AtomicU32,
+    /// `prefetch-count` (0 = unlimited) and the deliveries counted against it; only
+    /// acknowledged modes count. Changed only under the outbox lock.
+    credit: ConsumerCredit,
     /// False until the subscription is recorded: no delivery may race its set-up.
     started: AtomicBool,
 }
@@ -286,8 +281,7 @@ impl Subscription {
             id,
             queue,
             ack,
-            prefetch,
-            in_flight: AtomicU32::new(0),
+            credit: ConsumerCredit::new(prefetch),
             started: AtomicBool::new(false),
         })
     }
@@ -295,12 +289,6 @@ impl Subscription {
     /// Lets deliveries flow; the caller then kicks the queue.
     pub fn start(&self) {
         self.started.store(true, Ordering::Release);
-    }
-
-    fn mark_starved(self: &Arc<Self>, state: &mut OutboxState) {
-        if !state.starved.iter().any(|s| Arc::ptr_eq(s, self)) {
-            state.starved.push(Arc::clone(self));
-        }
     }
 }
 
@@ -311,46 +299,38 @@ pub struct SinkHandle(pub Arc<Subscription>);
 impl DeliverySink for SinkHandle {
     fn prefetch(&self) -> Option<u32> {
         let subscription = &self.0;
-        (subscription.ack != AckMode::Auto && subscription.prefetch != 0)
-            .then_some(subscription.prefetch)
+        let prefetch = subscription.credit.limit();
+        (subscription.ack != AckMode::Auto && prefetch != 0).then_some(prefetch)
     }
 
     fn reserve(&self) -> bool {
         let subscription = &self.0;
         let mut state = subscription.outbox.state.lock();
-        if state.closed || !subscription.started.load(Ordering::Acquire) {
+        if state.window.is_closed() || !subscription.started.load(Ordering::Acquire) {
             return false;
         }
-        if state.buffer.len() >= OUTBOX_HIGH_WATER {
-            subscription.mark_starved(&mut state);
+        let buffered = state.buffer.len();
+        if state.window.admit(buffered, subscription) != Admission::Open {
             return false;
         }
-        if subscription.ack == AckMode::Auto {
-            return true;
-        }
-        if subscription.prefetch != 0
-            && subscription.in_flight.load(Ordering::Relaxed) >= subscription.prefetch
-        {
-            subscription.mark_starved(&mut state);
-            return false;
-        }
-        subscription.in_flight.fetch_add(1, Ordering::Relaxed);
-        true
+        subscription.ack == AckMode::Auto
+            || state
+                .window
+                .charge(subscription, Some(&subscription.credit), None)
     }
 
     fn deliver(&self, delivery: Delivery) {
         let subscription = &self.0;
         let mut state = subscription.outbox.state.lock();
-        if state.closed {
+        if state.window.is_closed() {
             // The queue's lock is held here: the reader requeues it later.
             if delivery.needs_settlement {
-                state.orphaned.push((delivery.queue, delivery.id));
+                state.window.orphan(delivery.queue, delivery.id);
             }
             return;
         }
         let was_empty = state.buffer.is_empty();
-        let tag = state.next_tag;
-        state.next_tag += 1;
+        let tag = state.unacked.next_tag();
         let version = state.version;
         let message = &delivery.message;
         let mut message_id =
@@ -389,10 +369,12 @@ impl DeliverySink for SinkHandle {
             &message.body,
         );
         if delivery.needs_settlement {
-            state.unacked.push_back(Unacked {
+            let stamp = state.window.stamp();
+            state.unacked.push(Unacked {
                 tag,
                 subscription: Arc::clone(subscription),
                 id: delivery.id,
+                stamp,
             });
         }
         drop(state);
@@ -404,7 +386,7 @@ impl DeliverySink for SinkHandle {
     fn cancelled(&self) {
         let subscription = &self.0;
         let mut state = subscription.outbox.state.lock();
-        if state.closed {
+        if state.window.is_closed() {
             return;
         }
         state.server_cancelled.push(Arc::clone(&subscription.id));

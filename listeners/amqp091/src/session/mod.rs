@@ -2,9 +2,9 @@
 //!
 //! Sans-IO: frames go in through [`Session::handle_frame`], replies and deliveries come out
 //! as encoded frames in the connection's [`Outbox`]. The driver owns the socket and the clock.
-//! Channel-level methods live in `channel.rs`, one handler per method family; the
-//! connection handshake in `handshake.rs`; end-of-batch work (confirms, commits) and the
-//! release of channels and connections in `batch.rs`.
+//! Channel-level methods live in `channel/`, one file per method family; the connection
+//! handshake in `handshake.rs`; end-of-batch work (confirms, commits) and the release of
+//! channels and connections in `batch.rs`.
 
 mod batch;
 mod channel;
