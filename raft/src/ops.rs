@@ -47,6 +47,10 @@ const COMMIT_BOUND: Duration = Duration::from_secs(10);
 const TRANSFER_BOUND: Duration = Duration::from_secs(8);
 /// How long a member may take to report its status.
 const STATUS_BOUND: Duration = Duration::from_secs(3);
+/// How long a transfer waits, once the leader stepped down, for the new leader to be known:
+/// several election timeouts, since a vote can be lost on a loaded machine (3 s was not
+/// always enough on two busy cores).
+const NEW_LEADER_BOUND: Duration = Duration::from_secs(8);
 /// The pause before a change is asked again (the leader moved, or a change was running).
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
@@ -472,7 +476,7 @@ async fn transfer(
             .is_ok();
         if stepped_down {
             let known = raft
-                .wait(Some(Duration::from_secs(3)))
+                .wait(Some(NEW_LEADER_BOUND))
                 .metrics(
                     |m| m.current_leader.is_some_and(|leader| leader != m.id),
                     "a new leader is known",
