@@ -484,12 +484,12 @@ async fn transfer(
                 .await;
             return match known.ok().and_then(|m| m.current_leader) {
                 Some(leader) if leader == id => ChangeAnswer::Done,
+                // Another member won (its log was ahead of the target's by what was
+                // proposed during the hand-over) or none yet: the node asked tries again
+                // through whoever leads now, within its CHANGE_BOUND.
                 Some(_) | None => {
-                    let metrics = raft.metrics().borrow().clone();
-                    ChangeAnswer::Refused(format!(
-                        "{target} did not win the election; the leader is now {}",
-                        leader_name(&metrics).unwrap_or_else(|| "being elected".into())
-                    ))
+                    tracing::info!(%target, "the transfer's target did not win the election; retrying through the new leader");
+                    ChangeAnswer::NotLeader
                 }
             };
         }
