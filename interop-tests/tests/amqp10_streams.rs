@@ -4,6 +4,14 @@
 //! reply, which fe2o3 checks), every delivery carries its offset in the `x-stream-offset`
 //! message annotation, link credit alone drives the flow, and a sender's
 //! `x-stream-filter-value` message annotation is the message's filter value.
+//!
+//! The fe2o3 tests run on a current-thread runtime: fe2o3-amqp 0.14's `Sender::send` hands
+//! the transfer to its session task before it records the delivery as unsettled, so on a
+//! multi-threaded runtime a disposition that comes back fast enough (a stream confirms as
+//! soon as its chunk is written) can be processed first and is dropped, and the send never
+//! completes (seen in about 1 run in 10 under load). On one thread nothing runs between the
+//! two steps. 0.18 fixes the order but cannot stay attached after a refused link (its
+//! session stops), so the client stays at 0.14.
 
 mod amqp10_common;
 
@@ -137,7 +145,7 @@ fn owned(items: &[(&str, i64)]) -> Vec<(String, i64)> {
     items.iter().map(|(b, o)| (b.to_string(), *o)).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn receivers_start_where_their_offset_spec_says() {
     tokio::time::timeout(Duration::from_secs(60), async {
         let broker = TestBroker::start().await;
@@ -250,13 +258,7 @@ async fn receivers_start_where_their_offset_spec_says() {
     .expect("bounded");
 }
 
-// Ignored: in 3 of 20 runs with four copies in parallel (and once in CI) the first sends to
-// the just-declared stream never get their disposition or credit: the test stops after
-// `Sender::attach`, before its four sends complete. Serial runs pass (9 of 9). Not yet found
-// whether the broker's durable wait for a stream publish or fe2o3's credit loses it (compare
-// the ignored web_amqp test); run with `--ignored` to reproduce. Bounded either way.
-#[ignore = "intermittent hang of the first sends to a new stream under load; see above"]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn filters_select_by_the_senders_filter_value_annotation() {
     tokio::time::timeout(Duration::from_secs(60), async {
         let broker = TestBroker::start().await;
@@ -319,10 +321,7 @@ async fn filters_select_by_the_senders_filter_value_annotation() {
     .expect("bounded");
 }
 
-// Ignored for the same intermittent hang as the filter-value test above (it hung in CI
-// once: the first sends right after the stream's declaration never complete).
-#[ignore = "intermittent hang of the first sends to a new stream under load; see above"]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn link_credit_alone_drives_a_stream_receiver() {
     tokio::time::timeout(Duration::from_secs(60), async {
         let broker = TestBroker::start().await;
@@ -390,7 +389,7 @@ async fn link_credit_alone_drives_a_stream_receiver() {
     .expect("bounded");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn messages_cross_between_the_stream_protocol_and_amqp_1_0_with_their_properties() {
     use fe2o3_amqp::types::messaging::{ApplicationProperties, MessageId, Properties};
     use fe2o3_amqp::types::primitives::{Binary, SimpleValue};
@@ -582,7 +581,7 @@ mod drain {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test]
     async fn a_drain_is_answered_after_the_stream_handed_over_what_it_had() {
         tokio::time::timeout(Duration::from_secs(60), async {
             let broker = TestBroker::start().await;
