@@ -3,13 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::cluster::CLUSTER_KEYS;
 use crate::error::ConfigError;
-use crate::mqtt::MQTT_KEYS;
-use crate::settings::{Settings, SETTINGS};
-use crate::stomp::STOMP_KEYS;
-use crate::stream::STREAM_KEYS;
-use crate::web::WEB_KEYS;
+use crate::settings::{all_settings, Settings};
 
 /// The usage text `--help` returns in [`ConfigError::HelpRequested`].
 pub fn usage() -> String {
@@ -23,18 +18,8 @@ pub fn usage() -> String {
          \n\
          Keys (default in parentheses):\n",
     );
-    let keys: Vec<(&str, String)> = SETTINGS
-        .iter()
+    let keys: Vec<(&str, String)> = all_settings()
         .map(|setting| (setting.key, setting.description()))
-        .chain(
-            STOMP_KEYS
-                .iter()
-                .chain(MQTT_KEYS)
-                .chain(CLUSTER_KEYS)
-                .chain(WEB_KEYS)
-                .chain(STREAM_KEYS)
-                .map(|(key, description)| (*key, (*description).to_owned())),
-        )
         .collect();
     let width = keys.iter().map(|(key, _)| key.len()).max().unwrap_or(0);
     for (key, description) in &keys {

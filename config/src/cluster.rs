@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
+use crate::settings::parse::required;
+use crate::settings::Setting;
 
 /// The inter-node port unless configured: 25672, RabbitMQ's distribution port.
 pub const CLUSTER_PORT: u16 = 25672;
@@ -81,7 +82,7 @@ impl std::fmt::Display for NodeAddress {
 }
 
 /// Everything clustering reads at start-up.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterSettings {
     /// `node_name`: `warren@HOST`, the name peers and operators know this node by; HOST is
     /// the address peers and clients use. Default `warren@<hostname>`.
@@ -99,9 +100,23 @@ pub struct ClusterSettings {
     pub seeds: Vec<(String, NodeAddress)>,
     /// `cluster.change_timeout`: milliseconds a metadata change waits for a majority before
     /// it is refused; at most 10 s. Default 5 s.
-    pub change_timeout: Option<Duration>,
+    pub change_timeout: Duration,
     /// `cluster.ssl_options.*`: TLS on the inter-node links.
     pub ssl: ClusterSsl,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> ClusterSettings {
+        ClusterSettings {
+            node_name: None,
+            cluster_name: None,
+            listener: None,
+            secret_file: None,
+            seeds: Vec::new(),
+            change_timeout: Duration::from_secs(5),
+            ssl: ClusterSsl::default(),
+        }
+    }
 }
 
 /// `cluster.ssl_options.*`: TLS on every inter-node link. Both ends present a certificate
@@ -125,52 +140,130 @@ impl ClusterSsl {
     }
 }
 
-/// The clustering keys, with what they set; shown by `--help`.
-pub const CLUSTER_KEYS: &[(&str, &str)] = &[
-    (
-        "node_name",
-        "warren@HOST: this node's name; HOST is the address peers use (warren@<hostname>)",
-    ),
-    (
-        "cluster_name",
-        "the cluster's name shown by the management API (the first seed's name)",
-    ),
-    (
-        "cluster.listeners.tcp.default",
-        "inter-node listener HOST:PORT (the node name's host, port 25672)",
-    ),
-    (
-        "cluster.secret_file",
-        "shared secret file, mode 0600 (<data_dir>/cluster.secret, created when absent)",
-    ),
-    (
-        "cluster.change_timeout",
-        "ms a metadata change waits for a majority before it is refused, <= 10000 (5000)",
-    ),
-    (
-        "cluster.ssl_options.certfile",
-        "PEM certificate of this node for TLS on inter-node links (with keyfile, cacertfile)",
-    ),
-    (
-        "cluster.ssl_options.keyfile",
-        "PEM private key for inter-node TLS",
-    ),
-    (
-        "cluster.ssl_options.cacertfile",
-        "PEM CA certificates every node's certificate is checked against",
-    ),
-    (
-        "cluster.ssl_options.verify",
-        "verify_peer (the only value: inter-node TLS always checks peers)",
-    ),
-    (
-        "cluster.ssl_options.fail_if_no_peer_cert",
-        "true (the only value: a node without a certificate is refused)",
-    ),
-    (
-        "cluster_formation.classic_config.nodes.<N>",
-        "a seed node: warren@HOST or warren@HOST:PORT; any seed turns clustering on",
-    ),
+/// A non-empty file path.
+fn file_path(value: &str) -> Result<Option<PathBuf>, String> {
+    Ok(Some(PathBuf::from(required(value, "a file path")?)))
+}
+
+/// The clustering keys: each key's default, `--help` line and parser (see [`Setting`]).
+pub const CLUSTER_SETTINGS: &[Setting] = &[
+    Setting {
+        key: "node_name",
+        default: "",
+        help: "warren@HOST: this node's name; HOST is the address peers use (warren@<hostname>)",
+        apply: |s, _, v| {
+            let node = NodeAddress::parse(v)?;
+            if node.port != CLUSTER_PORT || v.trim().ends_with(&format!(":{CLUSTER_PORT}")) {
+                return Err(
+                    "warren@HOST without a port (set cluster.listeners.tcp.default)".into(),
+                );
+            }
+            s.cluster.node_name = Some(node.name);
+            Ok(())
+        },
+    },
+    Setting {
+        key: "cluster_name",
+        default: "",
+        help: "the cluster's name shown by the management API (the first seed's name)",
+        apply: |s, _, v| {
+            s.cluster.cluster_name = Some(required(v, "a non-empty name")?);
+            Ok(())
+        },
+    },
+    Setting {
+        key: "cluster.listeners.tcp.default",
+        default: "",
+        help: "inter-node listener HOST:PORT (the node name's host, port 25672)",
+        apply: |s, _, v| {
+            let addr =
+                ListenAddr::parse(v).map_err(|reason| format!("HOST:PORT or PORT ({reason})"))?;
+            s.cluster.listener = Some(addr);
+            Ok(())
+        },
+    },
+    Setting {
+        key: "cluster.secret_file",
+        default: "",
+        help: "shared secret file, mode 0600 (<data_dir>/cluster.secret, created when absent)",
+        apply: |s, _, v| {
+            s.cluster.secret_file = file_path(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "cluster.change_timeout",
+        default: "5000",
+        help: "ms a metadata change waits for a majority before it is refused, <= 10000",
+        apply: |s, _, v| {
+            const EXPECTED: &str = "milliseconds between 100 and 10000";
+            let timeout = Duration::from_millis(v.parse().map_err(|_| EXPECTED)?);
+            if timeout < Duration::from_millis(100) || timeout > CHANGE_TIMEOUT_LIMIT {
+                return Err(EXPECTED.to_owned());
+            }
+            s.cluster.change_timeout = timeout;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "cluster.ssl_options.certfile",
+        default: "",
+        help: "PEM certificate of this node for TLS on inter-node links (with keyfile, cacertfile)",
+        apply: |s, _, v| {
+            s.cluster.ssl.certfile = file_path(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "cluster.ssl_options.keyfile",
+        default: "",
+        help: "PEM private key for inter-node TLS",
+        apply: |s, _, v| {
+            s.cluster.ssl.keyfile = file_path(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "cluster.ssl_options.cacertfile",
+        default: "",
+        help: "PEM CA certificates every node's certificate is checked against",
+        apply: |s, _, v| {
+            s.cluster.ssl.cacertfile = file_path(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "cluster.ssl_options.verify",
+        default: "verify_peer",
+        help: "verify_peer (the only value: inter-node TLS always checks peers)",
+        apply: |_, _, v| match v {
+            "verify_peer" => Ok(()),
+            _ => Err("verify_peer (inter-node TLS always checks the peer's certificate)".into()),
+        },
+    },
+    Setting {
+        key: "cluster.ssl_options.fail_if_no_peer_cert",
+        default: "true",
+        help: "true (the only value: a node without a certificate is refused)",
+        apply: |_, _, v| match v {
+            "true" => Ok(()),
+            _ => Err("true (inter-node TLS refuses a node without a certificate)".into()),
+        },
+    },
+    Setting {
+        key: "cluster_formation.classic_config.nodes.<N>",
+        default: "",
+        help: "a seed node: warren@HOST or warren@HOST:PORT; any seed turns clustering on",
+        apply: |s, index, v| {
+            let node = NodeAddress::parse(v)?;
+            let seeds = &mut s.cluster.seeds;
+            match seeds.iter_mut().find(|(existing, _)| existing == index) {
+                Some(entry) => entry.1 = node,
+                None => seeds.push((index.to_owned(), node)),
+            }
+            Ok(())
+        },
+    },
 ];
 
 impl ClusterSettings {
@@ -178,13 +271,6 @@ impl ClusterSettings {
     /// Otherwise it runs exactly as a single node, with no inter-node listener.
     pub fn enabled(&self) -> bool {
         !self.seeds.is_empty() || self.listener.is_some()
-    }
-
-    /// Whether `key` is one of the clustering keys.
-    pub(crate) fn owns(key: &str) -> bool {
-        matches!(key, "node_name" | "cluster_name")
-            || key.starts_with("cluster.")
-            || key.starts_with("cluster_formation.")
     }
 
     /// The node name, with `host` (this machine's host name) as the default host.
@@ -201,142 +287,48 @@ impl ClusterSettings {
 
     /// How long a metadata change waits for a majority.
     pub fn change_timeout(&self) -> Duration {
-        self.change_timeout.unwrap_or(Duration::from_secs(5))
-    }
-
-    /// Applies one clustering key.
-    pub(crate) fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
-        let invalid = |expected: &str| ConfigError::InvalidValue {
-            key: key.to_owned(),
-            value: value.to_owned(),
-            expected: expected.to_owned(),
-        };
-        match key {
-            "node_name" => {
-                let node = NodeAddress::parse(value).map_err(|e| invalid(&e))?;
-                if node.port != CLUSTER_PORT || value.trim().ends_with(&format!(":{CLUSTER_PORT}"))
-                {
-                    return Err(invalid(
-                        "warren@HOST without a port (set cluster.listeners.tcp.default)",
-                    ));
-                }
-                self.node_name = Some(node.name);
-            }
-            "cluster_name" => {
-                if value.is_empty() {
-                    return Err(invalid("a non-empty name"));
-                }
-                self.cluster_name = Some(value.to_owned());
-            }
-            "cluster.listeners.tcp.default" => {
-                let addr = ListenAddr::parse(value)
-                    .map_err(|reason| invalid(&format!("HOST:PORT or PORT ({reason})")))?;
-                self.listener = Some(addr);
-            }
-            "cluster.secret_file" => {
-                if value.is_empty() {
-                    return Err(invalid("a file path"));
-                }
-                self.secret_file = Some(PathBuf::from(value));
-            }
-            "cluster.ssl_options.certfile"
-            | "cluster.ssl_options.keyfile"
-            | "cluster.ssl_options.cacertfile" => {
-                if value.is_empty() {
-                    return Err(invalid("a file path"));
-                }
-                let path = Some(PathBuf::from(value));
-                match key.rsplit('.').next() {
-                    Some("certfile") => self.ssl.certfile = path,
-                    Some("keyfile") => self.ssl.keyfile = path,
-                    _ => self.ssl.cacertfile = path,
-                }
-            }
-            "cluster.ssl_options.verify" => {
-                if value != "verify_peer" {
-                    return Err(invalid(
-                        "verify_peer (inter-node TLS always checks the peer's certificate)",
-                    ));
-                }
-            }
-            "cluster.ssl_options.fail_if_no_peer_cert" => {
-                if value != "true" {
-                    return Err(invalid(
-                        "true (inter-node TLS refuses a node without a certificate)",
-                    ));
-                }
-            }
-            "cluster.change_timeout" => {
-                let millis: u64 = value
-                    .parse()
-                    .map_err(|_| invalid("milliseconds between 100 and 10000"))?;
-                let timeout = Duration::from_millis(millis);
-                if timeout < Duration::from_millis(100) || timeout > CHANGE_TIMEOUT_LIMIT {
-                    return Err(invalid("milliseconds between 100 and 10000"));
-                }
-                self.change_timeout = Some(timeout);
-            }
-            _ => {
-                let Some(index) = key
-                    .strip_prefix("cluster_formation.classic_config.nodes.")
-                    .filter(|n| !n.is_empty() && !n.contains('.'))
-                else {
-                    return Err(ConfigError::UnknownKey {
-                        key: key.to_owned(),
-                    });
-                };
-                let node = NodeAddress::parse(value).map_err(|e| invalid(&e))?;
-                match self
-                    .seeds
-                    .iter_mut()
-                    .find(|(existing, _)| existing == index)
-                {
-                    Some(entry) => entry.1 = node,
-                    None => self.seeds.push((index.to_owned(), node)),
-                }
-            }
-        }
-        Ok(())
+        self.change_timeout
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ConfigError;
 
     #[test]
     fn inter_node_tls_takes_three_files_and_only_verifying_modes() {
-        let mut cluster = ClusterSettings::default();
-        assert!(!cluster.ssl.enabled());
-        cluster
+        let mut settings = crate::Settings::default();
+        assert!(!settings.cluster.ssl.enabled());
+        settings
             .set("cluster.ssl_options.certfile", "/etc/warren/node.pem")
             .unwrap();
-        cluster
+        settings
             .set("cluster.ssl_options.keyfile", "/etc/warren/node.key")
             .unwrap();
-        cluster
+        settings
             .set("cluster.ssl_options.cacertfile", "/etc/warren/ca.pem")
             .unwrap();
-        cluster
+        settings
             .set("cluster.ssl_options.verify", "verify_peer")
             .unwrap();
-        cluster
+        settings
             .set("cluster.ssl_options.fail_if_no_peer_cert", "true")
             .unwrap();
-        assert!(cluster.ssl.enabled());
+        assert!(settings.cluster.ssl.enabled());
         assert_eq!(
-            cluster.ssl.keyfile.as_deref(),
+            settings.cluster.ssl.keyfile.as_deref(),
             Some(std::path::Path::new("/etc/warren/node.key"))
         );
-        assert!(cluster
+        assert!(settings
             .set("cluster.ssl_options.verify", "verify_none")
             .is_err());
-        assert!(cluster
+        assert!(settings
             .set("cluster.ssl_options.fail_if_no_peer_cert", "false")
             .is_err());
-        assert!(cluster.set("cluster.ssl_options.certfile", "").is_err());
+        assert!(settings.set("cluster.ssl_options.certfile", "").is_err());
         assert!(matches!(
-            cluster.set("cluster.ssl_options.password", "x"),
+            settings.set("cluster.ssl_options.password", "x"),
             Err(ConfigError::UnknownKey { .. })
         ));
     }
@@ -362,45 +354,52 @@ mod tests {
 
     #[test]
     fn seed_keys_fill_the_list_in_order_and_turn_clustering_on() {
-        let mut cluster = ClusterSettings::default();
-        assert!(!cluster.enabled());
-        cluster
+        let mut settings = crate::Settings::default();
+        assert!(!settings.cluster.enabled());
+        settings
             .set(
                 "cluster_formation.classic_config.nodes.2",
                 "warren@127.0.0.2",
             )
             .unwrap();
-        cluster
+        settings
             .set(
                 "cluster_formation.classic_config.nodes.1",
                 "warren@127.0.0.1:30000",
             )
             .unwrap();
-        assert!(cluster.enabled());
-        let names: Vec<&str> = cluster.seed_nodes().map(|n| n.name.as_str()).collect();
+        assert!(settings.cluster.enabled());
+        let names: Vec<&str> = settings
+            .cluster
+            .seed_nodes()
+            .map(|n| n.name.as_str())
+            .collect();
         assert_eq!(names, ["warren@127.0.0.2", "warren@127.0.0.1"]);
         assert!(matches!(
-            cluster.set("cluster_formation.classic_config.nodes.3", "nobody"),
+            settings.set("cluster_formation.classic_config.nodes.3", "nobody"),
             Err(ConfigError::InvalidValue { .. })
         ));
         assert!(matches!(
-            cluster.set("cluster_formation.peer_discovery_backend", "classic_config"),
+            settings.set("cluster_formation.peer_discovery_backend", "classic_config"),
             Err(ConfigError::UnknownKey { .. })
         ));
     }
 
     #[test]
     fn node_name_and_change_timeout_are_checked() {
-        let mut cluster = ClusterSettings::default();
-        cluster.set("node_name", "warren@127.0.0.1").unwrap();
-        assert_eq!(cluster.node_name_or("ignored"), "warren@127.0.0.1");
-        assert!(cluster.set("node_name", "warren@127.0.0.1:30000").is_err());
-        assert!(cluster.set("cluster.change_timeout", "20000").is_err());
-        cluster.set("cluster.change_timeout", "2000").unwrap();
-        assert_eq!(cluster.change_timeout(), Duration::from_secs(2));
-        cluster
+        let mut settings = crate::Settings::default();
+        settings.set("node_name", "warren@127.0.0.1").unwrap();
+        assert_eq!(settings.cluster.node_name_or("ignored"), "warren@127.0.0.1");
+        assert!(settings.set("node_name", "warren@127.0.0.1:30000").is_err());
+        assert!(settings.set("cluster.change_timeout", "20000").is_err());
+        settings.set("cluster.change_timeout", "2000").unwrap();
+        assert_eq!(settings.cluster.change_timeout(), Duration::from_secs(2));
+        settings
             .set("cluster.listeners.tcp.default", "127.0.0.1:30000")
             .unwrap();
-        assert_eq!(cluster.listener, Some(ListenAddr::new("127.0.0.1", 30000)));
+        assert_eq!(
+            settings.cluster.listener,
+            Some(ListenAddr::new("127.0.0.1", 30000))
+        );
     }
 }

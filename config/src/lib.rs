@@ -31,7 +31,7 @@ mod web;
 
 pub use cli::usage;
 pub use cluster::{
-    ClusterSettings, ClusterSsl, NodeAddress, CHANGE_TIMEOUT_LIMIT, CLUSTER_KEYS, CLUSTER_PORT,
+    ClusterSettings, ClusterSsl, NodeAddress, CHANGE_TIMEOUT_LIMIT, CLUSTER_PORT, CLUSTER_SETTINGS,
 };
 pub use definitions::{
     json_args_to_table, json_to_value, BindingDefinition, Definitions, DefinitionsError,
@@ -40,12 +40,15 @@ pub use definitions::{
 };
 pub use error::ConfigError;
 pub use listen_addr::ListenAddr;
-pub use mqtt::{MqttSettings, MQTT_KEYS, MQTT_MAX_PACKET_SIZE_LIMIT};
+pub use mqtt::{MqttSettings, MQTT_MAX_PACKET_SIZE_LIMIT, MQTT_SETTINGS};
 pub use settings::{
-    CertLoginFrom, DiskFreeLimit, HttpLimits, LogLevel, MemoryHighWatermark, PeerVerification,
-    Setting, Settings, SslOptions, AUTH_MECHANISMS, FRAME_MIN_SIZE, MAX_MESSAGE_SIZE_LIMIT,
-    SETTINGS,
+    all_settings, CertLoginFrom, DiskFreeLimit, HttpLimits, LogLevel, MemoryHighWatermark,
+    PeerVerification, Setting, Settings, SslOptions, AUTH_MECHANISMS, FRAME_MIN_SIZE,
+    MAX_MESSAGE_SIZE_LIMIT, SETTINGS, TABLES,
 };
-pub use stomp::{StompSettings, STOMP_KEYS, STOMP_PORT};
-pub use stream::{StreamProtocolSettings, STREAM_KEYS, STREAM_PORT};
-pub use web::{WebSettings, WEB_AMQP_PORT, WEB_KEYS, WEB_MQTT_PORT, WEB_STOMP_PORT};
+pub use stomp::{StompSettings, STOMP_PORT, STOMP_SETTINGS};
+pub use stream::{StreamProtocolSettings, STREAM_PORT, STREAM_SETTINGS};
+pub use web::{
+    WebSettings, WEB_AMQP_PORT, WEB_AMQP_SETTINGS, WEB_MQTT_PORT, WEB_MQTT_SETTINGS,
+    WEB_STOMP_PORT, WEB_STOMP_SETTINGS,
+};

@@ -1,8 +1,9 @@
 //! The `mqtt.*` keys: the MQTT listener's settings, named as RabbitMQ's MQTT plugin names
 //! them where it has the same setting.
 
-use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
+use crate::settings::parse::{boolean, count_or_infinity, parse_listener, required};
+use crate::settings::Setting;
 
 /// The protocol's largest remaining length, 268435455 bytes (RabbitMQ's
 /// `mqtt.max_packet_size_authenticated` default).
@@ -76,173 +77,171 @@ impl Default for MqttSettings {
     }
 }
 
-/// The `mqtt.*` keys with what they set, for `--help`.
-pub const MQTT_KEYS: &[(&str, &str)] = &[
-    (
-        "mqtt.listeners.tcp.default",
-        "MQTT listener: PORT or HOST:PORT (0.0.0.0:1883)",
-    ),
-    ("mqtt.listeners.tcp.<name>", "an additional MQTT listener"),
-    ("mqtt.listeners.tcp", "none: disable the MQTT listeners"),
-    (
-        "mqtt.listeners.ssl.default",
-        "MQTTS listener: PORT or HOST:PORT (none); uses ssl_options.*",
-    ),
-    (
-        "mqtt.ssl_cert_login",
-        "true|false: MQTTS clients with a verified certificate log in as its name (false)",
-    ),
-    ("mqtt.vhost", "vhost of users named without 'vhost:' (/)"),
-    (
-        "mqtt.default_user",
-        "user of anonymous MQTT clients (guest)",
-    ),
-    ("mqtt.default_pass", "password of that user (guest)"),
-    (
-        "mqtt.allow_anonymous",
-        "true|false: MQTT clients may connect without credentials (true)",
-    ),
-    (
-        "mqtt.exchange",
-        "topic exchange of MQTT publishes and subscriptions (amq.topic)",
-    ),
-    (
-        "mqtt.prefetch",
-        "unacknowledged QoS 1/2 deliveries per MQTT connection, 1-65535 (10)",
-    ),
-    (
-        "mqtt.max_packet_size",
-        "largest MQTT packet, bytes, 1-268435455 (268435455)",
-    ),
-    (
-        "mqtt.max_connections",
-        "most MQTT connections, or infinity; more get CONNACK server unavailable (infinity)",
-    ),
-    (
-        "mqtt.max_keep_alive",
-        "longest MQTT keep-alive, seconds 1-65535, or none; MQTT 5 clients get Server Keep Alive (none)",
-    ),
-    (
-        "mqtt.durable_queue_type",
-        "classic|quorum: type of persistent sessions' QoS 1/2 subscription queues (classic)",
-    ),
+/// The `mqtt.` keys: each key's default, `--help` line and parser (see [`Setting`]).
+pub const MQTT_SETTINGS: &[Setting] = &[
+    Setting {
+        key: "mqtt.listeners.tcp.default",
+        default: "1883",
+        help: "MQTT listener: PORT or HOST:PORT",
+        apply: |s, _, v| {
+            s.mqtt.listener = Some(parse_listener(v)?);
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.listeners.tcp.<name>",
+        default: "",
+        help: "an additional MQTT listener",
+        apply: |s, name, v| {
+            let addr = parse_listener(v)?;
+            let listeners = &mut s.mqtt.additional_listeners;
+            match listeners.iter_mut().find(|(existing, _)| existing == name) {
+                Some(entry) => entry.1 = addr,
+                None => listeners.push((name.to_owned(), addr)),
+            }
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.listeners.tcp",
+        default: "",
+        help: "none: disable the MQTT listeners",
+        apply: |s, _, v| {
+            if v != "none" {
+                return Err("none".to_owned());
+            }
+            s.mqtt.listener = None;
+            s.mqtt.additional_listeners.clear();
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.listeners.ssl.default",
+        default: "",
+        help: "MQTTS listener: PORT or HOST:PORT (none); uses ssl_options.*",
+        apply: |s, _, v| {
+            s.mqtt.tls_listener = Some(parse_listener(v)?);
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.ssl_cert_login",
+        default: "false",
+        help: "true|false: MQTTS clients with a verified certificate log in as its name",
+        apply: |s, _, v| {
+            s.mqtt.ssl_cert_login = boolean(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.vhost",
+        default: "/",
+        help: "vhost of users named without 'vhost:'",
+        apply: |s, _, v| {
+            s.mqtt.vhost = required(v, "a virtual host name")?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.default_user",
+        default: "guest",
+        help: "user of anonymous MQTT clients",
+        apply: |s, _, v| {
+            s.mqtt.default_user = required(v, "a user name")?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.default_pass",
+        default: "guest",
+        help: "password of that user",
+        apply: |s, _, v| {
+            s.mqtt.default_pass = v.to_owned();
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.allow_anonymous",
+        default: "true",
+        help: "true|false: MQTT clients may connect without credentials",
+        apply: |s, _, v| {
+            s.mqtt.allow_anonymous = boolean(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.exchange",
+        default: "amq.topic",
+        help: "topic exchange of MQTT publishes and subscriptions",
+        apply: |s, _, v| {
+            s.mqtt.exchange = required(v, "an exchange name")?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.prefetch",
+        default: "10",
+        help: "unacknowledged QoS 1/2 deliveries per MQTT connection, 1-65535",
+        apply: |s, _, v| {
+            let prefetch = v.parse().ok().filter(|prefetch| *prefetch > 0);
+            s.mqtt.prefetch = prefetch.ok_or("an integer between 1 and 65535")?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.max_packet_size",
+        default: "268435455",
+        help: "largest MQTT packet, bytes, 1-268435455",
+        apply: |s, _, v| {
+            let size = v
+                .parse()
+                .ok()
+                .filter(|size| (1..=MQTT_MAX_PACKET_SIZE_LIMIT).contains(size));
+            s.mqtt.max_packet_size = size.ok_or("an integer between 1 and 268435455 (bytes)")?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.max_connections",
+        default: "infinity",
+        help: "most MQTT connections, or infinity; more get CONNACK server unavailable",
+        apply: |s, _, v| {
+            s.mqtt.max_connections = count_or_infinity(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.max_keep_alive",
+        default: "none",
+        help: "longest MQTT keep-alive, seconds 1-65535, or none; MQTT 5 clients get Server Keep Alive",
+        apply: |s, _, v| {
+            s.mqtt.max_keep_alive = match v {
+                "none" => None,
+                _ => Some(
+                    v.parse()
+                        .ok()
+                        .filter(|seconds| *seconds > 0)
+                        .ok_or("seconds between 1 and 65535, or none")?,
+                ),
+            };
+            Ok(())
+        },
+    },
+    Setting {
+        key: "mqtt.durable_queue_type",
+        default: "classic",
+        help: "classic|quorum: type of persistent sessions' QoS 1/2 subscription queues",
+        apply: |s, _, v| match v {
+            "classic" | "quorum" => {
+                s.mqtt.durable_queue_type = v.to_owned();
+                Ok(())
+            }
+            _ => Err("classic or quorum".to_owned()),
+        },
+    },
 ];
 
 impl MqttSettings {
-    /// Applies one `mqtt.*` key; `parse_listener` parses listener addresses as the AMQP keys
-    /// do. `Err(UnknownKey)` for a key this section does not have.
-    pub(crate) fn set(
-        &mut self,
-        key: &str,
-        value: &str,
-        parse_listener: impl Fn(&str) -> Result<ListenAddr, String>,
-    ) -> Result<(), ConfigError> {
-        let invalid = |expected: &str| ConfigError::InvalidValue {
-            key: key.to_owned(),
-            value: value.to_owned(),
-            expected: expected.to_owned(),
-        };
-        let boolean = || match value {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            _ => Err(invalid("true or false")),
-        };
-        match key {
-            "mqtt.listeners.tcp.default" => {
-                self.listener = Some(parse_listener(value).map_err(|e| invalid(&e))?);
-            }
-            "mqtt.listeners.tcp" => {
-                if value != "none" {
-                    return Err(invalid("none"));
-                }
-                self.listener = None;
-                self.additional_listeners.clear();
-            }
-            "mqtt.listeners.ssl.default" => {
-                self.tls_listener = Some(parse_listener(value).map_err(|e| invalid(&e))?);
-            }
-            "mqtt.ssl_cert_login" => self.ssl_cert_login = boolean()?,
-            "mqtt.vhost" => {
-                if value.is_empty() {
-                    return Err(invalid("a virtual host name"));
-                }
-                self.vhost = value.to_owned();
-            }
-            "mqtt.default_user" => {
-                if value.is_empty() {
-                    return Err(invalid("a user name"));
-                }
-                self.default_user = value.to_owned();
-            }
-            "mqtt.default_pass" => self.default_pass = value.to_owned(),
-            "mqtt.allow_anonymous" => self.allow_anonymous = boolean()?,
-            "mqtt.exchange" => {
-                if value.is_empty() {
-                    return Err(invalid("an exchange name"));
-                }
-                self.exchange = value.to_owned();
-            }
-            "mqtt.prefetch" => {
-                self.prefetch = value
-                    .parse()
-                    .ok()
-                    .filter(|prefetch| *prefetch > 0)
-                    .ok_or_else(|| invalid("an integer between 1 and 65535"))?;
-            }
-            "mqtt.max_connections" => {
-                self.max_connections = match value {
-                    "infinity" => None,
-                    _ => Some(
-                        value
-                            .parse()
-                            .map_err(|_| invalid("a number of connections or infinity"))?,
-                    ),
-                };
-            }
-            "mqtt.max_keep_alive" => {
-                self.max_keep_alive = match value {
-                    "none" => None,
-                    _ => Some(
-                        value
-                            .parse()
-                            .ok()
-                            .filter(|seconds| *seconds > 0)
-                            .ok_or_else(|| invalid("seconds between 1 and 65535, or none"))?,
-                    ),
-                };
-            }
-            "mqtt.durable_queue_type" => match value {
-                "classic" | "quorum" => self.durable_queue_type = value.to_owned(),
-                _ => return Err(invalid("classic or quorum")),
-            },
-            "mqtt.max_packet_size" => {
-                self.max_packet_size = value
-                    .parse()
-                    .ok()
-                    .filter(|size| (1..=MQTT_MAX_PACKET_SIZE_LIMIT).contains(size))
-                    .ok_or_else(|| invalid("an integer between 1 and 268435455 (bytes)"))?;
-            }
-            _ => {
-                let name = key
-                    .strip_prefix("mqtt.listeners.tcp.")
-                    .filter(|n| !n.is_empty() && !n.contains('.'))
-                    .ok_or_else(|| ConfigError::UnknownKey {
-                        key: key.to_owned(),
-                    })?;
-                let addr = parse_listener(value).map_err(|e| invalid(&e))?;
-                match self
-                    .additional_listeners
-                    .iter_mut()
-                    .find(|(existing, _)| existing == name)
-                {
-                    Some(entry) => entry.1 = addr,
-                    None => self.additional_listeners.push((name.to_owned(), addr)),
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Every MQTT listener address: the default one (unless disabled), then the named ones.
     pub fn listeners(&self) -> impl Iterator<Item = &ListenAddr> {
         self.listener

@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
-use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
+use crate::settings::parse::{
+    boolean, count_or_infinity, listener_or_none, parse_listener, positive, required,
+};
+use crate::settings::Setting;
 
 /// The port STOMP listens on unless configured: 61613, as RabbitMQ.
 pub const STOMP_PORT: u16 = 61613;
@@ -69,144 +72,139 @@ impl Default for StompSettings {
     }
 }
 
-/// The `stomp.` keys, with what they set; shown by `--help`.
-pub const STOMP_KEYS: &[(&str, &str)] = &[
-    (
-        "stomp.listeners.tcp.default",
-        "STOMP listener: PORT, HOST:PORT or none (0.0.0.0:61613)",
-    ),
-    (
-        "stomp.listeners.ssl.default",
-        "STOMP-over-TLS listener: PORT or HOST:PORT (none); uses ssl_options.*",
-    ),
-    (
-        "stomp.default_user",
-        "login when CONNECT has none, or none (guest)",
-    ),
-    ("stomp.default_pass", "passcode of that login (guest)"),
-    (
-        "stomp.default_vhost",
-        "vhost when CONNECT has no host header (/)",
-    ),
-    (
-        "stomp.implicit_connect",
-        "true|false: log in with the default user without CONNECT (false)",
-    ),
-    (
-        "stomp.max_frame_size",
-        "largest STOMP body, bytes (4194304)",
-    ),
-    (
-        "stomp.max_frame_size_unauthenticated",
-        "largest STOMP body before CONNECT, bytes (65536)",
-    ),
-    ("stomp.max_headers", "most headers in a STOMP frame (100)"),
-    (
-        "stomp.max_header_length",
-        "longest STOMP header line, bytes (102400)",
-    ),
-    (
-        "stomp.default_nack_requeue",
-        "true|false: NACK without a requeue header requeues (true)",
-    ),
-    (
-        "stomp.login_timeout",
-        "milliseconds a STOMP client has to CONNECT (10000)",
-    ),
-    (
-        "stomp.max_connections",
-        "most STOMP connections, or infinity; more get an ERROR frame at CONNECT (infinity)",
-    ),
-    (
-        "stomp.ssl_cert_login",
-        "true|false: TLS clients with a certificate and no login header log in as its user (false)",
-    ),
+/// The `stomp.` keys: each key's default, `--help` line and parser (see [`Setting`]).
+pub const STOMP_SETTINGS: &[Setting] = &[
+    Setting {
+        key: "stomp.listeners.tcp.default",
+        default: "61613",
+        help: "STOMP listener: PORT, HOST:PORT or none",
+        apply: |s, _, v| {
+            s.stomp.listener = listener_or_none(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.listeners.ssl.default",
+        default: "",
+        help: "STOMP-over-TLS listener: PORT or HOST:PORT (none); uses ssl_options.*",
+        apply: |s, _, v| {
+            s.stomp.tls_listener = Some(parse_listener(v)?);
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.default_user",
+        default: "guest",
+        help: "login when CONNECT has none, or none",
+        apply: |s, _, v| {
+            s.stomp.default_user = match v {
+                "" => return Err("a user name or none".to_owned()),
+                "none" => None,
+                user => Some(user.to_owned()),
+            };
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.default_pass",
+        default: "guest",
+        help: "passcode of that login",
+        apply: |s, _, v| {
+            s.stomp.default_pass = Some(v.to_owned());
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.default_vhost",
+        default: "/",
+        help: "vhost when CONNECT has no host header",
+        apply: |s, _, v| {
+            s.stomp.default_vhost = required(v, "a virtual host name")?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.implicit_connect",
+        default: "false",
+        help: "true|false: log in with the default user without CONNECT",
+        apply: |s, _, v| {
+            s.stomp.implicit_connect = boolean(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.max_frame_size",
+        default: "4194304",
+        help: "largest STOMP body, bytes",
+        apply: |s, _, v| {
+            s.stomp.max_frame_size = positive(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.max_frame_size_unauthenticated",
+        default: "65536",
+        help: "largest STOMP body before CONNECT, bytes",
+        apply: |s, _, v| {
+            s.stomp.max_frame_size_unauthenticated = positive(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.max_headers",
+        default: "100",
+        help: "most headers in a STOMP frame",
+        apply: |s, _, v| {
+            s.stomp.max_headers = positive(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.max_header_length",
+        default: "102400",
+        help: "longest STOMP header line, bytes",
+        apply: |s, _, v| {
+            s.stomp.max_header_length = positive(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.default_nack_requeue",
+        default: "true",
+        help: "true|false: NACK without a requeue header requeues",
+        apply: |s, _, v| {
+            s.stomp.default_nack_requeue = boolean(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.login_timeout",
+        default: "10000",
+        help: "milliseconds a STOMP client has to CONNECT",
+        apply: |s, _, v| {
+            s.stomp.login_timeout = Duration::from_millis(positive(v)? as u64);
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.max_connections",
+        default: "infinity",
+        help: "most STOMP connections, or infinity; more get an ERROR frame at CONNECT",
+        apply: |s, _, v| {
+            s.stomp.max_connections = count_or_infinity(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stomp.ssl_cert_login",
+        default: "false",
+        help: "true|false: TLS clients with a certificate and no login header log in as its user",
+        apply: |s, _, v| {
+            s.stomp.ssl_cert_login = boolean(v)?;
+            Ok(())
+        },
+    },
 ];
-
-impl StompSettings {
-    /// Applies one key; `key` is the full key, `stomp.` prefix included.
-    pub(crate) fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
-        let invalid = |expected: &str| ConfigError::InvalidValue {
-            key: key.to_owned(),
-            value: value.to_owned(),
-            expected: expected.to_owned(),
-        };
-        let boolean = || match value {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            _ => Err(invalid("true or false")),
-        };
-        let positive = || {
-            value
-                .parse::<usize>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| invalid("a positive integer"))
-        };
-        match key {
-            "stomp.listeners.tcp.default" => {
-                self.listener = if value == "none" {
-                    None
-                } else {
-                    Some(ListenAddr::parse(value).map_err(|reason| {
-                        invalid(&format!(
-                            "none, PORT, HOST:PORT, [IPV6]:PORT or IPV6:PORT ({reason})"
-                        ))
-                    })?)
-                };
-            }
-            "stomp.listeners.ssl.default" => {
-                self.tls_listener = Some(ListenAddr::parse(value).map_err(|reason| {
-                    invalid(&format!(
-                        "PORT, HOST:PORT, [IPV6]:PORT or IPV6:PORT ({reason})"
-                    ))
-                })?);
-            }
-            "stomp.default_user" => {
-                self.default_user = match value {
-                    "" => return Err(invalid("a user name or none")),
-                    "none" => None,
-                    user => Some(user.to_owned()),
-                };
-            }
-            "stomp.default_pass" => self.default_pass = Some(value.to_owned()),
-            "stomp.default_vhost" => {
-                if value.is_empty() {
-                    return Err(invalid("a virtual host name"));
-                }
-                self.default_vhost = value.to_owned();
-            }
-            "stomp.implicit_connect" => self.implicit_connect = boolean()?,
-            "stomp.default_nack_requeue" => self.default_nack_requeue = boolean()?,
-            "stomp.ssl_cert_login" => self.ssl_cert_login = boolean()?,
-            "stomp.max_connections" => {
-                self.max_connections = match value {
-                    "infinity" => None,
-                    _ => Some(
-                        value
-                            .parse()
-                            .map_err(|_| invalid("a number of connections or infinity"))?,
-                    ),
-                };
-            }
-            "stomp.max_frame_size" => self.max_frame_size = positive()?,
-            "stomp.max_frame_size_unauthenticated" => {
-                self.max_frame_size_unauthenticated = positive()?
-            }
-            "stomp.max_headers" => self.max_headers = positive()?,
-            "stomp.max_header_length" => self.max_header_length = positive()?,
-            "stomp.login_timeout" => {
-                self.login_timeout = Duration::from_millis(positive()? as u64);
-            }
-            _ => {
-                return Err(ConfigError::UnknownKey {
-                    key: key.to_owned(),
-                })
-            }
-        }
-        Ok(())
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,8 +1,9 @@
 //! The stream protocol listener's settings: the `stream.` keys, named as in RabbitMQ's
 //! stream plugin.
 
-use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
+use crate::settings::parse::{listener_or_none, parse_listener, required};
+use crate::settings::Setting;
 
 /// The port the stream protocol listens on unless configured: 5552, as RabbitMQ.
 pub const STREAM_PORT: u16 = 5552;
@@ -43,105 +44,89 @@ impl Default for StreamProtocolSettings {
     }
 }
 
-/// The `stream.` keys, with what they set; shown by `--help`.
-pub const STREAM_KEYS: &[(&str, &str)] = &[
-    (
-        "stream.listeners.tcp.default",
-        "stream protocol listener: PORT, HOST:PORT or none (0.0.0.0:5552)",
-    ),
-    (
-        "stream.listeners.ssl.default",
-        "stream protocol over TLS: PORT or HOST:PORT (none); uses ssl_options.*",
-    ),
-    (
-        "stream.advertised_host",
-        "host that Metadata tells stream clients to connect to (the address they connected to)",
-    ),
-    (
-        "stream.advertised_port",
-        "port that Metadata tells stream clients (the listener's)",
-    ),
-    (
-        "stream.frame_max",
-        "largest stream protocol frame, bytes (1048576)",
-    ),
-    (
-        "stream.heartbeat",
-        "stream protocol heartbeat offered, seconds (60)",
-    ),
-    (
-        "stream.initial_frame_max",
-        "largest stream protocol frame before Open, bytes (8192)",
-    ),
-];
-
-impl StreamProtocolSettings {
-    /// Applies one key; `key` is the full key, `stream.` prefix included.
-    pub(crate) fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
-        let invalid = |expected: &str| ConfigError::InvalidValue {
-            key: key.to_owned(),
-            value: value.to_owned(),
-            expected: expected.to_owned(),
-        };
-        let number = || value.parse::<u32>().map_err(|_| invalid("a whole number"));
-        match key {
-            "stream.listeners.tcp.default" => {
-                self.listener = if value == "none" {
-                    None
-                } else {
-                    Some(ListenAddr::parse(value).map_err(|reason| {
-                        invalid(&format!(
-                            "none, PORT, HOST:PORT, [IPV6]:PORT or IPV6:PORT ({reason})"
-                        ))
-                    })?)
-                };
-            }
-            "stream.listeners.ssl.default" => {
-                self.tls_listener = Some(ListenAddr::parse(value).map_err(|reason| {
-                    invalid(&format!(
-                        "PORT, HOST:PORT, [IPV6]:PORT or IPV6:PORT ({reason})"
-                    ))
-                })?);
-            }
-            "stream.advertised_host" => {
-                if value.is_empty() {
-                    return Err(invalid("a host name or address"));
-                }
-                self.advertised_host = Some(value.to_owned());
-            }
-            "stream.advertised_port" => {
-                self.advertised_port = Some(
-                    value
-                        .parse::<u16>()
-                        .ok()
-                        .filter(|p| *p > 0)
-                        .ok_or_else(|| invalid("a port, 1 to 65535"))?,
-                );
-            }
-            "stream.frame_max" => {
-                let frame_max = number()?;
-                if frame_max != 0 && frame_max < 8_192 {
-                    return Err(invalid("0 (no limit) or at least 8192"));
-                }
-                self.frame_max = frame_max;
-            }
-            "stream.heartbeat" => self.heartbeat = number()?,
-            "stream.initial_frame_max" => {
-                let initial = number()?;
-                if initial < 1_024 {
-                    return Err(invalid("at least 1024"));
-                }
-                self.initial_frame_max = initial;
-            }
-            _ => {
-                return Err(ConfigError::UnknownKey {
-                    key: key.to_owned(),
-                })
-            }
-        }
-        Ok(())
-    }
+/// A whole number.
+fn whole(value: &str) -> Result<u32, String> {
+    value
+        .parse::<u32>()
+        .map_err(|_| "a whole number".to_owned())
 }
+
+/// The `stream.` keys: each key's default, `--help` line and parser (see [`Setting`]).
+pub const STREAM_SETTINGS: &[Setting] = &[
+    Setting {
+        key: "stream.listeners.tcp.default",
+        default: "5552",
+        help: "stream protocol listener: PORT, HOST:PORT or none",
+        apply: |s, _, v| {
+            s.stream.listener = listener_or_none(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stream.listeners.ssl.default",
+        default: "",
+        help: "stream protocol over TLS: PORT or HOST:PORT (none); uses ssl_options.*",
+        apply: |s, _, v| {
+            s.stream.tls_listener = Some(parse_listener(v)?);
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stream.advertised_host",
+        default: "",
+        help:
+            "host that Metadata tells stream clients to connect to (the address they connected to)",
+        apply: |s, _, v| {
+            s.stream.advertised_host = Some(required(v, "a host name or address")?);
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stream.advertised_port",
+        default: "",
+        help: "port that Metadata tells stream clients (the listener's)",
+        apply: |s, _, v| {
+            let port = v.parse::<u16>().ok().filter(|p| *p > 0);
+            s.stream.advertised_port = Some(port.ok_or("a port, 1 to 65535")?);
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stream.frame_max",
+        default: "1048576",
+        help: "largest stream protocol frame, bytes",
+        apply: |s, _, v| {
+            let frame_max = whole(v)?;
+            if frame_max != 0 && frame_max < 8_192 {
+                return Err("0 (no limit) or at least 8192".to_owned());
+            }
+            s.stream.frame_max = frame_max;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stream.heartbeat",
+        default: "60",
+        help: "stream protocol heartbeat offered, seconds",
+        apply: |s, _, v| {
+            s.stream.heartbeat = whole(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "stream.initial_frame_max",
+        default: "8192",
+        help: "largest stream protocol frame before Open, bytes",
+        apply: |s, _, v| {
+            let initial = whole(v)?;
+            if initial < 1_024 {
+                return Err("at least 1024".to_owned());
+            }
+            s.stream.initial_frame_max = initial;
+            Ok(())
+        },
+    },
+];
 
 #[cfg(test)]
 mod tests {

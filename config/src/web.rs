@@ -3,8 +3,9 @@
 //! WebSocket follows the same pattern). Off unless `plugins.web_mqtt` / `plugins.web_stomp`
 //! / `plugins.web_amqp` is true or a port is set.
 
-use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
+use crate::settings::parse::{port, required};
+use crate::settings::Setting;
 
 /// The Web-MQTT port (RabbitMQ's default).
 pub const WEB_MQTT_PORT: u16 = 15675;
@@ -44,83 +45,71 @@ impl WebSettings {
         self.tls_port
             .map(|port| ListenAddr::new(self.listener.host.clone(), port))
     }
-
-    /// Applies `<prefix>.tcp.port`, `<prefix>.tcp.ip`, `<prefix>.ssl.port` or
-    /// `<prefix>.ws_path`; `Err(UnknownKey)` for anything else.
-    pub(crate) fn set(&mut self, prefix: &str, key: &str, value: &str) -> Result<(), ConfigError> {
-        let invalid = |expected: &str| ConfigError::InvalidValue {
-            key: key.to_owned(),
-            value: value.to_owned(),
-            expected: expected.to_owned(),
-        };
-        let port = || value.parse::<u16>().map_err(|_| invalid("a port, 0-65535"));
-        match key.strip_prefix(prefix) {
-            Some(".tcp.port") => {
-                self.listener.port = port()?;
-                self.enabled = true;
-            }
-            Some(".tcp.ip") => {
-                if value.is_empty() {
-                    return Err(invalid("an IP address or host name"));
-                }
-                self.listener.host = value.to_owned();
-            }
-            Some(".ssl.port") => self.tls_port = Some(port()?),
-            Some(".ws_path") => {
-                if !value.starts_with('/') {
-                    return Err(invalid("a path starting with /"));
-                }
-                self.path = value.to_owned();
-            }
-            _ => {
-                return Err(ConfigError::UnknownKey {
-                    key: key.to_owned(),
-                })
-            }
-        }
-        Ok(())
-    }
 }
 
-/// The `web_mqtt.*` and `web_stomp.*` keys with what they set, for `--help`.
-pub const WEB_KEYS: &[(&str, &str)] = &[
-    (
-        "web_mqtt.tcp.port",
-        "Web-MQTT port; setting it enables Web-MQTT (15675)",
-    ),
-    ("web_mqtt.tcp.ip", "Web-MQTT interface (0.0.0.0)"),
-    (
-        "web_mqtt.ssl.port",
-        "Web-MQTT over TLS port (none); uses ssl_options.*",
-    ),
-    ("web_mqtt.ws_path", "Web-MQTT request path (/ws)"),
-    (
-        "web_stomp.tcp.port",
-        "Web-STOMP port; setting it enables Web-STOMP (15674)",
-    ),
-    ("web_stomp.tcp.ip", "Web-STOMP interface (0.0.0.0)"),
-    (
-        "web_stomp.ssl.port",
-        "Web-STOMP over TLS port (none); uses ssl_options.*",
-    ),
-    ("web_stomp.ws_path", "Web-STOMP request path (/ws)"),
-    (
-        "web_amqp.tcp.port",
-        "AMQP 1.0 over WebSocket port; setting it enables it (15678)",
-    ),
-    (
-        "web_amqp.tcp.ip",
-        "AMQP 1.0 over WebSocket interface (0.0.0.0)",
-    ),
-    (
-        "web_amqp.ssl.port",
-        "AMQP 1.0 over WebSocket over TLS port (none); uses ssl_options.*",
-    ),
-    (
-        "web_amqp.ws_path",
-        "AMQP 1.0 over WebSocket request path (/ws)",
-    ),
-];
+/// The four keys of one WebSocket listener, `$prefix.tcp.port` and so on, setting
+/// `Settings::$field`.
+macro_rules! web_settings {
+    ($field:ident, $prefix:literal, $name:literal, $port:literal) => {
+        &[
+            Setting {
+                key: concat!($prefix, ".tcp.port"),
+                // Not the default as a value: setting the port also enables the listener.
+                default: "",
+                help: concat!(
+                    $name,
+                    " port; setting it enables the listener (",
+                    $port,
+                    ")"
+                ),
+                apply: |s, _, v| {
+                    s.$field.listener.port = port(v)?;
+                    s.$field.enabled = true;
+                    Ok(())
+                },
+            },
+            Setting {
+                key: concat!($prefix, ".tcp.ip"),
+                default: "0.0.0.0",
+                help: concat!($name, " interface"),
+                apply: |s, _, v| {
+                    s.$field.listener.host = required(v, "an IP address or host name")?;
+                    Ok(())
+                },
+            },
+            Setting {
+                key: concat!($prefix, ".ssl.port"),
+                default: "",
+                help: concat!($name, " over TLS port (none); uses ssl_options.*"),
+                apply: |s, _, v| {
+                    s.$field.tls_port = Some(port(v)?);
+                    Ok(())
+                },
+            },
+            Setting {
+                key: concat!($prefix, ".ws_path"),
+                default: "/ws",
+                help: concat!($name, " request path"),
+                apply: |s, _, v| {
+                    if !v.starts_with('/') {
+                        return Err("a path starting with /".to_owned());
+                    }
+                    s.$field.path = v.to_owned();
+                    Ok(())
+                },
+            },
+        ]
+    };
+}
+
+/// The `web_mqtt.` keys (see [`Setting`]).
+pub const WEB_MQTT_SETTINGS: &[Setting] = web_settings!(web_mqtt, "web_mqtt", "Web-MQTT", "15675");
+/// The `web_stomp.` keys (see [`Setting`]).
+pub const WEB_STOMP_SETTINGS: &[Setting] =
+    web_settings!(web_stomp, "web_stomp", "Web-STOMP", "15674");
+/// The `web_amqp.` keys (see [`Setting`]).
+pub const WEB_AMQP_SETTINGS: &[Setting] =
+    web_settings!(web_amqp, "web_amqp", "AMQP 1.0 over WebSocket", "15678");
 
 #[cfg(test)]
 mod tests {

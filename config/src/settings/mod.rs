@@ -5,12 +5,13 @@
 //! [`Settings::set`]. An unknown key or a bad value stops start-up with a message naming it:
 //! a typo must never silently fall back to a default.
 //!
-//! One table, [`SETTINGS`] (in `table.rs`), lists every top-level key with its default, its
-//! `--help` line and the function that parses and stores its value: [`Settings::set`] looks
-//! keys up in it (`parse.rs`), `--help` prints it, and a test checks that
-//! docs/configuration.md documents exactly its keys with its defaults. The keys of the
-//! listeners with their own sections (`stomp.`, `mqtt.`, `stream.`, `web_*.`, clustering)
-//! are handed to their own modules. `values.rs` holds the value types.
+//! Tables of [`Setting`]s list every key with its default, its `--help` line and the
+//! function that parses and stores its value: [`SETTINGS`] (in `table.rs`) the top-level
+//! keys, and each listener with its own section (`stomp.`, `mqtt.`, `stream.`, `web_*.`,
+//! clustering) a table in its own module, beside its settings struct ([`TABLES`] lists
+//! them all). [`Settings::set`] looks keys up in them (`parse.rs`), `--help` prints them, and
+//! tests check that docs/configuration.md documents exactly their keys with their defaults
+//! and that setting a default changes nothing. `values.rs` holds the value types.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,11 +22,11 @@ use crate::mqtt::MqttSettings;
 use crate::stomp::StompSettings;
 use crate::stream::StreamProtocolSettings;
 
-mod parse;
+pub(crate) mod parse;
 mod table;
 mod values;
 
-pub use table::{Setting, SETTINGS};
+pub use table::{all as all_settings, Setting, SETTINGS, TABLES};
 pub use values::{
     CertLoginFrom, DiskFreeLimit, HttpLimits, LogLevel, MemoryHighWatermark, PeerVerification,
     SslOptions,

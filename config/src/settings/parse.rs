@@ -5,7 +5,6 @@ use std::path::Path;
 
 use super::table::Setting;
 use super::Settings;
-use crate::cluster::ClusterSettings;
 use crate::error::ConfigError;
 use crate::listen_addr::ListenAddr;
 
@@ -20,14 +19,9 @@ impl Settings {
         let value = value.trim();
         let (setting, name) = match Setting::exact(key) {
             Some(setting) => (setting, ""),
-            None => {
-                if let Some(result) = self.set_in_section(key, value) {
-                    return result;
-                }
-                Setting::family(key).ok_or_else(|| ConfigError::UnknownKey {
-                    key: key.to_owned(),
-                })?
-            }
+            None => Setting::family(key).ok_or_else(|| ConfigError::UnknownKey {
+                key: key.to_owned(),
+            })?,
         };
         setting
             .apply(self, name, value)
@@ -36,29 +30,6 @@ impl Settings {
                 value: value.to_owned(),
                 expected,
             })
-    }
-
-    /// Hands a key of a section with its own module (`stomp.`, clustering, `web_*.`,
-    /// `stream.`, `mqtt.`) to that module; `None` for a key of no section.
-    fn set_in_section(&mut self, key: &str, value: &str) -> Option<Result<(), ConfigError>> {
-        if !in_section(key) {
-            return None;
-        }
-        Some(if key.starts_with("stomp.") {
-            self.stomp.set(key, value)
-        } else if key.starts_with("web_mqtt.") {
-            self.web_mqtt.set("web_mqtt", key, value)
-        } else if key.starts_with("web_stomp.") {
-            self.web_stomp.set("web_stomp", key, value)
-        } else if key.starts_with("web_amqp.") {
-            self.web_amqp.set("web_amqp", key, value)
-        } else if key.starts_with("stream.") {
-            self.stream.set(key, value)
-        } else if key.starts_with("mqtt.") {
-            self.mqtt.set(key, value, parse_listener)
-        } else {
-            self.cluster.set(key, value)
-        })
     }
 
     /// Applies rabbitmq.conf text to this configuration, line by line in order.
@@ -119,22 +90,6 @@ impl Settings {
     }
 }
 
-/// Whether a key belongs to a section with its own module (`stomp.`, clustering, `web_*.`,
-/// `stream.`, `mqtt.`), which [`Settings::set`] hands it to.
-pub(super) fn in_section(key: &str) -> bool {
-    [
-        "stomp.",
-        "web_mqtt.",
-        "web_stomp.",
-        "web_amqp.",
-        "stream.",
-        "mqtt.",
-    ]
-    .iter()
-    .any(|prefix| key.starts_with(prefix))
-        || ClusterSettings::owns(key)
-}
-
 /// A listener address, or what the key expects and why the value is not that.
 pub(crate) fn parse_listener(value: &str) -> Result<ListenAddr, String> {
     ListenAddr::parse(value).map_err(|reason| {
@@ -144,18 +99,37 @@ pub(crate) fn parse_listener(value: &str) -> Result<ListenAddr, String> {
     })
 }
 
+/// A listener address (as [`parse_listener`] takes it), or `none` for no listener.
+pub(crate) fn listener_or_none(value: &str) -> Result<Option<ListenAddr>, String> {
+    if value == "none" {
+        return Ok(None);
+    }
+    ListenAddr::parse(value)
+        .map(Some)
+        .map_err(|reason| format!("none, PORT, HOST:PORT, [IPV6]:PORT or IPV6:PORT ({reason})"))
+}
+
+/// A positive integer.
+pub(crate) fn positive(value: &str) -> Result<usize, String> {
+    value
+        .parse::<usize>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| "a positive integer".to_owned())
+}
+
 /// The value, unless it is empty.
-pub(super) fn non_empty(value: &str) -> Option<String> {
+pub(crate) fn non_empty(value: &str) -> Option<String> {
     (!value.is_empty()).then(|| value.to_owned())
 }
 
 /// A non-empty value, or what a key expecting `what` says.
-pub(super) fn required(value: &str, what: &str) -> Result<String, String> {
+pub(crate) fn required(value: &str, what: &str) -> Result<String, String> {
     non_empty(value).ok_or_else(|| what.to_owned())
 }
 
 /// `true` or `false`.
-pub(super) fn boolean(value: &str) -> Result<bool, String> {
+pub(crate) fn boolean(value: &str) -> Result<bool, String> {
     match value {
         "true" => Ok(true),
         "false" => Ok(false),
@@ -164,7 +138,7 @@ pub(super) fn boolean(value: &str) -> Result<bool, String> {
 }
 
 /// `verify_peer` (true) or `verify_none` (false).
-pub(super) fn verify_peer(value: &str) -> Result<bool, String> {
+pub(crate) fn verify_peer(value: &str) -> Result<bool, String> {
     match value {
         "verify_peer" => Ok(true),
         "verify_none" => Ok(false),
@@ -173,14 +147,14 @@ pub(super) fn verify_peer(value: &str) -> Result<bool, String> {
 }
 
 /// A TCP port.
-pub(super) fn port(value: &str) -> Result<u16, String> {
+pub(crate) fn port(value: &str) -> Result<u16, String> {
     value
         .parse()
         .map_err(|_| "a port between 0 and 65535".to_owned())
 }
 
 /// An interface to listen on: an IP address (IPv6 with or without brackets) or a host name.
-pub(super) fn interface(value: &str) -> Result<String, String> {
+pub(crate) fn interface(value: &str) -> Result<String, String> {
     ListenAddr::parse(&format!("[{}]:0", value.trim_matches(['[', ']'])))
         .or_else(|_| ListenAddr::parse(&format!("{value}:0")))
         .map(|addr| addr.host)
@@ -188,7 +162,7 @@ pub(super) fn interface(value: &str) -> Result<String, String> {
 }
 
 /// A positive number of milliseconds.
-pub(super) fn positive_millis(value: &str) -> Result<u64, String> {
+pub(crate) fn positive_millis(value: &str) -> Result<u64, String> {
     value
         .parse()
         .ok()
@@ -197,7 +171,7 @@ pub(super) fn positive_millis(value: &str) -> Result<u64, String> {
 }
 
 /// A count, or `infinity` (`None`) for no limit.
-pub(super) fn count_or_infinity(value: &str) -> Result<Option<usize>, String> {
+pub(crate) fn count_or_infinity(value: &str) -> Result<Option<usize>, String> {
     if value == "infinity" {
         return Ok(None);
     }
@@ -208,12 +182,12 @@ pub(super) fn count_or_infinity(value: &str) -> Result<Option<usize>, String> {
 }
 
 /// A listener or user name in a key: non-empty, without whitespace or further dots.
-pub(super) fn is_name(name: &str) -> bool {
+pub(crate) fn is_name(name: &str) -> bool {
     !name.is_empty() && !name.contains('.') && !name.contains(char::is_whitespace)
 }
 
 /// `none` (empty list) or comma-separated names, blanks around names ignored.
-pub(super) fn parse_user_list(value: &str) -> Option<Vec<String>> {
+pub(crate) fn parse_user_list(value: &str) -> Option<Vec<String>> {
     if value == "none" {
         return Some(Vec::new());
     }
@@ -225,18 +199,18 @@ pub(super) fn parse_user_list(value: &str) -> Option<Vec<String>> {
 }
 
 /// What a size key accepts, for its error message.
-pub(super) const SIZE_EXPECTED: &str =
+pub(crate) const SIZE_EXPECTED: &str =
     "a size in bytes, as an integer or with a KB, MB, GB, KiB, MiB or GiB suffix";
 
 /// A size as a `u64` byte count, or [`SIZE_EXPECTED`].
-pub(super) fn size_u64(value: &str) -> Result<u64, String> {
+pub(crate) fn size_u64(value: &str) -> Result<u64, String> {
     parse_size(value)
         .and_then(|size| size.try_into().ok())
         .ok_or_else(|| SIZE_EXPECTED.to_owned())
 }
 
 /// A finite, non-negative decimal number.
-pub(super) fn parse_ratio(value: &str) -> Option<f64> {
+pub(crate) fn parse_ratio(value: &str) -> Option<f64> {
     value
         .parse::<f64>()
         .ok()
@@ -245,7 +219,7 @@ pub(super) fn parse_ratio(value: &str) -> Option<f64> {
 
 /// A byte count: a plain integer, or one with a decimal (KB, MB, GB) or binary (KiB, MiB, GiB)
 /// suffix, optionally separated by a space. Suffixes are case-insensitive.
-pub(super) fn parse_size(value: &str) -> Option<usize> {
+pub(crate) fn parse_size(value: &str) -> Option<usize> {
     let digits_end = value
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(value.len());

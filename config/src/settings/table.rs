@@ -29,20 +29,18 @@ pub struct Setting {
     pub default: &'static str,
     /// What the key sets, in one line for `--help` (which adds the default).
     pub help: &'static str,
-    apply: Apply,
+    pub(crate) apply: Apply,
 }
 
 impl Setting {
     /// The entry of a key that is not a family.
     pub(super) fn exact(key: &str) -> Option<&'static Setting> {
-        SETTINGS
-            .iter()
-            .find(|setting| !setting.is_family() && setting.key == key)
+        all().find(|setting| !setting.is_family() && setting.key == key)
     }
 
     /// The family entry a key belongs to, with the name standing for its placeholder.
     pub(super) fn family(key: &str) -> Option<(&'static Setting, &str)> {
-        SETTINGS.iter().find_map(|setting| {
+        all().find_map(|setting| {
             let (prefix, _) = setting.key.split_once('<')?;
             let name = key.strip_prefix(prefix).filter(|name| is_name(name))?;
             Some((setting, name))
@@ -72,6 +70,24 @@ impl Setting {
             format!("{} ({})", self.help, self.default)
         }
     }
+}
+
+/// Every table: the top-level keys ([`SETTINGS`]), then each section's, which its own module
+/// keeps beside its settings struct. `--help` prints them in this order.
+pub const TABLES: &[&[Setting]] = &[
+    SETTINGS,
+    crate::stomp::STOMP_SETTINGS,
+    crate::mqtt::MQTT_SETTINGS,
+    crate::cluster::CLUSTER_SETTINGS,
+    crate::web::WEB_MQTT_SETTINGS,
+    crate::web::WEB_STOMP_SETTINGS,
+    crate::web::WEB_AMQP_SETTINGS,
+    crate::stream::STREAM_SETTINGS,
+];
+
+/// Every key of every table, in `--help` order.
+pub fn all() -> impl Iterator<Item = &'static Setting> {
+    TABLES.iter().flat_map(|table| table.iter())
 }
 
 /// Replaces the entry named `name` in a list of named values, or appends one.
