@@ -14,7 +14,7 @@ use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes};
 use futures_util::{Sink, Stream};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::Message;
@@ -46,6 +46,86 @@ pub trait Tunnel: AsyncRead + AsyncWrite + Send + Unpin {
     /// error) without needing a buffer to read into: an idle connection then holds no read
     /// buffer of its own while it waits, as a plain socket's does not.
     fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>>;
+}
+
+/// The broker's end of an in-memory byte pipe, as a [`Tunnel`]: a listener's driver serves
+/// it as it serves a WebSocket, so a test can drive a whole connection (driver, session,
+/// core) without a socket, in tokio's paused time.
+pub struct MemoryTunnel {
+    inner: DuplexStream,
+    /// A byte read by `poll_read_ready`, handed out by the next read.
+    peeked: Option<u8>,
+}
+
+impl MemoryTunnel {
+    /// A pipe holding up to `buffer` bytes each way: the broker's end and the client's.
+    pub fn pair(buffer: usize) -> (MemoryTunnel, DuplexStream) {
+        let (client, server) = tokio::io::duplex(buffer);
+        let tunnel = MemoryTunnel {
+            inner: server,
+            peeked: None,
+        };
+        (tunnel, client)
+    }
+}
+
+impl AsyncRead for MemoryTunnel {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if let Some(byte) = self.peeked.take() {
+            buf.put_slice(&[byte]);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for MemoryTunnel {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl Tunnel for MemoryTunnel {
+    fn local_addr(&self) -> Option<SocketAddr> {
+        None
+    }
+
+    fn is_tls(&self) -> bool {
+        false
+    }
+
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.peeked.is_some() {
+            return Poll::Ready(Ok(()));
+        }
+        let mut byte = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut byte);
+        match Pin::new(&mut self.inner).poll_read(cx, &mut buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() == 1 {
+                    self.peeked = Some(byte[0]);
+                }
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
+    }
 }
 
 /// A WebSocket connection read and written as bytes.

@@ -6,87 +6,19 @@
 //! the clock while the kernel still holds bytes for the other end.
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::time::Instant;
 use warren_core::access::Permissions;
 use warren_core::broker::Limits;
 use warren_core::retained::InMemoryRetained;
 use warren_core::stream::ClientStream;
-use warren_core::websocket::Tunnel;
+use warren_core::websocket::MemoryTunnel;
 use warren_core::Broker;
 use warren_mqtt::driver::run_stream;
 use warren_mqtt::{ClientRegistry, ListenerConfig, MqttContext, SessionConfig};
-
-/// The broker's end of an in-memory pipe, as the driver reads tunnelled streams.
-struct Pipe {
-    inner: DuplexStream,
-    /// A byte read by `poll_read_ready`, handed out by the next read.
-    peeked: Option<u8>,
-}
-
-impl AsyncRead for Pipe {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if let Some(byte) = self.peeked.take() {
-            buf.put_slice(&[byte]);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Pipe {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-impl Tunnel for Pipe {
-    fn local_addr(&self) -> Option<SocketAddr> {
-        None
-    }
-
-    fn is_tls(&self) -> bool {
-        false
-    }
-
-    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        if self.peeked.is_some() {
-            return Poll::Ready(Ok(()));
-        }
-        let mut byte = [0u8; 1];
-        let mut buf = ReadBuf::new(&mut byte);
-        match Pin::new(&mut self.inner).poll_read(cx, &mut buf) {
-            Poll::Ready(Ok(())) => {
-                if buf.filled().len() == 1 {
-                    self.peeked = Some(byte[0]);
-                }
-                Poll::Ready(Ok(()))
-            }
-            other => other,
-        }
-    }
-}
 
 /// An MQTT 3.1.1 CONNECT with a clean session, no credentials (the default user) and the
 /// given keep-alive in seconds.
@@ -117,11 +49,8 @@ fn connect() -> (DuplexStream, tokio::task::JoinHandle<()>) {
         retained: InMemoryRetained::new(),
         config: Arc::new(SessionConfig::default()),
     });
-    let (client, server) = tokio::io::duplex(64 * 1024);
-    let stream = ClientStream::Tunnel(Box::new(Pipe {
-        inner: server,
-        peeked: None,
-    }));
+    let (server, client) = MemoryTunnel::pair(64 * 1024);
+    let stream = ClientStream::Tunnel(Box::new(server));
     let peer = SocketAddr::from(([127, 0, 0, 1], 40_000));
     let driver = tokio::spawn(run_stream(
         stream,
