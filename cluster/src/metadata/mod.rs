@@ -117,6 +117,9 @@ pub struct MetadataConfig {
     pub change_timeout: Duration,
     /// This node's `/api/nodes` entry, for peers that ask.
     pub node_info: Arc<dyn Fn() -> Json + Send + Sync>,
+    /// A blank node completing `join_cluster` ([`crate::join`]): it joins its seeds and never
+    /// forms a cluster of its own, however long they take to answer.
+    pub join_only: bool,
 }
 
 /// One cluster member as `cluster_status` shows it.
