@@ -170,7 +170,7 @@ fn wipe(dir: &Path, keep: &[PathBuf]) -> Result<(), String> {
     for entry in entries {
         let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
         let path = entry.path();
-        if keep.iter().any(|kept| *kept == path) {
+        if keep.contains(&path) {
             continue;
         }
         let removed = match entry.file_type() {
@@ -209,8 +209,10 @@ mod tests {
         std::fs::write(dir.join("metadata/raft.log"), b"log").expect("writes");
         std::fs::write(dir.join("definitions.json"), b"{}").expect("writes");
         std::fs::write(dir.join("cluster.secret"), b"secret").expect("writes");
-        let mut settings = Settings::default();
-        settings.data_dir = dir.clone();
+        let mut settings = Settings {
+            data_dir: dir.clone(),
+            ..Settings::default()
+        };
         settings.cluster.listener = Some(warren_config::ListenAddr::new("127.0.0.4", 4000));
         assert!(reset_for_pending_join(&mut settings)
             .expect("no marker is fine")
