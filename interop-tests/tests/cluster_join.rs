@@ -165,6 +165,32 @@ async fn a_standalone_node_joins_a_cluster_with_join_cluster_and_a_clustered_nod
         .expect_err("joining itself is refused");
     assert!(itself.message.contains("cannot join itself"), "{itself}");
 
+    // A target nobody answers for is refused after the probe, and nothing changes.
+    let probing = Instant::now();
+    let unreachable = warrenctl(&cluster, 3, &["join_cluster", "warren@127.0.0.1:1"])
+        .await
+        .expect_err("an unreachable target is refused");
+    eprintln!(
+        "join_cluster: an unreachable target refused after {:?}",
+        probing.elapsed()
+    );
+    assert!(
+        unreachable
+            .message
+            .contains("cannot reach warren@127.0.0.1")
+            && unreachable.message.contains("(503)"),
+        "{unreachable}"
+    );
+    assert!(!cluster.data_dir(3).join("join_cluster.json").exists());
+    let (status, body) = cluster
+        .api(3, "GET", "/api/queues/%2F/standalone", None)
+        .await;
+    assert_eq!(
+        (status, body["messages"].as_u64()),
+        (200, Some(2)),
+        "{body}"
+    );
+
     // The standalone node joins: it answers, resets, restarts and joins.
     let joined = warrenctl(&cluster, 3, &["join_cluster", &target])
         .await
