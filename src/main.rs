@@ -8,6 +8,9 @@ use std::process::ExitCode;
 use warren::Server;
 use warren_config::{ConfigError, Settings};
 
+/// How long the shutdown before a `join_cluster` restart may take.
+const RESTART_SHUTDOWN_LIMIT: std::time::Duration = std::time::Duration::from_secs(15);
+
 fn main() -> ExitCode {
     let settings = match Settings::from_args(std::env::args().skip(1)) {
         Ok(settings) => settings,
@@ -65,10 +68,22 @@ fn main() -> ExitCode {
             true => tracing::info!("restarting to complete join_cluster"),
             false => tracing::info!("shutting down"),
         }
-        server.shutdown().await;
         match restart {
-            true => Err(()),
-            false => Ok(ExitCode::SUCCESS),
+            true => {
+                // The next start empties data_dir: a shutdown that hangs must not keep
+                // the node from joining.
+                if tokio::time::timeout(RESTART_SHUTDOWN_LIMIT, server.shutdown())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(limit = ?RESTART_SHUTDOWN_LIMIT, "shutdown did not finish; restarting anyway");
+                }
+                Err(())
+            }
+            false => {
+                server.shutdown().await;
+                Ok(ExitCode::SUCCESS)
+            }
         }
     });
     match outcome {
