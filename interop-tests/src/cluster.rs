@@ -233,6 +233,11 @@ impl TestCluster {
             .wait_restarted(limit);
     }
 
+    /// Drops the settings [`TestCluster::set`] added for node `index` (from its next start).
+    pub fn clear_settings(&mut self, index: usize) {
+        self.extra[index].clear();
+    }
+
     /// Adds a setting for node `index` (before it starts).
     pub fn set(&mut self, index: usize, setting: &str) {
         self.extra[index].push(setting.to_string());

@@ -1,7 +1,8 @@
 //! `warrenctl join_cluster` with real `warren` processes on 127.0.0.1-127.0.0.4: a
 //! standalone node with a queue of its own joins a 3-node cluster (it resets, restarts and
 //! joins; its old queue is gone, the cluster's queue and messages are reached from it), and
-//! a node already in a multi-node cluster is refused with the documented error.
+//! a node already in a multi-node cluster, one with another secret and one naming an
+//! unreachable target are refused with the documented errors, changing nothing.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,8 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use warren_interop_tests::cluster::{node_name, TestCluster};
+use warren_interop_tests::cluster::{node_name, set_mode, TestCluster};
+use warren_interop_tests::TempDir;
 use warren_management::ctl;
 
 const FORM_LIMIT: Duration = Duration::from_secs(30);
@@ -121,6 +123,33 @@ async fn a_standalone_node_joins_a_cluster_with_join_cluster_and_a_clustered_nod
     cluster.start_some(&[0, 1, 2]);
     cluster.wait_formed(3, FORM_LIMIT).await;
     // (wait_formed asks every running node: the standalone one starts after.)
+    let target = format!("{}:{}", node_name(0), cluster.cluster_addr(0).port());
+    let target_4 = format!("{}:{}", node_name(3), cluster.cluster_addr(3).port());
+    // Started with another secret, the standalone node is refused before anything
+    // changes: the probe's handshake fails and says why.
+    let other = TempDir::new("join-other-secret");
+    let secret = other.path().join("cluster.secret");
+    std::fs::write(&secret, b"not the cluster's secret at all!").expect("writes");
+    set_mode(&secret, 0o600);
+    cluster.set(3, &format!("cluster.secret_file={}", secret.display()));
+    cluster.start(3);
+    wait_alone(&cluster, 3).await;
+    let wrong_secret = warrenctl(&cluster, 3, &["join_cluster", &target])
+        .await
+        .expect_err("a node with another secret is refused");
+    eprintln!("join_cluster with another secret: {wrong_secret}");
+    assert!(
+        wrong_secret
+            .message
+            .contains("cannot reach warren@127.0.0.1")
+            && wrong_secret.message.contains("secret")
+            && wrong_secret.message.contains("(503)"),
+        "{wrong_secret}"
+    );
+    assert!(!cluster.data_dir(3).join("join_cluster.json").exists());
+    // With the cluster's secret (copied, as an operator would) it comes back alone.
+    cluster.kill(3);
+    cluster.clear_settings(3);
     cluster.start(3);
     wait_alone(&cluster, 3).await;
     declare_and_fill(&cluster, 0, "shared", 5).await;
@@ -129,13 +158,12 @@ async fn a_standalone_node_joins_a_cluster_with_join_cluster_and_a_clustered_nod
         .api(3, "GET", "/api/queues/%2F/standalone", None)
         .await;
     assert_eq!(status, 200, "{before}");
-    let target = format!("{}:{}", node_name(0), cluster.cluster_addr(0).port());
-    let target_4 = format!("{}:{}", node_name(3), cluster.cluster_addr(3).port());
 
     // A member of a multi-node cluster is refused, and nothing changes.
     let refused = warrenctl(&cluster, 1, &["join_cluster", &target_4])
         .await
         .expect_err("a clustered node is refused");
+    eprintln!("join_cluster from a clustered node: {refused}");
     assert_eq!(refused.exit_code, 70, "{refused}");
     assert!(
         refused
