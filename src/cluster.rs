@@ -469,6 +469,18 @@ impl ClusterView for View {
         }
     }
 
+    fn reset(&self) -> Result<(), warren_management::JoinError> {
+        let store = Arc::clone(&self.0);
+        let context = Arc::clone(&self.1);
+        let reset = async move { context.reset(&store).await };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| handle.block_on(reset))
+            }
+            _ => Err(warren_management::JoinError::NotSupported),
+        }
+    }
+
     fn forget(&self, node: &str) -> Result<(), String> {
         let store = Arc::clone(&self.0);
         let node = node.to_string();

@@ -1,13 +1,14 @@
-//! `join_cluster` in the server (docs/clustering.md, "Moving a node into a cluster"): the
-//! checks made while the node still has its data, the marker, the restart, and at the next
-//! start the reset (everything in `data_dir` but the secret goes) and the join.
+//! `join_cluster` and `reset` in the server (docs/clustering.md, "Moving a node into a
+//! cluster"): the checks made while the node still has its data, the marker, the restart,
+//! and at the next start the reset (everything in `data_dir` but the secret goes) and, for
+//! a join, the join.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use warren_cluster::join::{probe, JoinMarker, ProbeError};
+use warren_cluster::join::{probe, JoinMarker, ProbeError, ResetMarker};
 use warren_cluster::metadata::MetadataStore;
 use warren_cluster::transport::TransportConfig;
 use warren_config::{NodeAddress, Settings};
@@ -87,12 +88,37 @@ impl JoinContext {
             cluster_id = %answer.cluster_id,
             "join_cluster: restarting to reset this node and join the cluster"
         );
+        self.restart_soon();
+        Ok(JoinOutcome::Restarting { node: target.name })
+    }
+
+    /// `reset`: leaves the cluster through the leader when there are other members (a
+    /// node they already forgot is fine), writes the reset marker and schedules the
+    /// restart; the next start empties `data_dir`.
+    pub(crate) async fn reset(&self, metadata: &MetadataStore) -> Result<(), JoinError> {
+        let me = metadata.node().to_string();
+        let others = metadata.members().iter().any(|member| member.name != me);
+        if others {
+            if let Err(reason) = metadata.forget(&me).await {
+                if !reason.contains("is not a member") {
+                    return Err(JoinError::LeaveFailed { node: me, reason });
+                }
+            }
+        }
+        ResetMarker::write(&self.data_dir)
+            .map_err(|e| JoinError::Storage(format!("{}: {e}", self.data_dir.display())))?;
+        tracing::warn!(node = %me, left_cluster = others, "reset: restarting to empty this node's data");
+        self.restart_soon();
+        Ok(())
+    }
+
+    /// Restarts the process once the answer had time to go out.
+    fn restart_soon(&self) {
         let restart = Arc::clone(&self.restart);
         tokio::spawn(async move {
             tokio::time::sleep(RESTART_DELAY).await;
             restart.notify_one();
         });
-        Ok(JoinOutcome::Restarting { node: target.name })
     }
 }
 
@@ -103,6 +129,19 @@ pub(crate) fn reset_for_pending_join(
     settings: &mut Settings,
 ) -> Result<Option<JoinMarker>, StartError> {
     let data_dir = settings.data_dir.clone();
+    let secret = settings
+        .cluster
+        .secret_file
+        .clone()
+        .unwrap_or_else(|| data_dir.join(crate::cluster::SECRET_FILE));
+    if ResetMarker::exists(&data_dir) {
+        // The marker goes last, so a crash half-way resets again.
+        wipe(&data_dir, &[ResetMarker::path(&data_dir), secret.clone()])
+            .and_then(|()| ResetMarker::remove(&data_dir).map_err(|e| e.to_string()))
+            .map_err(|e| StartError::Storage(format!("reset: cannot empty {e}")))?;
+        tracing::warn!("reset: this node's data was emptied; it starts blank");
+        return Ok(None);
+    }
     let marker = JoinMarker::read(&data_dir).map_err(|e| {
         StartError::Storage(format!(
             "cannot read {}: {e}",
@@ -120,11 +159,6 @@ pub(crate) fn reset_for_pending_join(
             marker.node
         )));
     }
-    let secret = settings
-        .cluster
-        .secret_file
-        .clone()
-        .unwrap_or_else(|| data_dir.join(crate::cluster::SECRET_FILE));
     wipe(&data_dir, &[JoinMarker::path(&data_dir), secret])
         .map_err(|e| StartError::Storage(format!("join_cluster: cannot reset {e}")))?;
     let target = NodeAddress::parse(&format!("{}:{}", marker.node, port_of(&marker.address)))

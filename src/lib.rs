@@ -143,7 +143,7 @@ pub struct Server {
     cluster: Option<cluster::ClusterNode>,
     shutdown: watch::Sender<bool>,
     listeners: JoinSet<()>,
-    /// Told when `join_cluster` wants the process restarted.
+    /// Told when `join_cluster` or `reset` wants the process restarted.
     restart: Arc<tokio::sync::Notify>,
 }
 
@@ -465,9 +465,9 @@ impl Server {
         })
     }
 
-    /// Resolves when the node asks to be restarted: `join_cluster` wrote its marker, and
-    /// the next start resets the node and joins (the binary shuts down and runs itself
-    /// again).
+    /// Resolves when the node asks to be restarted: `join_cluster` or `reset` wrote its
+    /// marker, and the next start empties the node's data (and joins) (the binary shuts
+    /// down and runs itself again).
     pub async fn restart_requested(&self) {
         self.restart.notified().await;
     }

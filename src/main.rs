@@ -1,5 +1,5 @@
 //! The `warren` server binary: parse settings, log to stderr, run until SIGTERM or SIGINT.
-//! When `join_cluster` asks for a restart, it shuts down and runs itself again (same
+//! When `join_cluster` or `reset` asks for a restart, it shuts down and runs itself again (same
 //! process id, arguments and environment), and the new start completes the join.
 
 use std::io::IsTerminal;
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use warren::Server;
 use warren_config::{ConfigError, Settings};
 
-/// How long the shutdown before a `join_cluster` restart may take.
+/// How long the shutdown before a `join_cluster` or `reset` restart may take.
 const RESTART_SHUTDOWN_LIMIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 fn main() -> ExitCode {
@@ -65,7 +65,7 @@ fn main() -> ExitCode {
             _ = server.restart_requested() => true,
         };
         match restart {
-            true => tracing::info!("restarting to complete join_cluster"),
+            true => tracing::info!("restarting to complete join_cluster or reset"),
             false => tracing::info!("shutting down"),
         }
         match restart {
@@ -107,14 +107,14 @@ fn run_again() -> ExitCode {
         .arg0(&arg0)
         .args(args)
         .exec();
-    eprintln!("warren: cannot restart to complete join_cluster: {error}; start it again");
+    eprintln!("warren: cannot restart to complete join_cluster or reset: {error}; start it again");
     ExitCode::FAILURE
 }
 
 /// Without exec, the process ends: started again, it completes the join.
 #[cfg(not(unix))]
 fn run_again() -> ExitCode {
-    eprintln!("warren: stopped to complete join_cluster; start it again");
+    eprintln!("warren: stopped to complete join_cluster or reset; start it again");
     ExitCode::SUCCESS
 }
 

@@ -8,6 +8,10 @@
 //! a member. A crash in between finds the marker again and starts over, which is safe: the
 //! node's own data is already gone.
 //!
+//! `reset` is the same without a target: the node leaves its cluster (through the leader),
+//! writes a [`ResetMarker`] and restarts; the next start empties `data_dir` and goes on
+//! as a blank node with its configured seeds.
+//!
 //! Before anything is written, [`probe`] checks that the target can be reached with this
 //! node's secret (and certificate) and is a member of a cluster, so a mistyped name or a
 //! missing secret is reported while the node still has its data.
@@ -71,6 +75,38 @@ impl JoinMarker {
     }
 
     /// Removes the marker of `data_dir` (none is fine).
+    pub fn remove(data_dir: &Path) -> std::io::Result<()> {
+        match std::fs::remove_file(Self::path(data_dir)) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The marker's file name of a pending `reset`.
+pub const RESET_MARKER_FILE: &str = "reset_pending";
+
+/// A pending `reset`: the node left its cluster; the next start empties `data_dir`.
+pub struct ResetMarker;
+
+impl ResetMarker {
+    /// The marker's path in `data_dir`.
+    pub fn path(data_dir: &Path) -> PathBuf {
+        data_dir.join(RESET_MARKER_FILE)
+    }
+
+    /// Whether `data_dir` has one.
+    pub fn exists(data_dir: &Path) -> bool {
+        Self::path(data_dir).exists()
+    }
+
+    /// Writes the marker durably (the file and the directory fsynced).
+    pub fn write(data_dir: &Path) -> std::io::Result<()> {
+        std::fs::File::create(Self::path(data_dir))?.sync_all()?;
+        std::fs::File::open(data_dir)?.sync_all()
+    }
+
+    /// Removes the marker (none is fine).
     pub fn remove(data_dir: &Path) -> std::io::Result<()> {
         match std::fs::remove_file(Self::path(data_dir)) {
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),

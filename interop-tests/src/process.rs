@@ -59,13 +59,15 @@ pub fn warren_binary() -> &'static Path {
     })
 }
 
-/// What the server logs when it runs itself again to complete `join_cluster`.
-const RESTART_LINE: &str = "restarting to complete join_cluster";
+/// What the server logs when it runs itself again to complete `join_cluster` or `reset`.
+const RESTART_LINE: &str = "restarting to complete join_cluster or reset";
 
 /// A running `warren` process. Dropping it kills it (SIGKILL) if it still runs.
 pub struct WarrenProcess {
     child: Child,
     addr: SocketAddr,
+    /// How many restarts [`WarrenProcess::wait_restarted`] has seen.
+    restarts: usize,
     log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -121,7 +123,12 @@ impl WarrenProcess {
                 }
             }
         };
-        WarrenProcess { child, addr, log }
+        WarrenProcess {
+            child,
+            addr,
+            restarts: 0,
+            log,
+        }
     }
 
     /// The AMQP listener's address.
@@ -129,10 +136,12 @@ impl WarrenProcess {
         self.addr
     }
 
-    /// After `join_cluster`: waits until the process has run itself again (its log says
-    /// it restarts, then the new run's AMQP listener), and takes the new run's addresses.
+    /// After `join_cluster` or `reset`: waits until the process has run itself again once
+    /// more than when last asked (its log says it restarts, then the new run's AMQP
+    /// listener), and takes the new run's addresses.
     pub fn wait_restarted(&mut self, limit: Duration) {
         let deadline = Instant::now() + limit;
+        self.restarts += 1;
         loop {
             let found = self.current_log().iter().find_map(|line| {
                 let rest = line.split("listening protocol=amqp addr=").nth(1)?;

@@ -2,7 +2,8 @@
 //! standalone node with a queue of its own joins a 3-node cluster (it resets, restarts and
 //! joins; its old queue is gone, the cluster's queue and messages are reached from it), and
 //! a node already in a multi-node cluster, one with another secret and one naming an
-//! unreachable target are refused with the documented errors, changing nothing.
+//! unreachable target are refused with the documented errors, changing nothing. `reset`
+//! then takes the node out again.
 
 use std::time::{Duration, Instant};
 
@@ -117,7 +118,8 @@ async fn nodes(cluster: &TestCluster, node: usize) -> Vec<(String, bool)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standalone_node_joins_a_cluster_with_join_cluster_and_a_clustered_node_is_refused() {
+async fn a_standalone_node_joins_a_cluster_with_join_cluster_a_clustered_node_is_refused_and_reset_takes_it_out(
+) {
     let mut cluster = TestCluster::new(4);
     cluster.alone(3);
     cluster.start_some(&[0, 1, 2]);
@@ -324,4 +326,30 @@ async fn a_standalone_node_joins_a_cluster_with_join_cluster_and_a_clustered_nod
         "{status}"
     );
     eprintln!("join_cluster: restarted and joined within {took:?}");
+
+    // reset: the node leaves the cluster through the leader, restarts and starts blank;
+    // with a seed list of itself it forms a cluster of its own again.
+    let reset = warrenctl(&cluster, 3, &["reset"])
+        .await
+        .unwrap_or_else(|e| panic!("reset: {e}"));
+    assert!(reset.contains("Resetting node warren@127.0.0.4"), "{reset}");
+    cluster.wait_restarted(3, RESTART_LIMIT);
+    wait_alone(&cluster, 3).await;
+    let deadline = Instant::now() + WAIT;
+    let three: Vec<(String, bool)> = (0..3).map(|i| (node_name(i), true)).collect();
+    while nodes(&cluster, 0).await != three {
+        assert!(Instant::now() < deadline, "node 4 was not forgotten");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(nodes(&cluster, 3).await, [(node_name(3), true)]);
+    let (_, queues) = cluster.api(3, "GET", "/api/queues", None).await;
+    assert_eq!(queues.as_array().map(Vec::len), Some(0), "{queues}");
+    assert!(!cluster.data_dir(3).join("reset_pending").exists());
+    // The three go on without it.
+    let (status, body) = cluster.api(1, "GET", "/api/queues/%2F/shared", None).await;
+    assert_eq!(
+        (status, body["messages"].as_u64()),
+        (200, Some(0)),
+        "{body}"
+    );
 }

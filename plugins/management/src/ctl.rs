@@ -77,6 +77,7 @@ Commands (as rabbitmqctl):
   trace_on | trace_off
   cluster_status                           forget_cluster_node NODE
   join_cluster NODE                        set_cluster_name NAME
+  reset
 
 Quorum queues (as rabbitmq-queues; VHOST defaults to -p):
   quorum_status [VHOST] QUEUE              check_if_node_is_quorum_critical
@@ -382,6 +383,15 @@ impl Ctl {
                 }
                 done(format!(
                     "Clustering node {} with {node}: it resets and restarts to join ...",
+                    answer["node"].as_str().unwrap_or("")
+                ))
+            }
+            "reset" => {
+                // RabbitMQ's reset needs stop_app first; here the node leaves its cluster,
+                // restarts and empties its data_dir.
+                let answer = self.call("POST", "/api/reset", None).await?;
+                done(format!(
+                    "Resetting node {}: it leaves its cluster and restarts blank ...",
                     answer["node"].as_str().unwrap_or("")
                 ))
             }

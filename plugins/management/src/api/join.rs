@@ -13,7 +13,8 @@ pub enum JoinOutcome {
     AlreadyMember,
 }
 
-/// Why [`ClusterView::join`](super::ClusterView::join) refused; nothing was changed. The HTTP status and error name
+/// Why [`ClusterView::join`](super::ClusterView::join) (or
+/// [`ClusterView::reset`](super::ClusterView::reset)) refused; nothing was changed. The HTTP status and error name
 /// of each are [`JoinError::status`] and [`JoinError::name`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JoinError {
@@ -38,6 +39,13 @@ pub enum JoinError {
     },
     /// The target answers but is not a member of a cluster.
     TargetNotMember(String),
+    /// `reset`: this node could not leave its cluster (no majority, no leader).
+    LeaveFailed {
+        /// This node.
+        node: String,
+        /// Why.
+        reason: String,
+    },
     /// The join marker could not be written.
     Storage(String),
 }
@@ -48,7 +56,7 @@ impl JoinError {
         match self {
             JoinError::NotSupported | JoinError::BadTarget(_) => 400,
             JoinError::AlreadyClustered { .. } | JoinError::TargetNotMember(_) => 409,
-            JoinError::Unreachable { .. } => 503,
+            JoinError::Unreachable { .. } | JoinError::LeaveFailed { .. } => 503,
             JoinError::Storage(_) => 500,
         }
     }
@@ -59,7 +67,7 @@ impl JoinError {
             JoinError::NotSupported | JoinError::BadTarget(_) => "bad_request",
             JoinError::AlreadyClustered { .. } => "already_clustered",
             JoinError::TargetNotMember(_) => "target_not_clustered",
-            JoinError::Unreachable { .. } => "unavailable",
+            JoinError::Unreachable { .. } | JoinError::LeaveFailed { .. } => "unavailable",
             JoinError::Storage(_) => "internal_error",
         }
     }
@@ -85,7 +93,11 @@ impl std::fmt::Display for JoinError {
                 f,
                 "{node} is not a member of a cluster yet; nothing was changed"
             ),
-            JoinError::Storage(why) => write!(f, "cannot record the join: {why}"),
+            JoinError::LeaveFailed { node, reason } => write!(
+                f,
+                "{node} could not leave its cluster: {reason}; nothing was changed"
+            ),
+            JoinError::Storage(why) => write!(f, "cannot record the join or reset: {why}"),
         }
     }
 }

@@ -104,6 +104,11 @@ pub trait ClusterView: Send + Sync {
     fn join(&self, _node: &str) -> Result<JoinOutcome, JoinError> {
         Err(JoinError::NotSupported)
     }
+    /// `reset`: this node leaves its cluster (through the leader) and restarts shortly
+    /// after answering; the next start empties its data and starts it blank.
+    fn reset(&self) -> Result<(), JoinError> {
+        Err(JoinError::NotSupported)
+    }
     /// The home node of a replicated queue (the node it was declared on), shown as the
     /// queue's `node` in listings as RabbitMQ shows it; `None` for a queue the metadata log
     /// did not declare (node-local ones), which lives on this node.
@@ -490,6 +495,7 @@ impl Management {
             ("POST", ["join-cluster"]) => {
                 need(Role::Administrator).unwrap_or_else(|| self.join_cluster(request))
             }
+            ("POST", ["reset"]) => need(Role::Administrator).unwrap_or_else(|| self.reset_node()),
             ("GET", ["health", "checks", "alarms"])
             | ("GET", ["health", "checks", "local-alarms"]) => self.alarms_check(path[2]),
             ("GET", ["aliveness-test", vhost]) => self.aliveness_test(caller, vhost),

@@ -154,6 +154,19 @@ impl Management {
         }
     }
 
+    /// `POST /api/reset`: 202 while the node leaves its cluster and restarts blank.
+    pub(crate) fn reset_node(&self) -> Response {
+        let Some(cluster) = &self.cluster else {
+            return super::bad_request(
+                "this node does not run clustered: stop it and empty its data_dir to reset it",
+            );
+        };
+        match cluster.reset() {
+            Ok(()) => Response::json(202, &json!({"node": self.node_name, "restarting": true})),
+            Err(refusal) => super::error(refusal.status(), refusal.name(), refusal.to_string()),
+        }
+    }
+
     pub(crate) fn node_json(&self) -> Json {
         let resources = (self.resources)();
         let alarms = self.broker.alarms();
