@@ -16,7 +16,9 @@ use warren_core::remote::{Forwarding, RemoteLink};
 use warren_core::Broker;
 use warren_management::{ClusterView, ListingKind, Management};
 
+use crate::join::JoinContext;
 use crate::StartError;
+use warren_cluster::join::JoinMarker;
 
 /// The metadata directory inside `data_dir`.
 pub const METADATA_DIR: &str = "metadata";
@@ -29,6 +31,17 @@ pub struct ClusterNode {
     pub metadata: Arc<MetadataStore>,
     /// Where peers reach this node.
     pub addr: std::net::SocketAddr,
+    /// What `join_cluster` needs.
+    pub join: Arc<JoinContext>,
+}
+
+/// `join_cluster` at start-up: the marker this start found (the node was just reset), and
+/// what to tell when a new `join_cluster` wants the process restarted.
+pub struct Joining {
+    /// The pending join's marker ([`crate::join::reset_for_pending_join`]).
+    pub pending: Option<JoinMarker>,
+    /// Told to restart the process.
+    pub restart: Arc<tokio::sync::Notify>,
 }
 
 /// The node's name: `node_name`, or `warren@<hostname>`.
@@ -43,6 +56,7 @@ pub async fn start(
     broker: &Arc<Broker>,
     quorum: &Arc<warren_raft::QuorumBackend>,
     management: Arc<OnceLock<Arc<Management>>>,
+    joining: Joining,
     shutdown: &watch::Receiver<bool>,
     tasks: &mut JoinSet<()>,
 ) -> Result<ClusterNode, StartError> {
@@ -74,6 +88,11 @@ pub async fn start(
             crate::tls::cluster_link_tls(&settings.cluster.ssl).map_err(StartError::Cluster)?;
         transport_config.tls = Some(tls);
     }
+    let join = Arc::new(JoinContext {
+        data_dir: settings.data_dir.clone(),
+        transport: transport_config.clone(),
+        restart: joining.restart,
+    });
     let transport = Transport::new(transport_config, Arc::clone(&cluster_id), shutdown.clone());
     tasks.spawn(Arc::clone(&transport).serve(listener));
     let export = {
@@ -109,6 +128,7 @@ pub async fn start(
         dir: settings.data_dir.join(METADATA_DIR),
         change_timeout: settings.cluster.change_timeout(),
         node_info,
+        join_only: joining.pending.is_some(),
     };
     // Quorum queues' groups answer their peers from the start: a node replaying its
     // metadata log declares queues whose members on other nodes already call.
@@ -162,10 +182,18 @@ pub async fn start(
     broker.set_forwarding(Arc::clone(&forwarder));
     let _ = forwarding.set(Arc::clone(&forwarder));
     tasks.spawn(maintain_forwarding(forwarder, shutdown.clone()));
+    if let Some(marker) = joining.pending {
+        tokio::spawn(crate::join::finish_join(
+            Arc::clone(&metadata),
+            settings.data_dir.clone(),
+            marker,
+        ));
+    }
     tracing::info!(node = %name, "clustering enabled");
     Ok(ClusterNode {
         metadata,
         addr: bound,
+        join,
     })
 }
 
@@ -327,8 +355,8 @@ impl RemoteLink for ForwardLink {
     }
 }
 
-/// What the management API shows of the cluster.
-pub struct View(pub Arc<MetadataStore>);
+/// What the management API shows of the cluster (and `join_cluster`).
+pub struct View(pub Arc<MetadataStore>, pub Arc<JoinContext>);
 
 impl View {
     /// Sends `body` to every running peer's listing service at once and waits (on this
@@ -423,6 +451,34 @@ impl ClusterView for View {
         self.ask_peers(b"", Some(body))
             .iter()
             .any(|answer| answer.as_ref() == b"true")
+    }
+
+    fn join(
+        &self,
+        node: &str,
+    ) -> Result<warren_management::JoinOutcome, warren_management::JoinError> {
+        let store = Arc::clone(&self.0);
+        let context = Arc::clone(&self.1);
+        let node = node.to_string();
+        let join = async move { context.join(&store, &node).await };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| handle.block_on(join))
+            }
+            _ => Err(warren_management::JoinError::NotSupported),
+        }
+    }
+
+    fn reset(&self) -> Result<(), warren_management::JoinError> {
+        let store = Arc::clone(&self.0);
+        let context = Arc::clone(&self.1);
+        let reset = async move { context.reset(&store).await };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| handle.block_on(reset))
+            }
+            _ => Err(warren_management::JoinError::NotSupported),
+        }
     }
 
     fn forget(&self, node: &str) -> Result<(), String> {

@@ -6,6 +6,7 @@
 
 pub mod cluster;
 mod definitions;
+pub mod join;
 pub mod limits;
 mod listeners;
 mod operator;
@@ -142,6 +143,8 @@ pub struct Server {
     cluster: Option<cluster::ClusterNode>,
     shutdown: watch::Sender<bool>,
     listeners: JoinSet<()>,
+    /// Told when `join_cluster` or `reset` wants the process restarted.
+    restart: Arc<tokio::sync::Notify>,
 }
 
 /// The quorum queues' shared write-ahead log and group state, inside `data_dir`.
@@ -150,7 +153,10 @@ pub const QUORUM_DIR: &str = "quorum";
 impl Server {
     /// Builds the broker from `settings`, binds every listener and starts serving.
     /// Each bound listener is logged as `listening protocol=amqp addr=HOST:PORT`.
-    pub async fn start(settings: Settings) -> Result<Server, StartError> {
+    pub async fn start(mut settings: Settings) -> Result<Server, StartError> {
+        // A pending join_cluster resets the node before anything opens its data.
+        let pending_join = join::reset_for_pending_join(&mut settings)?;
+        let restart = Arc::new(tokio::sync::Notify::new());
         let broker = Broker::new(Limits {
             max_message_size: settings.max_message_size,
         });
@@ -262,6 +268,10 @@ impl Server {
                     &broker,
                     &quorum,
                     Arc::clone(&management_slot),
+                    cluster::Joining {
+                        pending: pending_join,
+                        restart: Arc::clone(&restart),
+                    },
                     &shutdown_rx,
                     &mut listeners,
                 )
@@ -451,7 +461,15 @@ impl Server {
             cluster,
             shutdown,
             listeners,
+            restart,
         })
+    }
+
+    /// Resolves when the node asks to be restarted: `join_cluster` or `reset` wrote its
+    /// marker, and the next start empties the node's data (and joins) (the binary shuts
+    /// down and runs itself again).
+    pub async fn restart_requested(&self) {
+        self.restart.notified().await;
     }
 
     /// The address the first AMQP listener is bound to.

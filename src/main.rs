@@ -1,10 +1,15 @@
 //! The `warren` server binary: parse settings, log to stderr, run until SIGTERM or SIGINT.
+//! When `join_cluster` or `reset` asks for a restart, it shuts down and runs itself again (same
+//! process id, arguments and environment), and the new start completes the join.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use warren::Server;
 use warren_config::{ConfigError, Settings};
+
+/// How long the shutdown before a `join_cluster` or `reset` restart may take.
+const RESTART_SHUTDOWN_LIMIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 fn main() -> ExitCode {
     let settings = match Settings::from_args(std::env::args().skip(1)) {
@@ -43,7 +48,7 @@ fn main() -> ExitCode {
         }
     };
     warren::limits::raise_open_file_limit();
-    runtime.block_on(async {
+    let outcome = runtime.block_on(async {
         // Install the handlers before listening: a SIGTERM that arrives once the listening
         // line is logged must shut down gracefully, not kill the process by default action.
         let signals = Signals::install();
@@ -52,14 +57,65 @@ fn main() -> ExitCode {
             Err(error) => {
                 tracing::error!("{error}");
                 eprintln!("warren: {error}");
-                return ExitCode::FAILURE;
+                return Ok(ExitCode::FAILURE);
             }
         };
-        signals.wait().await;
-        tracing::info!("shutting down");
-        server.shutdown().await;
-        ExitCode::SUCCESS
-    })
+        let restart = tokio::select! {
+            _ = signals.wait() => false,
+            _ = server.restart_requested() => true,
+        };
+        match restart {
+            true => tracing::info!("restarting to complete join_cluster or reset"),
+            false => tracing::info!("shutting down"),
+        }
+        match restart {
+            true => {
+                // The next start empties data_dir: a shutdown that hangs must not keep
+                // the node from joining.
+                if tokio::time::timeout(RESTART_SHUTDOWN_LIMIT, server.shutdown())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(limit = ?RESTART_SHUTDOWN_LIMIT, "shutdown did not finish; restarting anyway");
+                }
+                Err(())
+            }
+            false => {
+                server.shutdown().await;
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+    });
+    match outcome {
+        Ok(code) => code,
+        Err(()) => run_again(),
+    }
+}
+
+/// Replaces this process by a new run of the same executable with the same arguments.
+#[cfg(unix)]
+fn run_again() -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let mut args = std::env::args_os();
+    let arg0 = args.next().unwrap_or_else(|| "warren".into());
+    // /proc/self/exe is this very executable even if its file was replaced meanwhile.
+    let executable = match std::path::Path::new("/proc/self/exe").exists() {
+        true => std::path::PathBuf::from("/proc/self/exe"),
+        false => std::env::current_exe().unwrap_or_else(|_| arg0.clone().into()),
+    };
+    let error = std::process::Command::new(executable)
+        .arg0(&arg0)
+        .args(args)
+        .exec();
+    eprintln!("warren: cannot restart to complete join_cluster or reset: {error}; start it again");
+    ExitCode::FAILURE
+}
+
+/// Without exec, the process ends: started again, it completes the join.
+#[cfg(not(unix))]
+fn run_again() -> ExitCode {
+    eprintln!("warren: stopped to complete join_cluster or reset; start it again");
+    ExitCode::SUCCESS
 }
 
 /// SIGTERM and SIGINT handlers, installed once at start-up.

@@ -142,8 +142,10 @@ pub(crate) async fn start_operator_endpoints(
         rates: warren_management::rates::RateSampler::new(settings.management_sample_retention),
         statistics_interval: settings.collect_statistics_interval,
         cluster: cluster.map(|node| {
-            Arc::new(cluster::View(Arc::clone(&node.metadata)))
-                as Arc<dyn warren_management::ClusterView>
+            Arc::new(cluster::View(
+                Arc::clone(&node.metadata),
+                Arc::clone(&node.join),
+            )) as Arc<dyn warren_management::ClusterView>
         }),
         quorum: Some(Arc::new(quorum_view::View(Arc::clone(quorum)))
             as Arc<dyn warren_management::QuorumView>),

@@ -8,6 +8,7 @@
 //! - [`transport`]: per peer a control link and a bulk link, reconnecting with backoff,
 //!   with bounded queues;
 //! - [`detector`]: the node-level failure detector fed by the control links' pings;
+//! - [`join`]: `join_cluster`, a node leaving its own (one-node) cluster for another;
 //! - [`metadata`]: the replicated metadata store on openraft 0.9, which commits every
 //!   topology change before each node's core applies it (the core's
 //!   [`warren_core::replication`] hook).
@@ -22,6 +23,7 @@
 pub mod codec;
 pub mod detector;
 pub mod handshake;
+pub mod join;
 pub mod metadata;
 pub mod secret;
 pub mod transport;

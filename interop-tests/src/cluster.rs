@@ -164,6 +164,8 @@ pub struct TestCluster {
     routes: HashMap<(usize, usize), SocketAddr>,
     /// Extra settings per node.
     extra: Vec<Vec<String>>,
+    /// Nodes whose seed list names only themselves (a standalone node).
+    alone: Vec<bool>,
     /// The running processes.
     nodes: Vec<Option<WarrenProcess>>,
 }
@@ -184,6 +186,7 @@ impl TestCluster {
             port: free_port(count),
             routes: HashMap::new(),
             extra: vec![Vec::new(); count],
+            alone: vec![false; count],
             nodes: (0..count).map(|_| None).collect(),
         }
     }
@@ -211,6 +214,30 @@ impl TestCluster {
         self.routes.insert((dialer, peer), route);
     }
 
+    /// Node `index` gets a seed list of itself only (from its next start): it forms a
+    /// cluster of its own, a standalone node with clustering on.
+    pub fn alone(&mut self, index: usize) {
+        self.alone[index] = true;
+    }
+
+    /// Node `index`'s data directory.
+    pub fn data_dir(&self, index: usize) -> &std::path::Path {
+        self.dirs[index].path()
+    }
+
+    /// Waits until node `index` restarted itself (`join_cluster`) and listens again.
+    pub fn wait_restarted(&mut self, index: usize, limit: Duration) {
+        self.nodes[index]
+            .as_mut()
+            .expect("node is running")
+            .wait_restarted(limit);
+    }
+
+    /// Drops the settings [`TestCluster::set`] added for node `index` (from its next start).
+    pub fn clear_settings(&mut self, index: usize) {
+        self.extra[index].clear();
+    }
+
     /// Adds a setting for node `index` (before it starts).
     pub fn set(&mut self, index: usize, setting: &str) {
         self.extra[index].push(setting.to_string());
@@ -231,6 +258,9 @@ impl TestCluster {
             "cluster.change_timeout=2000".to_string(),
         ];
         for peer in 0..self.dirs.len() {
+            if self.alone[index] && peer != index {
+                continue;
+            }
             // A routed link's proxy listens on the peer's own address (another port), so
             // the seed still names the peer.
             let port = self

@@ -59,10 +59,15 @@ pub fn warren_binary() -> &'static Path {
     })
 }
 
+/// What the server logs when it runs itself again to complete `join_cluster` or `reset`.
+const RESTART_LINE: &str = "restarting to complete join_cluster or reset";
+
 /// A running `warren` process. Dropping it kills it (SIGKILL) if it still runs.
 pub struct WarrenProcess {
     child: Child,
     addr: SocketAddr,
+    /// How many restarts [`WarrenProcess::wait_restarted`] has seen.
+    restarts: usize,
     log: Arc<Mutex<Vec<String>>>,
 }
 
@@ -118,7 +123,12 @@ impl WarrenProcess {
                 }
             }
         };
-        WarrenProcess { child, addr, log }
+        WarrenProcess {
+            child,
+            addr,
+            restarts: 0,
+            log,
+        }
     }
 
     /// The AMQP listener's address.
@@ -126,13 +136,48 @@ impl WarrenProcess {
         self.addr
     }
 
+    /// After `join_cluster` or `reset`: waits until the process has run itself again once
+    /// more than when last asked (its log says it restarts, then the new run's AMQP
+    /// listener), and takes the new run's addresses.
+    pub fn wait_restarted(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        self.restarts += 1;
+        loop {
+            let found = self.current_log().iter().find_map(|line| {
+                let rest = line.split("listening protocol=amqp addr=").nth(1)?;
+                rest.split_whitespace().next()?.parse().ok()
+            });
+            let restarted = self.log().iter().any(|line| line.contains(RESTART_LINE));
+            if let (true, Some(addr)) = (restarted, found) {
+                self.addr = addr;
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "warren did not restart within {limit:?}: {:#?}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The lines of the current run: after the last restart (`join_cluster`), if any.
+    fn current_log(&self) -> Vec<String> {
+        let mut log = self.log();
+        if let Some(last) = log.iter().rposition(|line| line.contains(RESTART_LINE)) {
+            log.drain(..=last);
+        }
+        log
+    }
+
     /// The address of the listener of `protocol` (`mqtt`, `stomp`, ...), from its
-    /// `listening protocol=PROTOCOL addr=` log line (waited for up to the start limit).
+    /// `listening protocol=PROTOCOL addr=` log line of the current run (waited for up to
+    /// the start limit).
     pub fn listener_addr(&self, protocol: &str) -> SocketAddr {
         let marker = format!("listening protocol={protocol} addr=");
         let deadline = Instant::now() + START_LIMIT;
         loop {
-            let found = self.log().iter().find_map(|line| {
+            let found = self.current_log().iter().find_map(|line| {
                 let rest = line.split(marker.as_str()).nth(1)?;
                 rest.split_whitespace().next()?.parse().ok()
             });

@@ -467,3 +467,20 @@ async fn topic_permission_and_parameter_verbs() {
     assert!(broker.broker().global_parameter("region").is_none());
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_cluster_on_a_node_without_clustering_is_refused_and_says_what_to_configure() {
+    let broker = TestBroker::start().await;
+    let ctl = Ctl::new(&broker);
+    let refused = ctl.fails(&["join_cluster", "warren@127.0.0.2"]).await;
+    assert_eq!(refused.exit_code, 70, "{refused}");
+    assert!(
+        refused.message.contains("does not run clustered")
+            && refused.message.contains("cluster.listeners.tcp.default")
+            && refused.message.contains("(400)"),
+        "{refused}"
+    );
+    let usage = ctl.fails(&["join_cluster"]).await;
+    assert_eq!(usage.exit_code, 64, "{usage}");
+    assert!(ctl.ok(&["help"]).await.contains("join_cluster NODE"));
+}

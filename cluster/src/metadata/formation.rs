@@ -6,7 +6,8 @@
 //! forwards to the leader). While no seed is a member, the seed with the smallest name
 //! forms the cluster alone and the others join it, so nodes started together form one
 //! cluster. A blank node whose smallest seed never answers forms the cluster itself after
-//! 10 s, if it is the smallest of the blank nodes it reaches.
+//! 10 s, if it is the smallest of the blank nodes it reaches. A node completing
+//! `join_cluster` (`join_only`) only ever joins.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -91,6 +92,10 @@ pub(super) async fn form(store: Arc<MetadataStore>, blank: bool) {
                     tracing::info!(node = %me, via = %name, %error, "could not join the cluster yet");
                 }
             }
+        }
+        if store.config.join_only {
+            // join_cluster: the target's cluster or none.
+            continue;
         }
         let alone_for_long =
             started.elapsed() >= FORM_ALONE_AFTER && blank_peers.iter().all(|peer| me < *peer);

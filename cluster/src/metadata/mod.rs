@@ -117,6 +117,9 @@ pub struct MetadataConfig {
     pub change_timeout: Duration,
     /// This node's `/api/nodes` entry, for peers that ask.
     pub node_info: Arc<dyn Fn() -> Json + Send + Sync>,
+    /// A blank node completing `join_cluster` ([`crate::join`]): it joins its seeds and never
+    /// forms a cluster of its own, however long they take to answer.
+    pub join_only: bool,
 }
 
 /// One cluster member as `cluster_status` shows it.
@@ -760,14 +763,26 @@ impl MetadataStore {
             if membership.get_node(&id).is_none() {
                 return Err(format!("{name} is not a member of this cluster"));
             }
-            let voters: BTreeSet<u64> = membership.voter_ids().filter(|v| *v != id).collect();
-            if voters.is_empty() {
-                return Err("cannot forget the last voter".into());
+            if membership.voter_ids().any(|v| v == id) {
+                let voters: BTreeSet<u64> = membership.voter_ids().filter(|v| *v != id).collect();
+                if voters.is_empty() {
+                    return Err("cannot forget the last voter".into());
+                }
+                // Replacing the voters without retaining removes the node entirely.
+                self.raft
+                    .change_membership(voters, false)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            } else {
+                // A learner: replacing the voters (unchanged) would keep it.
+                self.raft
+                    .change_membership(
+                        openraft::ChangeMembers::RemoveNodes(BTreeSet::from([id])),
+                        false,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
-            self.raft
-                .change_membership(voters, false)
-                .await
-                .map_err(|e| e.to_string())?;
             tracing::info!(node = %name, "cluster member forgotten");
             Ok(())
         })

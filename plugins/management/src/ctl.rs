@@ -76,7 +76,8 @@ Commands (as rabbitmqctl):
   export_definitions PATH|-                import_definitions PATH|-
   trace_on | trace_off
   cluster_status                           forget_cluster_node NODE
-  set_cluster_name NAME
+  join_cluster NODE                        set_cluster_name NAME
+  reset
 
 Quorum queues (as rabbitmq-queues; VHOST defaults to -p):
   quorum_status [VHOST] QUEUE              check_if_node_is_quorum_critical
@@ -366,6 +367,33 @@ impl Ctl {
                 )
                 .await?;
                 done(format!("Removing node {node} from the cluster ..."))
+            }
+            "join_cluster" => {
+                // RabbitMQ's join_cluster needs stop_app first; here the node restarts
+                // itself (wiping its data) once it has checked it can reach NODE.
+                let node = arg(0, "node name (warren@HOST or warren@HOST:PORT)")?;
+                let answer = self
+                    .call("POST", "/api/join-cluster", Some(&json!({"node": node})))
+                    .await?;
+                if answer["already_member"] == true {
+                    return done(format!(
+                        "Node {} is already a member of the cluster of {node}",
+                        answer["node"].as_str().unwrap_or("")
+                    ));
+                }
+                done(format!(
+                    "Clustering node {} with {node}: it resets and restarts to join ...",
+                    answer["node"].as_str().unwrap_or("")
+                ))
+            }
+            "reset" => {
+                // RabbitMQ's reset needs stop_app first; here the node leaves its cluster,
+                // restarts and empties its data_dir.
+                let answer = self.call("POST", "/api/reset", None).await?;
+                done(format!(
+                    "Resetting node {}: it leaves its cluster and restarts blank ...",
+                    answer["node"].as_str().unwrap_or("")
+                ))
             }
             "set_cluster_name" => {
                 let name = arg(0, "cluster name")?;

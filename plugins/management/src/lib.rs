@@ -29,8 +29,9 @@ use tokio::sync::watch;
 use warren_config::HttpLimits;
 
 pub use api::{
-    ClusterView, DefinitionsImporter, ListenerInfo, ListingKind, Management, NodeResources,
-    QuorumOpError, QuorumView, RaftFigures, RaftMember, ReplicaChange, ResourceReader,
+    ClusterView, DefinitionsImporter, JoinError, JoinOutcome, ListenerInfo, ListingKind,
+    Management, NodeResources, QuorumOpError, QuorumView, RaftFigures, RaftMember, ReplicaChange,
+    ResourceReader,
 };
 
 /// Serves the management API and the web UI on `listener` until `shutdown` turns true;

@@ -5,6 +5,7 @@
 
 mod browse;
 mod columns;
+mod join;
 mod json;
 mod limits;
 mod paging;
@@ -28,6 +29,7 @@ use warren_core::{Broker, CoreError, ErrorKind};
 
 use crate::http::{Request, Response};
 
+pub use join::{JoinError, JoinOutcome};
 pub use json::{table_to_json, value_to_json};
 pub use limits::{import_user_limits, user_limits_of, USER_LIMITS_PARAMETER};
 pub use quorum::{QuorumOpError, QuorumView, RaftFigures, RaftMember, ReplicaChange};
@@ -96,6 +98,17 @@ pub trait ClusterView: Send + Sync {
     fn status(&self) -> Json;
     /// `forget_cluster_node`: removes a member, through the leader.
     fn forget(&self, node: &str) -> Result<(), String>;
+    /// `join_cluster`: this node leaves its own one-node cluster (or its blank state) for
+    /// the cluster `node` (`warren@HOST` or `warren@HOST:PORT`) is a member of. On success
+    /// the node restarts shortly after answering, wipes its data and joins.
+    fn join(&self, _node: &str) -> Result<JoinOutcome, JoinError> {
+        Err(JoinError::NotSupported)
+    }
+    /// `reset`: this node leaves its cluster (through the leader) and restarts shortly
+    /// after answering; the next start empties its data and starts it blank.
+    fn reset(&self) -> Result<(), JoinError> {
+        Err(JoinError::NotSupported)
+    }
     /// The home node of a replicated queue (the node it was declared on), shown as the
     /// queue's `node` in listings as RabbitMQ shows it; `None` for a queue the metadata log
     /// did not declare (node-local ones), which lives on this node.
@@ -479,6 +492,10 @@ impl Management {
                     },
                 })
             }
+            ("POST", ["join-cluster"]) => {
+                need(Role::Administrator).unwrap_or_else(|| self.join_cluster(request))
+            }
+            ("POST", ["reset"]) => need(Role::Administrator).unwrap_or_else(|| self.reset_node()),
             ("GET", ["health", "checks", "alarms"])
             | ("GET", ["health", "checks", "local-alarms"]) => self.alarms_check(path[2]),
             ("GET", ["aliveness-test", vhost]) => self.aliveness_test(caller, vhost),

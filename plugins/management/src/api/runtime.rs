@@ -125,6 +125,48 @@ impl Management {
         }
     }
 
+    /// `POST /api/join-cluster` `{"node": "warren@HOST[:PORT]"}`: 202 while the node
+    /// restarts to join, 200 when it is a member already, or the typed refusal.
+    pub(crate) fn join_cluster(&self, request: &Request) -> Response {
+        let Some(cluster) = &self.cluster else {
+            return super::bad_request(
+                "this node does not run clustered: set cluster.listeners.tcp.default (and the \
+                 cluster's secret) and restart it before it can join a cluster",
+            );
+        };
+        let body: Json = match super::requests::parse(request) {
+            Ok(body) => body,
+            Err(refusal) => return refusal,
+        };
+        let Some(node) = body["node"].as_str() else {
+            return super::bad_request("the body needs \"node\": the node to join");
+        };
+        match cluster.join(node) {
+            Ok(super::JoinOutcome::Restarting { node }) => Response::json(
+                202,
+                &json!({"node": self.node_name, "joining": node, "restarting": true}),
+            ),
+            Ok(super::JoinOutcome::AlreadyMember) => Response::json(
+                200,
+                &json!({"node": self.node_name, "joining": node, "already_member": true}),
+            ),
+            Err(refusal) => super::error(refusal.status(), refusal.name(), refusal.to_string()),
+        }
+    }
+
+    /// `POST /api/reset`: 202 while the node leaves its cluster and restarts blank.
+    pub(crate) fn reset_node(&self) -> Response {
+        let Some(cluster) = &self.cluster else {
+            return super::bad_request(
+                "this node does not run clustered: stop it and empty its data_dir to reset it",
+            );
+        };
+        match cluster.reset() {
+            Ok(()) => Response::json(202, &json!({"node": self.node_name, "restarting": true})),
+            Err(refusal) => super::error(refusal.status(), refusal.name(), refusal.to_string()),
+        }
+    }
+
     pub(crate) fn node_json(&self) -> Json {
         let resources = (self.resources)();
         let alarms = self.broker.alarms();
