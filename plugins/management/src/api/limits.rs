@@ -6,23 +6,19 @@
 //! `max-channels`) live in RabbitMQ's user record; Warren's core user has no such field yet,
 //! so they are kept in the global parameter [`USER_LIMITS_PARAMETER`] (`{"user": {...}}`).
 //!
-//! The core does not enforce either yet: they are stored, listed, exported and shown in the
-//! UI. docs/operations.md says so.
+//! The core enforces both as soon as they are set here ([`warren_core::resource_limits`]):
+//! connections, channels and queues over a limit are refused with RabbitMQ's codes and texts.
 
 use serde_json::{json, Map, Value as Json};
 use warren_core::parameters::RuntimeParameter;
+pub use warren_core::resource_limits::{
+    USER_LIMITS_PARAMETER, VHOST_LIMITS_COMPONENT, VHOST_LIMITS_NAME,
+};
 use warren_core::Broker;
 
 use super::requests::{self, LimitBody};
 use super::{bad_request, not_authorized, not_found, Caller, Management, Role};
 use crate::http::{Request, Response};
-
-/// The runtime parameter component of vhost limits (RabbitMQ's).
-pub const VHOST_LIMITS_COMPONENT: &str = "vhost-limits";
-/// The name of the one `vhost-limits` parameter of a vhost (RabbitMQ's).
-pub const VHOST_LIMITS_NAME: &str = "limits";
-/// The global parameter holding every user's limits.
-pub const USER_LIMITS_PARAMETER: &str = "warren_user_limits";
 
 /// The limits a vhost can have.
 pub const VHOST_LIMITS: &[&str] = &["max-connections", "max-queues"];
