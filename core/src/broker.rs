@@ -205,9 +205,11 @@ impl Broker {
     ) -> Result<ConnectionHandle, crate::resource_limits::ConnectionLimitReached> {
         let user = info.user.clone();
         let vhost = info.vhost.clone();
-        self.connections.register(info, waker).inspect_err(|refusal| {
-            tracing::warn!(%user, %vhost, reason = %refusal, "connection refused");
-        })
+        self.connections
+            .register(info, waker)
+            .inspect_err(|refusal| {
+                tracing::warn!(%user, %vhost, reason = %refusal, "connection refused");
+            })
     }
 
     /// Vhost and user limits as they apply now.

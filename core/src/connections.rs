@@ -599,15 +599,68 @@ mod tests {
         let registry = Arc::new(ConnectionRegistry::default());
         let woken = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&woken);
-        let handle = registry.register(
-            info(7),
-            Box::new(move || flag.store(true, Ordering::SeqCst)),
-        )
-        .unwrap();
+        let handle = registry
+            .register(
+                info(7),
+                Box::new(move || flag.store(true, Ordering::SeqCst)),
+            )
+            .unwrap();
         assert_eq!(handle.close_requested(), None);
         assert!(registry.close(7, "maintenance"));
         assert!(woken.load(Ordering::SeqCst));
         assert_eq!(handle.close_requested().as_deref(), Some("maintenance"));
         assert!(!registry.close(8, "no such connection"));
+    }
+
+    #[test]
+    fn connection_and_channel_limits_count_per_vhost_and_user_and_free_places_on_close() {
+        use crate::resource_limits::{
+            USER_LIMITS_PARAMETER, VHOST_LIMITS_COMPONENT, VHOST_LIMITS_NAME,
+        };
+        let limits = Arc::new(ResourceLimits::default());
+        let registry = Arc::new(ConnectionRegistry::with_limits(Arc::clone(&limits)));
+        limits.runtime_parameter_changed(
+            "/",
+            VHOST_LIMITS_COMPONENT,
+            VHOST_LIMITS_NAME,
+            Some(r#"{"max-connections": 2}"#),
+        );
+        limits.global_parameter_changed(
+            USER_LIMITS_PARAMETER,
+            Some(r#"{"guest": {"max-channels": 3}}"#),
+        );
+        let first = registry.register(info(1), Box::new(|| {})).unwrap();
+        let second = registry.register(info(2), Box::new(|| {})).unwrap();
+        let refused = registry.register(info(3), Box::new(|| {})).unwrap_err();
+        assert_eq!(refused.kind, ConnectionLimitKind::Vhost);
+        assert_eq!(refused.limit, 2);
+        assert_eq!(registry.count_in_vhost("/"), 2);
+
+        first.open_channel(0).unwrap();
+        first.open_channel(1).unwrap();
+        second.open_channel(0).unwrap();
+        assert_eq!(registry.channels_of_user("guest"), 3);
+        let error = second.open_channel(1).unwrap_err();
+        assert_eq!(
+            error.message,
+            "number of channels opened for user 'guest' has reached the maximum allowed user limit of (3)"
+        );
+        // A channel closed (the listener records its count) frees a place for another
+        // connection of the user.
+        first.set_channels(1);
+        assert_eq!(registry.channels_of_user("guest"), 2);
+        second.open_channel(1).unwrap();
+        assert_eq!(registry.channels_of_user("guest"), 3);
+        // A connection that goes gives back its connection and its channels.
+        drop(second);
+        assert_eq!(registry.channels_of_user("guest"), 1);
+        assert_eq!(registry.count_in_vhost("/"), 1);
+        let _third = registry.register(info(3), Box::new(|| {})).unwrap();
+        // Connections that never open channels (MQTT, STOMP) are not counted as channels.
+        let mut mqtt = info(4);
+        mqtt.vhost = "other".into();
+        let mqtt = registry.register(mqtt, Box::new(|| {})).unwrap();
+        mqtt.set_channels(1);
+        assert_eq!(registry.channels_of_user("guest"), 1);
     }
 }

@@ -43,14 +43,12 @@ pub struct ParameterStore {
 impl Broker {
     /// Sets a runtime parameter (value as JSON text); true if it is new.
     pub fn set_parameter(&self, parameter: RuntimeParameter) -> bool {
-        self.durability
-            .resource_limits()
-            .runtime_parameter_changed(
-                &parameter.vhost,
-                &parameter.component,
-                &parameter.name,
-                Some(&parameter.value),
-            );
+        self.durability.resource_limits().runtime_parameter_changed(
+            &parameter.vhost,
+            &parameter.component,
+            &parameter.name,
+            Some(&parameter.value),
+        );
         let key = (parameter.vhost, parameter.component, parameter.name);
         let created = self
             .parameters

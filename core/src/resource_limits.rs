@@ -278,7 +278,10 @@ mod tests {
         assert_eq!(limits.vhost("v").max_queues, Some(1));
         limits.vhost_deleted("v");
         assert_eq!(limits.vhost("v"), VhostLimits::default());
-        limits.global_parameter_changed(USER_LIMITS_PARAMETER, Some(r#"{"u":{"max-connections":0}}"#));
+        limits.global_parameter_changed(
+            USER_LIMITS_PARAMETER,
+            Some(r#"{"u":{"max-connections":0}}"#),
+        );
         assert_eq!(limits.user("u").max_connections, Some(0));
         limits.global_parameter_changed(USER_LIMITS_PARAMETER, None);
         assert_eq!(limits.user("u"), UserLimits::default());

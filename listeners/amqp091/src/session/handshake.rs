@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use warren_core::connections::ConnectionInfo;
-use warren_core::CoreError;
 use warren_core::value::{Table, Value};
+use warren_core::CoreError;
 
 use crate::codec::{decode_table, Method};
 use crate::reply::{self, AmqpError};

@@ -199,7 +199,12 @@ impl Session {
         // The vhost's and the user's max-connections, before anything changes (a client
         // identifier held elsewhere is not taken over): CONNACK 5 (MQTT 5: 0x97 quota
         // exceeded), as RabbitMQ.
-        if let Err(refusal) = self.context.broker.connections().admits(vhost.name(), &user) {
+        if let Err(refusal) = self
+            .context
+            .broker
+            .connections()
+            .admits(vhost.name(), &user)
+        {
             return self.refuse_over_limit(&refusal);
         }
         if vhost.exchange(&config.exchange).is_none() {
