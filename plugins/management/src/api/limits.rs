@@ -154,18 +154,25 @@ impl Management {
                 } else if limits.remove(*name).is_none() {
                     return not_found();
                 }
-                if limits.is_empty() {
-                    self.broker
-                        .clear_parameter(vhost, VHOST_LIMITS_COMPONENT, VHOST_LIMITS_NAME);
+                // Committed through the cluster first, so every node enforces the limit.
+                let changed = if limits.is_empty() {
+                    self.broker.try_clear_parameter(
+                        vhost,
+                        VHOST_LIMITS_COMPONENT,
+                        VHOST_LIMITS_NAME,
+                    )
                 } else {
-                    self.broker.set_parameter(RuntimeParameter {
+                    self.broker.try_set_parameter(RuntimeParameter {
                         vhost: vhost.to_string(),
                         component: VHOST_LIMITS_COMPONENT.to_string(),
                         name: VHOST_LIMITS_NAME.to_string(),
                         value: Json::Object(limits).to_string(),
-                    });
+                    })
+                };
+                match changed {
+                    Ok(_) => Response::empty(204),
+                    Err(error) => super::core_error(error),
                 }
-                Response::empty(204)
             }
             _ => not_found(),
         }
