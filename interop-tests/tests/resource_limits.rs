@@ -347,6 +347,17 @@ async fn mqtt_over_a_connection_limit_gets_connack_not_authorized() {
         mqtt_common::refused(another).await,
         ConnectReturnCode::NotAuthorized
     );
+    // A subscription needs a queue: over max-queues its SUBACK says failure.
+    set_vhost_limit(&broker, "%2F", "max-queues", 0).await;
+    let mut first = first;
+    let suback = first
+        .subscribe("sensors/#", rumqttc::QoS::AtLeastOnce)
+        .await;
+    assert_eq!(
+        suback.return_codes,
+        [rumqttc::SubscribeReasonCode::Failure],
+        "{suback:?}"
+    );
     first.disconnect().await;
     sensor_connection.disconnect().await;
     broker.shutdown().await;
