@@ -442,3 +442,29 @@ async fn one_vhost_limit_counts_every_protocol_and_amqp_10_is_closed_with_resour
     amqp.close(200, "done".into()).await.ok();
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_protocol_client_over_the_limit_is_refused_at_open() {
+    let broker = TestBroker::start().await;
+    set_vhost_limit(&broker, "%2F", "max-connections", 0).await;
+    let addr = broker.stream_addr();
+    let refused = rabbitmq_stream_client::Environment::builder()
+        .host(&addr.ip().to_string())
+        .port(addr.port())
+        .build()
+        .await;
+    assert!(
+        refused.is_err(),
+        "the stream client connected over the limit"
+    );
+    assert_eq!(connections_in(&broker, "/"), 0);
+    set_vhost_limit(&broker, "%2F", "max-connections", -1).await;
+    let environment = rabbitmq_stream_client::Environment::builder()
+        .host(&addr.ip().to_string())
+        .port(addr.port())
+        .build()
+        .await
+        .expect("connects without a limit");
+    drop(environment);
+    broker.shutdown().await;
+}
