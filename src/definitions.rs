@@ -304,7 +304,7 @@ fn apply_parsed(
                 parameter.vhost
             );
         }
-        broker.set_parameter(parameter);
+        broker.try_set_parameter(parameter).map_err(failed)?;
     }
     for (name, value) in global_parameters {
         if !APPLIED_GLOBAL_PARAMETERS.contains(&name.as_str()) {
@@ -320,9 +320,9 @@ fn apply_parsed(
     Ok(())
 }
 
-/// Runtime parameter components Warren acts on (none yet: every parameter is kept for
-/// export and listed, and the log says it is not applied).
-const APPLIED_COMPONENTS: [&str; 0] = [];
+/// Runtime parameter components Warren acts on (`vhost-limits`, enforced by the core); every
+/// other parameter is kept for export and listed, and the log says it is not applied.
+const APPLIED_COMPONENTS: [&str; 1] = [warren_core::resource_limits::VHOST_LIMITS_COMPONENT];
 
 /// Global parameters Warren acts on: `cluster_name` is shown by the management API.
 const APPLIED_GLOBAL_PARAMETERS: [&str; 1] = ["cluster_name"];

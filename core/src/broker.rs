@@ -99,6 +99,10 @@ pub struct Broker {
 impl Broker {
     /// An empty broker: no vhosts, no users.
     pub fn new(limits: Limits) -> Arc<Broker> {
+        let durability: Arc<Durability> = Arc::default();
+        let connections = Arc::new(ConnectionRegistry::with_limits(Arc::clone(
+            durability.resource_limits(),
+        )));
         Arc::new(Broker {
             vhosts: RwLock::new(HashMap::new()),
             users: RwLock::new(HashMap::new()),
@@ -109,8 +113,8 @@ impl Broker {
             remote_alarms: Mutex::default(),
             alarm_listeners: Mutex::new(Vec::new()),
             exchange_types: ExchangeTypes::default(),
-            durability: Arc::default(),
-            connections: Arc::default(),
+            durability,
+            connections,
             parameters: Default::default(),
             retired: Default::default(),
         })
@@ -190,8 +194,27 @@ impl Broker {
     /// Registers an open client connection for operators (listing, metrics, closing). Keep
     /// the handle for the connection's lifetime: dropping it unregisters. `waker` is called
     /// when an operator asks the connection to close; see [`ConnectionHandle::close_requested`].
-    pub fn register_connection(&self, info: ConnectionInfo, waker: CloseWaker) -> ConnectionHandle {
-        self.connections.register(info, waker)
+    ///
+    /// Every listener calls this once a connection is authenticated and has its vhost, and
+    /// refuses the connection when it is refused here: over the vhost's or the user's
+    /// `max-connections` ([`crate::resource_limits`]), with RabbitMQ's texts.
+    pub fn register_connection(
+        &self,
+        info: ConnectionInfo,
+        waker: CloseWaker,
+    ) -> Result<ConnectionHandle, crate::resource_limits::ConnectionLimitReached> {
+        let user = info.user.clone();
+        let vhost = info.vhost.clone();
+        self.connections
+            .register(info, waker)
+            .inspect_err(|refusal| {
+                tracing::warn!(%user, %vhost, reason = %refusal, "connection refused");
+            })
+    }
+
+    /// Vhost and user limits as they apply now.
+    pub fn resource_limits(&self) -> &crate::resource_limits::ResourceLimits {
+        self.durability.resource_limits()
     }
 
     /// The registry of open client connections.

@@ -5,6 +5,10 @@
 //! ([`Broker::register_connection`](crate::Broker::register_connection)) and keeps the returned
 //! [`ConnectionHandle`] for the connection's lifetime: dropping it unregisters. The registry is
 //! never touched on the message path; a channel count is one relaxed store.
+//!
+//! The registry also enforces the vhost and user limits on connections and channels
+//! ([`crate::resource_limits`]): it counts this node's connections by vhost and by user, and
+//! the AMQP 0-9-1 channels of each user, and refuses what would go over a limit.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -13,6 +17,10 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::error::CoreResult;
+use crate::resource_limits::{
+    channel_limit_reached, ConnectionLimitKind, ConnectionLimitReached, ResourceLimits,
+};
 use crate::value::{Table, Value};
 
 /// What a listener knows about a connection when it registers it.
@@ -87,6 +95,11 @@ struct Entry {
     heartbeat: u16,
     connected_at: u64,
     channels: AtomicU32,
+    /// This connection's channels counted in its user's total against `max-channels` (only
+    /// connections that open channels with [`ConnectionHandle::open_channel`]).
+    counted_channels: AtomicU32,
+    /// The user's channel total on this node, shared by the user's connections.
+    user_channels: Arc<AtomicU32>,
     close_reason: Mutex<Option<String>>,
     waker: CloseWaker,
 }
@@ -103,7 +116,12 @@ enum StoredConnectionName {
 }
 
 impl Entry {
-    fn new(info: ConnectionInfo, names: &NameInterner, waker: CloseWaker) -> Entry {
+    fn new(
+        info: ConnectionInfo,
+        names: &NameInterner,
+        waker: CloseWaker,
+        user_channels: Arc<AtomicU32>,
+    ) -> Entry {
         let client_properties: Box<[(Arc<str>, Value)]> = info
             .client_properties
             .0
@@ -137,6 +155,8 @@ impl Entry {
             heartbeat: info.heartbeat,
             connected_at: info.connected_at,
             channels: AtomicU32::new(0),
+            counted_channels: AtomicU32::new(0),
+            user_channels,
             close_reason: Mutex::new(None),
             waker,
         }
@@ -210,6 +230,46 @@ pub struct ConnectionSnapshot {
     pub channels: u32,
 }
 
+/// This node's connections by vhost and by user, for the `max-connections` limits.
+#[derive(Default)]
+struct Tallies {
+    vhosts: HashMap<Arc<str>, u64>,
+    users: HashMap<Arc<str>, UserTally>,
+}
+
+impl Tallies {
+    /// Refuses a connection over its vhost's or its user's `max-connections`.
+    fn admits(
+        &self,
+        vhost: &str,
+        user: &str,
+        vhost_limit: Option<u64>,
+        user_limit: Option<u64>,
+    ) -> Result<(), ConnectionLimitReached> {
+        let refused = |kind, limit| ConnectionLimitReached {
+            kind,
+            vhost: vhost.to_string(),
+            user: user.to_string(),
+            limit,
+        };
+        let in_vhost = self.vhosts.get(vhost).copied().unwrap_or(0);
+        if let Some(limit) = vhost_limit.filter(|limit| in_vhost >= *limit) {
+            return Err(refused(ConnectionLimitKind::Vhost, limit));
+        }
+        let of_user = self.users.get(user).map_or(0, |tally| tally.connections);
+        if let Some(limit) = user_limit.filter(|limit| of_user >= *limit) {
+            return Err(refused(ConnectionLimitKind::User, limit));
+        }
+        Ok(())
+    }
+}
+
+/// One user's connections and AMQP 0-9-1 channels on this node.
+struct UserTally {
+    connections: u64,
+    channels: Arc<AtomicU32>,
+}
+
 /// Every registered connection, and lifetime counters for metrics.
 #[derive(Default)]
 pub struct ConnectionRegistry {
@@ -217,22 +277,101 @@ pub struct ConnectionRegistry {
     names: NameInterner,
     opened: AtomicU64,
     closed: AtomicU64,
+    /// Counted under their own lock, taken after `entries` is released (never both).
+    tallies: Mutex<Tallies>,
+    limits: Arc<ResourceLimits>,
 }
 
 impl ConnectionRegistry {
+    /// An empty registry enforcing `limits`.
+    pub(crate) fn with_limits(limits: Arc<ResourceLimits>) -> ConnectionRegistry {
+        ConnectionRegistry {
+            limits,
+            ..ConnectionRegistry::default()
+        }
+    }
+
     pub(crate) fn register(
         self: &Arc<Self>,
         info: ConnectionInfo,
         waker: CloseWaker,
-    ) -> ConnectionHandle {
+    ) -> Result<ConnectionHandle, ConnectionLimitReached> {
         let id = info.id;
-        let entry = Arc::new(Entry::new(info, &self.names, waker));
+        let vhost_limit = self.limits.vhost(&info.vhost).max_connections;
+        let user_limit = self.limits.user(&info.user).max_connections;
+        let vhost = self.names.intern(&info.vhost);
+        let user = self.names.intern(&info.user);
+        let user_channels = {
+            let mut tallies = self.tallies.lock();
+            tallies.admits(&info.vhost, &info.user, vhost_limit, user_limit)?;
+            *tallies.vhosts.entry(vhost).or_insert(0) += 1;
+            let tally = tallies.users.entry(user).or_insert_with(|| UserTally {
+                connections: 0,
+                channels: Arc::default(),
+            });
+            tally.connections += 1;
+            Arc::clone(&tally.channels)
+        };
+        let entry = Arc::new(Entry::new(info, &self.names, waker, user_channels));
         self.entries.write().insert(id, Arc::clone(&entry));
         self.opened.fetch_add(1, Ordering::Relaxed);
-        ConnectionHandle {
+        Ok(ConnectionHandle {
             registry: Arc::downgrade(self),
             entry,
+        })
+    }
+
+    /// Whether a connection of `user` to `vhost` would be admitted now (the check
+    /// [`ConnectionRegistry::register`] makes), for a listener that must refuse before it
+    /// changes anything (MQTT, before a client identifier is taken over).
+    pub fn admits(&self, vhost: &str, user: &str) -> Result<(), ConnectionLimitReached> {
+        let vhost_limit = self.limits.vhost(vhost).max_connections;
+        let user_limit = self.limits.user(user).max_connections;
+        self.tallies
+            .lock()
+            .admits(vhost, user, vhost_limit, user_limit)
+    }
+
+    /// Takes an unregistered connection out of the tallies.
+    fn uncount(&self, entry: &Entry) {
+        let counted = entry.counted_channels.swap(0, Ordering::Relaxed);
+        entry.user_channels.fetch_sub(counted, Ordering::Relaxed);
+        let mut tallies = self.tallies.lock();
+        if let Some(count) = tallies.vhosts.get_mut(&entry.vhost) {
+            *count -= 1;
+            if *count == 0 {
+                tallies.vhosts.remove(&entry.vhost);
+            }
         }
+        if let Some(tally) = tallies.users.get_mut(&entry.user) {
+            tally.connections -= 1;
+            if tally.connections == 0 {
+                tallies.users.remove(&entry.user);
+            }
+        }
+    }
+
+    /// This node's connections in `vhost` now.
+    pub fn count_in_vhost(&self, vhost: &str) -> u64 {
+        self.tallies.lock().vhosts.get(vhost).copied().unwrap_or(0)
+    }
+
+    /// This node's connections of `user` now.
+    pub fn count_of_user(&self, user: &str) -> u64 {
+        self.tallies
+            .lock()
+            .users
+            .get(user)
+            .map_or(0, |tally| tally.connections)
+    }
+
+    /// This node's AMQP 0-9-1 channels of `user` now.
+    pub fn channels_of_user(&self, user: &str) -> u32 {
+        self.tallies
+            .lock()
+            .users
+            .get(user)
+            .map_or(0, |tally| tally.channels.load(Ordering::Relaxed))
     }
 
     /// Snapshots of every registered connection, oldest first.
@@ -292,9 +431,60 @@ pub struct ConnectionHandle {
 }
 
 impl ConnectionHandle {
-    /// Records how many channels (sessions) the connection has open.
+    /// Records how many channels (sessions) the connection has open. For a connection that
+    /// opens its channels with [`ConnectionHandle::open_channel`], this also gives back the
+    /// closed ones to its user's `max-channels` total.
     pub fn set_channels(&self, channels: u32) {
         self.entry.channels.store(channels, Ordering::Relaxed);
+        let counted = self.entry.counted_channels.load(Ordering::Relaxed);
+        if counted != 0 && counted != channels {
+            // Only this connection's own thread changes its counted channels.
+            self.entry
+                .counted_channels
+                .store(channels, Ordering::Relaxed);
+            if channels > counted {
+                self.entry
+                    .user_channels
+                    .fetch_add(channels - counted, Ordering::Relaxed);
+            } else {
+                self.entry
+                    .user_channels
+                    .fetch_sub(counted - channels, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Opens one more channel on a connection that has `open_now` open (AMQP 0-9-1
+    /// channel.open), unless the user's `max-channels` is reached over all their
+    /// connections on this node: then RabbitMQ's 530 refusal. On success the connection
+    /// counts `open_now + 1` channels.
+    pub fn open_channel(&self, open_now: u32) -> CoreResult<()> {
+        let limit = self
+            .registry
+            .upgrade()
+            .and_then(|registry| registry.limits.user(&self.entry.user).max_channels);
+        let counted = self.entry.counted_channels.load(Ordering::Relaxed);
+        let wanted = open_now.saturating_add(1);
+        let result =
+            self.entry
+                .user_channels
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |total| {
+                    let others = total.saturating_sub(counted);
+                    let after = others.saturating_add(wanted);
+                    match limit {
+                        Some(limit) if u64::from(others) + u64::from(open_now) >= limit => None,
+                        _ => Some(after),
+                    }
+                });
+        match (result, limit) {
+            (Ok(_), _) => {
+                self.entry.counted_channels.store(wanted, Ordering::Relaxed);
+                self.entry.channels.store(wanted, Ordering::Relaxed);
+                Ok(())
+            }
+            (Err(_), Some(limit)) => Err(channel_limit_reached(&self.entry.user, limit)),
+            (Err(_), None) => Ok(()),
+        }
     }
 
     /// The reason an operator gave when asking this connection to close, once asked.
@@ -311,8 +501,10 @@ impl ConnectionHandle {
 impl Drop for ConnectionHandle {
     fn drop(&mut self) {
         if let Some(registry) = self.registry.upgrade() {
-            if registry.entries.write().remove(&self.entry.id).is_some() {
+            let removed = registry.entries.write().remove(&self.entry.id).is_some();
+            if removed {
                 registry.closed.fetch_add(1, Ordering::Relaxed);
+                registry.uncount(&self.entry);
             }
         }
     }
@@ -354,8 +546,8 @@ mod tests {
     #[test]
     fn handle_unregisters_on_drop_and_counts_open_and_closed() {
         let registry = Arc::new(ConnectionRegistry::default());
-        let first = registry.register(info(1), Box::new(|| {}));
-        let second = registry.register(info(2), Box::new(|| {}));
+        let first = registry.register(info(1), Box::new(|| {})).unwrap();
+        let second = registry.register(info(2), Box::new(|| {})).unwrap();
         first.set_channels(3);
         second.set_channels(1);
         assert_eq!(registry.count(), 2);
@@ -387,7 +579,7 @@ mod tests {
         let registered = [amqp, mqtt, named_elsewhere, unnamed];
         let _handles: Vec<ConnectionHandle> = registered
             .iter()
-            .map(|info| registry.register(info.clone(), Box::new(|| {})))
+            .map(|info| registry.register(info.clone(), Box::new(|| {})).unwrap())
             .collect();
         let listed = registry.list();
         for (snapshot, info) in listed.iter().zip(&registered) {
@@ -407,14 +599,68 @@ mod tests {
         let registry = Arc::new(ConnectionRegistry::default());
         let woken = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&woken);
-        let handle = registry.register(
-            info(7),
-            Box::new(move || flag.store(true, Ordering::SeqCst)),
-        );
+        let handle = registry
+            .register(
+                info(7),
+                Box::new(move || flag.store(true, Ordering::SeqCst)),
+            )
+            .unwrap();
         assert_eq!(handle.close_requested(), None);
         assert!(registry.close(7, "maintenance"));
         assert!(woken.load(Ordering::SeqCst));
         assert_eq!(handle.close_requested().as_deref(), Some("maintenance"));
         assert!(!registry.close(8, "no such connection"));
+    }
+
+    #[test]
+    fn connection_and_channel_limits_count_per_vhost_and_user_and_free_places_on_close() {
+        use crate::resource_limits::{
+            USER_LIMITS_PARAMETER, VHOST_LIMITS_COMPONENT, VHOST_LIMITS_NAME,
+        };
+        let limits = Arc::new(ResourceLimits::default());
+        let registry = Arc::new(ConnectionRegistry::with_limits(Arc::clone(&limits)));
+        limits.runtime_parameter_changed(
+            "/",
+            VHOST_LIMITS_COMPONENT,
+            VHOST_LIMITS_NAME,
+            Some(r#"{"max-connections": 2}"#),
+        );
+        limits.global_parameter_changed(
+            USER_LIMITS_PARAMETER,
+            Some(r#"{"guest": {"max-channels": 3}}"#),
+        );
+        let first = registry.register(info(1), Box::new(|| {})).unwrap();
+        let second = registry.register(info(2), Box::new(|| {})).unwrap();
+        let refused = registry.register(info(3), Box::new(|| {})).unwrap_err();
+        assert_eq!(refused.kind, ConnectionLimitKind::Vhost);
+        assert_eq!(refused.limit, 2);
+        assert_eq!(registry.count_in_vhost("/"), 2);
+
+        first.open_channel(0).unwrap();
+        first.open_channel(1).unwrap();
+        second.open_channel(0).unwrap();
+        assert_eq!(registry.channels_of_user("guest"), 3);
+        let error = second.open_channel(1).unwrap_err();
+        assert_eq!(
+            error.message,
+            "number of channels opened for user 'guest' has reached the maximum allowed user limit of (3)"
+        );
+        // A channel closed (the listener records its count) frees a place for another
+        // connection of the user.
+        first.set_channels(1);
+        assert_eq!(registry.channels_of_user("guest"), 2);
+        second.open_channel(1).unwrap();
+        assert_eq!(registry.channels_of_user("guest"), 3);
+        // A connection that goes gives back its connection and its channels.
+        drop(second);
+        assert_eq!(registry.channels_of_user("guest"), 1);
+        assert_eq!(registry.count_in_vhost("/"), 1);
+        let _third = registry.register(info(3), Box::new(|| {})).unwrap();
+        // Connections that never open channels (MQTT, STOMP) are not counted as channels.
+        let mut mqtt = info(4);
+        mqtt.vhost = "other".into();
+        let mqtt = registry.register(mqtt, Box::new(|| {})).unwrap();
+        mqtt.set_channels(1);
+        assert_eq!(registry.channels_of_user("guest"), 1);
     }
 }

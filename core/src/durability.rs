@@ -32,9 +32,16 @@ pub struct Durability {
     /// Closes this node's MQTT connection holding a client identifier another node's
     /// connection takes over, installed by the MQTT listener.
     client_takeover: std::sync::OnceLock<Arc<dyn crate::remote::ClientTakeover>>,
+    /// Vhost and user limits, parsed from their parameters (`resource_limits.rs`).
+    resource_limits: Arc<crate::resource_limits::ResourceLimits>,
 }
 
 impl Durability {
+    /// Vhost and user limits, kept in step with their parameters by the broker.
+    pub fn resource_limits(&self) -> &Arc<crate::resource_limits::ResourceLimits> {
+        &self.resource_limits
+    }
+
     /// The clock every queue of the broker reads.
     pub fn clock(&self) -> crate::clock::Clock {
         self.clock.get().cloned().unwrap_or_default()

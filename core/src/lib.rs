@@ -36,6 +36,7 @@ pub mod queue_type;
 pub mod quorum;
 pub mod remote;
 pub mod replication;
+pub mod resource_limits;
 pub mod retained;
 pub mod retained_file;
 pub mod routing;

@@ -1,8 +1,9 @@
 //! Runtime parameters (per vhost, by component: `shovel`, `federation-upstream`, ...) and
-//! global parameters (`cluster_name`, ...), as RabbitMQ keeps them. Warren implements none of
-//! the components that read them yet; it keeps them so definitions round-trip (import then
-//! export unchanged), lists them in the management API and saves them with the durable
-//! definitions. Values are JSON text, opaque to the core.
+//! global parameters (`cluster_name`, ...), as RabbitMQ keeps them. The core reads one
+//! component, `vhost-limits`, and one global parameter, the users' limits (see
+//! [`crate::resource_limits`]); the others are kept so definitions round-trip (import then
+//! export unchanged), listed in the management API and saved with the durable definitions.
+//! Values are JSON text.
 
 use std::collections::BTreeMap;
 
@@ -42,6 +43,12 @@ pub struct ParameterStore {
 impl Broker {
     /// Sets a runtime parameter (value as JSON text); true if it is new.
     pub fn set_parameter(&self, parameter: RuntimeParameter) -> bool {
+        self.durability.resource_limits().runtime_parameter_changed(
+            &parameter.vhost,
+            &parameter.component,
+            &parameter.name,
+            Some(&parameter.value),
+        );
         let key = (parameter.vhost, parameter.component, parameter.name);
         let created = self
             .parameters
@@ -57,6 +64,9 @@ impl Broker {
     pub fn clear_parameter(&self, vhost: &str, component: &str, name: &str) -> bool {
         let key = (vhost.to_string(), component.to_string(), name.to_string());
         let removed = self.parameters.runtime.write().remove(&key).is_some();
+        self.durability
+            .resource_limits()
+            .runtime_parameter_changed(vhost, component, name, None);
         if removed {
             self.durability.topology_changed();
         }
@@ -65,6 +75,7 @@ impl Broker {
 
     /// Removes every runtime parameter of `vhost` (the vhost is being deleted).
     pub(crate) fn clear_vhost_parameters(&self, vhost: &str) {
+        self.durability.resource_limits().vhost_deleted(vhost);
         self.parameters
             .runtime
             .write()
@@ -96,6 +107,9 @@ impl Broker {
 
     /// Sets a global parameter (value as JSON text); true if it is new.
     pub fn set_global_parameter(&self, name: &str, value: String) -> bool {
+        self.durability
+            .resource_limits()
+            .global_parameter_changed(name, Some(&value));
         let created = self
             .parameters
             .global
@@ -109,6 +123,9 @@ impl Broker {
     /// Removes a global parameter; true if it existed.
     pub fn clear_global_parameter(&self, name: &str) -> bool {
         let removed = self.parameters.global.write().remove(name).is_some();
+        self.durability
+            .resource_limits()
+            .global_parameter_changed(name, None);
         if removed {
             self.durability.topology_changed();
         }

@@ -176,6 +176,18 @@ pub enum TopologyChange {
         /// Its value as JSON text, or `None` to clear it.
         value: Option<String>,
     },
+    /// Set (`Some`, JSON text) or clear (`None`) a runtime parameter of a vhost, such as
+    /// its `vhost-limits`.
+    RuntimeParameter {
+        /// The vhost.
+        vhost: String,
+        /// The component (`vhost-limits`, `shovel`, ...).
+        component: String,
+        /// The parameter.
+        name: String,
+        /// Its value as JSON text, or `None` to clear it.
+        value: Option<String>,
+    },
     /// queue.bind / exchange.bind (`bound = true`), queue.unbind / exchange.unbind.
     Binding {
         /// Bind rather than unbind.
@@ -238,6 +250,15 @@ impl TopologyChange {
             }
             TopologyChange::GlobalParameter { name, value } => format!(
                 "{} global parameter '{name}'",
+                if value.is_some() { "set" } else { "clear" }
+            ),
+            TopologyChange::RuntimeParameter {
+                vhost,
+                component,
+                name,
+                value,
+            } => format!(
+                "{} parameter '{name}' of component '{component}' in vhost '{vhost}'",
                 if value.is_some() { "set" } else { "clear" }
             ),
             TopologyChange::Binding {
@@ -482,6 +503,24 @@ fn apply_unreplicated(broker: &Broker, change: &TopologyChange) -> CoreResult<()
                 broker.clear_global_parameter(name);
             }
         },
+        TopologyChange::RuntimeParameter {
+            vhost,
+            component,
+            name,
+            value,
+        } => match value {
+            Some(value) => {
+                broker.set_parameter(crate::parameters::RuntimeParameter {
+                    vhost: vhost.clone(),
+                    component: component.clone(),
+                    name: name.clone(),
+                    value: value.clone(),
+                });
+            }
+            None => {
+                broker.clear_parameter(vhost, component, name);
+            }
+        },
         TopologyChange::Binding {
             bound,
             vhost,
@@ -614,6 +653,40 @@ impl Broker {
                 value: None,
             })?;
         Ok(self.clear_global_parameter(name))
+    }
+
+    /// Sets a runtime parameter (value as JSON text) on every node; true if it is new.
+    pub fn try_set_parameter(
+        &self,
+        parameter: crate::parameters::RuntimeParameter,
+    ) -> CoreResult<bool> {
+        let _replicated = self
+            .durability
+            .replicate(|| TopologyChange::RuntimeParameter {
+                vhost: parameter.vhost.clone(),
+                component: parameter.component.clone(),
+                name: parameter.name.clone(),
+                value: Some(parameter.value.clone()),
+            })?;
+        Ok(self.set_parameter(parameter))
+    }
+
+    /// Clears a runtime parameter on every node; true if it existed.
+    pub fn try_clear_parameter(
+        &self,
+        vhost: &str,
+        component: &str,
+        name: &str,
+    ) -> CoreResult<bool> {
+        let _replicated = self
+            .durability
+            .replicate(|| TopologyChange::RuntimeParameter {
+                vhost: vhost.to_string(),
+                component: component.to_string(),
+                name: name.to_string(),
+                value: None,
+            })?;
+        Ok(self.clear_parameter(vhost, component, name))
     }
 
     /// Deletes a user and their permissions; false if there was none.

@@ -175,6 +175,16 @@ async fn the_api_lists_gets_publishes_browses_purges_and_deletes_a_quorum_queue(
     assert_eq!(payloads(&browsed), ["two", "three"]);
     assert_eq!(browsed[0]["position"], 2);
     wait_for_counts(&broker, "orders", 3, 0).await;
+    // Browsed twice from the head: the same bodies, and the depth the API shows unchanged.
+    for _ in 0..2 {
+        let whole = broker
+            .api_as_guest("GET", "/api/queues/%2F/orders/browse?count=10", None)
+            .await
+            .json();
+        let whole = whole.as_array().expect("a list").clone();
+        assert_eq!(payloads(&whole), ["one", "two", "three"]);
+        assert_eq!(queue(&broker, "orders").await["messages_ready"], 3);
+    }
 
     // Nack with requeue: both come back, in place, redelivered.
     let peeked = get(&broker, "orders", 2, "ack_requeue_true").await;

@@ -266,6 +266,13 @@ pub fn encode_change(change: &TopologyChange) -> Json {
         TopologyChange::GlobalParameter { name, value } => {
             json!({"op": "global_parameter", "name": name, "value": value})
         }
+        TopologyChange::RuntimeParameter {
+            vhost,
+            component,
+            name,
+            value,
+        } => json!({"op": "runtime_parameter", "vhost": vhost, "component": component,
+                    "name": name, "value": value}),
         TopologyChange::Binding {
             bound,
             vhost,
@@ -415,6 +422,15 @@ pub fn decode_change(json: &Json) -> Result<TopologyChange, DecodeError> {
                 .and_then(Json::as_str)
                 .map(str::to_string),
         },
+        "runtime_parameter" => TopologyChange::RuntimeParameter {
+            vhost: text("vhost")?,
+            component: text("component")?,
+            name: text("name")?,
+            value: object
+                .get("value")
+                .and_then(Json::as_str)
+                .map(str::to_string),
+        },
         "bind" | "unbind" => TopologyChange::Binding {
             bound: op == "bind",
             vhost: text("vhost")?,
@@ -483,6 +499,18 @@ mod tests {
                 apply_to: "queues".into(),
                 priority: -3,
                 definition: arguments,
+            },
+            TopologyChange::RuntimeParameter {
+                vhost: "/".into(),
+                component: "vhost-limits".into(),
+                name: "limits".into(),
+                value: Some(r#"{"max-queues":1}"#.into()),
+            },
+            TopologyChange::RuntimeParameter {
+                vhost: "/".into(),
+                component: "vhost-limits".into(),
+                name: "limits".into(),
+                value: None,
             },
         ];
         for change in changes {

@@ -143,6 +143,10 @@ impl QueueInstance for Queue {
         Queue::browse(self, limit)
     }
 
+    fn peek(&self, skip: usize, limit: usize) -> Vec<(Arc<Message>, bool)> {
+        Queue::peek(self, skip, limit)
+    }
+
     fn purge(&self) -> u64 {
         Queue::purge(self)
     }

@@ -210,6 +210,18 @@ pub trait QueueInstance: Send + Sync {
     /// Up to `limit` ready messages from the head, without taking them (the web UI's peek).
     fn browse(&self, limit: usize) -> Vec<Arc<Message>>;
 
+    /// Up to `limit` ready messages starting `skip` after the head, without taking them,
+    /// each with whether it was delivered before: the management API's browse by position.
+    /// By default read through [`QueueInstance::browse`] (none shown as redelivered); a
+    /// type that knows more (classic queues) reads only what is asked for.
+    fn peek(&self, skip: usize, limit: usize) -> Vec<(Arc<Message>, bool)> {
+        self.browse(skip.saturating_add(limit))
+            .into_iter()
+            .skip(skip)
+            .map(|message| (message, false))
+            .collect()
+    }
+
     /// Drops every ready message; returns how many.
     fn purge(&self) -> u64;
 

@@ -47,6 +47,11 @@ impl VHost {
         };
         self.check(actor.user, Access::Configure, ResourceKind::Queue, &name)?;
         self.validate_queue_arguments(&name, &request.arguments)?;
+        // A client's new queue counts against `max-queues`; boot-time definitions and
+        // changes committed elsewhere (applied here) were counted where they were asked.
+        if actor.connection_id != BROKER_CONNECTION && !crate::replication::applying() {
+            self.check_queue_limit(&name)?;
+        }
         let default_type = (actor.connection_id != BROKER_CONNECTION
             && request.durable
             && !request.exclusive
@@ -162,6 +167,30 @@ impl VHost {
             message_count: 0,
             consumer_count: 0,
         })
+    }
+
+    /// Refuses a new queue called `name` when the vhost has `max-queues` queues already (of
+    /// every type; on a cluster every node's), with RabbitMQ's 406 text; a queue that exists
+    /// is no new queue. The management API calls this before declaring, as queue.declare does.
+    pub fn check_queue_limit(&self, name: &str) -> CoreResult<()> {
+        let Some(limit) = self
+            .durability
+            .resource_limits()
+            .vhost(&self.name)
+            .max_queues
+        else {
+            return Ok(());
+        };
+        if self.queue(name).is_some() || self.typed_queue(name).is_some() {
+            return Ok(());
+        }
+        let count = self.queues.read().len() + self.typed.read().len();
+        if count as u64 >= limit {
+            return Err(crate::resource_limits::queue_limit_reached(
+                name, &self.name, limit,
+            ));
+        }
+        Ok(())
     }
 
     /// queue.declare of a queue of a type other than classic (quorum): the type's refusals

@@ -100,7 +100,7 @@ fn registration(
     tls: bool,
     wake: &Arc<Notify>,
     close_requested: &Arc<AtomicBool>,
-) -> Option<ConnectionHandle> {
+) -> Option<Result<ConnectionHandle, warren_core::resource_limits::ConnectionLimitReached>> {
     let (user, vhost) = session.opened()?;
     let mut client_properties = warren_core::value::Table::new();
     for (key, value) in session.client_properties() {
@@ -209,8 +209,13 @@ pub async fn run_connection(
         if closing {
             break;
         }
-        if registered.is_none() {
-            registered = registration(&broker, &session, peer, local, tls, &wake, &close_requested);
+        if registered.is_none() && session.opened().is_some() {
+            match registration(&broker, &session, peer, local, tls, &wake, &close_requested) {
+                Some(Ok(handle)) => registered = Some(handle),
+                // Another connection took the last place since the open was checked.
+                Some(Err(_)) => break,
+                None => {}
+            }
         }
         if more {
             // Deliveries are waiting: read what the client sent meanwhile without blocking,

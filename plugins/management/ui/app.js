@@ -689,7 +689,7 @@ async function adminLimits(panel, again) {
     await again();
   } }, 'Clear');
   panel.replaceChildren(h('h2', {}, 'Virtual host limits'),
-    h('p', { class: 'note' }, 'A negative value means no limit. Warren keeps, exports and shows limits; it does not enforce them yet.'),
+    h('p', { class: 'note' }, 'A negative value means no limit. Limits apply at once to new connections, channels and queues; what is open stays.'),
     table([
       { title: 'Virtual host', cell: (l) => l.owner }, { title: 'Limit', cell: (l) => l.name }, { title: 'Value', num: true, cell: (l) => number(l.value) },
       { title: 'Actions', cell: (l) => clear('/api/vhost-limits', l.owner, l.name, 'virtual host') },

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use warren_core::connections::ConnectionInfo;
 use warren_core::value::{Table, Value};
+use warren_core::CoreError;
 
 use crate::codec::{decode_table, Method};
 use crate::reply::{self, AmqpError};
@@ -172,10 +173,11 @@ impl Session {
             .map(|u| u.name.clone())
             .unwrap_or_default();
         let vhost = self.broker.open_vhost(&user, virtual_host)?;
-        self.vhost = Some(vhost);
         let outbox = Arc::clone(&self.outbox);
-        self.registration = Some(
-            self.broker.register_connection(
+        // The vhost's and the user's max-connections: 530 NOT_ALLOWED, as RabbitMQ.
+        let registration = self
+            .broker
+            .register_connection(
                 ConnectionInfo {
                     id: self.connection_id,
                     protocol: "AMQP 0-9-1".to_string(),
@@ -194,8 +196,10 @@ impl Session {
                         .map_or(0, |d| d.as_millis() as u64),
                 },
                 Box::new(move || outbox.reader_wake.notify_one()),
-            ),
-        );
+            )
+            .map_err(CoreError::from)?;
+        self.vhost = Some(vhost);
+        self.registration = Some(registration);
         self.phase = Phase::Open;
         self.outbox.send_method(0, &Method::ConnectionOpenOk);
         Ok(Control::Continue)

@@ -523,6 +523,12 @@ impl Session {
                     ),
                 ));
             }
+            // The user's max-channels over all their connections on this node.
+            if let Some(registration) = &self.registration {
+                registration
+                    .open_channel(u32::try_from(open).unwrap_or(u32::MAX))
+                    .map_err(AmqpError::from)?;
+            }
             self.channels.insert(channel_id, Channel::new());
             self.outbox.open_channel(channel_id);
             self.outbox.send_method(channel_id, &Method::ChannelOpenOk);

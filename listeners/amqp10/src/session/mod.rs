@@ -194,10 +194,15 @@ impl Connection {
         ))
     }
 
-    /// Enters this connection in the broker's connection registry once it is open.
-    fn register(&mut self, vhost: &str, open: &Open) {
+    /// Enters this connection in the broker's connection registry once it is open; refused
+    /// over the vhost's or the user's `max-connections`.
+    fn register(
+        &mut self,
+        vhost: &str,
+        open: &Open,
+    ) -> Result<(), warren_core::resource_limits::ConnectionLimitReached> {
         let Some((peer, local)) = self.addresses else {
-            return;
+            return Ok(());
         };
         let client_properties = client_properties(open);
         let mailbox = Arc::clone(&self.mailbox);
@@ -223,8 +228,9 @@ impl Connection {
                     .map_or(0, |d| d.as_millis() as u64),
             },
             Box::new(move || mailbox.notify.notify_one()),
-        );
+        )?;
         self.registration = Some(handle);
+        Ok(())
     }
 
     /// Whether dispositions wait for the message store; the driver then calls
@@ -527,11 +533,18 @@ impl Connection {
         let name = self.vhost_name(open.hostname.as_deref());
         let user = self.user.clone().unwrap_or_default();
         match self.broker.open_vhost(&user, &name) {
-            Ok(vhost) => {
-                self.vhost = Some(vhost);
-                self.register(&name, &open);
-                Control::Continue
-            }
+            Ok(vhost) => match self.register(&name, &open) {
+                Ok(()) => {
+                    self.vhost = Some(vhost);
+                    Control::Continue
+                }
+                // As RabbitMQ 4.x: the open is answered, then closed with
+                // amqp:resource-limit-exceeded.
+                Err(refusal) => self.close_with(errors::amqp(
+                    AmqpError::ResourceLimitExceeded,
+                    refusal.text_amqp10(),
+                )),
+            },
             Err(error) => self.close_with(errors::from_core(&error)),
         }
     }

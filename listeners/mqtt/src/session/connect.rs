@@ -196,7 +196,17 @@ impl Session {
                 return self.refuse(code, &error.message);
             }
         };
-
+        // The vhost's and the user's max-connections, before anything changes (a client
+        // identifier held elsewhere is not taken over): CONNACK 5 (MQTT 5: 0x97 quota
+        // exceeded), as RabbitMQ.
+        if let Err(refusal) = self
+            .context
+            .broker
+            .connections()
+            .admits(vhost.name(), &user)
+        {
+            return self.refuse_over_limit(&refusal);
+        }
         if vhost.exchange(&config.exchange).is_none() {
             // The vhost cannot carry MQTT traffic: the service is up but not usable there.
             return self.refuse(
@@ -345,14 +355,23 @@ impl Session {
                 }
             }
         }
-        connected.accepted = true;
-        self.registration = Some(register_connection(
+        let registration = register_connection(
             &self.context.broker,
             connection_id,
             connected,
             (addresses, self.tls),
             &self.outbox,
-        ));
+        );
+        let registration = match registration {
+            Ok(registration) => registration,
+            // Another connection took the last place since CONNECT was checked.
+            Err(refusal) => return self.refuse_over_limit(&refusal),
+        };
+        let Some(connected) = self.connected.as_deref_mut() else {
+            return Control::Close(End::Abnormal("CONNECT state lost".into()));
+        };
+        connected.accepted = true;
+        self.registration = Some(registration);
         // MQTT 3.1 has no session-present flag; its byte must be 0.
         let session_present =
             connected.session_present && connected.protocol != crate::codec::ProtocolLevel::V3_1;
@@ -398,6 +417,20 @@ impl Session {
             self.resume_shared(resume_shared);
         }
         Control::Continue
+    }
+
+    /// Refuses CONNECT over a `max-connections` limit as RabbitMQ 4.x does: 3.1 and 3.1.1
+    /// CONNACK 5 (not authorized), MQTT 5 reason code 0x97 (quota exceeded).
+    fn refuse_over_limit(
+        &mut self,
+        refusal: &warren_core::resource_limits::ConnectionLimitReached,
+    ) -> Control {
+        const QUOTA_EXCEEDED: u8 = 0x97;
+        self.refuse_with(
+            ConnectReturnCode::NotAuthorized,
+            QUOTA_EXCEEDED,
+            &refusal.text(),
+        )
     }
 
     /// Refuses CONNECT with a return code and closes (MQTT-3.2.2-5).
@@ -515,7 +548,10 @@ fn register_connection(
     connected: &super::Connected,
     ((peer, local), tls): ((std::net::SocketAddr, std::net::SocketAddr), bool),
     outbox: &Arc<crate::outbox::Outbox>,
-) -> warren_core::connections::ConnectionHandle {
+) -> Result<
+    warren_core::connections::ConnectionHandle,
+    warren_core::resource_limits::ConnectionLimitReached,
+> {
     // Built at its exact size: every idle connection keeps this table.
     let client_properties = Table(vec![(
         "client_id".to_string(),
@@ -546,9 +582,9 @@ fn register_connection(
                 .map_or(0, |d| d.as_millis() as u64),
         },
         Box::new(move || outbox.signal(crate::outbox::Signal::OperatorClose)),
-    );
+    )?;
     handle.set_channels(1);
-    handle
+    Ok(handle)
 }
 
 /// A client identifier for a client that sent none: `warren-` and 22 random characters.

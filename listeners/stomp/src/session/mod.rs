@@ -540,11 +540,14 @@ impl Session {
         self.version = version;
         self.heartbeat = heartbeat;
         self.user = Some(user);
+        // The vhost's and the user's max-connections: an ERROR frame (Bad CONNECT) with
+        // RabbitMQ's AMQP 0-9-1 text, then the connection closes.
+        self.register(&vhost_name)
+            .map_err(|refusal| StompError::bad_connect(refusal.text()))?;
         self.vhost = Some(vhost);
         self.phase = Phase::Open;
         self.decoder.set_version(version);
         self.decoder.set_limits(self.config.limits);
-        self.register(&vhost_name);
         self.outbox.set_session(version, &session_id);
         if !implicit {
             self.outbox.send_frame(
@@ -559,10 +562,14 @@ impl Session {
     }
 
     /// Enters this connection in the broker's connection registry (the management API lists
-    /// it; an operator's close wakes the driver through `operator_wake`).
-    fn register(&mut self, vhost_name: &str) {
+    /// it; an operator's close wakes the driver through `operator_wake`); refused over the
+    /// vhost's or the user's `max-connections`.
+    fn register(
+        &mut self,
+        vhost_name: &str,
+    ) -> Result<(), warren_core::resource_limits::ConnectionLimitReached> {
         let Some((peer, local)) = self.addresses else {
-            return;
+            return Ok(());
         };
         let user = self
             .user
@@ -590,9 +597,10 @@ impl Session {
                     .map_or(0, |d| d.as_millis() as u64),
             },
             Box::new(move || wake.notify_one()),
-        );
+        )?;
         handle.set_channels(1);
         self.registration = Some(handle);
+        Ok(())
     }
 
     fn handle_open(&mut self, frame: Frame) -> Result<Outcome, StompError> {

@@ -374,7 +374,16 @@ impl Session {
     }
 
     fn open(&mut self, correlation_id: u32, user: &str, vhost: &str) -> Control {
-        match self.broker.open_vhost(user, vhost) {
+        // The vhost's and the user's max-connections are checked with the vhost, before
+        // the open is answered; the driver registers the connection once open.
+        let opened = self.broker.open_vhost(user, vhost).and_then(|found| {
+            self.broker
+                .connections()
+                .admits(vhost, user)
+                .map_err(warren_core::CoreError::from)?;
+            Ok(found)
+        });
+        match opened {
             Ok(found) => {
                 self.vhost = Some(found);
                 self.stage = Stage::Open(user.to_owned());

@@ -1,7 +1,8 @@
 //! Browsing a queue without consuming it: `GET /api/queues/VHOST/NAME/browse`. RabbitMQ's
 //! open-source UI can only get (take and requeue) messages; this reads them in place.
 //!
-//! - A classic or quorum queue is read by position: `?position=P&count=N` answers up to N ready
+//! - A classic or quorum queue (or one homed on another node) is read by position, through
+//!   the queue-type interface ([`warren_core::queue_type::QueueInstance::peek`]): `?position=P&count=N` answers up to N ready
 //!   messages from the P-th (1 is the head, as `rabbitmq-queues peek` counts), in delivery
 //!   order. Unacknowledged messages are not ready and are not shown.
 //! - A stream is read by offset: `?offset=O&count=N` answers up to N records from offset O
@@ -103,18 +104,10 @@ impl Management {
         }
         let skip = usize::try_from(position - 1).unwrap_or(usize::MAX);
         let ready = queue.info().ready;
-        let messages: Vec<(std::sync::Arc<Message>, bool)> = match target.queue(name) {
-            // A classic queue reads from a position and knows each message's redelivered
-            // flag.
-            Some(classic) => classic.peek(skip, query.count),
-            // Other types (quorum) through the queue-type interface, from the head.
-            None => queue
-                .browse(skip.saturating_add(query.count))
-                .into_iter()
-                .skip(skip)
-                .map(|message| (message, false))
-                .collect(),
-        };
+        // Every type through the queue-type interface: a classic queue reads from the
+        // position and knows each message's redelivered flag; a quorum queue (or a stand-in
+        // for a queue on another node) reads from the head.
+        let messages = queue.peek(skip, query.count);
         let list: Vec<Json> = messages
             .iter()
             .zip(position..)

@@ -6,23 +6,19 @@
 //! `max-channels`) live in RabbitMQ's user record; Warren's core user has no such field yet,
 //! so they are kept in the global parameter [`USER_LIMITS_PARAMETER`] (`{"user": {...}}`).
 //!
-//! The core does not enforce either yet: they are stored, listed, exported and shown in the
-//! UI. docs/operations.md says so.
+//! The core enforces both as soon as they are set here ([`warren_core::resource_limits`]):
+//! connections, channels and queues over a limit are refused with RabbitMQ's codes and texts.
 
 use serde_json::{json, Map, Value as Json};
 use warren_core::parameters::RuntimeParameter;
+pub use warren_core::resource_limits::{
+    USER_LIMITS_PARAMETER, VHOST_LIMITS_COMPONENT, VHOST_LIMITS_NAME,
+};
 use warren_core::Broker;
 
 use super::requests::{self, LimitBody};
 use super::{bad_request, not_authorized, not_found, Caller, Management, Role};
 use crate::http::{Request, Response};
-
-/// The runtime parameter component of vhost limits (RabbitMQ's).
-pub const VHOST_LIMITS_COMPONENT: &str = "vhost-limits";
-/// The name of the one `vhost-limits` parameter of a vhost (RabbitMQ's).
-pub const VHOST_LIMITS_NAME: &str = "limits";
-/// The global parameter holding every user's limits.
-pub const USER_LIMITS_PARAMETER: &str = "warren_user_limits";
 
 /// The limits a vhost can have.
 pub const VHOST_LIMITS: &[&str] = &["max-connections", "max-queues"];
@@ -158,18 +154,25 @@ impl Management {
                 } else if limits.remove(*name).is_none() {
                     return not_found();
                 }
-                if limits.is_empty() {
-                    self.broker
-                        .clear_parameter(vhost, VHOST_LIMITS_COMPONENT, VHOST_LIMITS_NAME);
+                // Committed through the cluster first, so every node enforces the limit.
+                let changed = if limits.is_empty() {
+                    self.broker.try_clear_parameter(
+                        vhost,
+                        VHOST_LIMITS_COMPONENT,
+                        VHOST_LIMITS_NAME,
+                    )
                 } else {
-                    self.broker.set_parameter(RuntimeParameter {
+                    self.broker.try_set_parameter(RuntimeParameter {
                         vhost: vhost.to_string(),
                         component: VHOST_LIMITS_COMPONENT.to_string(),
                         name: VHOST_LIMITS_NAME.to_string(),
                         value: Json::Object(limits).to_string(),
-                    });
+                    })
+                };
+                match changed {
+                    Ok(_) => Response::empty(204),
+                    Err(error) => super::core_error(error),
                 }
-                Response::empty(204)
             }
             _ => not_found(),
         }

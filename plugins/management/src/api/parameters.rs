@@ -155,26 +155,38 @@ impl Management {
                     Err(response) => return response,
                 };
                 let value = &body.value;
-                let created = self.broker.set_parameter(RuntimeParameter {
+                let created = match self.broker.try_set_parameter(RuntimeParameter {
                     vhost: vhost.to_string(),
                     component: component.to_string(),
                     name: name.to_string(),
                     value: value.to_string(),
-                });
-                tracing::warn!(
-                    component = %component, vhost = %vhost, name = %name,
-                    "runtime parameter kept but not applied (Warren does not implement that component)"
-                );
+                }) {
+                    Ok(created) => created,
+                    Err(error) => return super::core_error(error),
+                };
+                if *component != warren_core::resource_limits::VHOST_LIMITS_COMPONENT {
+                    tracing::warn!(
+                        component = %component, vhost = %vhost, name = %name,
+                        "runtime parameter kept but not applied (Warren does not implement that component)"
+                    );
+                }
                 created_or_updated(created)
             }
             ("DELETE", [component, vhost, name]) => {
                 if let Err(response) = self.usable_vhost(caller, vhost) {
                     return response;
                 }
-                if self.broker.clear_parameter(vhost, component, name) {
-                    Response::empty(204)
-                } else {
-                    not_found()
+                if self
+                    .broker
+                    .parameters(Some(component), Some(vhost))
+                    .iter()
+                    .all(|p| p.name != *name)
+                {
+                    return not_found();
+                }
+                match self.broker.try_clear_parameter(vhost, component, name) {
+                    Ok(_) => Response::empty(204),
+                    Err(error) => super::core_error(error),
                 }
             }
             _ => not_found(),

@@ -307,6 +307,10 @@ impl Management {
                 }
                 let created =
                     target.queue_instance(name).is_none() && target.streams().get(name).is_none();
+                // The vhost's max-queues, as for a client's queue.declare.
+                if let Err(e) = target.check_queue_limit(name) {
+                    return core_error(e);
+                }
                 let result = target.declare_queue(
                     actor(caller),
                     QueueDeclare {
