@@ -301,14 +301,21 @@ impl Session {
         }
     }
 
-    /// QoS 1/2 publishes of the client not yet acknowledged: QoS 2 ones until PUBREL, and
-    /// acknowledgements held for the disk.
+    /// QoS 1/2 publishes of the client not yet acknowledged, each counted once: QoS 2 ones
+    /// until PUBREL (their PUBREC may be held for the disk too), and the PUBACKs and
+    /// PUBCOMPs held for the disk. Held PUBRECs are already among the QoS 2 identifiers, and
+    /// held PUBRELs belong to the broker's own deliveries.
     fn unacknowledged_inbound(&self) -> usize {
         let qos2 = self
             .connected
             .as_deref()
             .map_or(0, |connected| connected.inbound_qos2.len());
-        qos2 + self.held_acks.as_deref().map_or(0, |held| held.len())
+        let held = self.held_acks.as_deref().map_or(0, |held| {
+            held.iter()
+                .filter(|held| matches!(held.packet, Packet::PubAck(_) | Packet::PubComp(_)))
+                .count()
+        });
+        qos2 + held
     }
 }
 
