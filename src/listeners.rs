@@ -136,6 +136,9 @@ pub(crate) async fn start_mqtt(
         retained: Arc::clone(&context.retained),
         timeout: config.takeover_timeout,
     }));
+    // Persistent MQTT 5 sessions' shared subscription memberships and delayed wills, kept
+    // in the retained store's log, come back before any client connects.
+    warren_mqtt::session::recovery::recover(&Arc::new(context.clone()));
     let mut addrs = Vec::new();
     for addr in mqtt.listeners() {
         let (listener, bound) = bind("mqtt", addr).await?;

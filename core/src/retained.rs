@@ -68,8 +68,8 @@ pub trait RetainedStore: Send + Sync {
     /// Inbound QoS 2: records that the client released `packet_id` (PUBREL).
     fn qos2_released(&self, _vhost: &str, _client_id: &str, _packet_id: u16) {}
 
-    /// Forgets every QoS 2 packet identifier of `client_id`, inbound and outbound (its
-    /// session was discarded).
+    /// Forgets every QoS 2 packet identifier of `client_id`, inbound and outbound, and its
+    /// session records (its session was discarded).
     fn forget_session(&self, _vhost: &str, _client_id: &str) {}
 
     /// Inbound QoS 2: the packet identifiers `client_id` has not released, as recovered at
@@ -91,6 +91,34 @@ pub trait RetainedStore: Send + Sync {
     fn outbound_qos2_pending(&self, _vhost: &str, _client_id: &str) -> Vec<u16> {
         Vec::new()
     }
+
+    // Named records of a persistent session, opaque to the store, that must outlive the
+    // process (MQTT 5: shared subscription memberships, delayed wills). They share the log
+    // and go with [`forget_session`](Self::forget_session).
+
+    /// Keeps `value` as `client_id`'s record `name`, replacing one of that name.
+    fn session_put(&self, _vhost: &str, _client_id: &str, _name: &str, _value: &[u8]) {}
+
+    /// Removes `client_id`'s record `name`, if any.
+    fn session_remove(&self, _vhost: &str, _client_id: &str, _name: &str) {}
+
+    /// Every session record, as recovered at boot and changed since.
+    fn session_records(&self) -> Vec<SessionRecord> {
+        Vec::new()
+    }
+}
+
+/// One named record of a persistent session ([`RetainedStore::session_put`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// The session's vhost.
+    pub vhost: String,
+    /// The session's client identifier.
+    pub client_id: String,
+    /// The record's name, unique per session.
+    pub name: String,
+    /// What the listener put, opaque to the store.
+    pub value: Vec<u8>,
 }
 
 /// Retained messages in memory, one map per vhost.

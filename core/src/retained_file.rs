@@ -11,7 +11,9 @@
 //! messages. The same log carries persistent MQTT sessions' QoS 2 packet identifiers in
 //! mid-exchange: inbound ones received but not yet released (so a PUBLISH re-sent after a
 //! restart is not routed twice) and outbound ones whose PUBREC arrived but not their PUBCOMP
-//! (so the PUBREL is sent again after a restart). The format is in docs/storage.md.
+//! (so the PUBREL is sent again after a restart), and named per-session records the listener
+//! keeps opaque to the store (MQTT 5 shared subscription memberships and delayed wills). The
+//! format is in docs/storage.md.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -24,7 +26,7 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::watch;
 
 use crate::message::{Message, Properties};
-use crate::retained::{InMemoryRetained, RetainedMessage, RetainedStore};
+use crate::retained::{InMemoryRetained, RetainedMessage, RetainedStore, SessionRecord};
 
 /// The log's file name inside `data_dir`.
 pub const RETAINED_LOG: &str = "retained.log";
@@ -37,6 +39,8 @@ const RECORD_QOS2_RELEASED: u8 = 4;
 const RECORD_FORGET_SESSION: u8 = 5;
 const RECORD_OUTBOUND_QOS2_RELEASED: u8 = 6;
 const RECORD_OUTBOUND_QOS2_COMPLETED: u8 = 7;
+const RECORD_SESSION_PUT: u8 = 8;
+const RECORD_SESSION_REMOVE: u8 = 9;
 /// Compact once the log holds this many records more than there are retained messages.
 const COMPACT_SLACK: u64 = 10_000;
 
@@ -47,6 +51,15 @@ struct SessionQos2 {
     inbound: Vec<u16>,
     /// Outbound: PUBREC received and PUBREL owed, PUBCOMP awaited; in PUBREC order.
     outbound: Vec<u16>,
+    /// The listener's own named records ([`RetainedStore::session_put`]), in the order
+    /// first put.
+    records: Vec<(String, Vec<u8>)>,
+}
+
+impl SessionQos2 {
+    fn is_empty(&self) -> bool {
+        self.inbound.is_empty() && self.outbound.is_empty() && self.records.is_empty()
+    }
 }
 
 /// QoS 2 packet identifiers in mid-exchange by (vhost, client id).
@@ -219,6 +232,36 @@ impl RetainedStore for FileRetained {
     fn outbound_qos2_pending(&self, vhost: &str, client_id: &str) -> Vec<u16> {
         self.session_qos2(vhost, client_id, |session| session.outbound.clone())
     }
+
+    fn session_put(&self, vhost: &str, client_id: &str, name: &str, value: &[u8]) {
+        let record = encode_session_record(vhost, client_id, name, Some(value));
+        self.log(&record, |_, qos2| {
+            session_record_apply(qos2, vhost, client_id, name, Some(value))
+        });
+    }
+
+    fn session_remove(&self, vhost: &str, client_id: &str, name: &str) {
+        let record = encode_session_record(vhost, client_id, name, None);
+        self.log(&record, |_, qos2| {
+            session_record_apply(qos2, vhost, client_id, name, None)
+        });
+    }
+
+    fn session_records(&self) -> Vec<SessionRecord> {
+        let pending = self.shared.pending.lock();
+        let mut all = Vec::new();
+        for ((vhost, client_id), session) in &pending.qos2 {
+            for (name, value) in &session.records {
+                all.push(SessionRecord {
+                    vhost: vhost.clone(),
+                    client_id: client_id.clone(),
+                    name: name.clone(),
+                    value: value.clone(),
+                });
+            }
+        }
+        all
+    }
 }
 
 impl FileRetained {
@@ -265,10 +308,62 @@ fn qos2_apply(qos2: &mut Qos2Pending, kind: u8, vhost: &str, client_id: &str, pa
         }
     } else if let Some(session) = qos2.get_mut(&key) {
         ids_of(session).retain(|id| *id != packet_id);
-        if session.inbound.is_empty() && session.outbound.is_empty() {
+        if session.is_empty() {
             qos2.remove(&key);
         }
     }
+}
+
+/// Applies one session record put (`Some(value)`) or removal (`None`).
+fn session_record_apply(
+    qos2: &mut Qos2Pending,
+    vhost: &str,
+    client_id: &str,
+    name: &str,
+    value: Option<&[u8]>,
+) {
+    let key = (vhost.to_string(), client_id.to_string());
+    match value {
+        Some(value) => {
+            let records = &mut qos2.entry(key).or_default().records;
+            match records.iter_mut().find(|(existing, _)| existing == name) {
+                Some((_, old)) => *old = value.to_vec(),
+                None => records.push((name.to_string(), value.to_vec())),
+            }
+        }
+        None => {
+            if let Some(session) = qos2.get_mut(&key) {
+                session.records.retain(|(existing, _)| existing != name);
+                if session.is_empty() {
+                    qos2.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+fn encode_session_record(
+    vhost: &str,
+    client_id: &str,
+    name: &str,
+    value: Option<&[u8]>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(
+        17 + vhost.len() + client_id.len() + name.len() + value.map_or(0, <[u8]>::len),
+    );
+    out.push(if value.is_some() {
+        RECORD_SESSION_PUT
+    } else {
+        RECORD_SESSION_REMOVE
+    });
+    put_str(&mut out, vhost);
+    put_str(&mut out, client_id);
+    put_str(&mut out, name);
+    if let Some(value) = value {
+        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        out.extend_from_slice(value);
+    }
+    out
 }
 
 fn encode_qos2(kind: u8, vhost: &str, client_id: &str, packet_id: u16) -> Vec<u8> {
@@ -369,6 +464,10 @@ fn rewrite(path: &Path, memory: &InMemoryRetained, qos2: &Qos2Pending) -> io::Re
         // In PUBREC order: the order PUBREL is sent again in.
         for id in &session.outbound {
             let record = encode_qos2(RECORD_OUTBOUND_QOS2_RELEASED, vhost, client_id, *id);
+            frame(&mut bytes, &record);
+        }
+        for (name, value) in &session.records {
+            let record = encode_session_record(vhost, client_id, name, Some(value));
             frame(&mut bytes, &record);
         }
     }
@@ -524,6 +623,17 @@ fn apply(payload: &[u8], memory: &InMemoryRetained, qos2: &mut Qos2Pending) -> O
                 &client_id,
                 u16::from_le_bytes([id[0], id[1]]),
             );
+        }
+        kind @ (RECORD_SESSION_PUT | RECORD_SESSION_REMOVE) => {
+            let vhost = cursor.string()?;
+            let client_id = cursor.string()?;
+            let name = cursor.string()?;
+            let value = if kind == RECORD_SESSION_PUT {
+                Some(cursor.bytes()?)
+            } else {
+                None
+            };
+            session_record_apply(qos2, &vhost, &client_id, &name, value);
         }
         // The empty record the writer uses to wake itself for a compaction.
         _ if payload.is_empty() => {}
@@ -743,6 +853,39 @@ mod tests {
         );
         assert_eq!(store.qos2_pending("/", "meter"), vec![6]);
         assert!(store.outbound_qos2_pending("/", "meter").is_empty());
+    }
+
+    #[test]
+    fn session_records_survive_reopening_until_removed_or_forgotten() {
+        let dir = TempDir::new("session-records");
+        {
+            let store = FileRetained::open(dir.path()).expect("open");
+            store.session_put("/", "meter", "shared:$share/g/t", b"\x01");
+            store.session_put("/", "meter", "will", b"first");
+            store.session_put("/", "meter", "will", b"second");
+            store.session_put("/", "other", "will", b"gone");
+            store.session_remove("/", "other", "will");
+            store.session_put("/", "dropped", "shared:$share/g/t", b"\x00");
+            store.qos2_received("/", "dropped", 3);
+            store.forget_session("/", "dropped");
+            wait_durable(&store);
+        }
+        for _ in 0..2 {
+            let store = FileRetained::open(dir.path()).expect("reopen");
+            let mut records = store.session_records();
+            records.sort_by(|a, b| a.name.cmp(&b.name));
+            let got: Vec<(&str, &str, &[u8])> = records
+                .iter()
+                .map(|r| (r.client_id.as_str(), r.name.as_str(), r.value.as_slice()))
+                .collect();
+            assert_eq!(
+                got,
+                vec![
+                    ("meter", "shared:$share/g/t", &b"\x01"[..]),
+                    ("meter", "will", &b"second"[..]),
+                ]
+            );
+        }
     }
 
     proptest! {

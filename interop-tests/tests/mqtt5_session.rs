@@ -2,8 +2,9 @@
 //! (`mqtt.max_keep_alive`) told in CONNACK and enforced, Response Information and a
 //! request/response exchange between two MQTT 5 clients with binary correlation data,
 //! Request Problem Information 0 honoured, an MQTT 3.1.1 client above the maximum
-//! refused, and PUBACK/PUBREC reason codes for a message no queue took (0x10) or a full
-//! queue refused (0x97).
+//! refused, PUBACK/PUBREC reason codes for a message no queue took (0x10) or a full
+//! queue refused (0x97), and the server's receive maximum: 1024 unreleased QoS 2 publishes
+//! whose PUBRECs wait for the disk are within it, one more is DISCONNECT 0x93.
 //!
 //! Every test uses its own broker on 127.0.0.1 port 0 and is bounded in time.
 
@@ -353,6 +354,47 @@ async fn acknowledgements_say_no_matching_subscribers_and_quota_exceeded() {
         body.extend_from_slice(&[0, 1, b'x']);
         old.send(&packet(0x32, &body)).await;
         assert_eq!(old.read_exact(4).await, vec![0x40, 2, 0, 1]);
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
+
+/// A QoS 2 MQTT 5 PUBLISH to `topic` with packet identifier `id` and no properties.
+fn qos2_publish(topic: &str, id: u16) -> Vec<u8> {
+    let mut body = (topic.len() as u16).to_be_bytes().to_vec();
+    body.extend_from_slice(topic.as_bytes());
+    body.extend_from_slice(&id.to_be_bytes());
+    body.push(0);
+    body.extend_from_slice(b"payload");
+    packet(0x34, &body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_receive_maximum_counts_each_unreleased_qos2_publish_once() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        // A durable queue: each PUBREC waits for the disk, so many are held at once while
+        // their packet identifiers are also awaiting PUBREL.
+        amqp10_common::declare_queue(&broker, "held");
+        amqp10_common::bind(&broker, "amq.topic", "held", "held.#");
+        let mut raw = Raw5::connected(broker.mqtt_addr(), "burst").await;
+        // The server's receive maximum (1024) QoS 2 publishes, none released, in one write.
+        let burst: Vec<u8> = (1..=1024u16)
+            .flat_map(|id| qos2_publish("held/burst", id))
+            .collect();
+        raw.send(&burst).await;
+        for id in 1..=1024u16 {
+            let (first, body) = raw.read_packet().await;
+            assert_eq!(first, 0x50, "PUBREC for {id}, got {first:#x} {body:02x?}");
+            assert_eq!(u16::from_be_bytes([body[0], body[1]]), id);
+        }
+        // One more is over the limit: DISCONNECT 0x93 (MQTT-3.3.4-9).
+        raw.send(&qos2_publish("held/burst", 1025)).await;
+        let (first, body) = raw.read_packet().await;
+        assert_eq!(first, 0xE0, "DISCONNECT, got {body:02x?}");
+        assert_eq!(body[0], 0x93, "receive maximum exceeded");
+        assert_eq!(amqp10_common::ready(&broker, "held"), 1024);
         broker.shutdown().await;
     })
     .await

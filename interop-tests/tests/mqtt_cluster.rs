@@ -462,3 +462,57 @@ async fn an_mqtt5_session_taken_over_on_another_node_is_told_0x8e_and_moves_with
     );
     watcher.disconnect().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_subscription_membership_moves_with_a_session_taken_over_on_another_node() {
+    use rumqttc::v5::mqttbytes::QoS as QoS5;
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    let group = "mqtt-shared-g-jobs";
+
+    // A persistent member of group g on node 1.
+    let mut first = connect5(persistent5(cluster.node(0).listener_addr("mqtt"), "worker")).await;
+    first.subscribe("$share/g/jobs", QoS5::AtLeastOnce).await;
+    for node in [1, 2] {
+        wait_bound(&cluster, node, 0, group, "jobs").await;
+    }
+
+    // The client comes back on node 2: the session, its membership with it, moves there.
+    let mut second = connect5(persistent5(cluster.node(1).listener_addr("mqtt"), "worker")).await;
+    assert!(second.connack.session_present, "the session moved");
+    assert_eq!(
+        server_disconnect_reason(first).await,
+        DisconnectReasonCode::SessionTakenOver
+    );
+    publish_amqp(&cluster, 2, "jobs", "job-", 2).await;
+    for expected in ["job-0", "job-1"] {
+        assert_eq!(
+            String::from_utf8_lossy(&second.next_publish().await.payload),
+            expected,
+            "the group's messages reach the member on its new node"
+        );
+    }
+
+    // It leaves the group on node 2, its only member: the group's queue goes.
+    let unsuback = second.unsubscribe("$share/g/jobs").await;
+    assert_eq!(unsuback.reasons, vec![UnsubAckReason::Success]);
+    for node in 0..3 {
+        wait_gone(&cluster, node, group, SPREAD_LIMIT).await;
+    }
+
+    // A clean member joins the group again on node 1 and leaves. Node 1 no longer counts
+    // the moved session as a member, so nobody is left and the queue goes again (it was
+    // kept for a member that had gone before the membership moved).
+    let mut other = connect5(options5(cluster.node(0).listener_addr("mqtt"), "other")).await;
+    other.subscribe("$share/g/jobs", QoS5::AtLeastOnce).await;
+    wait_bound(&cluster, 2, 0, group, "jobs").await;
+    publish_amqp(&cluster, 2, "jobs", "again-", 1).await;
+    assert_eq!(&other.next_publish().await.payload[..], b"again-0");
+    other.disconnect().await;
+    for node in 0..3 {
+        wait_gone(&cluster, node, group, SPREAD_LIMIT).await;
+    }
+    second.disconnect().await;
+}

@@ -9,7 +9,8 @@
 //! answers with the persistent session it kept for the client, which it gives up: the new
 //! connection resumes it (subscriptions, QoS 2 packet identifiers) as if the client had
 //! come back to the same node. The session's queues stay on their home node and are
-//! consumed through their stand-ins. The will follows RabbitMQ's rule
+//! consumed through their stand-ins; its shared subscription group memberships move with it
+//! (the old node stops counting them). The will follows RabbitMQ's rule
 //! ([`super::registry::Takeover::send_will`]).
 
 use std::sync::Arc;
@@ -65,6 +66,18 @@ impl ClientTakeover for RegistryTakeover {
             // The session is the other node's from now on: nothing of it stays here to be
             // resumed (stale) or expired (its queues are in use) later.
             let session = registry.take_session(&key)?;
+            // Its shared subscription memberships move with it: the new node counts them
+            // when the session resumes there. The groups' queues stay (the session is
+            // still a member), and the memberships' records go with the forgotten session.
+            for (filter, _) in &session.shared {
+                if let Some(Ok((group, inner))) = super::shared::parse_shared(filter) {
+                    let group = (
+                        key.0.clone(),
+                        super::shared::shared_queue_name(group, inner),
+                    );
+                    registry.leave_group(&group, &key.1);
+                }
+            }
             retained.forget_session(&key.0, &key.1);
             Some(encode_session(&session))
         })
@@ -160,6 +173,7 @@ pub fn decode_session(bytes: &[u8]) -> Option<StoredSession> {
         shared,
         // Not a connection of this node: no expiry timer here ends it.
         stored_by: u64::MAX,
+        recovered: false,
     })
 }
 
@@ -222,6 +236,7 @@ mod tests {
             outbound_released: vec![3],
             shared: vec![("$share/g/c".to_string(), QoS::AtMostOnce)],
             stored_by: u64::MAX,
+            recovered: false,
         };
         let bytes = encode_session(&session);
         assert_eq!(decode_session(&bytes), Some(session));

@@ -283,6 +283,13 @@ impl Session {
             connected.client_id.clone(),
         );
         let stored = self.context.registry.take_session(&key);
+        // The client is back: a delayed will of its previous connection is not published
+        // (MQTT 5 section 3.1.3.2.2), nor kept for after a restart.
+        if self.context.registry.cancel_will(&key) {
+            self.context
+                .retained
+                .session_remove(&key.0, &key.1, super::recovery::WILL_RECORD);
+        }
         let mut resume_released = Vec::new();
         let existing_queues: Vec<(QoS, Arc<dyn QueueInstance>)> =
             [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
@@ -307,6 +314,7 @@ impl Session {
                     &self.context,
                     &connected.vhost,
                     &connected.client_id,
+                    Some(&connected.user),
                     &stored.shared,
                 );
             }
@@ -324,6 +332,18 @@ impl Session {
             connected.session_present =
                 stored.is_some() || !existing_queues.is_empty() || !resume_released.is_empty();
             match stored {
+                // Recovered at boot with only its shared subscriptions: the rest comes
+                // from the bindings and the log, as for a session without stored state.
+                Some(stored) if stored.recovered => {
+                    connected.filters = subscriptions_from_bindings(
+                        &connected.vhost,
+                        &self.context.config.exchange,
+                        &connected.client_id,
+                    );
+                    connected.inbound_qos2 =
+                        retained.qos2_pending(connected.vhost.name(), &connected.client_id);
+                    resume_shared = stored.shared;
+                }
                 Some(stored) => {
                     connected.filters = stored.subscriptions;
                     connected.inbound_qos2 = stored.inbound_qos2;

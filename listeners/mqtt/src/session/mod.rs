@@ -25,6 +25,7 @@ pub mod cluster;
 mod connect;
 mod delivery;
 mod publish;
+pub mod recovery;
 pub mod registry;
 mod shared;
 mod subscribe;
@@ -118,12 +119,18 @@ pub struct MqttContext {
     pub config: Arc<SessionConfig>,
 }
 
+/// The "connection" that stored a session, or scheduled a delayed will, recovered at boot
+/// ([`recovery::recover`]); no real connection has this identifier.
+const SESSION_RECOVERED: u64 = u64::MAX - 1;
+
 /// Why a connection ended; decides whether the will is published.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum End {
     /// The client sent DISCONNECT: the will is discarded.
     Disconnect,
-    /// The server is shutting down: the will is not published.
+    /// The server is shutting down: the will is not published now. An MQTT 5 will with a
+    /// delay is kept in the retained store's log and published after the restart once its
+    /// delay is over, unless the client is back first ([`recovery`]).
     Shutdown,
     /// Another connection took over the client identifier (on this node or another): the
     /// will is published when `send_will` (RabbitMQ's rule, `registry::Takeover::send_will`)
@@ -189,6 +196,31 @@ struct Connected {
     /// Whether CONNACK was sent (the takeover wait is over).
     accepted: bool,
     session_present: bool,
+}
+
+impl Connected {
+    /// The state a delayed will recovered at boot is published with: `user` in `vhost`
+    /// as `client_id`, with no subscriptions.
+    fn for_will(vhost: Arc<VHost>, user: String, client_id: String) -> Box<Connected> {
+        Box::new(Connected {
+            vhost,
+            user: user.into_boxed_str(),
+            client_id,
+            clean_session: false,
+            clean_start: false,
+            v5: Some(v5_session::SessionV5::default()),
+            protocol: ProtocolLevel::V5,
+            keep_alive: 0,
+            will: None,
+            filters: Vec::new(),
+            consumers: [None, None, None],
+            publisher: Default::default(),
+            inbound_qos2: Vec::new(),
+            ended: None,
+            accepted: true,
+            session_present: false,
+        })
+    }
 }
 
 /// One MQTT connection's protocol state. It lives in the connection's task for as long as the
@@ -724,9 +756,22 @@ impl Session {
             if let Some(will) = connected.will.take() {
                 match v5_session::will_delay(&connected) {
                     // MQTT 5 will delay: published later unless the client is back by then
-                    // (section 3.1.3.2.2); the session is stored first, below.
-                    Some(delay) => delayed_will = Some((delay, will)),
+                    // (section 3.1.3.2.2); the session is stored first, below. Kept in
+                    // the log too, so a broker stop does not lose it.
+                    Some(delay) => {
+                        v5_session::keep_will(&self.context, &connected, delay, &will);
+                        delayed_will = Some((delay, will));
+                    }
                     None => self.publish_will(&mut connected, *will),
+                }
+            }
+        }
+        if end == End::Shutdown {
+            // The session outlives the broker's stop: a delayed will waits for its delay
+            // in the log and is published after the restart (MQTT 5 section 3.1.2.5).
+            if let Some(will) = connected.will.take() {
+                if let Some(delay) = v5_session::will_delay(&connected) {
+                    v5_session::keep_will(&self.context, &connected, delay, &will);
                 }
             }
         }
@@ -740,7 +785,9 @@ impl Session {
         let mut shared_held = Vec::new();
         if let Some(v5) = connected.v5.as_mut() {
             for shared in v5.take_shared() {
-                connected.vhost.cancel(&shared.queue, shared.consumer_id);
+                connected
+                    .vhost
+                    .cancel_instance(&shared.queue, shared.consumer_id);
                 shared_held.push((shared.filter, shared.qos));
             }
         }
@@ -770,6 +817,7 @@ impl Session {
                 &self.context,
                 &connected.vhost,
                 &connected.client_id,
+                Some(&connected.user),
                 &shared_held,
             );
             for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
@@ -790,6 +838,15 @@ impl Session {
             // An MQTT 5 session is kept for its expiry interval (a member of its groups
             // until then), then forgotten.
             let expiry = connected.v5.as_ref().map(|v5| v5.session_expiry);
+            // The memberships' records, with the expiry the session ended with.
+            for (filter, qos) in &shared_held {
+                self.context.retained.session_put(
+                    connected.vhost.name(),
+                    &connected.client_id,
+                    &recovery::shared_record_name(filter),
+                    &recovery::shared_record_value(*qos, expiry.unwrap_or(0)),
+                );
+            }
             if let Some(seconds) =
                 expiry.filter(|seconds| *seconds != v5_session::SESSION_NEVER_EXPIRES)
             {
@@ -809,6 +866,7 @@ impl Session {
                     outbound_released: leftovers.released,
                     shared: shared_held,
                     stored_by: self.connection_id,
+                    recovered: false,
                 },
             );
         }
@@ -820,7 +878,6 @@ impl Session {
                 &self.context,
                 self.connection_id,
                 connected,
-                key,
                 delay,
                 *will,
             );

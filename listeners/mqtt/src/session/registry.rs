@@ -46,6 +46,10 @@ pub struct StoredSession {
     /// The connection that stored it: a session expiry timer started when that connection
     /// ended only ends this session, not one stored by a later connection.
     pub stored_by: u64,
+    /// Recovered at boot from the retained store's log (only its shared subscriptions):
+    /// the rest of the session is rebuilt from its queues' bindings and the log's QoS 2
+    /// records, as after a restart without one.
+    pub recovered: bool,
 }
 
 /// Wakes connections waiting for a session they take over to end. One for the process: a
@@ -163,6 +167,8 @@ struct RegistryState {
     /// The sessions, connected or stored, that are members of each shared subscription
     /// group (by client identifier): the group's queue lives as long as one is.
     groups: HashMap<GroupKey, Vec<String>>,
+    /// Delayed wills waiting for their delay, by the connection that scheduled them.
+    wills: HashMap<ClientKey, u64>,
 }
 
 /// Client identifiers in use and stored persistent sessions.
@@ -285,6 +291,29 @@ impl ClientRegistry {
             Some(session) if session.stored_by == stored_by => state.sessions.remove(key),
             _ => None,
         }
+    }
+
+    /// Records that `scheduled_by` waits to publish `key`'s delayed will (replacing one
+    /// scheduled before).
+    pub fn schedule_will(&self, key: ClientKey, scheduled_by: u64) {
+        self.state.lock().wills.insert(key, scheduled_by);
+    }
+
+    /// Whether the delayed will `scheduled_by` waits with is still due (not cancelled by
+    /// the client's return, not replaced); it is no longer pending afterwards.
+    pub fn take_will(&self, key: &ClientKey, scheduled_by: u64) -> bool {
+        let mut state = self.state.lock();
+        if state.wills.get(key) == Some(&scheduled_by) {
+            state.wills.remove(key);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Cancels `key`'s delayed will (the client is back); whether one was pending.
+    pub fn cancel_will(&self, key: &ClientKey) -> bool {
+        self.state.lock().wills.remove(key).is_some()
     }
 
     /// How many client identifiers are connected.

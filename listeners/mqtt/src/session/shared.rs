@@ -14,13 +14,15 @@
 //! member is away, and the session consumes it again when it resumes. The queue is deleted
 //! when its last member session ends: a clean session's connection ending, UNSUBSCRIBE,
 //! clean start discarding a stored session, or a stored session's expiry interval passing.
+//! A persistent session's memberships are also kept in the retained store's log, so they
+//! survive a restart ([`super::recovery`]); on a cluster they move with the session when
+//! its client identifier is taken over on another node ([`super::cluster`]).
 
 use std::sync::Arc;
 
 use warren_core::access::{Access, ResourceKind};
 use warren_core::consumer::ConsumerSpec;
 use warren_core::exchange::DestinationName;
-use warren_core::queue::Queue;
 use warren_core::queue_type::QueueInstance;
 use warren_core::topic_access::TopicVariables;
 use warren_core::value::Table;
@@ -36,8 +38,8 @@ use warren_core::vhost::VHost;
 pub(super) struct SharedSubscription {
     /// The filter as subscribed, `$share/GROUP/filter`.
     pub(super) filter: String,
-    /// The group's queue.
-    pub(super) queue: Arc<Queue>,
+    /// The group's queue (a stand-in when it is homed on another node of a cluster).
+    pub(super) queue: Arc<dyn QueueInstance>,
     /// This member's consumer of it.
     pub(super) consumer_id: u64,
     /// The QoS granted, kept with a stored session to consume again at.
@@ -143,11 +145,13 @@ impl Session {
                 Table::new(),
             )
             .map_err(|e| failed(e.message))?;
+        // Through the queue-type interface: on a cluster the group's queue may live on
+        // another node, consumed here through its stand-in.
         let queue = connected
             .vhost
-            .queue_for(actor, &name, Access::Read)
+            .queue_instance_for(actor, &name, Access::Read)
             .map_err(|e| failed(e.message))?;
-        let sink = SubscriptionSink::new(outbox, Arc::clone(&queue) as Arc<dyn QueueInstance>, qos);
+        let sink = SubscriptionSink::new(outbox, Arc::clone(&queue), qos);
         let spec = ConsumerSpec {
             tag: Arc::from(connected.client_id.as_str()),
             connection_id,
@@ -158,12 +162,22 @@ impl Session {
         };
         let consumer_id = connected
             .vhost
-            .consume(&queue, spec, sink)
+            .consume_instance(&queue, spec, sink)
             .map_err(|e| failed(e.message))?;
         self.context.registry.join_group(
             (connected.vhost.name().to_string(), name),
             &connected.client_id,
         );
+        if !connected.clean_session {
+            // A persistent session's membership outlives the process too.
+            let expiry = connected.v5.as_ref().map_or(0, |v5| v5.session_expiry);
+            self.context.retained.session_put(
+                connected.vhost.name(),
+                &connected.client_id,
+                &super::recovery::shared_record_name(filter),
+                &super::recovery::shared_record_value(qos, expiry),
+            );
+        }
         if let Some(v5) = connected.v5.as_mut() {
             v5.lists_mut().shared.push(SharedSubscription {
                 filter: filter.to_string(),
@@ -197,6 +211,7 @@ impl Session {
                         &self.context,
                         &connected.vhost,
                         &connected.client_id,
+                        Some(&connected.user),
                         &[(filter, qos)],
                     );
                 }
@@ -220,11 +235,14 @@ impl Session {
             return false;
         };
         let shared = v5.lists_mut().shared.remove(position);
-        connected.vhost.cancel(&shared.queue, shared.consumer_id);
+        connected
+            .vhost
+            .cancel_instance(&shared.queue, shared.consumer_id);
         leave_groups(
             &self.context,
             &connected.vhost,
             &connected.client_id,
+            Some(&connected.user),
             &[(shared.filter, shared.qos)],
         );
         true
@@ -232,11 +250,15 @@ impl Session {
 }
 
 /// Takes `client_id`'s session out of the groups of `shared` (`$share/GROUP/filter` with
-/// their QoS), deleting each group's queue once no member session is left.
+/// their QoS), deleting each group's queue once no member session is left. With the
+/// session's `user` the deletion is the core's `queue.delete` on the user's behalf (it
+/// declared the queue), which on a cluster reaches every node wherever the queue lives;
+/// without one (a stored session expiring) the broker removes it from this node.
 pub(super) fn leave_groups(
     context: &MqttContext,
     vhost: &VHost,
     client_id: &str,
+    user: Option<&str>,
     shared: &[(String, QoS)],
 ) {
     for (filter, _) in shared {
@@ -245,9 +267,23 @@ pub(super) fn leave_groups(
         };
         let name = shared_queue_name(group, inner);
         let key = (vhost.name().to_string(), name);
+        context.retained.session_remove(
+            vhost.name(),
+            client_id,
+            &super::recovery::shared_record_name(filter),
+        );
         if context.registry.leave_group(&key, client_id) {
-            if let Some(queue) = vhost.queue(&key.1) {
-                vhost.remove_queue(&queue);
+            let deleted = user.is_some_and(|user| {
+                let actor = Actor {
+                    user,
+                    connection_id: warren_core::vhost::BROKER_CONNECTION,
+                };
+                vhost.delete_queue(actor, &key.1, false, false).is_ok()
+            });
+            if !deleted {
+                if let Some(queue) = vhost.queue_instance(&key.1) {
+                    vhost.remove_queue_instance(&queue);
+                }
             }
         }
     }
@@ -273,7 +309,7 @@ pub(super) fn expire_session_later(
         tokio::time::sleep(std::time::Duration::from_secs(u64::from(seconds))).await;
         if let Some(expired) = context.registry.expire_session(&key, stored_by) {
             tracing::debug!(client_id = %key.1, "MQTT session expired");
-            leave_groups(&context, &vhost, &key.1, &expired.shared);
+            leave_groups(&context, &vhost, &key.1, None, &expired.shared);
             context.retained.forget_session(vhost.name(), &key.1);
             // Classic subscription queues go by their `x-expires`; quorum queues have no
             // queue expiry, so the session's go here.

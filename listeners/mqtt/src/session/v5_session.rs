@@ -301,14 +301,21 @@ impl Session {
         }
     }
 
-    /// QoS 1/2 publishes of the client not yet acknowledged: QoS 2 ones until PUBREL, and
-    /// acknowledgements held for the disk.
+    /// QoS 1/2 publishes of the client not yet acknowledged, each counted once: QoS 2 ones
+    /// until PUBREL (their PUBREC may be held for the disk too), and the PUBACKs and
+    /// PUBCOMPs held for the disk. Held PUBRECs are already among the QoS 2 identifiers, and
+    /// held PUBRELs belong to the broker's own deliveries.
     fn unacknowledged_inbound(&self) -> usize {
         let qos2 = self
             .connected
             .as_deref()
             .map_or(0, |connected| connected.inbound_qos2.len());
-        qos2 + self.held_acks.as_deref().map_or(0, |held| held.len())
+        let held = self.held_acks.as_deref().map_or(0, |held| {
+            held.iter()
+                .filter(|held| matches!(held.packet, Packet::PubAck(_) | Packet::PubComp(_)))
+                .count()
+        });
+        qos2 + held
     }
 }
 
@@ -322,20 +329,54 @@ pub(super) fn will_delay(connected: &super::Connected) -> Option<std::time::Dura
         .then(|| std::time::Duration::from_secs(u64::from(seconds)))
 }
 
-/// Publishes a delayed will after `delay`, unless a connection holds the client identifier
-/// again by then (the client came back, MQTT 3.1.3.2.2). Runs as a task of its own: the
-/// ended session's state goes with it.
+/// Keeps a delayed will in the retained store's log until it is published or the client
+/// is back, so it survives a broker stop ([`super::recovery`]).
+pub(super) fn keep_will(
+    context: &super::MqttContext,
+    connected: &super::Connected,
+    delay: std::time::Duration,
+    will: &crate::codec::LastWill,
+) {
+    match super::recovery::will_record_value(delay, &connected.user, &connected.client_id, will) {
+        Some(value) => context.retained.session_put(
+            connected.vhost.name(),
+            &connected.client_id,
+            super::recovery::WILL_RECORD,
+            &value,
+        ),
+        None => tracing::warn!(
+            client_id = %connected.client_id,
+            "MQTT delayed will cannot be kept across a restart: it does not encode"
+        ),
+    }
+}
+
+/// Publishes a delayed will after `delay`, unless the client came back by then (MQTT
+/// 3.1.3.2.2: its CONNECT cancels the will, [`super::registry::ClientRegistry::cancel_will`])
+/// or a connection holds the client identifier. Runs as a task of its own: the ended
+/// session's state goes with it. The will's record in the log goes once it is published.
 pub(super) fn publish_will_later(
     context: &std::sync::Arc<super::MqttContext>,
     connection_id: u64,
     mut connected: Box<super::Connected>,
-    key: super::registry::ClientKey,
     delay: std::time::Duration,
     will: crate::codec::LastWill,
 ) {
+    let key = (
+        connected.vhost.name().to_string(),
+        connected.client_id.clone(),
+    );
+    context.registry.schedule_will(key.clone(), connection_id);
     let context = std::sync::Arc::clone(context);
     tokio::spawn(async move {
         tokio::time::sleep(delay).await;
+        if !context.registry.take_will(&key, connection_id) {
+            tracing::debug!(client_id = %key.1, "MQTT will not published: the client came back");
+            return;
+        }
+        context
+            .retained
+            .session_remove(&key.0, &key.1, super::recovery::WILL_RECORD);
         if context.registry.is_held(&key) {
             tracing::debug!(client_id = %key.1, "MQTT will not published: the client is back");
             return;
