@@ -17,8 +17,8 @@ use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueBindOptions, Que
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use mqtt5_common::{
-    connect5, connect5_packet, options5, packet, publish5_packet, server_disconnect_reason, try_connect5,
-    Raw5,
+    connect5, connect5_packet, options5, packet, publish5_packet, server_disconnect_reason,
+    try_connect5, Raw5,
 };
 use rumqttc::v5::mqttbytes::v5::{
     ConnectReturnCode, DisconnectReasonCode, Filter, LastWill, LastWillProperties, Packet,
@@ -1043,7 +1043,10 @@ async fn request_and_response_between_two_no_local_subscribers_of_one_topic() {
         );
         for client in [&mut requester, &mut responder] {
             assert!(
-                client.publish_within(Duration::from_millis(300)).await.is_none(),
+                client
+                    .publish_within(Duration::from_millis(300))
+                    .await
+                    .is_none(),
                 "no local: nothing of its own"
             );
         }

@@ -575,7 +575,10 @@ async fn a_shared_subscription_group_spans_the_nodes_until_its_last_member_anywh
     leaver.abort();
     let handed = collect_from(&mut [&mut first, &mut last], held.len()).await;
     let handed: BTreeSet<String> = handed.into_iter().flatten().collect();
-    assert_eq!(handed, held, "the leaver's unacknowledged share went to the others");
+    assert_eq!(
+        handed, held,
+        "the leaver's unacknowledged share went to the others"
+    );
     publish_amqp(&cluster, 0, "tasks", "b-", 6).await;
     let got = collect_from(&mut [&mut first, &mut last], 6).await;
     assert_eq!(got.iter().map(Vec::len).sum::<usize>(), 6, "{got:?}");
@@ -668,8 +671,11 @@ async fn qos2_identifiers_of_a_session_taken_over_on_another_node_survive_that_n
 
     // A meter's persistent session on node 1 publishes QoS 2 identifier 42 and gets its
     // PUBREC, but does not release it.
-    let (mut meter, _) = connect_persistent_raw(cluster.node(0).listener_addr("mqtt"), "meter").await;
-    meter.send(&publish_qos2("meters/1/kwh", 42, b"17", false)).await;
+    let (mut meter, _) =
+        connect_persistent_raw(cluster.node(0).listener_addr("mqtt"), "meter").await;
+    meter
+        .send(&publish_qos2("meters/1/kwh", 42, b"17", false))
+        .await;
     assert_eq!(meter.read_exact(4).await, with_id(0x50, 42), "PUBREC");
     assert_eq!(&keeper.next_publish().await.payload[..], b"17");
 
@@ -677,7 +683,10 @@ async fn qos2_identifiers_of_a_session_taken_over_on_another_node_survive_that_n
     let (moved, present) =
         connect_persistent_raw(cluster.node(1).listener_addr("mqtt"), "meter").await;
     assert!(present, "the session moved");
-    assert!(meter.is_closed_by_broker().await, "node 1 closed the old connection");
+    assert!(
+        meter.is_closed_by_broker().await,
+        "node 1 closed the old connection"
+    );
     drop(moved);
     // The new node writes the identifier to its log after the CONNACK, within a flush
     // interval (a few milliseconds); then node 2 is killed and started again.
@@ -690,8 +699,13 @@ async fn qos2_identifiers_of_a_session_taken_over_on_another_node_survive_that_n
     // PUBREC and not routed again.
     let (mut meter, present) =
         connect_persistent_raw(cluster.node(1).listener_addr("mqtt"), "meter").await;
-    assert!(present, "the unreleased identifier is session state after the restart");
-    meter.send(&publish_qos2("meters/1/kwh", 42, b"17", true)).await;
+    assert!(
+        present,
+        "the unreleased identifier is session state after the restart"
+    );
+    meter
+        .send(&publish_qos2("meters/1/kwh", 42, b"17", true))
+        .await;
     assert_eq!(meter.read_exact(4).await, with_id(0x50, 42), "PUBREC again");
     meter.send(&with_id(0x62, 42)).await;
     assert_eq!(meter.read_exact(4).await, with_id(0x70, 42), "PUBCOMP");
