@@ -1057,3 +1057,100 @@ async fn request_and_response_between_two_no_local_subscribers_of_one_topic() {
     .await
     .expect("test in time");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_above_the_clients_maximum_packet_size_is_dropped_and_settled() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        let addr = broker.mqtt_addr();
+        let mut small = options5(addr, "small-packets");
+        small.set_clean_start(false);
+        session_expiry(&mut small, 60);
+        small.set_max_packet_size(Some(200));
+        let mut subscriber = connect5(small.clone()).await;
+        subscriber.subscribe("sizes/#", QoS::AtLeastOnce).await;
+        let mut publisher = connect5(options5(addr, "sizes-publisher")).await;
+        publisher.publish("sizes/big", QoS::AtLeastOnce, &[b'x'; 500]).await;
+        publisher.publish("sizes/small", QoS::AtLeastOnce, b"fits").await;
+        // The larger one would break the client's limit: it is not sent (MQTT-3.1.2-25)...
+        let heard = subscriber.next_publish().await;
+        assert_eq!(payload_text(&heard.payload), "fits");
+        assert!(subscriber
+            .publish_within(Duration::from_millis(300))
+            .await
+            .is_none());
+        // ... and settled, not kept for a later connection of the session.
+        subscriber.disconnect().await;
+        let mut subscriber = connect5(small).await;
+        assert!(subscriber.connack.session_present);
+        assert!(subscriber
+            .publish_within(Duration::from_millis(500))
+            .await
+            .is_none());
+        subscriber.disconnect().await;
+        publisher.disconnect().await;
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_properties_and_content_type_reach_stomp_headers_and_come_back() {
+    use warren_interop_tests::stomp::StompClient;
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        let mut stomp = StompClient::connect(broker.stomp_addr(), "1.2").await;
+        stomp
+            .subscribe("/topic/telemetry.#", "dash", "auto", &[])
+            .await;
+        let mut device = connect5(options5(broker.mqtt_addr(), "pump")).await;
+        device.subscribe("commands/+", QoS::AtLeastOnce).await;
+
+        // MQTT 5 to STOMP: user properties become headers, content type content-type.
+        let properties = PublishProperties {
+            user_properties: vec![("device".into(), "pump-7".into())],
+            content_type: Some("application/json".into()),
+            ..PublishProperties::default()
+        };
+        device
+            .client
+            .publish_with_properties(
+                "telemetry/pump-7",
+                QoS::AtLeastOnce,
+                false,
+                "{\"bar\":2}",
+                properties,
+            )
+            .await
+            .expect("publish");
+        let message = stomp.expect_message().await;
+        assert_eq!(message.text(), "{\"bar\":2}");
+        assert_eq!(message.header("device"), Some("pump-7"));
+        assert_eq!(message.header("content-type"), Some("application/json"));
+
+        // STOMP to MQTT 5: a plain header becomes a user property.
+        stomp
+            .send(
+                "/topic/commands.stop",
+                "now",
+                &[("site", "north"), ("content-type", "text/plain")],
+            )
+            .await;
+        let command = device.next_publish().await;
+        assert_eq!(payload_text(&command.payload), "now");
+        let properties = command.properties.expect("properties");
+        assert!(
+            properties
+                .user_properties
+                .contains(&("site".to_string(), "north".to_string())),
+            "{:?}",
+            properties.user_properties
+        );
+        assert_eq!(properties.content_type.as_deref(), Some("text/plain"));
+        device.disconnect().await;
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
