@@ -1070,8 +1070,12 @@ async fn a_delivery_above_the_clients_maximum_packet_size_is_dropped_and_settled
         let mut subscriber = connect5(small.clone()).await;
         subscriber.subscribe("sizes/#", QoS::AtLeastOnce).await;
         let mut publisher = connect5(options5(addr, "sizes-publisher")).await;
-        publisher.publish("sizes/big", QoS::AtLeastOnce, &[b'x'; 500]).await;
-        publisher.publish("sizes/small", QoS::AtLeastOnce, b"fits").await;
+        publisher
+            .publish("sizes/big", QoS::AtLeastOnce, &[b'x'; 500])
+            .await;
+        publisher
+            .publish("sizes/small", QoS::AtLeastOnce, b"fits")
+            .await;
         // The larger one would break the client's limit: it is not sent (MQTT-3.1.2-25)...
         let heard = subscriber.next_publish().await;
         assert_eq!(payload_text(&heard.payload), "fits");

@@ -544,7 +544,10 @@ async fn web_mqtt_web_stomp_and_web_amqp_over_tls() {
 
     // AMQP 1.0 over TLS WebSocket: the SASL protocol header is answered with the broker's
     // own, then its mechanisms.
-    let web_amqp = broker.server().web_amqp_addr().expect("AMQP 1.0 over TLS WebSocket");
+    let web_amqp = broker
+        .server()
+        .web_amqp_addr()
+        .expect("AMQP 1.0 over TLS WebSocket");
     let mut amqp = wss(web_amqp, pki.client_config(None), "amqp").await;
     amqp.send(Message::Binary(b"AMQP\x03\x01\x00\x00".to_vec().into()))
         .await

@@ -352,9 +352,10 @@ async fn the_binary_logs_each_websocket_listener_and_serves_it_at_ws() {
             let mut request = format!("ws://{addr}/ws")
                 .into_client_request()
                 .expect("request");
-            request
-                .headers_mut()
-                .insert("sec-websocket-protocol", HeaderValue::from_static(subprotocol));
+            request.headers_mut().insert(
+                "sec-websocket-protocol",
+                HeaderValue::from_static(subprotocol),
+            );
             let (mut socket, response) = tokio_tungstenite::connect_async(request)
                 .await
                 .unwrap_or_else(|e| panic!("{protocol} handshake: {e}"));
