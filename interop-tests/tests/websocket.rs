@@ -374,3 +374,48 @@ async fn the_binary_logs_each_websocket_listener_and_serves_it_at_ws() {
     .await
     .expect("test in time");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_mqtt_applies_the_tcp_listeners_login_and_permission_rules() {
+    use rumqttc::v5::mqttbytes::v5::{ConnectReturnCode, SubscribeReasonCode};
+    use rumqttc::v5::{ConnectionError, StateError};
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = broker_with_websockets().await;
+        broker.add_topic_user("bob", "bobpw", ".*", "^bob\\.");
+        let web = broker.server().web_mqtt_addr().expect("Web-MQTT listener");
+        let url = format!("ws://{web}/ws");
+        let web_options = |client_id: &str, user: &str, password: &str| {
+            let mut options = rumqttc::v5::MqttOptions::new(client_id, &url, web.port());
+            options.set_transport(rumqttc::Transport::Ws);
+            options.set_credentials(user, password);
+            options
+        };
+        // A wrong password: CONNACK 0x86, as on the TCP listener.
+        match mqtt5_common::try_connect5(web_options("web-bad", "bob", "wrong")).await {
+            Err(ConnectionError::ConnectionRefused(code)) => {
+                assert_eq!(code, ConnectReturnCode::BadUserNamePassword)
+            }
+            Err(other) => panic!("expected CONNACK 0x86, got {other:?}"),
+            Ok(_) => panic!("a wrong password was accepted"),
+        }
+        // A topic permission refusing the filter: SUBACK 0x87 (rumqttc then ends its loop).
+        let bob = mqtt5_common::connect5(web_options("web-bob", "bob", "bobpw")).await;
+        bob.client
+            .subscribe("alice/inbox", rumqttc::v5::mqttbytes::QoS::AtLeastOnce)
+            .await
+            .expect("subscribe");
+        match tokio::time::timeout(Duration::from_secs(5), bob.ended)
+            .await
+            .expect("SUBACK in time")
+            .expect("event loop task")
+        {
+            ConnectionError::MqttState(StateError::SubFail { reason }) => {
+                assert_eq!(reason, SubscribeReasonCode::NotAuthorized)
+            }
+            other => panic!("expected a refused SUBACK, got {other:?}"),
+        }
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
