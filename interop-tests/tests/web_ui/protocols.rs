@@ -1,8 +1,9 @@
 //! What the UI shows of a broker in use: connections of every protocol (AMQP 0-9-1, AMQP
-//! 1.0, MQTT, STOMP, the stream protocol) with their protocol, user and vhost, two of them
-//! closed from the page; the AMQP channels; a queue's consumer; a queue's rates; the overview's
-//! listeners of every protocol, its charts drawn from the API's rate history, and the memory
-//! and disk alarms raised by the resource monitor and cleared again.
+//! 1.0, MQTT, STOMP, the stream protocol) with their protocol, user, vhost, client and
+//! channels, two of them closed from the page; the AMQP channels; a queue's consumer and
+//! rates; the overview's totals, listeners of every protocol, its charts drawn from the
+//! API's rate history, and the memory and disk alarms raised by the resource monitor and
+//! cleared again.
 
 use std::path::Path;
 use std::time::Duration;
@@ -193,6 +194,12 @@ async fn every_protocol(driver: &Driver, chromium: &Path) {
     for row in &rows {
         assert_eq!(row[2], "guest", "user column: {row:?}");
         assert_eq!(row[3], "/", "vhost column: {row:?}");
+        if row[1] == "AMQP 0-9-1" {
+            // The client's properties: amqprs names itself.
+            let client = row[4].as_str().unwrap_or_default().to_ascii_lowercase();
+            assert!(client.contains("amqprs"), "client column: {row:?}");
+            assert_eq!(row[5], "1", "channels column: {row:?}");
+        }
     }
     screenshot(&client, "every-protocol-connections").await;
     // Close the MQTT and the STOMP connection from the page.
@@ -239,7 +246,11 @@ async fn every_protocol(driver: &Driver, chromium: &Path) {
 
     // A queue's page: its consumer and a publish rate above zero.
     goto(&client, &base, "#/queues/%2F/watched", "Queue watched").await;
-    wait_for_text(&client, "table[aria-label=Consumers]", "ui-consumer").await;
+    let consumers = wait_for_text(&client, "table[aria-label=Consumers]", "ui-consumer").await;
+    assert!(
+        consumers.contains(" -> "),
+        "the consumer's connection: {consumers}"
+    );
     reload_until(
         &client,
         "the queue's publish rate",
@@ -249,8 +260,21 @@ async fn every_protocol(driver: &Driver, chromium: &Path) {
     .await;
     screenshot(&client, "queue-rates").await;
 
-    // Overview: every listener the API reports, and charts with lines from the history.
+    // Overview: the totals, every listener the API reports, and charts with lines from the
+    // history.
     goto(&client, &base, "#/overview", "Overview").await;
+    let open_now = protocols(&broker).len();
+    wait_for_script(
+        &client,
+        "the Connections total",
+        &format!(
+            "Array.from(document.querySelectorAll('.card')).some((card) => \
+             card.querySelector('.label').textContent === 'Connections' \
+             && card.querySelector('.value').textContent === '{open_now}')"
+        ),
+        LIMIT,
+    )
+    .await;
     let overview = broker
         .api_as_guest("GET", "/api/overview", None)
         .await
