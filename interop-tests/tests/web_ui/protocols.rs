@@ -1,9 +1,9 @@
 //! What the UI shows of a broker in use: connections of every protocol (AMQP 0-9-1, AMQP
-//! 1.0, MQTT, STOMP, the stream protocol) with their protocol, user, vhost, client and
-//! channels, two of them closed from the page; the AMQP channels; a queue's consumer and
-//! rates; the overview's totals, listeners of every protocol, its charts drawn from the
-//! API's rate history, and the memory and disk alarms raised by the resource monitor and
-//! cleared again.
+//! 1.0, MQTT, STOMP, the stream protocol) with their protocol, user, vhost, client,
+//! channels and byte rates, two of them closed from the page; the AMQP channels; a queue's
+//! consumer and rates; the overview's totals, listeners of every protocol, its charts drawn
+//! from the API's rate history, and the memory and disk alarms raised by the resource
+//! monitor and cleared again.
 
 use std::path::Path;
 use std::time::Duration;
@@ -201,6 +201,30 @@ async fn every_protocol(driver: &Driver, chromium: &Path) {
             assert_eq!(row[5], "1", "channels column: {row:?}");
         }
     }
+    // Byte counts for every connection from the API, and a rate on the page for the
+    // publishing one once the page has refreshed (rates need two readings).
+    for connection in broker
+        .api_as_guest("GET", "/api/connections", None)
+        .await
+        .json()
+        .as_array()
+        .expect("connections")
+    {
+        assert!(
+            connection["recv_oct"].as_u64().is_some_and(|n| n > 0)
+                && connection["send_oct"].as_u64().is_some_and(|n| n > 0),
+            "{connection}"
+        );
+    }
+    wait_for_script(
+        &client,
+        "a From client rate above zero for the AMQP 0-9-1 publisher",
+        "Array.from(document.querySelectorAll('table[aria-label=Connections] tbody tr'))\
+         .some((row) => row.cells[1].textContent === 'AMQP 0-9-1' \
+         && parseFloat(row.cells[7].textContent) > 0 && parseFloat(row.cells[8].textContent) >= 0)",
+        RATES_LIMIT,
+    )
+    .await;
     screenshot(&client, "every-protocol-connections").await;
     // Close the MQTT and the STOMP connection from the page.
     click_xpath(&client, &close_button("MQTT 3.1.1")).await;

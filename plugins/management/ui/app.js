@@ -324,8 +324,8 @@ async function showConnections(view) {
       { title: 'Client', narrow: true, cell: (c) => { const p = c.client_properties || {}; return [p.product, p.version].filter(Boolean).join(' ') || c.user_provided_name || ''; } },
       { title: 'Channels', num: true, cell: (c) => c.channels },
       { title: 'TLS', narrow: true, cell: (c) => (c.ssl ? 'yes' : 'no') },
-      // No byte rates: the API has no recv_oct / send_oct (the core counts no bytes per
-      // connection).
+      { title: 'From client', num: true, narrow: true, cell: (c) => rate(c, 'recv_oct') },
+      { title: 'To client', num: true, narrow: true, cell: (c) => rate(c, 'send_oct') },
       { title: 'Actions', cell: (c) => h('button', { type: 'button', class: 'danger', 'aria-label': `Close connection ${c.name}`, onclick: async () => {
         await act(`Closed ${c.name}`, () => api('DELETE', `/api/connections/${enc(c.name)}`, undefined, { 'X-Reason': 'Closed via the management UI' }));
         await render();

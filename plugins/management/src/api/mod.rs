@@ -88,6 +88,8 @@ pub struct Management {
     pub cluster: Option<Arc<dyn ClusterView>>,
     /// Quorum queues' Raft groups (status, membership, leadership, metrics).
     pub quorum: Option<Arc<dyn QuorumView>>,
+    /// Connections' last socket byte counts, for `recv_oct_details` and `send_oct_details`.
+    pub octets: crate::octets::OctetRates,
 }
 
 /// What the API shows of the cluster (implemented by the server on the cluster crate).
@@ -170,10 +172,13 @@ impl Management {
     pub fn local_listing(&self, kind: ListingKind) -> Json {
         let connections = self.broker.connections().list();
         Json::Array(match kind {
-            ListingKind::Connections => connections
-                .iter()
-                .map(|c| self.connection_json(c))
-                .collect(),
+            ListingKind::Connections => {
+                let octets = self.connection_octets(&connections);
+                connections
+                    .iter()
+                    .map(|c| self.connection_json(c, &octets))
+                    .collect()
+            }
             ListingKind::Channels => connections
                 .iter()
                 .flat_map(|c| self.channels_of(c))
