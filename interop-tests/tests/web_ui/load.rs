@@ -10,10 +10,10 @@ use warren_interop_tests::TestBroker;
 use crate::browser::*;
 use crate::raw_common;
 
-/// How long a page may take to load in this test. The target is 1 s; the assertion
-/// is looser so that a debug build on a loaded CI machine does not fail for noise, and the
-/// figures are printed (docs/benchmarks.md records them).
-const LOAD_LIMIT: Duration = Duration::from_secs(5);
+/// How long a page may take to load: the target, held by the median of three loads
+/// so that one slow load on a busy machine does not fail the test. The figures are printed
+/// (docs/benchmarks.md records them).
+const LOAD_LIMIT: Duration = Duration::from_secs(1);
 
 /// Opens `url` (a full page load: the UI's files, the login from the session, the API
 /// calls) and waits until `ready` (a JavaScript expression) holds; the time it took. The
@@ -137,13 +137,24 @@ async fn measure_loads(driver: &Driver, chromium: &Path) {
     ];
     let mut report = Vec::new();
     for (name, hash, ready) in &pages {
-        // The first load warms chromium's cache of the UI's files; the second is measured.
+        // The first load warms chromium's cache of the UI's files; the next three are
+        // measured.
         load_time(&client, &format!("{base}/{hash}"), ready).await;
-        let took = load_time(&client, &format!("{base}/{hash}"), ready).await;
-        report.push(format!("{name} {} ms", took.as_millis()));
+        let mut loads = Vec::new();
+        for _ in 0..3 {
+            loads.push(load_time(&client, &format!("{base}/{hash}"), ready).await);
+        }
+        loads.sort();
+        let took = loads[1];
+        report.push(format!(
+            "{name} {} ms ({}-{})",
+            took.as_millis(),
+            loads[0].as_millis(),
+            loads[2].as_millis()
+        ));
         assert!(
             took < LOAD_LIMIT,
-            "the {name} page took {took:?} with {QUEUES} queues and {CONNECTIONS} connections"
+            "the {name} page took {took:?} (median of {loads:?}) with {QUEUES} queues and {CONNECTIONS} connections"
         );
     }
     // The next page of connections is there too.

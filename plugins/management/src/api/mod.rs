@@ -604,6 +604,42 @@ impl Management {
         }
     }
 
+    /// [`Management::list_per_vhost`] for a listing that can be paged by name before its JSON
+    /// is built: `list` gives each vhost's items as `(name, build)`, in listing order, and
+    /// only the items on the requested page are built. Without a page, or for a page sorted
+    /// by another field, every item is built as before.
+    pub(crate) fn list_per_vhost_by_name<'a>(
+        &self,
+        caller: &Caller,
+        only: Option<&str>,
+        list: impl Fn(&Arc<VHost>) -> Vec<(String, Box<dyn FnOnce() -> Json + 'a>)>,
+    ) -> Response {
+        let vhosts = match self.visible_vhosts(caller, only) {
+            Ok(vhosts) => vhosts,
+            Err(response) => return response,
+        };
+        let items: Vec<(String, Box<dyn FnOnce() -> Json + 'a>)> =
+            vhosts.iter().flat_map(list).collect();
+        match &caller.paging {
+            Some(paging) if paging.needs_names_only() => {
+                match paging.apply_named(items, |build| build()) {
+                    Ok(page) => Response::json(200, &page),
+                    Err(refusal) => refusal,
+                }
+            }
+            paging => {
+                let items: Vec<Json> = items.into_iter().map(|(_, build)| build()).collect();
+                match paging {
+                    None => Response::json(200, &Json::Array(items)),
+                    Some(paging) => match paging.apply(items) {
+                        Ok(page) => Response::json(200, &page),
+                        Err(refusal) => refusal,
+                    },
+                }
+            }
+        }
+    }
+
     /// `GET /api/KIND/VHOST/NAME[/...]`: what `find` answers in a vhost the caller sees; 404
     /// when it finds nothing.
     pub(crate) fn show_in_vhost(
