@@ -253,7 +253,10 @@ pub(crate) async fn driver_or_skip(test: &str) -> Option<(Driver, PathBuf)> {
                 std::env::var_os("CI").is_none(),
                 "browser tests must run in CI: {reason}"
             );
-            eprintln!("{test} skipped: {reason}");
+            // Straight to the process's stderr: libtest hides what a passing test prints
+            // with eprintln!, and a developer's plain `cargo test` should show this.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "{test} skipped: {reason}");
             None
         }
     }
