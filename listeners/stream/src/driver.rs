@@ -118,7 +118,7 @@ fn registration(
     Some(
         broker.register_connection(
             ConnectionInfo {
-                id: broker.next_connection_id(),
+                id: session.connection_id(),
                 protocol: "RabbitMQ Stream".to_owned(),
                 user: user.to_owned(),
                 vhost: vhost.to_owned(),

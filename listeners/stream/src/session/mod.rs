@@ -104,6 +104,8 @@ pub struct Session {
     config: Arc<SessionConfig>,
     peer: SocketAddr,
     local: SocketAddr,
+    /// The id the connection is registered under (its publishers and consumers too).
+    connection_id: u64,
     stage: Stage,
     vhost: Option<Arc<VHost>>,
     /// The largest frame accepted now (the initial ceiling until Open).
@@ -186,11 +188,13 @@ impl Session {
             limit => config.initial_frame_max.min(limit),
         };
         let negotiated_frame_max = config.frame_max;
+        let connection_id = broker.next_connection_id();
         Session {
             broker,
             config,
             peer,
             local,
+            connection_id,
             stage: Stage::Authenticating,
             vhost: None,
             frame_max,
@@ -227,6 +231,11 @@ impl Session {
             })
             .cloned()
             .collect()
+    }
+
+    /// The id to register the connection under.
+    pub fn connection_id(&self) -> u64 {
+        self.connection_id
     }
 
     /// The largest frame accepted now.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use warren_core::access::Access;
+use warren_core::stream_clients::{StreamPublisher, StreamPublisherInfo};
 use warren_core::stream_log::{Publish, Record, StreamLog};
 
 use super::{error_code, Control, Session};
@@ -15,6 +16,8 @@ use crate::codec::{code, encode, key, Request};
 pub(super) struct Publisher {
     pub log: Arc<StreamLog>,
     pub reference: Option<String>,
+    /// Its listing for operators, with its counters.
+    pub registration: StreamPublisher,
 }
 
 /// What the writer thread reports for one Publish frame.
@@ -78,8 +81,24 @@ impl Session {
                     let (vhost, user) = self.vhost();
                     match vhost.stream_for(user, Access::Write, &stream) {
                         Ok(log) => {
-                            self.publishers
-                                .insert(publisher_id, Publisher { log, reference });
+                            let registration =
+                                self.broker
+                                    .stream_clients()
+                                    .add_publisher(StreamPublisherInfo {
+                                        connection: self.connection_id,
+                                        publisher_id,
+                                        vhost: vhost.name().to_owned(),
+                                        stream: stream.clone(),
+                                        reference: reference.clone().unwrap_or_default(),
+                                    });
+                            self.publishers.insert(
+                                publisher_id,
+                                Publisher {
+                                    log,
+                                    reference,
+                                    registration,
+                                },
+                            );
                             code::OK
                         }
                         Err(error) => error_code(&error),
@@ -144,6 +163,8 @@ impl Session {
         if messages.is_empty() {
             return;
         }
+        let counters = Arc::clone(publisher.registration.counters());
+        counters.published(ids.len() as u64);
         let records = messages
             .into_iter()
             .map(|message| Record {
@@ -157,9 +178,13 @@ impl Session {
             producer: publisher.reference.clone(),
             records,
             on_written: Box::new(move |result| match result {
-                Ok(written) => confirms.push(Outcome::Confirmed(publisher_id, written.confirmed)),
+                Ok(written) => {
+                    counters.confirmed(written.confirmed.len() as u64);
+                    confirms.push(Outcome::Confirmed(publisher_id, written.confirmed))
+                }
                 Err(error) => {
                     tracing::warn!(%error, "stream publish failed");
+                    counters.errored(ids.len() as u64);
                     confirms.push(Outcome::Failed(
                         publisher_id,
                         ids,

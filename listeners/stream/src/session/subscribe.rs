@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use warren_core::access::Access;
+use warren_core::stream_clients::{StreamConsumer, StreamConsumerInfo};
 use warren_core::stream_log::single_active::GroupMember;
 use warren_core::stream_log::{ChunkFilter, OffsetSpec, StreamLog, StreamReader};
 
@@ -24,6 +25,8 @@ pub(super) struct Subscription {
     pub caught_up: bool,
     /// Its single-active-consumer group, for a subscription that joined one.
     pub group: Option<Group>,
+    /// Its listing for operators, with its counters.
+    pub registration: StreamConsumer,
 }
 
 /// A subscription's place in its single-active-consumer group.
@@ -96,7 +99,10 @@ impl Session {
                 credit,
             } => match self.subscriptions.get_mut(&subscription_id) {
                 Some(subscription) => {
-                    subscription.credit = subscription.credit.saturating_add(u32::from(credit))
+                    subscription.credit = subscription.credit.saturating_add(u32::from(credit));
+                    subscription
+                        .registration
+                        .set_credits(u64::from(subscription.credit));
                 }
                 None => encode::credit_response(
                     &mut self.out,
@@ -205,6 +211,7 @@ impl Session {
             return code::PRECONDITION_FAILED;
         }
         let (vhost, user) = self.vhost();
+        let vhost_name = vhost.name().to_owned();
         let log = match vhost.stream_for(user, Access::Read, stream) {
             Ok(log) => log,
             Err(error) => return error_code(&error),
@@ -221,6 +228,18 @@ impl Session {
             subscription_id,
             log.subscribe(),
         ));
+        let registration = self.broker.stream_clients().add_consumer(
+            StreamConsumerInfo {
+                connection: self.connection_id,
+                subscription_id,
+                vhost: vhost_name,
+                stream: stream.to_owned(),
+                properties: properties.to_vec(),
+                single_active,
+            },
+            u64::from(credit),
+            reader.start_offset(),
+        );
         let group = match group_name {
             Some(name) if single_active => Some(Group {
                 member: log.consumer_groups().join(&name, Arc::clone(&self.wake)),
@@ -238,6 +257,7 @@ impl Session {
                 credit: u32::from(credit),
                 caught_up: false,
                 group,
+                registration,
             },
         );
         code::OK
@@ -260,7 +280,10 @@ impl Session {
         };
         if let Some(offset) = offset {
             match subscription.log.reader(offset_spec(offset)) {
-                Ok(reader) => subscription.reader = reader.with_filter(subscription.filter.clone()),
+                Ok(reader) => {
+                    subscription.registration.moved_to(reader.start_offset());
+                    subscription.reader = reader.with_filter(subscription.filter.clone());
+                }
                 Err(error) => {
                     tracing::warn!(stream = %subscription.stream, %error, "cannot read stream from the offset a consumer resumes at");
                 }
@@ -269,6 +292,7 @@ impl Session {
         if let Some(group) = subscription.group.as_mut() {
             group.phase = Phase::Active;
         }
+        subscription.registration.set_active(true);
         subscription.caught_up = false;
     }
 
@@ -338,6 +362,13 @@ impl Session {
                             &chunk,
                         );
                         subscription.credit -= 1;
+                        let records = u64::from(chunk.header.records);
+                        subscription
+                            .registration
+                            .delivered(records, chunk.header.first_offset + records);
+                        subscription
+                            .registration
+                            .set_credits(u64::from(subscription.credit));
                     }
                     Ok(None) => subscription.caught_up = true,
                     Err(error) => {
