@@ -45,6 +45,9 @@ enum Phase {
     Asked(u32),
     /// Active: chunks flow while it has credit.
     Active,
+    /// Told to step down (ConsumerUpdate with active false and this correlation id): no
+    /// chunks; once the client answered, the group makes another member active.
+    SteppingDown(u32),
 }
 
 impl Subscription {
@@ -216,6 +219,14 @@ impl Session {
             Ok(log) => log,
             Err(error) => return error_code(&error),
         };
+        // A super stream partition's group spreads its members over the partitions by the
+        // partition's index (RabbitMQ's `partition_index`; none when the stream is not one
+        // of the super stream's partitions).
+        let partition = properties
+            .iter()
+            .find(|(k, _)| k == "super-stream")
+            .and_then(|(_, super_stream)| vhost.streams().super_streams().get(super_stream))
+            .and_then(|found| found.partitions.iter().position(|(p, _)| p == stream));
         let filter = chunk_filter(properties);
         let reader = match log.reader(offset_spec(offset)) {
             Ok(reader) => reader.with_filter(filter.clone()),
@@ -224,10 +235,6 @@ impl Session {
                 return code::INTERNAL_ERROR;
             }
         };
-        self.changes.push(SubscriptionChange::Started(
-            subscription_id,
-            log.subscribe(),
-        ));
         let registration = self.broker.stream_clients().add_consumer(
             StreamConsumerInfo {
                 connection: self.connection_id,
@@ -241,12 +248,27 @@ impl Session {
             reader.start_offset(),
         );
         let group = match group_name {
-            Some(name) if single_active => Some(Group {
-                member: log.consumer_groups().join(&name, Arc::clone(&self.wake)),
-                phase: Phase::Waiting,
-            }),
+            Some(name) if single_active => {
+                match log
+                    .consumer_groups()
+                    .join_partition(&name, partition, Arc::clone(&self.wake))
+                {
+                    Ok(member) => Some(Group {
+                        member,
+                        phase: Phase::Waiting,
+                    }),
+                    Err(_) => {
+                        tracing::info!(%stream, group = %name, "single active consumer refused: another partition index than its group's");
+                        return code::PRECONDITION_FAILED;
+                    }
+                }
+            }
             _ => None,
         };
+        self.changes.push(SubscriptionChange::Started(
+            subscription_id,
+            log.subscribe(),
+        ));
         self.subscriptions.insert(
             subscription_id,
             Subscription {
@@ -270,6 +292,17 @@ impl Session {
         correlation_id: u32,
         offset: Option<OffsetSpecification>,
     ) {
+        if let Some(group) = self
+            .subscriptions
+            .values_mut()
+            .filter_map(|s| s.group.as_mut())
+            .find(|g| g.phase == Phase::SteppingDown(correlation_id))
+        {
+            // It stepped down: the group makes another member active.
+            group.phase = Phase::Waiting;
+            group.member.stepped_down();
+            return;
+        }
         let Some(subscription) = self.subscriptions.values_mut().find(|s| {
             s.group
                 .as_ref()
@@ -297,28 +330,39 @@ impl Session {
     }
 
     /// Tells each single active consumer that became active so (ConsumerUpdate); it is sent
-    /// chunks once its client answered where to start.
+    /// chunks once its client answered where to start. One asked to step down stops being
+    /// sent chunks and is told so (ConsumerUpdate with active false).
     fn announce_active(&mut self) {
-        let newly_active: Vec<u8> = self
-            .subscriptions
-            .iter()
-            .filter(|(_, s)| {
-                s.group
-                    .as_ref()
-                    .is_some_and(|g| g.phase == Phase::Waiting && g.member.is_active())
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in newly_active {
-            let correlation_id = self.correlation_id();
-            if let Some(group) = self
-                .subscriptions
-                .get_mut(&id)
-                .and_then(|s| s.group.as_mut())
-            {
-                group.phase = Phase::Asked(correlation_id);
+        let mut updates: Vec<(u8, bool)> = Vec::new();
+        for (id, subscription) in &mut self.subscriptions {
+            let Some(group) = subscription.group.as_mut() else {
+                continue;
+            };
+            match group.phase {
+                Phase::Waiting if group.member.is_active() => updates.push((*id, true)),
+                // Asked to step down before it was told it is active: nothing to tell.
+                Phase::Waiting if group.member.must_step_down() => group.member.stepped_down(),
+                Phase::Asked(_) | Phase::Active if group.member.must_step_down() => {
+                    updates.push((*id, false))
+                }
+                _ => {}
             }
-            encode::consumer_update(&mut self.out, correlation_id, id, true);
+        }
+        for (id, active) in updates {
+            let correlation_id = self.correlation_id();
+            if let Some(subscription) = self.subscriptions.get_mut(&id) {
+                if let Some(group) = subscription.group.as_mut() {
+                    group.phase = if active {
+                        Phase::Asked(correlation_id)
+                    } else {
+                        Phase::SteppingDown(correlation_id)
+                    };
+                }
+                if !active {
+                    subscription.registration.set_active(false);
+                }
+            }
+            encode::consumer_update(&mut self.out, correlation_id, id, active);
         }
     }
 
