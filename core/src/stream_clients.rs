@@ -26,7 +26,99 @@ pub struct StreamClients {
     publishers: RwLock<HashMap<Key, Arc<PublisherEntry>>>,
     consumers: RwLock<HashMap<Key, Arc<ConsumerEntry>>>,
     totals: Arc<Totals>,
+    /// Error responses sent, by [`STREAM_ERRORS`] entry.
+    errors: [AtomicU64; STREAM_ERRORS.len()],
 }
+
+/// The stream protocol's error response codes RabbitMQ counts (`rabbit_stream_metrics.hrl`):
+/// code, the counter's name (`rabbitmq_global_stream_error_<name>_total`) and its help.
+pub const STREAM_ERRORS: [(u16, &str, &str); 17] = [
+    (
+        0x02,
+        "stream_does_not_exist",
+        "Total number of commands rejected with stream does not exist error",
+    ),
+    (
+        0x03,
+        "subscription_id_already_exists",
+        "Total number of commands failed with subscription id already exists",
+    ),
+    (
+        0x04,
+        "subscription_id_does_not_exist",
+        "Total number of commands failed with subscription id does not exist",
+    ),
+    (
+        0x05,
+        "stream_already_exists",
+        "Total number of commands failed with stream already exists",
+    ),
+    (
+        0x06,
+        "stream_not_available",
+        "Total number of commands failed with stream not available",
+    ),
+    (
+        0x07,
+        "sasl_mechanism_not_supported",
+        "Total number of commands failed with sasl mechanism not supported",
+    ),
+    (
+        0x08,
+        "authentication_failure",
+        "Total number of commands failed with authentication failure",
+    ),
+    (
+        0x09,
+        "sasl_error",
+        "Total number of commands failed with sasl error",
+    ),
+    (
+        0x0a,
+        "sasl_challenge",
+        "Total number of commands failed with sasl challenge",
+    ),
+    (
+        0x0b,
+        "sasl_authentication_failure_loopback",
+        "Total number of commands failed with sasl authentication failure loopback",
+    ),
+    (
+        0x0c,
+        "vhost_access_failure",
+        "Total number of commands failed with vhost access failure",
+    ),
+    (
+        0x0d,
+        "unknown_frame",
+        "Total number of commands failed with unknown frame",
+    ),
+    (
+        0x0e,
+        "frame_too_large",
+        "Total number of commands failed with frame too large",
+    ),
+    (
+        0x0f,
+        "internal_error",
+        "Total number of commands failed with internal error",
+    ),
+    (
+        0x10,
+        "access_refused",
+        "Total number of commands failed with access refused",
+    ),
+    (
+        0x11,
+        "precondition_failed",
+        "Total number of commands failed with precondition failed",
+    ),
+    (
+        0x12,
+        "publisher_does_not_exist",
+        "Total number of commands failed with publisher does not exist",
+    ),
+];
 
 /// Lifetime totals of the stream protocol on this node.
 #[derive(Default)]
@@ -234,6 +326,31 @@ impl StreamClients {
         list
     }
 
+    /// Counts a response sent with `code` when it is one of [`STREAM_ERRORS`].
+    pub fn count_response(&self, code: u16) {
+        if let Some(index) = STREAM_ERRORS.iter().position(|(c, _, _)| *c == code) {
+            self.errors[index].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Each of [`STREAM_ERRORS`] with its count: name, help, responses sent.
+    pub fn error_counts(&self) -> Vec<(&'static str, &'static str, u64)> {
+        STREAM_ERRORS
+            .iter()
+            .zip(&self.errors)
+            .map(|((_, name, help), count)| (*name, *help, count.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// How many subscriptions read `stream` of `vhost` now.
+    pub fn consumers_of(&self, vhost: &str, stream: &str) -> usize {
+        self.consumers
+            .read()
+            .values()
+            .filter(|entry| entry.info.vhost == vhost && entry.info.stream == stream)
+            .count()
+    }
+
     /// The node's figures now.
     pub fn totals(&self) -> StreamTotals {
         StreamTotals {
@@ -362,6 +479,8 @@ mod tests {
             (listed.published, listed.confirmed, listed.errored),
             (3, 2, 1)
         );
+        assert_eq!(clients.consumers_of("/", "s"), 1);
+        assert_eq!(clients.consumers_of("/", "t"), 0);
         let listed = &clients.consumers()[0];
         assert_eq!(
             (
@@ -383,6 +502,13 @@ mod tests {
                 delivered: 4
             }
         );
+        clients.count_response(0x01);
+        clients.count_response(0x02);
+        clients.count_response(0x13);
+        let errors = clients.error_counts();
+        assert_eq!(errors.len(), 17);
+        assert_eq!(errors[0], ("stream_does_not_exist", STREAM_ERRORS[0].2, 1));
+        assert_eq!(errors.iter().map(|e| e.2).sum::<u64>(), 1);
         drop(publisher);
         drop(consumer);
         assert!(clients.publishers().is_empty() && clients.consumers().is_empty());

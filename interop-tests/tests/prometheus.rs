@@ -223,6 +223,12 @@ async fn stream_protocol_traffic_is_counted_with_rabbitmq_stream_names() {
         .create("metered-stream")
         .await
         .expect("created");
+    // Creating it again is refused: one STREAM_ALREADY_EXISTS response.
+    assert!(environment
+        .stream_creator()
+        .create("metered-stream")
+        .await
+        .is_err());
     let producer = environment
         .producer()
         .build("metered-stream")
@@ -271,6 +277,19 @@ async fn stream_protocol_traffic_is_counted_with_rabbitmq_stream_names() {
     assert_eq!(found[&stream("rabbitmq_global_consumers")], 1.0);
     assert_eq!(found["rabbitmq_stream_consumer_max_offset_lag"], 0.0);
     assert_eq!(found["rabbitmq_stream_segments"], 1.0);
+    assert_eq!(
+        found[&stream("rabbitmq_global_stream_error_stream_already_exists_total")],
+        1.0
+    );
+    assert_eq!(
+        found[&stream("rabbitmq_global_stream_error_access_refused_total")],
+        0.0
+    );
+    let error_families = found
+        .keys()
+        .filter(|k| k.starts_with("rabbitmq_global_stream_error_"))
+        .count();
+    assert_eq!(error_families, 17, "RabbitMQ's 17 stream error counters");
 
     // A single active consumer group at `first`: the active member reads all four, the
     // waiting one stays at offset 0, four behind the end.

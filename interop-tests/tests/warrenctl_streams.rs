@@ -119,6 +119,13 @@ async fn stream_connections_publishers_and_consumers_are_listed_with_their_count
     assert_eq!(listed["active"], true);
     assert_eq!(listed["activity_status"], "up");
 
+    // The stream's queue listing counts the subscriber.
+    let queue = broker
+        .api_as_guest("GET", "/api/queues/%2F/events", None)
+        .await
+        .json();
+    assert_eq!(queue["consumers"], 1, "{queue}");
+
     // The connections of the producer and the consumer are stream connections of guest.
     let connections = json(
         &broker,

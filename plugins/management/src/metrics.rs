@@ -406,7 +406,8 @@ pub fn render(management: &Management, per_object: bool) -> String {
 const STREAM_PROTOCOL: [(&str, &str); 1] = [("protocol", "stream")];
 
 /// The stream families of rabbitmq_prometheus: the stream protocol's publishers, consumers
-/// and messages received expecting a confirm (every stream publish does), the highest
+/// and messages received expecting a confirm (every stream publish does), its error
+/// responses by code (`rabbitmq_global_stream_error_*_total`), the highest
 /// consumer offset lag (`rabbitmq_stream_consumer_max_offset_lag`) and the segment files
 /// (`rabbitmq_stream_segments`); per stream (labels `vhost`, `queue`) on the per-object
 /// endpoint, over the node otherwise.
@@ -436,6 +437,12 @@ fn stream_families(out: &mut Exposition, broker: &warren_core::Broker, per_objec
     for (name, kind, help, value) in gauges {
         out.family(name, kind, help);
         out.sample(name, &STREAM_PROTOCOL, value);
+    }
+    // Error responses by code, as rabbit_stream_metrics counts them.
+    for (error, help, count) in clients.error_counts() {
+        let name = format!("rabbitmq_global_stream_error_{error}_total");
+        out.family(&name, "counter", help);
+        out.sample(&name, &STREAM_PROTOCOL, count);
     }
     // Each stream's end, once, for the lags of its consumers.
     let mut streams: Vec<(String, std::sync::Arc<warren_core::stream_log::StreamLog>)> = Vec::new();

@@ -131,6 +131,13 @@ pub struct Session {
     pub out: BytesMut,
 }
 
+/// `code`, counted in the node's stream error counters when it is an error RabbitMQ counts
+/// (`rabbitmq_global_stream_error_*_total`).
+pub(crate) fn counted(broker: &Broker, code: u16) -> u16 {
+    broker.stream_clients().count_response(code);
+    code
+}
+
 /// The stream protocol code for a core error.
 pub fn error_code(error: &CoreError) -> u16 {
     match error.kind {
@@ -269,7 +276,12 @@ impl Session {
     /// Starts closing the connection from the server side.
     pub fn close(&mut self, closing_code: u16, reason: &str) {
         let correlation_id = self.correlation_id();
-        encode::close(&mut self.out, correlation_id, closing_code, reason);
+        encode::close(
+            &mut self.out,
+            correlation_id,
+            counted(&self.broker, closing_code),
+            reason,
+        );
     }
 
     fn correlation_id(&mut self) -> u32 {
@@ -377,7 +389,7 @@ impl Session {
             encode::sasl_authenticate(
                 &mut self.out,
                 correlation_id,
-                code::SASL_MECHANISM_NOT_SUPPORTED,
+                counted(&self.broker, code::SASL_MECHANISM_NOT_SUPPORTED),
             );
             return Control::Continue;
         }
@@ -389,7 +401,7 @@ impl Session {
                 encode::sasl_authenticate(
                     &mut self.out,
                     correlation_id,
-                    code::AUTHENTICATION_FAILURE,
+                    counted(&self.broker, code::AUTHENTICATION_FAILURE),
                 );
                 return Control::Close;
             };
@@ -397,7 +409,11 @@ impl Session {
             (user, login)
         } else {
             let Some(credentials) = parse_plain(data) else {
-                encode::sasl_authenticate(&mut self.out, correlation_id, code::SASL_ERROR);
+                encode::sasl_authenticate(
+                    &mut self.out,
+                    correlation_id,
+                    counted(&self.broker, code::SASL_ERROR),
+                );
                 return Control::Continue;
             };
             let login =
@@ -420,7 +436,11 @@ impl Session {
                     _ => code::AUTHENTICATION_FAILURE,
                 };
                 tracing::warn!(peer = %self.peer, %user, mechanism, reason = %failure, "stream connection refused: authentication failed");
-                encode::sasl_authenticate(&mut self.out, correlation_id, failure_code);
+                encode::sasl_authenticate(
+                    &mut self.out,
+                    correlation_id,
+                    counted(&self.broker, failure_code),
+                );
                 Control::Close
             }
         }
@@ -454,7 +474,7 @@ impl Session {
                 encode::open(
                     &mut self.out,
                     correlation_id,
-                    code::VIRTUAL_HOST_ACCESS_FAILURE,
+                    counted(&self.broker, code::VIRTUAL_HOST_ACCESS_FAILURE),
                     &[],
                 );
                 Control::Close
@@ -513,7 +533,12 @@ impl Session {
                         }
                     }
                 };
-                encode::response(&mut self.out, key::CREATE, correlation_id, answer);
+                encode::response(
+                    &mut self.out,
+                    key::CREATE,
+                    correlation_id,
+                    counted(&self.broker, answer),
+                );
             }
             Request::Delete {
                 correlation_id,
@@ -524,7 +549,12 @@ impl Session {
                     Ok(()) => code::OK,
                     Err(error) => error_code(&error),
                 };
-                encode::response(&mut self.out, key::DELETE, correlation_id, answer);
+                encode::response(
+                    &mut self.out,
+                    key::DELETE,
+                    correlation_id,
+                    counted(&self.broker, answer),
+                );
             }
             Request::Metadata {
                 correlation_id,
@@ -555,9 +585,12 @@ impl Session {
                             ],
                         );
                     }
-                    Err(error) => {
-                        encode::stream_stats(&mut self.out, correlation_id, error_code(&error), &[])
-                    }
+                    Err(error) => encode::stream_stats(
+                        &mut self.out,
+                        correlation_id,
+                        counted(&self.broker, error_code(&error)),
+                        &[],
+                    ),
                 }
             }
             Request::Route {
@@ -578,7 +611,7 @@ impl Session {
                     &mut self.out,
                     key::ROUTE,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                     &streams,
                 );
             }
@@ -599,7 +632,7 @@ impl Session {
                     &mut self.out,
                     key::PARTITIONS,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                     &streams,
                 );
             }
@@ -634,7 +667,7 @@ impl Session {
                     &mut self.out,
                     key::CREATE_SUPER_STREAM,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                 );
             }
             Request::DeleteSuperStream {
@@ -650,7 +683,7 @@ impl Session {
                     &mut self.out,
                     key::DELETE_SUPER_STREAM,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                 );
             }
             Request::ConsumerUpdateResponse {

@@ -9,7 +9,7 @@ use warren_core::access::Access;
 use warren_core::stream_clients::{StreamPublisher, StreamPublisherInfo};
 use warren_core::stream_log::{Publish, Record, StreamLog};
 
-use super::{error_code, Control, Session};
+use super::{counted, error_code, Control, Session};
 use crate::codec::{code, encode, key, Request};
 
 /// A declared publisher.
@@ -55,9 +55,12 @@ impl Session {
                 Outcome::Confirmed(publisher_id, ids) => {
                     encode::publish_confirm(&mut self.out, publisher_id, &ids)
                 }
-                Outcome::Failed(publisher_id, ids, error) => {
-                    encode::publish_error(&mut self.out, publisher_id, &ids, error)
-                }
+                Outcome::Failed(publisher_id, ids, error) => encode::publish_error(
+                    &mut self.out,
+                    publisher_id,
+                    &ids,
+                    counted(&self.broker, error),
+                ),
             }
         }
     }
@@ -108,7 +111,7 @@ impl Session {
                     &mut self.out,
                     key::DECLARE_PUBLISHER,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                 );
             }
             Request::Publish {
@@ -130,7 +133,7 @@ impl Session {
                     &mut self.out,
                     key::QUERY_PUBLISHER_SEQUENCE,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                     sequence,
                 );
             }
@@ -142,7 +145,12 @@ impl Session {
                     Some(_) => code::OK,
                     None => code::PUBLISHER_DOES_NOT_EXIST,
                 };
-                encode::response(&mut self.out, key::DELETE_PUBLISHER, correlation_id, answer);
+                encode::response(
+                    &mut self.out,
+                    key::DELETE_PUBLISHER,
+                    correlation_id,
+                    counted(&self.broker, answer),
+                );
             }
             other => return self.handle_subscription_command(other),
         }
@@ -156,7 +164,7 @@ impl Session {
                 &mut self.out,
                 publisher_id,
                 &ids,
-                code::PUBLISHER_DOES_NOT_EXIST,
+                counted(&self.broker, code::PUBLISHER_DOES_NOT_EXIST),
             );
             return;
         };

@@ -9,7 +9,7 @@ use warren_core::stream_clients::{StreamConsumer, StreamConsumerInfo};
 use warren_core::stream_log::single_active::GroupMember;
 use warren_core::stream_log::{ChunkFilter, OffsetSpec, StreamLog, StreamReader};
 
-use super::{error_code, Control, Session, SubscriptionChange};
+use super::{counted, error_code, Control, Session, SubscriptionChange};
 use crate::codec::{code, encode, key, OffsetSpecification, Request};
 
 /// One subscription.
@@ -95,7 +95,12 @@ impl Session {
                 properties,
             } => {
                 let answer = self.subscribe(subscription_id, &stream, offset, credit, &properties);
-                encode::response(&mut self.out, key::SUBSCRIBE, correlation_id, answer);
+                encode::response(
+                    &mut self.out,
+                    key::SUBSCRIBE,
+                    correlation_id,
+                    counted(&self.broker, answer),
+                );
             }
             Request::Credit {
                 subscription_id,
@@ -109,7 +114,7 @@ impl Session {
                 }
                 None => encode::credit_response(
                     &mut self.out,
-                    code::SUBSCRIPTION_ID_DOES_NOT_EXIST,
+                    counted(&self.broker, code::SUBSCRIPTION_ID_DOES_NOT_EXIST),
                     subscription_id,
                 ),
             },
@@ -125,7 +130,12 @@ impl Session {
                     }
                     None => code::SUBSCRIPTION_ID_DOES_NOT_EXIST,
                 };
-                encode::response(&mut self.out, key::UNSUBSCRIBE, correlation_id, answer);
+                encode::response(
+                    &mut self.out,
+                    key::UNSUBSCRIBE,
+                    correlation_id,
+                    counted(&self.broker, answer),
+                );
             }
             Request::StoreOffset {
                 reference,
@@ -157,7 +167,7 @@ impl Session {
                     &mut self.out,
                     key::QUERY_OFFSET,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                     offset,
                 );
             }
@@ -178,7 +188,12 @@ impl Session {
                     },
                     Err(error) => (error_code(&error), 0),
                 };
-                encode::resolved_offset(&mut self.out, correlation_id, answer, resolved);
+                encode::resolved_offset(
+                    &mut self.out,
+                    correlation_id,
+                    counted(&self.broker, answer),
+                    resolved,
+                );
             }
             other => {
                 tracing::debug!(peer = %self.peer, request = ?other, "unexpected stream command");
