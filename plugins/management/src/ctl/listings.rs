@@ -225,7 +225,6 @@ pub(super) const LIST_VERBS: &[ListVerb] = &[
             "subscriptions",
             "ssl",
             "connection_state",
-            "auth_mechanism",
             "heartbeat",
             "frame_max",
             "client_properties",
