@@ -14,6 +14,7 @@ mod quorum;
 mod requests;
 mod resources;
 mod runtime;
+mod stream_protocol;
 mod streams;
 mod topology;
 
@@ -461,6 +462,9 @@ impl Management {
             crate::rates::Ranges::from_query(|name| request.query_param(name)).map_err(bad_request)
         };
         if let Some(response) = self.quorum_api(request, path, caller) {
+            return response;
+        }
+        if let Some(response) = self.stream_protocol_api(request, path, caller) {
             return response;
         }
         match (method, path) {
