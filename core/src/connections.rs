@@ -102,6 +102,35 @@ struct Entry {
     user_channels: Arc<AtomicU32>,
     close_reason: Mutex<Option<String>>,
     waker: CloseWaker,
+    /// What the listener tells of each channel, when it keeps per-channel state (AMQP 0-9-1).
+    channel_view: std::sync::OnceLock<Arc<dyn ChannelView>>,
+}
+
+/// One channel of a connection as the management API lists it (RabbitMQ's `/api/channels`
+/// fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChannelSummary {
+    /// The channel number.
+    pub number: u16,
+    /// basic.qos global=false: the prefetch of consumers created from now on (0 = none).
+    pub prefetch: u16,
+    /// basic.qos global=true: the channel-wide limit (0 = none).
+    pub global_prefetch: u32,
+    /// Consumers on the channel.
+    pub consumers: u32,
+    /// Deliveries sent and not yet acknowledged.
+    pub unacknowledged: u32,
+    /// Publisher confirms are on (confirm.select).
+    pub confirm: bool,
+    /// The channel is transactional (tx.select).
+    pub transactional: bool,
+}
+
+/// A listener's per-channel state, read when the channels are listed (never on the message
+/// path: the listener keeps the figures where it keeps them anyway).
+pub trait ChannelView: Send + Sync {
+    /// The connection's open channels, by number.
+    fn channels(&self) -> Vec<ChannelSummary>;
 }
 
 /// Where an entry's connection name is.
@@ -159,6 +188,7 @@ impl Entry {
             user_channels,
             close_reason: Mutex::new(None),
             waker,
+            channel_view: std::sync::OnceLock::new(),
         }
     }
 
@@ -228,6 +258,8 @@ pub struct ConnectionSnapshot {
     pub info: ConnectionInfo,
     /// Open channels (sessions for AMQP 1.0; 1 for MQTT and STOMP).
     pub channels: u32,
+    /// Each channel's state, from a listener that keeps it ([`ConnectionHandle::set_channel_view`]).
+    pub channel_details: Option<Vec<ChannelSummary>>,
 }
 
 /// This node's connections by vhost and by user, for the `max-connections` limits.
@@ -383,6 +415,7 @@ impl ConnectionRegistry {
             .map(|entry| ConnectionSnapshot {
                 info: entry.info(),
                 channels: entry.channels.load(Ordering::Relaxed),
+                channel_details: entry.channel_view.get().map(|view| view.channels()),
             })
             .collect();
         list.sort_by_key(|c| c.info.id);
@@ -431,6 +464,12 @@ pub struct ConnectionHandle {
 }
 
 impl ConnectionHandle {
+    /// Lets the management API read the connection's channels from `view` (once; later
+    /// calls are ignored).
+    pub fn set_channel_view(&self, view: Arc<dyn ChannelView>) {
+        let _ = self.entry.channel_view.set(view);
+    }
+
     /// Records how many channels (sessions) the connection has open. For a connection that
     /// opens its channels with [`ConnectionHandle::open_channel`], this also gives back the
     /// closed ones to its user's `max-channels` total.

@@ -4,9 +4,12 @@
 //! and policies, publish and get through the API, health checks, and AMQP connections and
 //! consumers showing up with their client properties.
 
-use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
+use lapin::options::{
+    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
+};
 use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
 use serde_json::{json, Value};
 use warren_core::broker::Alarm;
 use warren_interop_tests::{wait_for, TestBroker};
@@ -616,6 +619,22 @@ async fn amqp_connections_channels_and_consumers_are_listed_and_closed() {
         )
         .await
         .expect("declare");
+    for body in [&b"one"[..], b"two", b"three"] {
+        channel
+            .basic_publish(
+                "".into(),
+                "work".into(),
+                BasicPublishOptions::default(),
+                body,
+                BasicProperties::default(),
+            )
+            .await
+            .expect("publish");
+    }
+    channel
+        .basic_qos(5, BasicQosOptions::default())
+        .await
+        .expect("qos");
     let _consumer = channel
         .basic_consume(
             "work".into(),
@@ -625,7 +644,11 @@ async fn amqp_connections_channels_and_consumers_are_listed_and_closed() {
         )
         .await
         .expect("consume");
-    let _second = connection.create_channel().await.expect("second channel");
+    let second = connection.create_channel().await.expect("second channel");
+    second
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
 
     assert!(
         wait_for(std::time::Duration::from_secs(5), || {
@@ -658,6 +681,38 @@ async fn amqp_connections_channels_and_consumers_are_listed_and_closed() {
         .json();
     assert_eq!(channels.as_array().unwrap().len(), 2);
     assert_eq!(channels[0]["connection_details"]["name"], name.as_str());
+    // Each channel as the connection keeps it: the consumer's with its prefetch, its
+    // consumer and the three deliveries it has not acknowledged; the other in confirm mode.
+    let listed_channels = || async {
+        broker
+            .api_as_guest("GET", "/api/channels", None)
+            .await
+            .json()
+    };
+    let mut channels = listed_channels().await;
+    for _ in 0..50 {
+        if channels[0]["messages_unacknowledged"] == 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        channels = listed_channels().await;
+    }
+    let first = channel.id();
+    let (consuming, confirming) = if channels[0]["number"] == first {
+        (&channels[0], &channels[1])
+    } else {
+        (&channels[1], &channels[0])
+    };
+    assert_eq!(consuming["number"], first, "{channels}");
+    assert_eq!(consuming["prefetch_count"], 5, "{channels}");
+    assert_eq!(consuming["global_prefetch_count"], 0, "{channels}");
+    assert_eq!(consuming["consumer_count"], 1, "{channels}");
+    assert_eq!(consuming["messages_unacknowledged"], 3, "{channels}");
+    assert_eq!(consuming["confirm"], false, "{channels}");
+    assert_eq!(confirming["number"], second.id(), "{channels}");
+    assert_eq!(confirming["confirm"], true, "{channels}");
+    assert_eq!(confirming["consumer_count"], 0, "{channels}");
+    assert_eq!(confirming["messages_unacknowledged"], 0, "{channels}");
     let consumers = broker
         .api_as_guest("GET", "/api/consumers", None)
         .await

@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use amqprs::channel::{BasicConsumeArguments, BasicPublishArguments};
+use amqprs::channel::{BasicConsumeArguments, BasicPublishArguments, BasicQosArguments};
 use warren_config::{DiskFreeLimit, MemoryHighWatermark};
 use warren_interop_tests::stomp::StompClient;
 use warren_interop_tests::TestBroker;
@@ -95,6 +95,10 @@ async fn every_protocol(driver: &Driver, chromium: &Path) {
         .await
         .expect("AMQP 0-9-1 connects");
     let consumer_channel = consuming.open_channel(None).await.expect("channel");
+    consumer_channel
+        .basic_qos(BasicQosArguments::new(0, 7, false))
+        .await
+        .expect("basic.qos");
     let (_tag, mut deliveries) = consumer_channel
         .basic_consume_rx(
             BasicConsumeArguments::new("watched", "ui-consumer")
@@ -255,14 +259,24 @@ async fn every_protocol(driver: &Driver, chromium: &Path) {
     );
     assert!(protocols(&broker).iter().any(|p| p == "AMQP 1.0"));
 
-    // Channels: the two AMQP 0-9-1 connections' channels.
+    // Channels: the two AMQP 0-9-1 connections' channels, the consumer's with its prefetch
+    // and its one consumer.
     goto(&client, &base, "#/channels", "Channels").await;
     wait_for_script(
         &client,
         "the two AMQP 0-9-1 channels",
         "Array.from(document.querySelectorAll('table[aria-label=Channels] tbody tr'))\
          .filter((row) => row.cells[0].textContent.endsWith(' (1)') && row.cells[2].textContent === 'guest' \
-         && row.cells[3].textContent === '/' && row.cells[4].textContent === 'running').length === 2",
+         && row.cells[3].textContent === '/' && row.cells[8].textContent === 'running').length === 2",
+        LIMIT,
+    )
+    .await;
+    wait_for_script(
+        &client,
+        "the consumer's channel with prefetch 7 and one consumer",
+        "Array.from(document.querySelectorAll('table[aria-label=Channels] tbody tr'))\
+         .filter((row) => row.cells[5].textContent === '7' && row.cells[6].textContent === '1' \
+         && row.cells[7].textContent === '0').length === 1",
         LIMIT,
     )
     .await;

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+use warren_core::connections::{ChannelSummary, ChannelView};
 use warren_core::consumer::{Delivery, DeliverySink};
 use warren_core::delivery_window::{
     Admission, ConsumerCredit, Credit, DeliveryWindow, Tagged, Unsettled,
@@ -72,6 +73,8 @@ struct ChannelDeliveries {
     unacked: Unsettled<Unacked>,
     /// basic.qos global=true: the channel-wide limit (0 = none) and deliveries counted on it.
     global: Credit,
+    /// What the reader last told of the channel (prefetch, consumers, mode), for listings.
+    facts: ChannelSummary,
 }
 
 struct OutboxState {
@@ -103,6 +106,24 @@ pub struct Outbox {
     /// Bytes the writer took and is still writing.
     writing: AtomicUsize,
     consumer_cancel_notify: AtomicBool,
+}
+
+impl ChannelView for Outbox {
+    fn channels(&self) -> Vec<ChannelSummary> {
+        let state = self.state.lock();
+        let mut channels: Vec<ChannelSummary> = state
+            .channels
+            .iter()
+            .map(|(number, c)| ChannelSummary {
+                number: *number,
+                global_prefetch: c.global.limit(),
+                unacknowledged: u32::try_from(c.unacked.len()).unwrap_or(u32::MAX),
+                ..c.facts.clone()
+            })
+            .collect();
+        channels.sort_by_key(|c| c.number);
+        channels
+    }
 }
 
 /// What the writer task took from the outbox.
@@ -152,8 +173,17 @@ impl Outbox {
             ChannelDeliveries {
                 unacked: Unsettled::new(1),
                 global: Credit::default(),
+                facts: ChannelSummary::default(),
             },
         );
+    }
+
+    /// Records what the reader knows of `channel` (its prefetch, consumers and mode) for the
+    /// management API's channel listing; called when one of them changes.
+    pub fn set_channel_facts(&self, channel: u16, facts: ChannelSummary) {
+        if let Some(c) = self.state.lock().channels.get_mut(&channel) {
+            c.facts = facts;
+        }
     }
 
     /// Stops deliveries to `channel` and returns its unacked deliveries in tag order.

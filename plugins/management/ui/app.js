@@ -339,12 +339,16 @@ async function showChannels(view) {
   const render = async () => {
     const channels = await api('GET', '/api/channels');
     titled(view, 'Channels', table([
-      // The API lists channels by connection, user and vhost; it has no per-channel
-      // prefetch, unacknowledged or consumer counts (the core counts channels only).
+      // Prefetch, consumers, unacknowledged and mode come from AMQP 0-9-1 channels; other
+      // protocols' channels leave them blank.
       { title: 'Channel', cell: (c) => c.name },
       { title: 'Node', narrow: true, cell: (c) => c.node },
       { title: 'User', cell: (c) => c.user },
       { title: 'Virtual host', cell: (c) => c.vhost },
+      { title: 'Mode', cell: (c) => (c.confirm ? 'confirm' : '') + (c.transactional ? 'transactional' : '') },
+      { title: 'Prefetch', num: true, cell: (c) => c.prefetch_count === undefined ? '' : (c.global_prefetch_count ? `${c.prefetch_count} / ${c.global_prefetch_count} (global)` : c.prefetch_count) },
+      { title: 'Consumers', num: true, cell: (c) => c.consumer_count === undefined ? '' : c.consumer_count },
+      { title: 'Unacked', num: true, cell: (c) => c.messages_unacknowledged === undefined ? '' : c.messages_unacknowledged },
       { title: 'State', cell: (c) => c.state },
     ], channels, { label: 'Channels', empty: 'No channels.' }));
   };

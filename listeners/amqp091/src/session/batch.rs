@@ -20,6 +20,7 @@ impl Session {
             if let Some(channel) = self.channels.get_mut(&channel_id) {
                 channel.forget_consumer(&tag);
             }
+            self.report_channel(channel_id);
         }
         let orphaned = self.outbox.take_orphaned();
         settle_grouped(orphaned, Settlement::Release);

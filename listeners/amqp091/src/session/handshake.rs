@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use warren_core::connections::ConnectionInfo;
+use warren_core::connections::{ChannelView, ConnectionInfo};
 use warren_core::value::{Table, Value};
 use warren_core::CoreError;
 
@@ -198,6 +198,7 @@ impl Session {
                 Box::new(move || outbox.reader_wake.notify_one()),
             )
             .map_err(CoreError::from)?;
+        registration.set_channel_view(Arc::clone(&self.outbox) as Arc<dyn ChannelView>);
         self.vhost = Some(vhost);
         self.registration = Some(registration);
         self.phase = Phase::Open;

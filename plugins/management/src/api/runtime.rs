@@ -435,25 +435,52 @@ impl Management {
 
     /// The channels of a connection. The registry keeps a count, not the channel numbers,
     /// so channels are listed as numbers 1..=count.
+    /// A connection's channels as RabbitMQ lists them: from the listener's own per-channel
+    /// state where it keeps one (AMQP 0-9-1, with prefetch, consumers, unacknowledged and
+    /// mode), else numbered 1..=N with only what the connection tells.
     pub(crate) fn channels_of(&self, connection: &ConnectionSnapshot) -> Vec<Json> {
         let info = &connection.info;
-        (1..=connection.channels)
-            .map(|number| {
-                json!({
-                    "name": format!("{} ({number})", info.name()),
-                    "number": number,
-                    "node": self.node_name,
-                    "user": info.user,
-                    "vhost": info.vhost,
-                    "state": "running",
-                    "connection_details": {
-                        "name": info.name(),
-                        "peer_host": info.peer.ip().to_string(),
-                        "peer_port": info.peer.port(),
-                    },
-                })
+        let channel = |number: u16| {
+            json!({
+                "name": format!("{} ({number})", info.name()),
+                "number": number,
+                "node": self.node_name,
+                "user": info.user,
+                "vhost": info.vhost,
+                "state": "running",
+                "connection_details": {
+                    "name": info.name(),
+                    "peer_host": info.peer.ip().to_string(),
+                    "peer_port": info.peer.port(),
+                },
             })
-            .collect()
+        };
+        match &connection.channel_details {
+            Some(details) => details
+                .iter()
+                .map(|detail| {
+                    let mut json = channel(detail.number);
+                    if let Json::Object(map) = &mut json {
+                        map.insert("prefetch_count".into(), json!(detail.prefetch));
+                        map.insert(
+                            "global_prefetch_count".into(),
+                            json!(detail.global_prefetch),
+                        );
+                        map.insert("consumer_count".into(), json!(detail.consumers));
+                        map.insert(
+                            "messages_unacknowledged".into(),
+                            json!(detail.unacknowledged),
+                        );
+                        map.insert("confirm".into(), json!(detail.confirm));
+                        map.insert("transactional".into(), json!(detail.transactional));
+                    }
+                    json
+                })
+                .collect(),
+            None => (1..=connection.channels)
+                .map(|number| channel(u16::try_from(number).unwrap_or(u16::MAX)))
+                .collect(),
+        }
     }
 
     pub(crate) fn channels(&self, caller: &Caller, vhost: Option<&str>) -> Response {

@@ -49,6 +49,7 @@ impl Session {
                     }
                 } else {
                     self.channel(ch).consumer_prefetch = prefetch_count;
+                    self.report_channel(ch);
                     self.outbox.send_method(ch, &Method::BasicQosOk);
                 }
             }
@@ -84,6 +85,7 @@ impl Session {
                     }
                     vhost.cancel_instance(&consumer.queue, consumer.consumer_id);
                 }
+                self.report_channel(ch);
                 self.reply(ch, no_wait, Method::BasicCancelOk { consumer_tag });
             }
             Method::BasicGet { queue, no_ack } => {
@@ -242,6 +244,7 @@ impl Session {
                 consumer_id,
             },
         );
+        self.report_channel(ch);
         self.reply(
             ch,
             no_wait,

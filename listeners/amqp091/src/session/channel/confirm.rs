@@ -106,6 +106,7 @@ impl Session {
             ));
         }
         channel.mode = Mode::Confirm;
+        self.report_channel(ch);
         self.reply(ch, no_wait, Method::ConfirmSelectOk);
         Ok(())
     }

@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use warren_core::access::User;
+use warren_core::connections::ChannelSummary;
 use warren_core::queue::Settlement;
 use warren_core::queue_type::QueueInstance;
 use warren_core::vhost::{Actor, Publisher, VHost};
@@ -105,6 +106,17 @@ impl Channel {
         self.pending.is_some()
     }
 
+    /// What the management API lists of this channel from the reader's side.
+    pub(super) fn facts(&self) -> ChannelSummary {
+        ChannelSummary {
+            prefetch: self.consumer_prefetch,
+            consumers: u32::try_from(self.consumers.len()).unwrap_or(u32::MAX),
+            confirm: self.mode == Mode::Confirm,
+            transactional: self.mode == Mode::Transactional,
+            ..ChannelSummary::default()
+        }
+    }
+
     pub(super) fn forget_consumer(&mut self, tag: &str) {
         self.consumers.remove(tag);
     }
@@ -140,6 +152,14 @@ impl Session {
         self.channels
             .get_mut(&id)
             .expect("channel exists while its methods are handled")
+    }
+
+    /// Tells the outbox what the management API lists of channel `ch` (after its prefetch,
+    /// consumers or mode changed).
+    pub(super) fn report_channel(&self, ch: u16) {
+        if let Some(channel) = self.channels.get(&ch) {
+            self.outbox.set_channel_facts(ch, channel.facts());
+        }
     }
 
     fn reply(&self, channel: u16, no_wait: bool, method: Method) {

@@ -34,6 +34,7 @@ impl Session {
                     ));
                 }
                 channel.mode = Mode::Transactional;
+                self.report_channel(ch);
                 self.outbox.send_method(ch, &Method::TxSelectOk);
             }
             Method::TxCommit => self.tx_commit(ch, vhost)?,
