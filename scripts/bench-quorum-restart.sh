@@ -9,6 +9,10 @@
 # docs/benchmarks.md, "Quorum queue restart".
 #
 #   scripts/bench-quorum-restart.sh WARREN WARREN_PERF MESSAGES [QUEUES] [NODE]
+#
+# Environment: FILL_SECONDS (default 60) bounds the fill, IDLE_SECONDS (default 0) is how
+# long the cluster idles before the kill, RESTART_WRAPPER prefixes the restarted command
+# (e.g. a profiler).
 set -euo pipefail
 warren=${1:?warren binary}
 perf=${2:?warren-perf binary}
@@ -24,7 +28,7 @@ per_queue=$((messages / queues))
 start=$(date +%s.%N)
 "$perf" --uri "amqp://guest:guest@127.0.0.1:5672/%2f" -u restart-qq --queues "$queues" \
     --durable --keep --queue-arg x-queue-type=quorum -x "$queues" -y 0 \
-    -C "$per_queue" -s 16 -f persistent -c 1000 -z 600 >/dev/null
+    -C "$per_queue" -s 16 -f persistent -c 1000 -z "${FILL_SECONDS:-60}" >/dev/null
 filled=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}')
 total() {
     curl -sf -u guest:guest "$1/queues/%2f?columns=name,messages" 2>/dev/null |
@@ -35,7 +39,10 @@ for _ in $(seq 1 300); do
     [ "$(total "$api")" -ge "$messages" ] && break
     sleep 0.1
 done
-echo "filled $(total "$api") messages into $queues quorum queues in $filled s"
+echo "filled $(total "$api") messages into $queues quorum queues in $filled s (FILL_SECONDS bounds it)"
+[ "$(total "$api")" -ge "$messages" ] || { echo "the fill did not reach $messages messages" >&2; exit 1; }
+# IDLE_SECONDS: how long the full cluster sits idle before the kill (segments get written).
+sleep "${IDLE_SECONDS:-0}"
 pid=$(cat "$dir/n$node/pid")
 mapfile -d '' argv <"/proc/$pid/cmdline"
 rss=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
@@ -43,7 +50,7 @@ du=$(du -sm "$dir/n$node" | cut -f1)
 kill -9 "$pid"
 while kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
 t0=$(date +%s.%N)
-"${argv[@]}" >>"$dir/n$node/log" 2>&1 &
+${RESTART_WRAPPER:-} "${argv[@]}" >>"$dir/n$node/log" 2>&1 &
 echo $! >"$dir/n$node/pid"
 since() { awk -v s="$t0" -v e="$(date +%s.%N)" 'BEGIN {printf "%.2f", e - s}'; }
 port=""
