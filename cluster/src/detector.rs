@@ -201,12 +201,24 @@ mod tests {
         assert_eq!(*changes.borrow(), 1, "the link opened");
         detector.record_pong("b", start, Duration::from_micros(50));
         assert_eq!(*changes.borrow(), 2, "b is up");
-        detector.record_pong("b", start + Duration::from_millis(100), Duration::from_micros(50));
+        detector.record_pong(
+            "b",
+            start + Duration::from_millis(100),
+            Duration::from_micros(50),
+        );
         detector.tick(start + Duration::from_millis(200));
-        assert_eq!(*changes.borrow(), 2, "pongs and ticks of a healthy peer change nothing");
+        assert_eq!(
+            *changes.borrow(),
+            2,
+            "pongs and ticks of a healthy peer change nothing"
+        );
         detector.tick(start + Duration::from_millis(700));
         assert_eq!(*changes.borrow(), 3, "b is suspected");
         detector.record_link("b", false, start + Duration::from_millis(800));
-        assert_eq!(*changes.borrow(), 4, "the link broke while b was already not up");
+        assert_eq!(
+            *changes.borrow(),
+            4,
+            "the link broke while b was already not up"
+        );
     }
 }
