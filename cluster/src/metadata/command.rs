@@ -263,6 +263,12 @@ pub fn encode_change(change: &TopologyChange) -> Json {
         TopologyChange::DropQueue { vhost, name, home } => {
             json!({"op": "drop_queue", "vhost": vhost, "name": name, "home": home})
         }
+        TopologyChange::StreamPlacement {
+            vhost,
+            name,
+            placement,
+        } => json!({"op": "stream_placement", "vhost": vhost, "name": name,
+                    "placement": placement.encode()}),
         TopologyChange::GlobalParameter { name, value } => {
             json!({"op": "global_parameter", "name": name, "value": value})
         }
@@ -414,6 +420,12 @@ pub fn decode_change(json: &Json) -> Result<TopologyChange, DecodeError> {
             vhost: text("vhost")?,
             name: text("name")?,
             home: text("home")?,
+        },
+        "stream_placement" => TopologyChange::StreamPlacement {
+            vhost: text("vhost")?,
+            name: text("name")?,
+            placement: warren_core::stream_log::Placement::decode(&text("placement")?)
+                .ok_or_else(|| bad("placement"))?,
         },
         "global_parameter" => TopologyChange::GlobalParameter {
             name: text("name")?,
