@@ -168,6 +168,7 @@ impl StreamReplication {
         if !self.metadata.is_member() {
             return;
         }
+        self.refresh_endpoints();
         let mut seen = Vec::new();
         for vhost in self.broker.vhost_names() {
             let Some(host) = self.broker.vhost(&vhost) else {
@@ -192,6 +193,37 @@ impl StreamReplication {
             }
             keep
         });
+    }
+
+    /// Where stream protocol clients reach each running peer: its node name's host (the
+    /// address peers and clients use) and the port of its `stream` listener, from the
+    /// `/api/nodes` entries peers send.
+    fn refresh_endpoints(&self) {
+        let running: Vec<String> = self
+            .metadata
+            .members()
+            .into_iter()
+            .filter(|member| member.running)
+            .map(|member| member.name)
+            .collect();
+        let mut endpoints = HashMap::new();
+        for (node, info) in self.metadata.peer_info() {
+            if !running.contains(&node) {
+                continue;
+            }
+            let host = node.split_once('@').map_or(node.as_str(), |(_, host)| host);
+            let port = info["listeners"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|listener| listener["protocol"] == "stream")
+                .and_then(|listener| listener["port"].as_u64())
+                .and_then(|port| u16::try_from(port).ok());
+            if let Some(port) = port {
+                endpoints.insert(node.clone(), (host.to_owned(), port));
+            }
+        }
+        self.broker.set_stream_endpoints(endpoints);
     }
 
     /// The home node commits a new stream's first placement.

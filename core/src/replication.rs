@@ -607,6 +607,12 @@ impl Broker {
         self.durability.set_local_node(name)
     }
 
+    /// Replaces where stream protocol clients reach each running peer (`host`, stream
+    /// port): the stream listener's `Metadata` names them.
+    pub fn set_stream_endpoints(&self, endpoints: std::collections::HashMap<String, (String, u16)>) {
+        self.durability.set_stream_endpoints(endpoints);
+    }
+
     /// Installs the cluster's replicator: from now on topology changes are committed through
     /// it before they apply. False if one was installed already.
     pub fn set_replicator(&self, replicator: std::sync::Arc<dyn TopologyReplicator>) -> bool {

@@ -29,6 +29,8 @@ pub mod tracking;
 pub mod vhost_streams;
 
 #[cfg(test)]
+mod replica_tests;
+#[cfg(test)]
 mod tests;
 
 pub use format::MessageFormat;
