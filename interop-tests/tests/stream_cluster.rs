@@ -16,6 +16,8 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, Consumer};
+use rabbitmq_stream_client::types::{Message, OffsetSpecification};
+use rabbitmq_stream_client::Environment;
 use warren_interop_tests::cluster::TestCluster;
 
 mod lapin_common;
@@ -356,4 +358,101 @@ async fn a_publish_is_confirmed_only_once_a_majority_has_it_and_a_restarted_repl
         receive(&mut reader, expected.len(), Duration::from_secs(30)).await,
         expected
     );
+}
+
+async fn stream_environment(cluster: &TestCluster, node: usize) -> Environment {
+    let addr = cluster.node(node).listener_addr("stream");
+    Environment::builder()
+        .host(&addr.ip().to_string())
+        .port(addr.port())
+        .username("guest")
+        .password("guest")
+        .build()
+        .await
+        .expect("connects to the stream listener")
+}
+
+/// Publishes `bodies` through a producer `environment` builds (it connects to the leader
+/// Metadata names); true when every one was confirmed.
+async fn produce(environment: &Environment, stream: &str, bodies: &[String]) -> bool {
+    let Ok(producer) = environment.producer().build(stream).await else {
+        return false;
+    };
+    for body in bodies {
+        let sent = tokio::time::timeout(
+            Duration::from_secs(10),
+            producer.send_with_confirm(Message::builder().body(body.as_bytes().to_vec()).build()),
+        )
+        .await;
+        if !matches!(sent, Ok(Ok(status)) if status.confirmed()) {
+            let _ = producer.close().await;
+            return false;
+        }
+    }
+    producer.close().await.is_ok()
+}
+
+async fn consume_all(environment: &Environment, stream: &str, count: usize) -> Vec<String> {
+    let mut consumer = environment
+        .consumer()
+        .offset(OffsetSpecification::First)
+        .build(stream)
+        .await
+        .expect("consumer");
+    let mut bodies = Vec::with_capacity(count);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while bodies.len() < count {
+        let Ok(Some(Ok(delivery))) = tokio::time::timeout_at(deadline, consumer.next()).await
+        else {
+            panic!("consumed {} of {count}: {bodies:?}", bodies.len());
+        };
+        bodies.push(
+            String::from_utf8_lossy(delivery.message().data().unwrap_or_default()).into_owned(),
+        );
+    }
+    let _ = consumer.handle().close().await;
+    bodies
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_protocol_clients_find_the_leader_in_metadata_and_reconnect_to_a_new_one() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    declare_stream(&cluster, 0, &[1, 2], "feed").await;
+
+    // A client of node 1 (a replica): its producer goes to the leader Metadata names.
+    let environment = stream_environment(&cluster, 1).await;
+    let first = numbered("s", 0..100);
+    let deadline = Instant::now() + SPREAD_LIMIT;
+    while !produce(&environment, "feed", &first[..1]).await {
+        assert!(Instant::now() < deadline, "a producer through node 1 reached the leader");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(produce(&environment, "feed", &first[1..]).await, "all confirmed");
+    assert_eq!(consume_all(&environment, "feed", 100).await, first);
+
+    // The leader's node is killed: a new producer finds the new leader and is confirmed.
+    cluster.kill(0);
+    let second = numbered("t", 0..50);
+    let deadline = Instant::now() + FAILOVER_LIMIT;
+    let mut survivors = [1, 2].into_iter().cycle();
+    loop {
+        let node = survivors.next().unwrap_or(1);
+        let environment = stream_environment(&cluster, node).await;
+        if produce(&environment, "feed", &second[..1]).await {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no producer reached a new leader within {FAILOVER_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let environment = stream_environment(&cluster, 2).await;
+    assert!(produce(&environment, "feed", &second[1..]).await, "all confirmed");
+    let mut expected = first.clone();
+    expected.extend(second.iter().cloned());
+    assert_eq!(consume_all(&environment, "feed", 150).await, expected);
 }
