@@ -126,7 +126,10 @@ impl Durability {
     }
 
     /// Replaces the stream protocol endpoints of the running peers.
-    pub fn set_stream_endpoints(&self, endpoints: std::collections::HashMap<String, (String, u16)>) {
+    pub fn set_stream_endpoints(
+        &self,
+        endpoints: std::collections::HashMap<String, (String, u16)>,
+    ) {
         *self.stream_endpoints.write() = endpoints;
     }
 

@@ -609,7 +609,10 @@ impl Broker {
 
     /// Replaces where stream protocol clients reach each running peer (`host`, stream
     /// port): the stream listener's `Metadata` names them.
-    pub fn set_stream_endpoints(&self, endpoints: std::collections::HashMap<String, (String, u16)>) {
+    pub fn set_stream_endpoints(
+        &self,
+        endpoints: std::collections::HashMap<String, (String, u16)>,
+    ) {
         self.durability.set_stream_endpoints(endpoints);
     }
 

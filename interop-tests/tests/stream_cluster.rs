@@ -427,10 +427,16 @@ async fn stream_protocol_clients_find_the_leader_in_metadata_and_reconnect_to_a_
     let first = numbered("s", 0..100);
     let deadline = Instant::now() + SPREAD_LIMIT;
     while !produce(&environment, "feed", &first[..1]).await {
-        assert!(Instant::now() < deadline, "a producer through node 1 reached the leader");
+        assert!(
+            Instant::now() < deadline,
+            "a producer through node 1 reached the leader"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(produce(&environment, "feed", &first[1..]).await, "all confirmed");
+    assert!(
+        produce(&environment, "feed", &first[1..]).await,
+        "all confirmed"
+    );
     assert_eq!(consume_all(&environment, "feed", 100).await, first);
 
     // The leader's node is killed: a new producer finds the new leader and is confirmed.
@@ -451,7 +457,10 @@ async fn stream_protocol_clients_find_the_leader_in_metadata_and_reconnect_to_a_
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let environment = stream_environment(&cluster, 2).await;
-    assert!(produce(&environment, "feed", &second[1..]).await, "all confirmed");
+    assert!(
+        produce(&environment, "feed", &second[1..]).await,
+        "all confirmed"
+    );
     let mut expected = first.clone();
     expected.extend(second.iter().cloned());
     assert_eq!(consume_all(&environment, "feed", 150).await, expected);

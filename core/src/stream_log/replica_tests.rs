@@ -122,7 +122,11 @@ fn bodies(log: &StreamLog) -> Vec<String> {
     let mut reader = log.reader(OffsetSpec::First).unwrap();
     let mut out = Vec::new();
     while let Some(chunk) = reader.next_chunk().unwrap() {
-        out.extend(chunk.records().map(|r| String::from_utf8_lossy(r).into_owned()));
+        out.extend(
+            chunk
+                .records()
+                .map(|r| String::from_utf8_lossy(r).into_owned()),
+        );
     }
     out
 }
@@ -151,8 +155,16 @@ fn a_publish_is_confirmed_once_a_replica_has_it_and_the_copy_is_the_same_log() {
     catch_up(&a, &b, "b");
     assert_eq!(written.confirmed.len(), 2);
     assert_eq!(bodies(&b), vec!["one", "two"]);
-    assert_eq!(b.replica_tail(), a.replica_tail(), "same end, same trailing chunks");
-    assert_eq!(b.query_offset("consumer"), Some(1), "offsets travel in tracking chunks");
+    assert_eq!(
+        b.replica_tail(),
+        a.replica_tail(),
+        "same end, same trailing chunks"
+    );
+    assert_eq!(
+        b.query_offset("consumer"),
+        Some(1),
+        "offsets travel in tracking chunks"
+    );
     assert_eq!(
         b.producer_sequence("p"),
         a.producer_sequence("p"),
@@ -189,7 +201,11 @@ fn a_replica_that_starts_late_catches_up_over_segment_rolls() {
     // Restarted, it recovers the same tail and goes on from it.
     drop(c);
     let c = open(&dir.member("c"));
-    assert_eq!(c.role(), Role::Replica { epoch: 1 }, "its placement was saved");
+    assert_eq!(
+        c.role(),
+        Role::Replica { epoch: 1 },
+        "its placement was saved"
+    );
     assert_eq!(c.replica_tail(), a.replica_tail());
     let last = publish(&a, &["after"]);
     fetch_until_confirmed(&a, &c, "c", &last);
