@@ -122,12 +122,14 @@ impl StreamReplication {
             let chunks = log
                 .read_for_replica(request.tail, FETCH_BYTES)
                 .map_err(|e| e.to_string())?;
-            if !chunks.is_empty() || log.is_deleted() {
-                return Ok(encode_chunks(&chunks));
+            // The commit offset moving is news too: the replica's readers wait for it.
+            let committed = log.committed_offset();
+            if !chunks.is_empty() || log.is_deleted() || committed > request.known_committed {
+                return Ok(encode_answer(committed, &chunks));
             }
             match tokio::time::timeout_at(deadline, changed.changed()).await {
                 Ok(Ok(())) => continue,
-                _ => return Ok(Bytes::new()),
+                _ => return Ok(encode_answer(committed, &[])),
             }
         }
     }
@@ -291,6 +293,7 @@ impl StreamReplication {
             }
         }
         tracing::info!(stream = %key.1, leader = %placement.leader, epoch, "following the stream's leader");
+        let mut known_committed = 0;
         loop {
             if log.is_deleted() || log.role() != (Role::Replica { epoch }) {
                 return;
@@ -309,6 +312,7 @@ impl StreamReplication {
                 name: key.1.clone(),
                 epoch,
                 tail: log.replica_tail(),
+                known_committed,
             };
             let answer = self
                 .transport
@@ -320,8 +324,8 @@ impl StreamReplication {
                     FETCH_TIMEOUT,
                 )
                 .await;
-            let chunks = match answer.map(decode_chunks) {
-                Ok(Some(chunks)) => chunks,
+            let (committed, chunks) = match answer.map(decode_answer) {
+                Ok(Some(answer)) => answer,
                 Ok(None) => {
                     tracing::warn!(stream = %key.1, "a malformed fetch answer");
                     tokio::time::sleep(TICK).await;
@@ -333,7 +337,9 @@ impl StreamReplication {
                     continue;
                 }
             };
+            known_committed = known_committed.max(committed);
             if chunks.is_empty() {
+                log.leader_committed(committed);
                 continue;
             }
             let (sender, receiver) = tokio::sync::oneshot::channel();
@@ -344,7 +350,7 @@ impl StreamReplication {
                 }),
             );
             match receiver.await {
-                Ok(Ok(_)) => {}
+                Ok(Ok(_)) => log.leader_committed(committed),
                 outcome => {
                     tracing::warn!(stream = %key.1, ?outcome, "cannot append the leader's chunks");
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -366,6 +372,7 @@ impl StreamReplication {
             name: log.name().to_owned(),
             epoch: placement.epoch,
             tail: log.replica_tail(),
+            known_committed: 0,
         };
         let mut answers = Vec::new();
         for member in placement.replicas() {
@@ -414,6 +421,9 @@ struct FetchRequest {
     name: String,
     epoch: u64,
     tail: ReplicaTail,
+    /// The leader's commit offset as the replica last heard it: a fetch is answered at
+    /// once when it moved, even with no chunk to send.
+    known_committed: u64,
 }
 
 impl FetchRequest {
@@ -427,6 +437,7 @@ impl FetchRequest {
         out.put_u64(self.tail.next_offset);
         out.put_u64(self.tail.tail_zero_chunks);
         out.put_u64(self.tail.last_epoch);
+        out.put_u64(self.known_committed);
         out.freeze()
     }
 
@@ -443,7 +454,7 @@ impl FetchRequest {
         };
         let vhost = text(&mut body)?;
         let name = text(&mut body)?;
-        if body.remaining() != 32 {
+        if body.remaining() != 40 {
             return None;
         }
         Some(FetchRequest {
@@ -455,12 +466,15 @@ impl FetchRequest {
                 tail_zero_chunks: body.get_u64(),
                 last_epoch: body.get_u64(),
             },
+            known_committed: body.get_u64(),
         })
     }
 }
 
-fn encode_chunks(chunks: &[Bytes]) -> Bytes {
-    let mut out = BytesMut::with_capacity(chunks.iter().map(|c| c.len() + 4).sum());
+/// A fetch's answer: the leader's commit offset, then each chunk with its length.
+fn encode_answer(committed: u64, chunks: &[Bytes]) -> Bytes {
+    let mut out = BytesMut::with_capacity(8 + chunks.iter().map(|c| c.len() + 4).sum::<usize>());
+    out.put_u64(committed);
     for chunk in chunks {
         out.put_u32(chunk.len() as u32);
         out.put_slice(chunk);
@@ -468,7 +482,11 @@ fn encode_chunks(chunks: &[Bytes]) -> Bytes {
     out.freeze()
 }
 
-fn decode_chunks(mut body: Bytes) -> Option<Vec<Bytes>> {
+fn decode_answer(mut body: Bytes) -> Option<(u64, Vec<Bytes>)> {
+    if body.remaining() < 8 {
+        return None;
+    }
+    let committed = body.get_u64();
     let mut chunks = Vec::new();
     while body.has_remaining() {
         if body.remaining() < 4 {
@@ -480,7 +498,7 @@ fn decode_chunks(mut body: Bytes) -> Option<Vec<Bytes>> {
         }
         chunks.push(body.split_to(length));
     }
-    Some(chunks)
+    Some((committed, chunks))
 }
 
 #[cfg(test)]
@@ -498,6 +516,7 @@ mod tests {
                 tail_zero_chunks: 2,
                 last_epoch: 2,
             },
+            known_committed: 70,
         };
         let decoded = FetchRequest::decode(request.encode()).expect("decodes");
         assert_eq!(
@@ -505,11 +524,12 @@ mod tests {
             ("/", "orders")
         );
         assert_eq!((decoded.epoch, decoded.tail), (3, request.tail));
+        assert_eq!(decoded.known_committed, 70);
         assert!(FetchRequest::decode(Bytes::from_static(b"\x00\x05ab")).is_none());
         let chunks = vec![Bytes::from_static(b"one"), Bytes::from_static(b"")];
-        assert_eq!(decode_chunks(encode_chunks(&chunks)), Some(chunks));
+        assert_eq!(decode_answer(encode_answer(9, &chunks)), Some((9, chunks)));
         assert_eq!(
-            decode_chunks(Bytes::from_static(b"\x00\x00\x00\x09ab")),
+            decode_answer(Bytes::from_static(b"\0\0\0\0\0\0\0\x01\0\0\0\x09ab")),
             None
         );
     }

@@ -117,6 +117,10 @@ pub(crate) struct Inner {
     /// The committed next offset; readers wait for it to move.
     pub committed: watch::Sender<u64>,
     pub deleted: AtomicBool,
+    /// Readers stop before a chunk ending past this offset: on a cluster, what a majority
+    /// of the members has (as osiris reads only committed chunks); `u64::MAX` on a single
+    /// node. Moving it wakes readers through `committed`.
+    pub readable: std::sync::atomic::AtomicU64,
 }
 
 /// A stream's statistics (management API, `StreamStats`).
@@ -172,7 +176,13 @@ impl StreamLog {
             replication: Mutex::new(super::replica::ReplicationState::load(dir)),
             committed,
             deleted: AtomicBool::new(false),
+            readable: std::sync::atomic::AtomicU64::new(u64::MAX),
         });
+        if inner.replication.lock().is_clustered() {
+            // A member restarting: nothing is readable until the leader says what is
+            // committed (or, leading, until a majority has it).
+            inner.readable.store(0, Ordering::Release);
+        }
         let writer = Writer {
             inner: Arc::clone(&inner),
             segment: recovered.segment,

@@ -8,6 +8,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
@@ -64,6 +65,11 @@ impl ReplicationState {
         state
     }
 
+    /// Whether the stream is on a cluster (not a single node's).
+    pub(super) fn is_clustered(&self) -> bool {
+        self.role != Role::Standalone
+    }
+
     /// The epoch this node writes new chunks in, or `None` when it does not write (a
     /// replica).
     pub(super) fn writing_epoch(&self) -> Option<u64> {
@@ -114,7 +120,15 @@ impl StreamLog {
         let mut state = self.inner.replication.lock();
         if state.role == Role::Standalone && state.placement.is_none() {
             state.role = if home { Role::Pending } else { Role::Outside };
+            drop(state);
+            self.inner.readable.store(0, Ordering::Release);
         }
+    }
+
+    /// A replica learns from the leader how far the stream is committed: its readers may
+    /// read that far.
+    pub fn leader_committed(&self, committed: u64) {
+        set_readable(&self.inner, committed);
     }
 
     /// Applies the stream's placement as the metadata store committed it (`local` is this
@@ -148,6 +162,11 @@ impl StreamLog {
                 _ => (state.waiting.drain(), Vec::new()),
             }
         };
+        if matches!(role, Role::Leader { .. }) {
+            set_readable(&self.inner, self.committed_offset());
+        } else if self.inner.readable.load(Ordering::Acquire) == u64::MAX {
+            set_readable(&self.inner, 0);
+        }
         let refusal = refusal_text(&self.inner.name, Some(placement));
         for (on_written, _) in failed {
             on_written(Err(refusal.clone()));
@@ -167,8 +186,10 @@ impl StreamLog {
             }
             state.tracker.written(member, tail);
             let committed = state.tracker.committed();
-            state.waiting.release(committed)
+            (state.waiting.release(committed), committed)
         };
+        let (released, committed) = released;
+        set_readable(&self.inner, committed);
         for (on_written, written) in released {
             on_written(Ok(written));
         }
@@ -266,6 +287,18 @@ impl StreamLog {
     }
 }
 
+/// Moves how far readers may read forward (never back: what was committed stays
+/// committed, also across a change of leader), waking them when it moved. From a single
+/// node's `u64::MAX` it may go to any value.
+fn set_readable(inner: &super::log::Inner, readable: u64) {
+    let current = inner.readable.load(Ordering::Acquire);
+    if current != u64::MAX && readable <= current {
+        return;
+    }
+    inner.readable.store(readable, Ordering::Release);
+    inner.committed.send_modify(|_| {});
+}
+
 fn refusal_text(stream: &str, placement: Option<&Placement>) -> String {
     match placement {
         Some(placement) => format!(
@@ -307,6 +340,7 @@ impl Writer {
     /// once a majority of the members has `end` on disk.
     pub(super) fn confirm_written(&mut self, outcomes: Vec<(OnWritten, Written)>, end: u64) {
         let mut state = self.inner.replication.lock();
+        let leading = matches!(state.role, Role::Pending | Role::Leader { .. });
         let (ready, failed) = match state.role {
             Role::Standalone => (outcomes, Vec::new()),
             Role::Pending | Role::Leader { .. } => {
@@ -322,7 +356,11 @@ impl Writer {
             Role::Replica { .. } | Role::Outside => (Vec::new(), outcomes),
         };
         let refusal = refusal_text(&self.inner.name, state.placement.as_ref());
+        let committed = state.tracker.committed();
         drop(state);
+        if leading {
+            set_readable(&self.inner, committed);
+        }
         for (on_written, written) in ready {
             on_written(Ok(written));
         }

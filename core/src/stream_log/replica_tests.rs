@@ -93,6 +93,8 @@ fn fetch(leader: &StreamLog, replica: &StreamLog, name: &str) -> usize {
             .unwrap()
             .unwrap();
     }
+    // The answer carries the leader's commit offset: the replica's readers read that far.
+    replica.leader_committed(leader.committed_offset());
     count
 }
 
@@ -151,7 +153,12 @@ fn a_publish_is_confirmed_once_a_replica_has_it_and_the_copy_is_the_same_log() {
         waiting.recv_timeout(Duration::from_millis(300)).is_err(),
         "the leader alone is no majority"
     );
+    assert!(
+        bodies(&a).is_empty(),
+        "the leader's readers wait until a majority has the chunk"
+    );
     let written = fetch_until_confirmed(&a, &b, "b", &waiting);
+    assert_eq!(bodies(&a), vec!["one", "two"]);
     catch_up(&a, &b, "b");
     assert_eq!(written.confirmed.len(), 2);
     assert_eq!(bodies(&b), vec!["one", "two"]);
