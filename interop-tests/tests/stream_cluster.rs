@@ -46,6 +46,11 @@ async fn declare_stream(cluster: &TestCluster, node: usize, others: &[usize], na
         )
         .await
         .expect("declares the stream");
+    wait_spread(cluster, others, name).await;
+}
+
+/// Waits until every node of `others` has stream `name` (a passive declare succeeds there).
+async fn wait_spread(cluster: &TestCluster, others: &[usize], name: &str) {
     for &other in others {
         let deadline = Instant::now() + SPREAD_LIMIT;
         loop {
@@ -415,12 +420,20 @@ async fn consume_all(environment: &Environment, stream: &str, count: usize) -> V
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stream_protocol_clients_find_the_leader_in_metadata_and_reconnect_to_a_new_one() {
+async fn a_stream_created_through_the_stream_protocol_is_replicated_and_clients_follow_metadata_to_its_leader(
+) {
     let _serial = ONE_AT_A_TIME.lock().await;
     let mut cluster = TestCluster::new(3);
     cluster.start_all();
     cluster.wait_formed(3, FORM_LIMIT).await;
-    declare_stream(&cluster, 0, &[1, 2], "feed").await;
+    // Created through the stream protocol on node 0, which leads it.
+    stream_environment(&cluster, 0)
+        .await
+        .stream_creator()
+        .create("feed")
+        .await
+        .expect("creates the stream");
+    wait_spread(&cluster, &[1, 2], "feed").await;
 
     // A client of node 1 (a replica): its producer goes to the leader Metadata names.
     let environment = stream_environment(&cluster, 1).await;
@@ -464,4 +477,32 @@ async fn stream_protocol_clients_find_the_leader_in_metadata_and_reconnect_to_a_
     let mut expected = first.clone();
     expected.extend(second.iter().cloned());
     assert_eq!(consume_all(&environment, "feed", 150).await, expected);
+
+    // Deleted through the stream protocol on one node: gone from every running node.
+    environment
+        .delete_stream("feed")
+        .await
+        .expect("deletes the stream");
+    for node in [1, 2] {
+        let deadline = Instant::now() + SPREAD_LIMIT;
+        loop {
+            let (_connection, channel) = open(&cluster, node).await;
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            };
+            if channel
+                .queue_declare("feed".into(), passive, FieldTable::default())
+                .await
+                .is_err()
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {node} still has the stream"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
