@@ -154,6 +154,29 @@ async fn receive(consumer: &mut Consumer, count: usize, bound: Duration) -> Vec<
     bodies
 }
 
+/// The stream's `/api/queues` entry on `node` once its placement has reached `epoch`.
+async fn placement_of(
+    cluster: &TestCluster,
+    node: usize,
+    stream: &str,
+    epoch: u64,
+) -> serde_json::Value {
+    let path = format!("/api/queues/%2F/{stream}");
+    let deadline = Instant::now() + SPREAD_LIMIT;
+    loop {
+        let (status, body) = cluster.api(node, "GET", &path, None).await;
+        if status == 200 && body["epoch"].as_u64() == Some(epoch) {
+            assert_eq!(body["type"], "stream");
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "stream '{stream}' did not reach epoch {epoch} on node {node}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn numbered(prefix: &str, range: std::ops::Range<usize>) -> Vec<String> {
     range.map(|i| format!("{prefix}{i}")).collect()
 }
@@ -175,6 +198,16 @@ async fn replicated_leader_killed_a_replica_takes_over_no_confirmed_message_lost
     cluster.start_all();
     cluster.wait_formed(3, FORM_LIMIT).await;
     declare_stream(&cluster, 0, &[1, 2], "events").await;
+    let placed = placement_of(&cluster, 1, "events", 1).await;
+    assert_eq!(
+        placed["leader"], "warren@127.0.0.1",
+        "the home node leads: {placed}"
+    );
+    assert_eq!(
+        placed["members"].as_array().map(Vec::len),
+        Some(3),
+        "{placed}"
+    );
 
     // Confirmed on the leader (node 0, the stream's home) once a majority has each chunk.
     let (_leader_connection, leader) = confirming(&cluster, 0).await;
@@ -244,6 +277,12 @@ async fn replicated_leader_killed_a_replica_takes_over_no_confirmed_message_lost
     };
     let other = 3 - new_leader;
     eprintln!("node {new_leader} leads the stream now");
+    let placed = placement_of(&cluster, other, "events", 2).await;
+    assert_eq!(
+        placed["leader"].as_str(),
+        Some(warren_interop_tests::cluster::node_name(new_leader).as_str()),
+        "{placed}"
+    );
     let (_c4, leader) = confirming(&cluster, new_leader).await;
     let second = numbered("b", 0..500);
     let outcomes = publish_all(&leader, "events", &second, Duration::from_secs(30)).await;
