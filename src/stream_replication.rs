@@ -44,6 +44,8 @@ const TAIL_TIMEOUT: Duration = Duration::from_secs(1);
 const TICK: Duration = Duration::from_millis(200);
 /// About how many bytes of chunks one fetch answer carries.
 const FETCH_BYTES: usize = 1 << 20;
+/// How long after a placement or failover attempt another may be made for the stream.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Members of a stream declared without `x-initial-cluster-size`.
 const DEFAULT_CLUSTER_SIZE: usize = 3;
 
@@ -59,6 +61,9 @@ pub struct StreamReplication {
     /// The newest epoch each stream's member was told is over (by [`TAIL_METHOD`]):
     /// its follower stops fetching from that epoch's leader.
     fenced: Mutex<HashMap<StreamKey, u64>>,
+    /// When each stream's placement or failover was last tried: a try that failed (no
+    /// majority) is not repeated on every tick, since each can wait for the change timeout.
+    tried: Mutex<HashMap<StreamKey, std::time::Instant>>,
 }
 
 impl StreamReplication {
@@ -74,7 +79,22 @@ impl StreamReplication {
             transport,
             followers: Mutex::default(),
             fenced: Mutex::default(),
+            tried: Mutex::default(),
         })
+    }
+
+    /// Whether a placement or failover of `key` may be tried now (at most once per
+    /// [`RETRY_AFTER`]).
+    fn due(&self, key: &StreamKey) -> bool {
+        let now = std::time::Instant::now();
+        let mut tried = self.tried.lock();
+        match tried.get(key) {
+            Some(last) if now.duration_since(*last) < RETRY_AFTER => false,
+            _ => {
+                tried.insert(key.clone(), now);
+                true
+            }
+        }
     }
 
     fn local(&self) -> &str {
@@ -171,14 +191,14 @@ impl StreamReplication {
             return;
         }
         self.refresh_endpoints();
-        let mut seen = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for vhost in self.broker.vhost_names() {
             let Some(host) = self.broker.vhost(&vhost) else {
                 continue;
             };
             for log in host.streams().list() {
                 let key = (vhost.clone(), log.name().to_owned());
-                seen.push(key.clone());
+                seen.insert(key.clone());
                 match log.placement() {
                     None => self.place(&vhost, &log).await,
                     Some(placement) => {
@@ -188,6 +208,8 @@ impl StreamReplication {
                 }
             }
         }
+        self.tried.lock().retain(|key, _| seen.contains(key));
+        self.fenced.lock().retain(|key, _| seen.contains(key));
         self.followers.lock().retain(|key, (_, task)| {
             let keep = seen.contains(key) && !task.is_finished();
             if !keep {
@@ -230,7 +252,9 @@ impl StreamReplication {
 
     /// The home node commits a new stream's first placement.
     async fn place(&self, vhost: &str, log: &Arc<StreamLog>) {
-        if self.metadata.home_of(vhost, log.name()).as_deref() != Some(self.local()) {
+        if self.metadata.home_of(vhost, log.name()).as_deref() != Some(self.local())
+            || !self.due(&(vhost.to_owned(), log.name().to_owned()))
+        {
             return;
         }
         let size = log
@@ -364,6 +388,7 @@ impl StreamReplication {
         if placement.leader == self.local()
             || !self.metadata.is_leader()
             || self.transport.detector().status(&placement.leader) != NodeStatus::Down
+            || !self.due(&(vhost.to_owned(), log.name().to_owned()))
         {
             return;
         }

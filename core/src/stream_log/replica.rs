@@ -134,7 +134,21 @@ impl StreamLog {
     /// Applies the stream's placement as the metadata store committed it (`local` is this
     /// node): a new leader starts counting its members' tails; a node that stops leading
     /// fails the publishes it held (their publishers are told, and publish to the new leader).
+    ///
+    /// Only a newer epoch replaces a placement: replaying the metadata log after a restart
+    /// applies the stream's older placements again, and a second proposal for an epoch
+    /// already placed (a home node that proposed before it had replayed the log) loses to
+    /// the first.
     pub fn set_placement(&self, placement: &Placement, local: &str) {
+        if let Some(current) = &self.inner.replication.lock().placement {
+            if placement.epoch < current.epoch
+                || (placement.epoch == current.epoch && placement != current)
+            {
+                tracing::debug!(stream = %self.inner.name, epoch = placement.epoch,
+                    current = current.epoch, "an older stream placement is not applied");
+                return;
+            }
+        }
         let role = placement.role_of(local);
         let tail = self.inner.shared.lock().next_offset;
         let text = format!("{local}\n{}\n", placement.encode());

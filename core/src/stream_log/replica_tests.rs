@@ -241,6 +241,12 @@ fn a_former_leader_cuts_off_what_the_new_leader_never_had() {
         "a leader that stops leading fails what it held"
     );
     let in_epoch_2 = publish(&b, &["new"]);
+    // The metadata log replayed after a restart applies the first placement again, and a
+    // second proposal for epoch 2 loses to the first: neither changes anything.
+    a.set_placement(&first, "a");
+    a.set_placement(&first.next_epoch("a", 0), "a");
+    assert_eq!(a.role(), Role::Replica { epoch: 2 });
+    assert_eq!(a.placement(), Some(second.clone()));
 
     // The old leader's log goes past the new epoch's start with an epoch-1 chunk.
     let at = a.replica_tail();
