@@ -136,6 +136,9 @@ impl StreamReplication {
             ));
         }
         log.replica_written(from, request.tail.next_offset);
+        if let Some(first) = log.restart_point(request.tail) {
+            return Ok(encode_answer(log.committed_offset(), Some(first), &[]));
+        }
         let mut changed = log.subscribe();
         let deadline = tokio::time::Instant::now() + LONG_POLL;
         loop {
@@ -145,11 +148,11 @@ impl StreamReplication {
             // The commit offset moving is news too: the replica's readers wait for it.
             let committed = log.committed_offset();
             if !chunks.is_empty() || log.is_deleted() || committed > request.known_committed {
-                return Ok(encode_answer(committed, &chunks));
+                return Ok(encode_answer(committed, None, &chunks));
             }
             match tokio::time::timeout_at(deadline, changed.changed()).await {
                 Ok(Ok(())) => continue,
-                _ => return Ok(encode_answer(committed, &[])),
+                _ => return Ok(encode_answer(committed, None, &[])),
             }
         }
     }
@@ -348,7 +351,7 @@ impl StreamReplication {
                     FETCH_TIMEOUT,
                 )
                 .await;
-            let (committed, chunks) = match answer.map(decode_answer) {
+            let (committed, restart, chunks) = match answer.map(decode_answer) {
                 Ok(Some(answer)) => answer,
                 Ok(None) => {
                     tracing::warn!(stream = %key.1, "a malformed fetch answer");
@@ -362,6 +365,20 @@ impl StreamReplication {
                 }
             };
             known_committed = known_committed.max(committed);
+            if let Some(first) = restart {
+                let (sender, receiver) = tokio::sync::oneshot::channel();
+                log.restart_at(
+                    first,
+                    Box::new(move |result| {
+                        let _ = sender.send(result);
+                    }),
+                );
+                if !matches!(receiver.await, Ok(Ok(_))) {
+                    tracing::error!(stream = %key.1, first, "cannot start the stream's copy again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                continue;
+            }
             if chunks.is_empty() {
                 log.leader_committed(committed);
                 continue;
@@ -496,10 +513,13 @@ impl FetchRequest {
     }
 }
 
-/// A fetch's answer: the leader's commit offset, then each chunk with its length.
-fn encode_answer(committed: u64, chunks: &[Bytes]) -> Bytes {
+/// A fetch's answer: the leader's commit offset, where the replica must start its copy
+/// again (`u64::MAX`: nowhere; else the leader's first offset, its retention having removed
+/// the replica's tail), then each chunk with its length.
+fn encode_answer(committed: u64, restart: Option<u64>, chunks: &[Bytes]) -> Bytes {
     let mut out = BytesMut::with_capacity(8 + chunks.iter().map(|c| c.len() + 4).sum::<usize>());
     out.put_u64(committed);
+    out.put_u64(restart.unwrap_or(u64::MAX));
     for chunk in chunks {
         out.put_u32(chunk.len() as u32);
         out.put_slice(chunk);
@@ -507,11 +527,12 @@ fn encode_answer(committed: u64, chunks: &[Bytes]) -> Bytes {
     out.freeze()
 }
 
-fn decode_answer(mut body: Bytes) -> Option<(u64, Vec<Bytes>)> {
-    if body.remaining() < 8 {
+fn decode_answer(mut body: Bytes) -> Option<(u64, Option<u64>, Vec<Bytes>)> {
+    if body.remaining() < 16 {
         return None;
     }
     let committed = body.get_u64();
+    let restart = Some(body.get_u64()).filter(|at| *at != u64::MAX);
     let mut chunks = Vec::new();
     while body.has_remaining() {
         if body.remaining() < 4 {
@@ -523,7 +544,7 @@ fn decode_answer(mut body: Bytes) -> Option<(u64, Vec<Bytes>)> {
         }
         chunks.push(body.split_to(length));
     }
-    Some((committed, chunks))
+    Some((committed, restart, chunks))
 }
 
 #[cfg(test)]
@@ -552,9 +573,18 @@ mod tests {
         assert_eq!(decoded.known_committed, 70);
         assert!(FetchRequest::decode(Bytes::from_static(b"\x00\x05ab")).is_none());
         let chunks = vec![Bytes::from_static(b"one"), Bytes::from_static(b"")];
-        assert_eq!(decode_answer(encode_answer(9, &chunks)), Some((9, chunks)));
         assert_eq!(
-            decode_answer(Bytes::from_static(b"\0\0\0\0\0\0\0\x01\0\0\0\x09ab")),
+            decode_answer(encode_answer(9, None, &chunks)),
+            Some((9, None, chunks))
+        );
+        assert_eq!(
+            decode_answer(encode_answer(1, Some(40), &[])),
+            Some((1, Some(40), vec![]))
+        );
+        assert_eq!(
+            decode_answer(Bytes::from_static(
+                b"\0\0\0\0\0\0\0\x01\xff\xff\xff\xff\xff\xff\xff\xff\0\0\0\x09ab"
+            )),
             None
         );
     }

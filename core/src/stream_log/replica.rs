@@ -32,6 +32,8 @@ pub(super) enum WriterOp {
     Append(Vec<Bytes>, OnAppended),
     /// Remove every chunk from this offset on.
     Truncate(u64, OnAppended),
+    /// Drop the whole log and start it empty at this offset.
+    Restart(u64, OnAppended),
 }
 
 /// A stream's replication state (in [`super::log::Inner`]).
@@ -236,10 +238,32 @@ impl StreamLog {
         self.queue_op(WriterOp::Truncate(offset, done));
     }
 
+    /// Queues dropping the whole log to start it empty at `offset`: a replica so far
+    /// behind that the leader's retention removed its tail starts again from the leader's
+    /// oldest chunk (everything before it is gone from the leader too).
+    pub fn restart_at(&self, offset: u64, done: OnAppended) {
+        self.queue_op(WriterOp::Restart(offset, done));
+    }
+
+    /// Where a replica at `tail` must start again from, when the leader's retention removed
+    /// its tail (the leader's first offset); `None` when the leader has what follows it.
+    pub fn restart_point(&self, tail: ReplicaTail) -> Option<u64> {
+        let first = self
+            .inner
+            .shared
+            .lock()
+            .segments
+            .first()
+            .map_or(0, |s| s.first_offset);
+        (tail.next_offset < first).then_some(first)
+    }
+
     fn queue_op(&self, op: WriterOp) {
         if self.is_deleted() {
             let done = match op {
-                WriterOp::Append(_, done) | WriterOp::Truncate(_, done) => done,
+                WriterOp::Append(_, done)
+                | WriterOp::Truncate(_, done)
+                | WriterOp::Restart(_, done) => done,
             };
             done(Err(format!("stream '{}' was deleted", self.inner.name)));
             return;
@@ -341,6 +365,10 @@ impl Writer {
                 let result = self.truncate_to(offset).map_err(|e| e.to_string());
                 done(result);
             }
+            WriterOp::Restart(offset, done) => {
+                let result = self.restart_log(offset).map_err(|e| e.to_string());
+                done(result);
+            }
         }
     }
 
@@ -430,6 +458,38 @@ impl Writer {
         Ok(self.inner.shared.lock().next_offset)
     }
 
+    /// Removes every segment and starts the log empty at `offset`.
+    fn restart_log(&mut self, offset: u64) -> io::Result<u64> {
+        let segments = self.inner.shared.lock().segments.clone();
+        let (segment_file, index_file) = segment::create_segment(&self.inner.dir, offset)?;
+        segment_file.sync_all()?;
+        index_file.sync_all()?;
+        for segment in segments.iter().filter(|s| s.first_offset != offset) {
+            std::fs::remove_file(&segment.path)?;
+            let _ = std::fs::remove_file(&segment.index_path);
+        }
+        self.reopen()?;
+        tracing::warn!(stream = %self.inner.name, offset, "the leader's retention removed this replica's tail: its copy starts again at the leader's oldest chunk");
+        Ok(offset)
+    }
+
+    /// Recovers the log from its files again (after they were cut): the writer's files,
+    /// the producers' sequences and consumers' offsets as the kept chunks have them.
+    fn reopen(&mut self) -> io::Result<u64> {
+        if let Ok(dir) = std::fs::File::open(&self.inner.dir) {
+            let _ = dir.sync_all();
+        }
+        let recovered = super::log::recover(&self.inner.dir)?;
+        self.segment = recovered.segment;
+        self.index = recovered.index;
+        self.producers = recovered.producers;
+        self.last_timestamp = self.last_timestamp.max(recovered.last_timestamp);
+        let next = recovered.shared.next_offset;
+        *self.inner.shared.lock() = recovered.shared;
+        self.inner.committed.send_replace(next);
+        Ok(next)
+    }
+
     /// Removes every chunk from `offset` on: whole segments starting at or after it, then
     /// the tail of the last one kept; then the log is recovered from its files again (the
     /// producers' sequences and consumers' offsets as the kept chunks have them).
@@ -461,17 +521,7 @@ impl Writer {
             segment::write_index(&segment.index_path, &kept)?;
             break;
         }
-        if let Ok(dir) = std::fs::File::open(&self.inner.dir) {
-            let _ = dir.sync_all();
-        }
-        let recovered = super::log::recover(&self.inner.dir)?;
-        self.segment = recovered.segment;
-        self.index = recovered.index;
-        self.producers = recovered.producers;
-        self.last_timestamp = self.last_timestamp.max(recovered.last_timestamp);
-        let next = recovered.shared.next_offset;
-        *self.inner.shared.lock() = recovered.shared;
-        self.inner.committed.send_replace(next);
+        let next = self.reopen()?;
         tracing::warn!(stream = %self.inner.name, offset, "cut the stream's unconfirmed tail off for the new leader");
         Ok(next)
     }

@@ -267,3 +267,50 @@ fn a_former_leader_cuts_off_what_the_new_leader_never_had() {
     assert_eq!(a.replica_tail(), b.replica_tail());
     assert_eq!(a.replica_tail().last_epoch, 2);
 }
+
+#[test]
+fn a_replica_behind_the_leaders_retention_starts_again_at_the_leaders_oldest_chunk() {
+    let dir = Dir::new("retention");
+    let settings = StreamSettings {
+        max_segment_size: 400,
+        max_length_bytes: Some(900),
+        ..StreamSettings::default()
+    };
+    let a = StreamLog::open("s", &dir.member("a"), settings).unwrap();
+    let b = open(&dir.member("b"));
+    let placement = Placement::initial(members(), "a", 0);
+    a.set_placement(&placement, "a");
+    b.set_placement(&placement, "b");
+    for i in 0..40 {
+        let confirm = publish(&a, &[&format!("m{i}-with-some-length")]);
+        fetch_until_confirmed(&a, &b, "b", &confirm);
+    }
+    let first = a.stats().first_offset;
+    assert!(
+        first > 0,
+        "retention removed the oldest segments: {:?}",
+        a.stats()
+    );
+
+    // c was never there: its tail (0) is gone from the leader.
+    let c = open(&dir.member("c"));
+    c.set_placement(&placement, "c");
+    assert_eq!(a.restart_point(c.replica_tail()), Some(first));
+    let (done, restarted) = mpsc::channel();
+    c.restart_at(
+        first,
+        Box::new(move |result| {
+            let _ = done.send(result);
+        }),
+    );
+    assert_eq!(
+        restarted.recv_timeout(Duration::from_secs(5)).unwrap(),
+        Ok(first)
+    );
+    assert_eq!(a.restart_point(c.replica_tail()), None);
+    catch_up(&a, &c, "c");
+    assert_eq!(bodies(&c), bodies(&a));
+    assert_eq!(c.replica_tail(), a.replica_tail());
+    assert_eq!(c.stats().first_offset, first);
+    assert_eq!(c.producer_sequence("p"), a.producer_sequence("p"));
+}
