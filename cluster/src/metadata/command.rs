@@ -477,6 +477,16 @@ mod tests {
             },
         );
         let changes = [
+            TopologyChange::StreamPlacement {
+                vhost: "/".into(),
+                name: "events".into(),
+                placement: warren_core::stream_log::Placement::initial(
+                    vec!["warren@a".into(), "warren@b".into(), "warren@c".into()],
+                    "warren@a",
+                    0,
+                )
+                .next_epoch("warren@c", 812),
+            },
             TopologyChange::DeclareQueue {
                 vhost: "/".into(),
                 user: "guest".into(),
@@ -533,6 +543,11 @@ mod tests {
         }
         assert!(decode_change(&json!({"op": "explode"})).is_err());
         assert!(decode_change(&json!({"op": "delete_vhost"})).is_err());
+        assert!(
+            decode_change(&json!({"op": "stream_placement", "vhost": "/", "name": "s",
+                                      "placement": "not a placement"}))
+            .is_err()
+        );
     }
 
     #[test]
