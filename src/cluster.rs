@@ -243,6 +243,10 @@ impl warren_raft::ClusterLink for QuorumLink {
             || self.transport.detector().status(node) != warren_cluster::detector::NodeStatus::Down
     }
 
+    fn link_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.transport.detector().subscribe_changes())
+    }
+
     fn call(
         &self,
         node: &str,

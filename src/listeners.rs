@@ -33,6 +33,13 @@ pub(crate) fn stream_listener_config(settings: &Settings) -> warren_stream::List
             initial_frame_max: stream.initial_frame_max,
             advertised_host: stream.advertised_host.clone(),
             advertised_port: stream.advertised_port,
+            // As RabbitMQ's stream plugin: the broker's `auth_mechanisms`, of those it knows.
+            auth_mechanisms: settings
+                .auth_mechanisms()
+                .into_iter()
+                .filter(|mechanism| mechanism == "PLAIN" || mechanism == "EXTERNAL")
+                .collect(),
+            cert_login_from: login_from(settings.ssl_cert_login_from),
         },
         login_timeout: settings
             .handshake_timeout

@@ -149,6 +149,7 @@ pub(crate) async fn start_operator_endpoints(
         }),
         quorum: Some(Arc::new(quorum_view::View(Arc::clone(quorum)))
             as Arc<dyn warren_management::QuorumView>),
+        octets: Default::default(),
     });
     let _ = management_slot.set(Arc::clone(&management));
     if management_listener.is_some() || management_tls.is_some() {

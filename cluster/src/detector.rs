@@ -46,6 +46,8 @@ pub struct FailureDetector {
     ping_period: Duration,
     suspect_after: Duration,
     up: watch::Sender<BTreeSet<String>>,
+    /// Bumped whenever a peer's link opens or breaks or the set of peers up changes.
+    changes: watch::Sender<u64>,
 }
 
 impl FailureDetector {
@@ -57,6 +59,7 @@ impl FailureDetector {
             ping_period,
             suspect_after,
             up: watch::channel(BTreeSet::new()).0,
+            changes: watch::channel(0).0,
         }
     }
 
@@ -80,11 +83,15 @@ impl FailureDetector {
     pub fn record_link(&self, peer: &str, connected: bool, now: Instant) {
         let mut peers = self.peers.write();
         let health = peers.entry(peer.to_string()).or_default();
+        let flipped = health.connected != connected;
         health.connected = connected;
         if !connected {
             health.last_pong = None;
         }
         drop(peers);
+        if flipped {
+            self.changes.send_modify(|n| *n += 1);
+        }
         self.publish(now);
     }
 
@@ -130,6 +137,12 @@ impl FailureDetector {
         self.up.subscribe()
     }
 
+    /// A counter bumped whenever any peer's link opens or breaks or a peer goes up or
+    /// stops answering: idle quorum queue members sleep on it instead of polling links.
+    pub fn subscribe_changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
     /// Re-evaluates suspicion (the transport calls this every ping period).
     pub fn tick(&self, now: Instant) {
         self.publish(now);
@@ -137,7 +150,7 @@ impl FailureDetector {
 
     fn publish(&self, now: Instant) {
         let up = self.up_at(now);
-        self.up.send_if_modified(|current| {
+        let changed = self.up.send_if_modified(|current| {
             if *current == up {
                 return false;
             }
@@ -150,6 +163,9 @@ impl FailureDetector {
             *current = up;
             true
         });
+        if changed {
+            self.changes.send_modify(|n| *n += 1);
+        }
     }
 }
 
@@ -174,5 +190,23 @@ mod tests {
         detector.record_link("b", false, later);
         assert_eq!(detector.status_at("b", later), NodeStatus::Down);
         assert_eq!(detector.round_trip("b"), None);
+    }
+
+    #[test]
+    fn the_change_counter_moves_on_link_and_liveness_changes_only() {
+        let detector = FailureDetector::new(Duration::from_millis(100), Duration::from_millis(500));
+        let changes = detector.subscribe_changes();
+        let start = Instant::now();
+        detector.record_link("b", true, start);
+        assert_eq!(*changes.borrow(), 1, "the link opened");
+        detector.record_pong("b", start, Duration::from_micros(50));
+        assert_eq!(*changes.borrow(), 2, "b is up");
+        detector.record_pong("b", start + Duration::from_millis(100), Duration::from_micros(50));
+        detector.tick(start + Duration::from_millis(200));
+        assert_eq!(*changes.borrow(), 2, "pongs and ticks of a healthy peer change nothing");
+        detector.tick(start + Duration::from_millis(700));
+        assert_eq!(*changes.borrow(), 3, "b is suspected");
+        detector.record_link("b", false, start + Duration::from_millis(800));
+        assert_eq!(*changes.borrow(), 4, "the link broke while b was already not up");
     }
 }

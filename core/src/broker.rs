@@ -90,6 +90,8 @@ pub struct Broker {
     exchange_types: ExchangeTypes,
     pub(crate) durability: Arc<Durability>,
     connections: Arc<ConnectionRegistry>,
+    /// The stream protocol's publishers and consumers.
+    stream_clients: Arc<crate::stream_clients::StreamClients>,
     /// Lifetime totals of deleted vhosts (see [`Broker::totals`]).
     retired: Mutex<crate::counters::NodeTotals>,
     /// Runtime and global parameters (`parameters.rs`).
@@ -115,6 +117,7 @@ impl Broker {
             exchange_types: ExchangeTypes::default(),
             durability,
             connections,
+            stream_clients: Arc::default(),
             parameters: Default::default(),
             retired: Default::default(),
         })
@@ -220,6 +223,12 @@ impl Broker {
     /// The registry of open client connections.
     pub fn connections(&self) -> &ConnectionRegistry {
         &self.connections
+    }
+
+    /// The stream protocol's publishers and consumers on this node (listed by the
+    /// management API, counted by metrics).
+    pub fn stream_clients(&self) -> &Arc<crate::stream_clients::StreamClients> {
+        &self.stream_clients
     }
 
     /// Asks connection `id` to close with `reason` (its listener closes it as its protocol

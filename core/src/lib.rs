@@ -43,6 +43,7 @@ pub mod routing;
 pub mod sasl;
 pub mod store;
 pub mod stream;
+pub mod stream_clients;
 pub mod stream_log;
 pub mod topic_access;
 pub mod value;

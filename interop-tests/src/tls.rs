@@ -105,6 +105,25 @@ impl Pki {
         )
     }
 
+    /// A client certificate with common name `common_name` signed by the test CA, written as
+    /// `<stem>.pem` and `<stem>-key.pem` for clients that read PEM files. Returns both paths.
+    pub fn client_files(&self, stem: &str, common_name: &str) -> (String, String) {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(Vec::new()).expect("params");
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let certificate = params
+            .signed_by(&key, &self.ca, &self.ca_key)
+            .expect("client certificate");
+        let (cert, key_path) = (format!("{stem}.pem"), format!("{stem}-key.pem"));
+        std::fs::write(self.dir.join(&cert), certificate.pem()).expect("write");
+        std::fs::write(self.dir.join(&key_path), key.serialize_pem()).expect("write");
+        (self.path(&cert), self.path(&key_path))
+    }
+
     /// A cluster node's certificate for `host` (an IP or DNS subject alternative name, usable
     /// to serve and to dial), written as `<stem>.pem` and `<stem>-key.pem`; signed by the
     /// test CA or self-signed (which the other nodes must refuse). Returns both paths.

@@ -3,7 +3,8 @@
 //! 413, connections beyond `management.tcp.max_connections` are closed at once without
 //! disturbing AMQP clients, idle connections time out, chunked requests and gzip responses
 //! work, `Expect: 100-continue` is honoured, HTTP/1.0 connections close after the response,
-//! and HTTPS offers HTTP/2 through ALPN.
+//! HTTPS offers HTTP/2 through ALPN, and heavy requests (definitions exports of 10,000
+//! queues) run off the runtime workers, so AMQP round trips do not wait for them.
 
 use std::io::Read as _;
 use std::time::Duration;
@@ -513,4 +514,115 @@ async fn listings_page_sort_and_filter_as_rabbitmq() {
             .map(Vec::len),
         Some(5)
     );
+}
+
+/// Exports the definitions as guest; how long it took.
+async fn export_definitions(addr: String) -> Duration {
+    let started = std::time::Instant::now();
+    let response = warren_management::http::send(
+        &addr,
+        "GET",
+        "/api/definitions",
+        Some(("guest", "guest")),
+        None,
+    )
+    .await
+    .expect("export");
+    assert_eq!(response.status, 200);
+    assert!(response.body.len() > 1_000_000, "{}", response.body.len());
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heavy_requests_run_off_the_workers_that_serve_amqp() {
+    // The broker runs on this test's two runtime workers. Four clients export the
+    // definitions of 10,000 queues over and over; were the export built on a worker, both
+    // would be busy for a whole export at a time and AMQP would wait that long.
+    let broker = TestBroker::start().await;
+    let vhost = broker.broker().vhost("/").unwrap();
+    for i in 0..10_000 {
+        vhost
+            .declare_queue(
+                warren_core::vhost::Actor {
+                    user: "guest",
+                    connection_id: warren_core::vhost::BROKER_CONNECTION,
+                },
+                warren_core::vhost::QueueDeclare {
+                    name: format!("heavy-{i:05}"),
+                    passive: false,
+                    durable: true,
+                    exclusive: false,
+                    auto_delete: false,
+                    arguments: Default::default(),
+                },
+            )
+            .expect("declare");
+    }
+    let addr = broker.management_addr();
+    let alone = export_definitions(addr.clone()).await;
+
+    use amqprs::channel::QueueDeclareArguments;
+    use amqprs::connection::{Connection, OpenConnectionArguments};
+    let amqp = broker.addr();
+    let connection = Connection::open(&OpenConnectionArguments::new(
+        &amqp.ip().to_string(),
+        amqp.port(),
+        "guest",
+        "guest",
+    ))
+    .await
+    .expect("AMQP connects");
+    let channel = connection.open_channel(None).await.expect("channel");
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let exporters: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            let addr = addr.clone();
+            tokio::spawn(async move {
+                let mut done = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    export_definitions(addr.clone()).await;
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    // Let the exports get going, then time AMQP round trips (a passive declare each).
+    tokio::time::sleep(alone / 2).await;
+    let mut round_trips = Vec::new();
+    let window = std::time::Instant::now();
+    while window.elapsed() < (alone * 4).max(Duration::from_secs(2)) {
+        let started = std::time::Instant::now();
+        channel
+            .queue_declare(
+                QueueDeclareArguments::new("heavy-04242")
+                    .passive(true)
+                    .finish(),
+            )
+            .await
+            .expect("passive declare");
+        round_trips.push(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut exports = 0;
+    for exporter in exporters {
+        exports += exporter.await.expect("exporter");
+    }
+    round_trips.sort();
+    let median = round_trips[round_trips.len() / 2];
+    let slowest = round_trips[round_trips.len() - 1];
+    eprintln!(
+        "one export alone {alone:?}; {exports} exports by 4 clients meanwhile; {} AMQP round \
+         trips, median {median:?}, slowest {slowest:?}",
+        round_trips.len()
+    );
+    assert!(exports >= 4, "the exports ran during the window: {exports}");
+    assert!(
+        median < alone / 4,
+        "AMQP waited for the exports: median round trip {median:?}, one export {alone:?}"
+    );
+    let _ = connection.close().await;
 }

@@ -17,8 +17,8 @@ use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueBindOptions, Que
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use mqtt5_common::{
-    connect5, connect5_packet, options5, publish5_packet, server_disconnect_reason, try_connect5,
-    Raw5,
+    connect5, connect5_packet, options5, packet, publish5_packet, server_disconnect_reason,
+    try_connect5, Raw5,
 };
 use rumqttc::v5::mqttbytes::v5::{
     ConnectReturnCode, DisconnectReasonCode, Filter, LastWill, LastWillProperties, Packet,
@@ -930,6 +930,229 @@ async fn a_session_resumed_with_expiry_0_ends_with_its_connection() {
             .await,
             "the session's queue goes with its last connection"
         );
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_refused_by_topic_permissions_gets_suback_0x87_and_the_connection_goes_on() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        // As paho's test_subscribe_failure needs it: a topic the user may not subscribe to
+        // (RabbitMQ's topic permission; its read pattern is matched against the binding key).
+        let root = broker.broker().vhost("/").expect("default vhost");
+        root.set_topic_permission(
+            "guest",
+            warren_core::topic_access::TopicPermission::new(
+                "guest",
+                "/",
+                "amq.topic",
+                ".*",
+                "^allowed\\.",
+            )
+            .expect("valid patterns"),
+        );
+        // rumqttc ends its event loop on a refused subscription: the refusal it saw is
+        // the SUBACK's reason code.
+        let refused = connect5(options5(broker.mqtt_addr(), "refused-5")).await;
+        refused
+            .client
+            .subscribe("test/nosubscribe", QoS::ExactlyOnce)
+            .await
+            .expect("subscribe");
+        match tokio::time::timeout(Duration::from_secs(5), refused.ended)
+            .await
+            .expect("SUBACK in time")
+            .expect("event loop task")
+        {
+            ConnectionError::MqttState(StateError::SubFail { reason }) => {
+                assert_eq!(reason, SubscribeReasonCode::NotAuthorized)
+            }
+            other => panic!("expected a refused SUBACK, got {other:?}"),
+        }
+        // The broker keeps the connection: a raw client's refused SUBSCRIBE (0x87, with a
+        // reason string) is followed by a granted one on the same connection.
+        let mut raw = Raw5::connected(broker.mqtt_addr(), "raw-refused").await;
+        for (packet_id, filter, expected) in
+            [(1u16, "test/nosubscribe", 0x87), (2, "allowed/in", 0x01)]
+        {
+            let mut body = packet_id.to_be_bytes().to_vec();
+            body.push(0);
+            body.extend_from_slice(&(filter.len() as u16).to_be_bytes());
+            body.extend_from_slice(filter.as_bytes());
+            body.push(1);
+            raw.send(&packet(0x82, &body)).await;
+            let (first, suback) = raw.read_packet().await;
+            assert_eq!(first, 0x90, "SUBACK, got {first:#x} {suback:02x?}");
+            assert_eq!(&suback[..2], &packet_id.to_be_bytes());
+            assert_eq!(suback.last(), Some(&expected), "{filter}: {suback:02x?}");
+        }
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_and_response_between_two_no_local_subscribers_of_one_topic() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        // paho's test_request_response, with each SUBACK awaited.
+        let broker = TestBroker::start().await;
+        let addr = broker.mqtt_addr();
+        let topic = "client_test5/TopicA";
+        let mut requester = connect5(options5(addr, "requester")).await;
+        let mut responder = connect5(options5(addr, "responder")).await;
+        for client in [&mut requester, &mut responder] {
+            let mut filter = Filter::new(topic, QoS::ExactlyOnce);
+            filter.nolocal = true;
+            client
+                .client
+                .subscribe_many([filter])
+                .await
+                .expect("subscribe");
+            assert!(matches!(client.next().await, Packet::SubAck(_)));
+        }
+        let properties = PublishProperties {
+            response_topic: Some(topic.to_string()),
+            correlation_data: Some(Bytes::from_static(b"334")),
+            ..PublishProperties::default()
+        };
+        requester
+            .client
+            .publish_with_properties(topic, QoS::AtLeastOnce, false, "request", properties)
+            .await
+            .expect("publish");
+        let request = responder.next_publish().await;
+        assert_eq!(payload_text(&request.payload), "request");
+        let received = request.properties.clone().expect("properties");
+        assert_eq!(received.response_topic.as_deref(), Some(topic));
+        assert_eq!(received.correlation_data, Some(Bytes::from_static(b"334")));
+        // The responder answers with the properties it received, as paho's test does.
+        responder
+            .client
+            .publish_with_properties(topic, QoS::AtLeastOnce, false, "response", received)
+            .await
+            .expect("publish");
+        let response = requester.next_publish().await;
+        assert_eq!(payload_text(&response.payload), "response");
+        assert_eq!(
+            response.properties.and_then(|p| p.correlation_data),
+            Some(Bytes::from_static(b"334"))
+        );
+        for client in [&mut requester, &mut responder] {
+            assert!(
+                client
+                    .publish_within(Duration::from_millis(300))
+                    .await
+                    .is_none(),
+                "no local: nothing of its own"
+            );
+        }
+        requester.disconnect().await;
+        responder.disconnect().await;
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_above_the_clients_maximum_packet_size_is_dropped_and_settled() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        let addr = broker.mqtt_addr();
+        let mut small = options5(addr, "small-packets");
+        small.set_clean_start(false);
+        session_expiry(&mut small, 60);
+        small.set_max_packet_size(Some(200));
+        let mut subscriber = connect5(small.clone()).await;
+        subscriber.subscribe("sizes/#", QoS::AtLeastOnce).await;
+        let mut publisher = connect5(options5(addr, "sizes-publisher")).await;
+        publisher
+            .publish("sizes/big", QoS::AtLeastOnce, &[b'x'; 500])
+            .await;
+        publisher
+            .publish("sizes/small", QoS::AtLeastOnce, b"fits")
+            .await;
+        // The larger one would break the client's limit: it is not sent (MQTT-3.1.2-25)...
+        let heard = subscriber.next_publish().await;
+        assert_eq!(payload_text(&heard.payload), "fits");
+        assert!(subscriber
+            .publish_within(Duration::from_millis(300))
+            .await
+            .is_none());
+        // ... and settled, not kept for a later connection of the session.
+        subscriber.disconnect().await;
+        let mut subscriber = connect5(small).await;
+        assert!(subscriber.connack.session_present);
+        assert!(subscriber
+            .publish_within(Duration::from_millis(500))
+            .await
+            .is_none());
+        subscriber.disconnect().await;
+        publisher.disconnect().await;
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_properties_and_content_type_reach_stomp_headers_and_come_back() {
+    use warren_interop_tests::stomp::StompClient;
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        let mut stomp = StompClient::connect(broker.stomp_addr(), "1.2").await;
+        stomp
+            .subscribe("/topic/telemetry.#", "dash", "auto", &[])
+            .await;
+        let mut device = connect5(options5(broker.mqtt_addr(), "pump")).await;
+        device.subscribe("commands/+", QoS::AtLeastOnce).await;
+
+        // MQTT 5 to STOMP: user properties become headers, content type content-type.
+        let properties = PublishProperties {
+            user_properties: vec![("device".into(), "pump-7".into())],
+            content_type: Some("application/json".into()),
+            ..PublishProperties::default()
+        };
+        device
+            .client
+            .publish_with_properties(
+                "telemetry/pump-7",
+                QoS::AtLeastOnce,
+                false,
+                "{\"bar\":2}",
+                properties,
+            )
+            .await
+            .expect("publish");
+        let message = stomp.expect_message().await;
+        assert_eq!(message.text(), "{\"bar\":2}");
+        assert_eq!(message.header("device"), Some("pump-7"));
+        assert_eq!(message.header("content-type"), Some("application/json"));
+
+        // STOMP to MQTT 5: a plain header becomes a user property.
+        stomp
+            .send(
+                "/topic/commands.stop",
+                "now",
+                &[("site", "north"), ("content-type", "text/plain")],
+            )
+            .await;
+        let command = device.next_publish().await;
+        assert_eq!(payload_text(&command.payload), "now");
+        let properties = command.properties.expect("properties");
+        assert!(
+            properties
+                .user_properties
+                .contains(&("site".to_string(), "north".to_string())),
+            "{:?}",
+            properties.user_properties
+        );
+        assert_eq!(properties.content_type.as_deref(), Some("text/plain"));
+        device.disconnect().await;
         broker.shutdown().await;
     })
     .await

@@ -400,3 +400,40 @@ async fn the_receive_maximum_counts_each_unreleased_qos2_publish_once() {
     .await
     .expect("test in time");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_still_writing_after_disconnect_0x93_reads_it_before_the_socket_closes() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        let mut raw = Raw5::connected(broker.mqtt_addr(), "eager").await;
+        // One more unreleased QoS 2 publish than the receive maximum (1024), in one write,
+        // as paho's test_flow_control2 sends them.
+        let burst: Vec<u8> = (1..=1025u16)
+            .flat_map(|id| qos2_publish("eager/burst", id))
+            .collect();
+        raw.send(&burst).await;
+        // The client goes on as paho's does: it releases what it has PUBRECs for while the
+        // broker has already closed its side. The broker still reads (and discards) that,
+        // so neither write fails and the socket is not reset before the DISCONNECT is read.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for id in [1u16, 2] {
+            raw.send(&packet(0x62, &id.to_be_bytes())).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut pubrecs = 0;
+        loop {
+            let (first, body) = raw.read_packet().await;
+            if first == 0x50 {
+                pubrecs += 1;
+                continue;
+            }
+            assert_eq!(first, 0xE0, "DISCONNECT, got {first:#x} {body:02x?}");
+            assert_eq!(body[0], 0x93, "receive maximum exceeded");
+            break;
+        }
+        assert_eq!(pubrecs, 1024);
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}

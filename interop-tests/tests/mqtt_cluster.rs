@@ -516,3 +516,202 @@ async fn a_shared_subscription_membership_moves_with_a_session_taken_over_on_ano
     }
     second.disconnect().await;
 }
+
+/// The payloads that reach `members` until `count` have come (each within the wait).
+async fn collect_from(
+    members: &mut [&mut mqtt5_common::Mqtt5Client],
+    count: usize,
+) -> Vec<Vec<String>> {
+    let mut got = vec![Vec::new(); members.len()];
+    let deadline = Instant::now() + SPREAD_LIMIT;
+    while got.iter().map(Vec::len).sum::<usize>() < count {
+        assert!(
+            Instant::now() < deadline,
+            "{count} messages did not reach the group in time: {got:?}"
+        );
+        for (index, member) in members.iter_mut().enumerate() {
+            if let Some(publish) = member.publish_within(Duration::from_millis(20)).await {
+                got[index].push(String::from_utf8_lossy(&publish.payload).into_owned());
+            }
+        }
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_subscription_group_spans_the_nodes_until_its_last_member_anywhere_leaves() {
+    use rumqttc::v5::mqttbytes::QoS as QoS5;
+    use std::collections::BTreeSet;
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    let group = "mqtt-shared-g-tasks";
+
+    // One member on each node: a clean one on node 1 (it declares the queue, homed
+    // there), a clean one on node 2 that never acknowledges, a persistent one on node 3.
+    let mut first = connect5(options5(cluster.node(0).listener_addr("mqtt"), "first")).await;
+    first.subscribe("$share/g/tasks", QoS5::AtLeastOnce).await;
+    for node in [1, 2] {
+        wait_bound(&cluster, node, 0, group, "tasks").await;
+    }
+    let mut leaver = options5(cluster.node(1).listener_addr("mqtt"), "leaver");
+    leaver.set_manual_acks(true);
+    let mut leaver = connect5(leaver).await;
+    leaver.subscribe("$share/g/tasks", QoS5::AtLeastOnce).await;
+    let mut last = connect5(persistent5(cluster.node(2).listener_addr("mqtt"), "last")).await;
+    last.subscribe("$share/g/tasks", QoS5::AtLeastOnce).await;
+
+    // Each message to one member, every member getting some.
+    publish_amqp(&cluster, 2, "tasks", "a-", 12).await;
+    let got = collect_from(&mut [&mut first, &mut leaver, &mut last], 12).await;
+    assert!(got.iter().all(|share| !share.is_empty()), "spread: {got:?}");
+    let all: BTreeSet<&String> = got.iter().flatten().collect();
+    assert_eq!(all.len(), 12, "each message to one member: {got:?}");
+
+    // The member on node 2 goes with its share unacknowledged: node 2 has no member of
+    // the group left, yet the group lives on, and the others get that share.
+    let held: BTreeSet<String> = got[1].iter().cloned().collect();
+    leaver.abort();
+    let handed = collect_from(&mut [&mut first, &mut last], held.len()).await;
+    let handed: BTreeSet<String> = handed.into_iter().flatten().collect();
+    assert_eq!(
+        handed, held,
+        "the leaver's unacknowledged share went to the others"
+    );
+    publish_amqp(&cluster, 0, "tasks", "b-", 6).await;
+    let got = collect_from(&mut [&mut first, &mut last], 6).await;
+    assert_eq!(got.iter().map(Vec::len).sum::<usize>(), 6, "{got:?}");
+
+    // The member on the queue's home node leaves too: the member on node 3 still gets
+    // everything.
+    first.disconnect().await;
+    publish_amqp(&cluster, 1, "tasks", "c-", 3).await;
+    let got = collect_from(&mut [&mut last], 3).await;
+    assert_eq!(got[0], vec!["c-0", "c-1", "c-2"]);
+
+    // The last member goes away but its session stays, a member: the group's queue
+    // keeps collecting, and the member gets it on its return.
+    last.disconnect().await;
+    publish_amqp(&cluster, 0, "tasks", "d-", 2).await;
+    for node in 0..3 {
+        wait_bound(&cluster, node, 0, group, "tasks").await;
+    }
+    let mut back = connect5(persistent5(cluster.node(2).listener_addr("mqtt"), "last")).await;
+    assert!(back.connack.session_present);
+    let got = collect_from(&mut [&mut back], 2).await;
+    assert_eq!(got[0], vec!["d-0", "d-1"]);
+
+    // Its leaving ends the group everywhere.
+    let unsuback = back.unsubscribe("$share/g/tasks").await;
+    assert_eq!(unsuback.reasons, vec![UnsubAckReason::Success]);
+    for node in 0..3 {
+        wait_gone(&cluster, node, group, SPREAD_LIMIT).await;
+    }
+    back.disconnect().await;
+}
+
+/// Connects `client_id` over a raw MQTT 3.1.1 socket to `addr` without clean session;
+/// returns the client and whether the CONNACK said a session was present.
+async fn connect_persistent_raw(
+    addr: std::net::SocketAddr,
+    client_id: &str,
+) -> (mqtt_common::RawClient, bool) {
+    let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 4, 0b1100_0000, 0, 60];
+    for field in [client_id.as_bytes(), b"guest", b"guest"] {
+        body.extend_from_slice(&(field.len() as u16).to_be_bytes());
+        body.extend_from_slice(field);
+    }
+    let mut raw = mqtt_common::RawClient::open(addr).await;
+    raw.send(&mqtt_common::packet(0x10, &body)).await;
+    let connack = raw.read_exact(4).await;
+    assert_eq!(
+        (connack[0], connack[1], connack[3]),
+        (0x20, 2, 0),
+        "CONNACK accepted"
+    );
+    (raw, connack[2] == 1)
+}
+
+/// A QoS 2 PUBLISH with packet identifier `id`, DUP set if `dup`.
+fn publish_qos2(topic: &str, id: u16, payload: &[u8], dup: bool) -> Vec<u8> {
+    let mut body = (topic.len() as u16).to_be_bytes().to_vec();
+    body.extend_from_slice(topic.as_bytes());
+    body.extend_from_slice(&id.to_be_bytes());
+    body.extend_from_slice(payload);
+    mqtt_common::packet(if dup { 0x3C } else { 0x34 }, &body)
+}
+
+/// An acknowledgement packet (`first` byte) of packet identifier `id`.
+fn with_id(first: u8, id: u16) -> Vec<u8> {
+    mqtt_common::packet(first, &id.to_be_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qos2_identifiers_of_a_session_taken_over_on_another_node_survive_that_nodes_restart() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    // A persistent subscriber on node 3 sees what is routed.
+    let mut keeper = options(cluster.node(2).listener_addr("mqtt"), "keeper");
+    keeper.set_clean_session(false);
+    let mut keeper = connect(keeper).await;
+    keeper.subscribe("meters/+/kwh", QoS::AtLeastOnce).await;
+    for node in [0, 1] {
+        wait_bound(
+            &cluster,
+            node,
+            2,
+            "mqtt-subscription-keeperqos1",
+            "meters.*.kwh",
+        )
+        .await;
+    }
+
+    // A meter's persistent session on node 1 publishes QoS 2 identifier 42 and gets its
+    // PUBREC, but does not release it.
+    let (mut meter, _) =
+        connect_persistent_raw(cluster.node(0).listener_addr("mqtt"), "meter").await;
+    meter
+        .send(&publish_qos2("meters/1/kwh", 42, b"17", false))
+        .await;
+    assert_eq!(meter.read_exact(4).await, with_id(0x50, 42), "PUBREC");
+    assert_eq!(&keeper.next_publish().await.payload[..], b"17");
+
+    // The meter comes back on node 2: its session, identifier 42 with it, moves there.
+    let (moved, present) =
+        connect_persistent_raw(cluster.node(1).listener_addr("mqtt"), "meter").await;
+    assert!(present, "the session moved");
+    assert!(
+        meter.is_closed_by_broker().await,
+        "node 1 closed the old connection"
+    );
+    drop(moved);
+    // The new node writes the identifier to its log after the CONNACK, within a flush
+    // interval (a few milliseconds); then node 2 is killed and started again.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.kill(1);
+    cluster.start(1);
+    cluster.wait_formed(3, FORM_LIMIT).await;
+
+    // Node 2 still knows the unreleased identifier: the re-sent PUBLISH is answered with
+    // PUBREC and not routed again.
+    let (mut meter, present) =
+        connect_persistent_raw(cluster.node(1).listener_addr("mqtt"), "meter").await;
+    assert!(
+        present,
+        "the unreleased identifier is session state after the restart"
+    );
+    meter
+        .send(&publish_qos2("meters/1/kwh", 42, b"17", true))
+        .await;
+    assert_eq!(meter.read_exact(4).await, with_id(0x50, 42), "PUBREC again");
+    meter.send(&with_id(0x62, 42)).await;
+    assert_eq!(meter.read_exact(4).await, with_id(0x70, 42), "PUBCOMP");
+    assert!(
+        keeper.no_publish_within(Duration::from_millis(500)).await,
+        "the re-sent PUBLISH was routed a second time"
+    );
+    keeper.disconnect().await;
+}

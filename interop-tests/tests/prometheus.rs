@@ -196,3 +196,181 @@ async fn metrics_count_known_traffic_with_rabbitmq_names() {
     assert_eq!(after["rabbitmq_queue_messages_ready"], 4.0);
     broker.shutdown().await;
 }
+
+/// Stream protocol traffic with `rabbitmq-stream-client`: the `protocol="stream"` samples
+/// of the global counters (received, confirmed, delivered, publishers, consumers), the
+/// highest consumer offset lag and the segment files, as rabbitmq_prometheus names them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_protocol_traffic_is_counted_with_rabbitmq_stream_names() {
+    use futures_lite::StreamExt;
+    use rabbitmq_stream_client::types::{Message, OffsetSpecification};
+    let delivered =
+        "rabbitmq_global_messages_delivered_total{protocol=\"stream\",queue_type=\"rabbit_stream_queue\"}";
+    let stream = |name: &str| format!("{name}{{protocol=\"stream\"}}");
+    let broker = TestBroker::start().await;
+    let before = scrape(&broker, "/metrics").await;
+    assert_eq!(before[&stream("rabbitmq_global_publishers")], 0.0);
+    assert_eq!(before["rabbitmq_stream_segments"], 0.0);
+    let addr = broker.stream_addr();
+    let environment = rabbitmq_stream_client::Environment::builder()
+        .host(&addr.ip().to_string())
+        .port(addr.port())
+        .build()
+        .await
+        .expect("connects");
+    environment
+        .stream_creator()
+        .create("metered-stream")
+        .await
+        .expect("created");
+    // Creating it again is refused: one STREAM_ALREADY_EXISTS response.
+    assert!(environment
+        .stream_creator()
+        .create("metered-stream")
+        .await
+        .is_err());
+    let producer = environment
+        .producer()
+        .build("metered-stream")
+        .await
+        .expect("producer");
+    for body in ["m0", "m1", "m2", "m3"] {
+        let status = producer
+            .send_with_confirm(Message::builder().body(body.as_bytes().to_vec()).build())
+            .await
+            .expect("sent");
+        assert!(status.confirmed());
+    }
+    let mut consumer = environment
+        .consumer()
+        .offset(OffsetSpecification::First)
+        .build("metered-stream")
+        .await
+        .expect("consumer");
+    for _ in 0..4 {
+        tokio::time::timeout(Duration::from_secs(10), consumer.next())
+            .await
+            .expect("in time")
+            .expect("open")
+            .expect("delivered");
+    }
+    let mut found = HashMap::new();
+    assert!(
+        wait_for_scrape(&broker, "/metrics", &mut found, |m| m.get(delivered)
+            == Some(&4.0))
+        .await,
+        "delivered: {found:?}"
+    );
+    assert_eq!(
+        found[&stream("rabbitmq_global_messages_received_total")],
+        4.0
+    );
+    assert_eq!(
+        found[&stream("rabbitmq_global_messages_received_confirm_total")],
+        4.0
+    );
+    assert_eq!(
+        found[&stream("rabbitmq_global_messages_confirmed_total")],
+        4.0
+    );
+    assert_eq!(found[&stream("rabbitmq_global_publishers")], 1.0);
+    assert_eq!(found[&stream("rabbitmq_global_consumers")], 1.0);
+    assert_eq!(found["rabbitmq_stream_consumer_max_offset_lag"], 0.0);
+    assert_eq!(found["rabbitmq_stream_segments"], 1.0);
+    assert_eq!(
+        found[&stream("rabbitmq_global_stream_error_stream_already_exists_total")],
+        1.0
+    );
+    assert_eq!(
+        found[&stream("rabbitmq_global_stream_error_access_refused_total")],
+        0.0
+    );
+    let error_families = found
+        .keys()
+        .filter(|k| k.starts_with("rabbitmq_global_stream_error_"))
+        .count();
+    assert_eq!(error_families, 17, "RabbitMQ's 17 stream error counters");
+
+    // A single active consumer group at `first`: the active member reads all four, the
+    // waiting one stays at offset 0, four behind the end.
+    let mut group = Vec::new();
+    for _ in 0..2 {
+        group.push(
+            environment
+                .consumer()
+                .name("metered-group")
+                .enable_single_active_consumer(true)
+                .offset(OffsetSpecification::First)
+                .consumer_update(|_, _| async { OffsetSpecification::First })
+                .build("metered-stream")
+                .await
+                .expect("group member"),
+        );
+    }
+    assert!(
+        wait_for_scrape(&broker, "/metrics", &mut found, |m| m.get(delivered)
+            == Some(&8.0))
+        .await,
+        "the active member read: {found:?}"
+    );
+    assert_eq!(found[&stream("rabbitmq_global_consumers")], 3.0);
+    assert_eq!(found["rabbitmq_stream_consumer_max_offset_lag"], 4.0);
+    let per_object = scrape(&broker, "/metrics/per-object").await;
+    assert_eq!(
+        per_object["rabbitmq_stream_consumer_max_offset_lag{vhost=\"/\",queue=\"metered-stream\"}"],
+        4.0
+    );
+    assert_eq!(
+        per_object["rabbitmq_stream_segments{vhost=\"/\",queue=\"metered-stream\"}"],
+        1.0
+    );
+    for member in group {
+        member.handle().close().await.expect("closed");
+    }
+    consumer.handle().close().await.expect("closed");
+    producer.close().await.expect("closed");
+    assert!(
+        wait_for_scrape(&broker, "/metrics", &mut found, |m| {
+            m.get(&stream("rabbitmq_global_consumers")) == Some(&0.0)
+                && m.get(&stream("rabbitmq_global_publishers")) == Some(&0.0)
+        })
+        .await,
+        "{found:?}"
+    );
+    // Lifetime counters stay.
+    assert_eq!(
+        found[&stream("rabbitmq_global_messages_confirmed_total")],
+        4.0
+    );
+    // Each family is declared once.
+    let response =
+        warren_management::http::send(&broker.prometheus_addr(), "GET", "/metrics", None, None)
+            .await
+            .expect("scrape");
+    let text = response.text();
+    let mut types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+    let all = types.len();
+    types.sort_unstable();
+    types.dedup();
+    assert_eq!(types.len(), all, "a family declared twice");
+}
+
+/// Scrapes `path` until `done` holds (or 10 s pass), leaving the last scrape in `found`.
+async fn wait_for_scrape(
+    broker: &TestBroker,
+    path: &str,
+    found: &mut HashMap<String, f64>,
+    done: impl Fn(&HashMap<String, f64>) -> bool,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        *found = scrape(broker, path).await;
+        if done(found) {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

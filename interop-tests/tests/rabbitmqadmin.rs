@@ -33,6 +33,13 @@ fn find_rabbitmqadmin() -> Result<PathBuf, String> {
         })
 }
 
+/// Says why the test did not run, on the process's stderr: libtest hides what a passing
+/// test prints with eprintln!, and a developer's plain `cargo test` should show this.
+fn skipped(reason: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "rabbitmqadmin test skipped: {reason}");
+}
+
 /// Runs the script as guest against `broker`; `Ok(stdout)` on exit status 0, else the
 /// script's stderr and stdout.
 struct Admin {
@@ -91,7 +98,7 @@ async fn rabbitmqadmin_declares_lists_publishes_gets_exports_and_imports() {
                 std::env::var_os("CI").is_none(),
                 "the rabbitmqadmin test must run in CI: {reason}"
             );
-            eprintln!("rabbitmqadmin test skipped: {reason}");
+            skipped(&reason);
             return;
         }
     };
@@ -286,7 +293,7 @@ async fn rabbitmqadmin_declares_lists_publishes_gets_purges_and_deletes_a_quorum
                 std::env::var_os("CI").is_none(),
                 "the rabbitmqadmin test must run in CI: {reason}"
             );
-            eprintln!("rabbitmqadmin test skipped: {reason}");
+            skipped(&reason);
             return;
         }
     };

@@ -465,7 +465,7 @@ where
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn web_mqtt_and_web_stomp_over_tls_carry_a_message_between_them() {
+async fn web_mqtt_web_stomp_and_web_amqp_over_tls() {
     use futures_util::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
     let pki = Pki::new("wss");
@@ -476,6 +476,8 @@ async fn web_mqtt_and_web_stomp_over_tls_carry_a_message_between_them() {
         ("web_mqtt.ssl.port", "0"),
         ("web_stomp.tcp.ip", "127.0.0.1"),
         ("web_stomp.ssl.port", "0"),
+        ("web_amqp.tcp.ip", "127.0.0.1"),
+        ("web_amqp.ssl.port", "0"),
     ];
     settings.extend(options.iter().map(|(k, v)| (*k, v.as_str())));
     let broker = TestBroker::start_with(&settings).await;
@@ -539,5 +541,21 @@ async fn web_mqtt_and_web_stomp_over_tls_carry_a_message_between_them() {
     };
     assert_eq!(publish.topic, "wss/pump/status");
     assert_eq!(&publish.payload[..], b"running");
+
+    // AMQP 1.0 over TLS WebSocket: the SASL protocol header is answered with the broker's
+    // own, then its mechanisms.
+    let web_amqp = broker
+        .server()
+        .web_amqp_addr()
+        .expect("AMQP 1.0 over TLS WebSocket");
+    let mut amqp = wss(web_amqp, pki.client_config(None), "amqp").await;
+    amqp.send(Message::Binary(b"AMQP\x03\x01\x00\x00".to_vec().into()))
+        .await
+        .expect("protocol header");
+    let mut answer = Vec::new();
+    while answer.len() < 9 {
+        answer.extend_from_slice(&next_message(&mut amqp).await);
+    }
+    assert_eq!(&answer[..8], b"AMQP\x03\x01\x00\x00", "{answer:02x?}");
     broker.shutdown().await;
 }

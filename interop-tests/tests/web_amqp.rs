@@ -296,3 +296,62 @@ async fn bad_logins_headers_and_subprotocols_are_refused() {
     .await
     .expect("test in time");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_1_0_application_properties_reach_an_mqtt5_subscriber_as_user_properties() {
+    use fe2o3_amqp::types::messaging::{ApplicationProperties, Message as AmqpMessage, Properties};
+    use fe2o3_amqp::types::primitives::{Binary, Symbol};
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = TestBroker::start().await;
+        let mut device =
+            mqtt5_common::connect5(mqtt5_common::options5(broker.mqtt_addr(), "pump-8")).await;
+        device.subscribe("commands/+", QoS::AtLeastOnce).await;
+        let (mut connection, mut session) = amqp10_common::connect(&broker).await;
+        let mut sender = Sender::attach(&mut session, "ops", "/exchanges/amq.topic/commands.stop")
+            .await
+            .unwrap();
+        let message = AmqpMessage::builder()
+            .properties(
+                Properties::builder()
+                    .correlation_id(String::from("cmd-3"))
+                    .content_type(Symbol::from("text/plain"))
+                    .build(),
+            )
+            .application_properties(
+                ApplicationProperties::builder()
+                    .insert("site", "north")
+                    .insert("attempt", 2i64)
+                    .build(),
+            )
+            .data(Binary::from(b"now".to_vec()))
+            .build();
+        assert!(matches!(
+            sender.send(message).await.unwrap(),
+            Outcome::Accepted(_)
+        ));
+        let command = device.next_publish().await;
+        assert_eq!(&command.payload[..], b"now");
+        let properties = command.properties.expect("properties");
+        let mut user = properties.user_properties.clone();
+        user.sort();
+        assert_eq!(
+            user,
+            vec![
+                ("attempt".to_string(), "2".to_string()),
+                ("site".to_string(), "north".to_string())
+            ]
+        );
+        assert_eq!(properties.content_type.as_deref(), Some("text/plain"));
+        assert_eq!(
+            properties.correlation_data,
+            Some(Bytes::from_static(b"cmd-3"))
+        );
+        sender.close().await.unwrap();
+        session.end().await.unwrap();
+        connection.close().await.unwrap();
+        device.disconnect().await;
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}

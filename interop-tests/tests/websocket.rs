@@ -100,6 +100,17 @@ impl StompSocket {
         self.socket.send(Message::text(frame)).await.expect("send");
     }
 
+    /// Sends a frame in binary messages, split after `split` bytes.
+    async fn send_binary(&mut self, frame: String, split: usize) {
+        let (head, tail) = frame.as_bytes().split_at(split);
+        for part in [head, tail] {
+            self.socket
+                .send(Message::binary(part.to_vec()))
+                .await
+                .expect("send");
+        }
+    }
+
     /// The next frame, without its heart-beat newlines.
     async fn next_frame(&mut self) -> String {
         loop {
@@ -122,7 +133,7 @@ impl StompSocket {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stomp_over_websocket_in_text_frames() {
+async fn stomp_over_websocket_in_text_and_binary_messages() {
     tokio::time::timeout(TEST_LIMIT, async {
         let broker = broker_with_websockets().await;
         let web = broker
@@ -186,6 +197,20 @@ async fn stomp_over_websocket_in_text_frames() {
         let message = stomp.next_frame().await;
         assert!(message.starts_with("MESSAGE\n"), "{message}");
         assert!(message.ends_with("\n22.5\0"), "{message:?}");
+
+        // The browser answers in binary messages, one frame split across two.
+        device.subscribe("cmd/#", rumqttc::QoS::AtLeastOnce).await;
+        let send = frame(
+            "SEND",
+            &[("destination", "/topic/cmd.fan"), ("receipt", "r2")],
+            "off",
+        );
+        stomp.send_binary(send, 10).await;
+        let receipt = stomp.next_frame().await;
+        assert!(receipt.starts_with("RECEIPT\n"), "{receipt}");
+        let command = device.next_publish().await;
+        assert_eq!(command.topic, "cmd/fan");
+        assert_eq!(&command.payload[..], b"off");
         device.disconnect().await;
         broker.shutdown().await;
     })
@@ -286,6 +311,109 @@ async fn stomp_max_connections_is_answered_with_an_error_frame() {
             .await;
         let reply = stomp.next_frame().await;
         assert!(reply.starts_with("ERROR\n"), "{reply}");
+        broker.shutdown().await;
+    })
+    .await
+    .expect("test in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_logs_each_websocket_listener_and_serves_it_at_ws() {
+    // Building the binary (once per test run) is not part of the bound.
+    tokio::task::spawn_blocking(warren_interop_tests::process::warren_binary)
+        .await
+        .expect("build task");
+    tokio::time::timeout(TEST_LIMIT, async {
+        let dir = warren_interop_tests::TempDir::new("websocket-log");
+        let path = dir.path().to_path_buf();
+        let warren = tokio::task::spawn_blocking(move || {
+            warren_interop_tests::process::WarrenProcess::start(
+                &path,
+                &[
+                    "web_mqtt.tcp.ip=127.0.0.1",
+                    "web_mqtt.tcp.port=0",
+                    "web_stomp.tcp.ip=127.0.0.1",
+                    "web_stomp.tcp.port=0",
+                    "web_amqp.tcp.ip=127.0.0.1",
+                    "web_amqp.tcp.port=0",
+                ],
+            )
+        })
+        .await
+        .expect("start task");
+        // `listening protocol=web-mqtt|web-stomp|web-amqp addr=...`, each taking its
+        // subprotocol at /ws.
+        for (protocol, subprotocol) in [
+            ("web-mqtt", "mqtt"),
+            ("web-stomp", "v12.stomp"),
+            ("web-amqp", "amqp"),
+        ] {
+            let addr = warren.listener_addr(protocol);
+            let mut request = format!("ws://{addr}/ws")
+                .into_client_request()
+                .expect("request");
+            request.headers_mut().insert(
+                "sec-websocket-protocol",
+                HeaderValue::from_static(subprotocol),
+            );
+            let (mut socket, response) = tokio_tungstenite::connect_async(request)
+                .await
+                .unwrap_or_else(|e| panic!("{protocol} handshake: {e}"));
+            assert_eq!(
+                response
+                    .headers()
+                    .get("sec-websocket-protocol")
+                    .map(|v| v.to_str().unwrap()),
+                Some(subprotocol),
+                "{protocol}"
+            );
+            let _ = socket.close(None).await;
+        }
+        assert!(warren.terminate().success());
+    })
+    .await
+    .expect("test in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_mqtt_applies_the_tcp_listeners_login_and_permission_rules() {
+    use rumqttc::v5::mqttbytes::v5::{ConnectReturnCode, SubscribeReasonCode};
+    use rumqttc::v5::{ConnectionError, StateError};
+    tokio::time::timeout(TEST_LIMIT, async {
+        let broker = broker_with_websockets().await;
+        broker.add_topic_user("bob", "bobpw", ".*", "^bob\\.");
+        let web = broker.server().web_mqtt_addr().expect("Web-MQTT listener");
+        let url = format!("ws://{web}/ws");
+        let web_options = |client_id: &str, user: &str, password: &str| {
+            let mut options = rumqttc::v5::MqttOptions::new(client_id, &url, web.port());
+            options.set_transport(rumqttc::Transport::Ws);
+            options.set_credentials(user, password);
+            options
+        };
+        // A wrong password: CONNACK 0x86, as on the TCP listener.
+        match mqtt5_common::try_connect5(web_options("web-bad", "bob", "wrong")).await {
+            Err(ConnectionError::ConnectionRefused(code)) => {
+                assert_eq!(code, ConnectReturnCode::BadUserNamePassword)
+            }
+            Err(other) => panic!("expected CONNACK 0x86, got {other:?}"),
+            Ok(_) => panic!("a wrong password was accepted"),
+        }
+        // A topic permission refusing the filter: SUBACK 0x87 (rumqttc then ends its loop).
+        let bob = mqtt5_common::connect5(web_options("web-bob", "bob", "bobpw")).await;
+        bob.client
+            .subscribe("alice/inbox", rumqttc::v5::mqttbytes::QoS::AtLeastOnce)
+            .await
+            .expect("subscribe");
+        match tokio::time::timeout(Duration::from_secs(5), bob.ended)
+            .await
+            .expect("SUBACK in time")
+            .expect("event loop task")
+        {
+            ConnectionError::MqttState(StateError::SubFail { reason }) => {
+                assert_eq!(reason, SubscribeReasonCode::NotAuthorized)
+            }
+            other => panic!("expected a refused SUBACK, got {other:?}"),
+        }
         broker.shutdown().await;
     })
     .await

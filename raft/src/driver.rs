@@ -13,7 +13,10 @@
 //! consumers of its own node's previous run, and the leader forgets those of nodes the
 //! failure detector holds to be down (their deliveries come back, redelivered) and adds
 //! every cluster node the group lacks as a learner, so every node applies the log and can
-//! serve consumers locally.
+//! serve consumers locally. It looks every second while something is pending (a leader
+//! out of reach, a member without a link, a `Down` or learner just asked for); once all is
+//! settled it sleeps until the failure detector sees a link open or break, so an idle
+//! group's driver does not wake.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Weak};
@@ -42,6 +45,9 @@ pub const RETRY_BOUND: Duration = Duration::from_secs(30);
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// How often a clustered member tidies its group and checks on its leader.
 const MAINTENANCE: Duration = Duration::from_secs(1);
+/// How often a settled member (a leader in reach, every member linked, nothing pending)
+/// looks again when no link changes: a link opening or breaking wakes it at once.
+const IDLE_MAINTENANCE: Duration = Duration::from_secs(15);
 /// A voter whose leader's node has had no link this long (plus a random part of as much
 /// again, so that voters rarely stand together) starts an election.
 const ELECT_AFTER: Duration = Duration::from_millis(800);
@@ -150,6 +156,28 @@ struct Tidy {
     absent: HashMap<String, Instant>,
 }
 
+impl Tidy {
+    /// Nothing is being waited for: a leader is known, every member is linked, and no
+    /// `Down` or learner was asked for recently.
+    fn is_settled(&self) -> bool {
+        self.leaderless.is_none()
+            && self.hint.is_none()
+            && self.downed.is_empty()
+            && self.learners.is_empty()
+            && self.absent.is_empty()
+    }
+}
+
+/// Resolves when `changes` moves; never without one (or once its sender is gone).
+async fn link_changed(changes: &mut Option<watch::Receiver<u64>>) {
+    if let Some(changes) = changes {
+        if changes.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
 /// Who leads the group, as this member knows it.
 enum Leader {
     Me,
@@ -179,16 +207,26 @@ impl Driver {
         let mut retry: Vec<Pending> = Vec::new();
         let mut tidy = Tidy::default();
         let mut last_maintenance = Instant::now();
+        let mut link_changes = member.link.as_ref().and_then(|link| link.link_changes());
+        // Whether the last maintenance found nothing to watch: the member then sleeps
+        // until a link changes (or `IDLE_MAINTENANCE`), so idle groups cost nothing.
+        let mut settled = false;
         loop {
             let mut batch = std::mem::take(&mut retry);
             let mut delete = None;
+            let period = if settled && link_changes.is_some() {
+                IDLE_MAINTENANCE
+            } else {
+                MAINTENANCE
+            };
             if batch.is_empty() {
                 let next = match member.link {
                     Some(_) => {
-                        let wait = MAINTENANCE.saturating_sub(last_maintenance.elapsed());
+                        let wait = period.saturating_sub(last_maintenance.elapsed());
                         tokio::select! {
                             op = self.ops.recv() => Some(op),
                             _ = tokio::time::sleep(wait) => None,
+                            _ = link_changed(&mut link_changes) => None,
                         }
                     }
                     None => Some(self.ops.recv().await),
@@ -208,10 +246,20 @@ impl Driver {
                 }
             }
             if let Some(link) = &member.link {
-                if last_maintenance.elapsed() >= MAINTENANCE {
+                let changed = link_changes
+                    .as_mut()
+                    .is_some_and(|changes| changes.has_changed().unwrap_or(false));
+                if changed || last_maintenance.elapsed() >= period {
+                    if let Some(changes) = link_changes.as_mut() {
+                        changes.borrow_and_update();
+                    }
                     last_maintenance = Instant::now();
                     self.watch_leader(&member.group, link, &mut tidy).await;
-                    for command in self.maintain(&member.group, link, &mut tidy) {
+                    let commands = self.maintain(&member.group, link, &mut tidy);
+                    settled = commands.is_empty()
+                        && tidy.is_settled()
+                        && !matches!(Self::leader(&member.group), Leader::Unknown);
+                    for command in commands {
                         batch.push(Pending {
                             command,
                             done: Done::Nothing,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::{Config, RaftNetworkFactory, ServerState};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use warren_core::quorum::{Command, Effect, QuorumConfig, Reply};
 
@@ -15,8 +15,9 @@ use crate::{
     unix_ms, GroupId, GroupLogStore, NodeId, QueueRaft, QueueStateMachine, TypeConfig, Wal,
 };
 
-/// Longest the timer sleeps without looking again (a leader change is noticed this late).
-const TIMER_POLL: Duration = Duration::from_secs(1);
+/// Longest the timer sleeps without looking again. A follower becoming leader wakes it at
+/// once (openraft's metrics), and so does an applied entry that moved the next timer.
+const TIMER_POLL: Duration = Duration::from_secs(30);
 /// Bound on a `Tick` proposal.
 const TICK_BOUND: Duration = Duration::from_secs(5);
 
@@ -70,29 +71,27 @@ impl QueueGroup {
         )
         .await
         .map_err(std::io::Error::other)?;
-        let applied = Arc::new(Notify::new());
         let pump = {
             let raft = raft.clone();
-            let applied = Arc::clone(&applied);
             tokio::spawn(async move {
                 while let Some((index, batch)) = effects.recv().await {
                     let leading = raft.metrics().borrow().state == ServerState::Leader;
                     for effect in batch {
                         sink.apply(index, effect, leading);
                     }
-                    applied.notify_one();
                 }
             })
         };
         let timer = {
             let raft = raft.clone();
             let machine = machine.clone();
+            let mut metrics = raft.metrics();
             tokio::spawn(async move {
                 // The due time the last Tick was proposed for: if it is still due afterwards
                 // (the Tick was not committed), wait a poll before proposing again.
                 let mut ticked_for = None;
                 loop {
-                    let leading = raft.metrics().borrow().state == ServerState::Leader;
+                    let leading = metrics.borrow_and_update().state == ServerState::Leader;
                     let next = machine.with_queue(|q| q.next_timer());
                     let now = unix_ms();
                     let wait = match next {
@@ -110,7 +109,14 @@ impl QueueGroup {
                     };
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
-                        _ = applied.notified() => {}
+                        _ = machine.timer_moved() => {}
+                        // Only a follower waits on the metrics (to notice that it now
+                        // leads): a leader's change with every entry.
+                        changed = metrics.changed(), if !leading => {
+                            if changed.is_err() {
+                                return;
+                            }
+                        }
                         _ = machine.snapshot_due() => {
                             // Entries carry batches: snapshots follow the commands applied
                             // (`SNAPSHOT_COMMANDS`), not only openraft's count of entries.

@@ -57,6 +57,12 @@ pub trait ClusterLink: Send + Sync + 'static {
     /// Whether this node has an open link to `node` (this node always has): a node that
     /// is merely slow to answer pings still has one; a killed or cut-off node has not.
     fn is_connected(&self, node: &str) -> bool;
+    /// A counter that moves whenever what [`ClusterLink::is_connected`] answers may have
+    /// changed for some node: an idle member sleeps on it instead of polling its links.
+    /// `None` (the default) means the member polls.
+    fn link_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
     /// Sends a request (`method` of [`methods`]) to `node`: Raft traffic on the control
     /// link, snapshots and forwarded commands with `bulk`.
     fn call(

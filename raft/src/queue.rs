@@ -122,6 +122,10 @@ impl QuorumBackend {
             // refuses votes this long after it last heard from its leader).
             enable_heartbeat: false,
             enable_elect: false,
+            // With both off openraft's tick has nothing left to do but wake the group's core
+            // every 1.35 s (a leader stepping down after removing itself is the one other
+            // use, and a leader hands over before it is removed: `ops::transfer`).
+            enable_tick: false,
             // Also openraft's bound on one AppendEntries (and its tick is 1.5 times this):
             // long enough that a follower slowed by a loaded machine is not timed out and
             // its replication stream restarted mid-batch.

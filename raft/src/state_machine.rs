@@ -51,6 +51,8 @@ pub struct QueueStateMachine {
     inner: Arc<Mutex<Inner>>,
     /// Woken each time another [`SNAPSHOT_COMMANDS`] commands have been applied.
     snapshot_due: Arc<Notify>,
+    /// Woken when applying entries (or installing a snapshot) moved the queue's next timer.
+    timer_moved: Arc<Notify>,
 }
 
 impl QueueStateMachine {
@@ -84,7 +86,14 @@ impl QueueStateMachine {
         Ok(QueueStateMachine {
             inner: Arc::new(Mutex::new(inner)),
             snapshot_due: Arc::new(Notify::new()),
+            timer_moved: Arc::new(Notify::new()),
         })
+    }
+
+    /// Resolves once applied entries (or an installed snapshot) moved the queue's next
+    /// timer (`QuorumQueue::next_timer`): a TTL, delay or consumer timeout was added or went.
+    pub async fn timer_moved(&self) {
+        self.timer_moved.notified().await;
     }
 
     /// Resolves once [`SNAPSHOT_COMMANDS`] more commands have been applied since the last
@@ -157,6 +166,7 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
     {
         let mut inner = self.inner.lock();
         let mut replies = Vec::new();
+        let timer_before = inner.queue.next_timer();
         for entry in entries {
             inner.last_applied = Some(entry.log_id);
             match entry.payload {
@@ -184,6 +194,9 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
                     replies.push(Response(Reply::Ok));
                 }
             }
+        }
+        if inner.queue.next_timer() != timer_before {
+            self.timer_moved.notify_one();
         }
         Ok(replies)
     }
@@ -217,6 +230,8 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         inner.membership = meta.last_membership.clone();
         inner.snapshot = Some((meta.clone(), data));
         inner.since_snapshot = 0;
+        drop(inner);
+        self.timer_moved.notify_one();
         Ok(())
     }
 

@@ -312,6 +312,9 @@ impl Connection {
     /// Ends the connection: what the session still has to say (a refusing CONNACK) goes
     /// out first, then the session ends and the socket is shut down.
     async fn close(&mut self, end: End) {
+        // The broker ends these while the client may still be sending; the others end
+        // with the client's DISCONNECT or the broker's shutdown.
+        let lingers = matches!(end, End::Abnormal(_) | End::TakenOver { .. });
         if matches!(end, End::Disconnect) {
             // The client said goodbye and reads nothing more: deliveries still buffered
             // never reached it, so the session ends before the buffer would be written
@@ -323,6 +326,11 @@ impl Connection {
             self.session.terminate(end);
         }
         self.stream.shutdown().await;
+        if lingers {
+            // Boxed: rare, and its buffer and timer would otherwise be part of every
+            // connection's task.
+            Box::pin(linger(&mut self.stream)).await;
+        }
         tracing::debug!(
             connection = self.session.connection_id(),
             "MQTT connection closed"
@@ -526,6 +534,30 @@ impl Connection {
             }
         }
     }
+}
+
+/// How long a connection the broker closes (a DISCONNECT with a reason code, or a refused
+/// CONNECT) goes on reading, and discarding, what the client still sends after the broker's
+/// last packet and FIN.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// Reads and discards input until the client closes its side, the socket fails, or
+/// [`LINGER`] has passed. A socket closed with input unread, or receiving input after its
+/// close, answers with a reset: the client's next write fails before it has read the
+/// broker's DISCONNECT (paho's `test_flow_control2` writes PUBRELs for the PUBRECs it reads
+/// ahead of the DISCONNECT 0x93), and a reset can discard what it had not read yet.
+async fn linger(stream: &mut ClientStream) {
+    let mut discarded = BytesMut::with_capacity(4096);
+    let _ = timeout(LINGER, async {
+        loop {
+            discarded.clear();
+            match stream.read_into(&mut discarded).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
 }
 
 /// What ended a wait of the connection's task.

@@ -118,7 +118,7 @@ fn registration(
     Some(
         broker.register_connection(
             ConnectionInfo {
-                id: broker.next_connection_id(),
+                id: session.connection_id(),
                 protocol: "RabbitMQ Stream".to_owned(),
                 user: user.to_owned(),
                 vhost: vhost.to_owned(),
@@ -152,6 +152,7 @@ pub async fn run_connection(
 ) {
     let local = stream.local_addr().unwrap_or(peer);
     let tls = stream.is_tls();
+    let certificate = stream.peer_certificate();
     let (mut reader, writer) = stream.split();
     let wake = Arc::new(Notify::new());
     let close_requested = Arc::new(AtomicBool::new(false));
@@ -162,6 +163,9 @@ pub async fn run_connection(
         local,
         Arc::clone(&wake),
     );
+    if let Some(certificate) = &certificate {
+        session.set_certificate(certificate);
+    }
     let mut forwarders = Forwarders::default();
     let mut registered: Option<ConnectionHandle> = None;
     let mut buffer = BytesMut::with_capacity(64 * 1024);

@@ -9,6 +9,7 @@
 mod listings;
 mod parameters;
 mod quorum;
+mod streams;
 
 use serde_json::{json, Map, Value as Json};
 
@@ -85,6 +86,12 @@ Quorum queues (as rabbitmq-queues; VHOST defaults to -p):
   grow NODE all|even [--vhost-pattern P] [--queue-pattern P]
   shrink NODE [--errors-only]              rebalance [quorum|all]
   transfer_leadership [VHOST] QUEUE NODE
+
+Streams (as rabbitmq-streams; in -p's vhost):
+  add_super_stream NAME [--partitions N | --binding-keys K1,K2 | --routing-keys K1,K2]
+                   [--max-length-bytes SIZE] [--max-age ISO8601] [--stream-max-segment-size-bytes SIZE]
+  delete_super_stream NAME
+  list_stream_connections | list_stream_consumers | list_stream_publishers [COLUMN ...]
 
 Defaults: --host localhost --port 15672 --username guest --password guest -p / --timeout 60
 --tls speaks HTTPS (port 15671 by convention), checking the server's certificate against
@@ -208,6 +215,9 @@ pub async fn run(args: &[String], stdin: Option<String>) -> Result<String, CtlEr
         return result;
     }
     if let Some(result) = ctl.quorum_command(command, rest).await {
+        return result;
+    }
+    if let Some(result) = ctl.stream_command(command, rest).await {
         return result;
     }
     ctl.command(command, rest, stdin).await
@@ -870,6 +880,18 @@ fn column(row: &Json, name: &str) -> Json {
         "destination_name" => row["destination"].clone(),
         "destination_kind" => row["destination_type"].clone(),
         "connection" => row["connection_details"]["name"].clone(),
+        // The stream verbs' columns (rabbitmq-streams' names for the API's fields).
+        "conn_name" if row.get("connection_details").is_some() => {
+            row["connection_details"]["name"].clone()
+        }
+        "conn_name" => row["name"].clone(),
+        "stream" => row["queue"]["name"].clone(),
+        "messages_consumed" => row["consumed"].clone(),
+        "messages_published" => row["published"].clone(),
+        "messages_confirmed" => row["confirmed"].clone(),
+        "messages_errored" => row["errored"].clone(),
+        "heartbeat" => row["timeout"].clone(),
+        "connection_state" => row["state"].clone(),
         "queue_name" => row["queue"]["name"].clone(),
         "channel_pid" => row["channel_details"]["connection_name"].clone(),
         other => row.get(other).cloned().unwrap_or(Json::Null),

@@ -6,7 +6,8 @@
 //!   from the core's state with RabbitMQ's JSON field names, basic auth and tag-based access;
 //! - [`metrics`]: Prometheus text exposition with RabbitMQ's metric names (port 15692);
 //! - [`ctl`]: `warrenctl`, rabbitmqctl's verbs over the HTTP API;
-//! - [`rates`]: message rates, sampled from the core's counters by [`serve_rates`].
+//! - [`rates`]: message rates, sampled from the core's counters by [`serve_rates`];
+//! - [`octets`]: connections' socket byte counts and rates, read from the kernel on request.
 //!
 //! Requests flow through [`server`] (hyper 1 under tower layers: gzip, authentication from
 //! the head before any body is read, the body limit) to a handler that only reads or
@@ -18,6 +19,7 @@ pub mod client;
 pub mod ctl;
 pub mod http;
 pub mod metrics;
+pub mod octets;
 pub mod rates;
 pub mod server;
 mod ui;

@@ -293,10 +293,30 @@ pub fn render(management: &Management, per_object: bool) -> String {
             lifetime.acknowledged,
         ),
     ];
+    let streams = broker.stream_clients().totals();
     for (name, help, value) in globals {
         out.family(name, "counter", help);
         out.sample(name, &protocol, value);
+        // The stream protocol's share, as rabbit_global_counters counts it for `stream`.
+        match name {
+            "rabbitmq_global_messages_received_total" => {
+                out.sample(name, &STREAM_PROTOCOL, streams.received)
+            }
+            "rabbitmq_global_messages_confirmed_total" => {
+                out.sample(name, &STREAM_PROTOCOL, streams.confirmed)
+            }
+            "rabbitmq_global_messages_delivered_total" => out.sample(
+                name,
+                &[
+                    ("protocol", "stream"),
+                    ("queue_type", "rabbit_stream_queue"),
+                ],
+                streams.delivered,
+            ),
+            _ => {}
+        }
     }
+    stream_families(&mut out, broker, per_object);
     let dead_lettered: [(&str, &str, u64); 3] = [
         (
             "rabbitmq_global_messages_dead_lettered_rejected_total",
@@ -380,6 +400,107 @@ pub fn render(management: &Management, per_object: bool) -> String {
         );
     }
     out.text
+}
+
+/// The label of the stream protocol's samples of the global counters.
+const STREAM_PROTOCOL: [(&str, &str); 1] = [("protocol", "stream")];
+
+/// The stream families of rabbitmq_prometheus: the stream protocol's publishers, consumers
+/// and messages received expecting a confirm (every stream publish does), its error
+/// responses by code (`rabbitmq_global_stream_error_*_total`), the highest
+/// consumer offset lag (`rabbitmq_stream_consumer_max_offset_lag`) and the segment files
+/// (`rabbitmq_stream_segments`); per stream (labels `vhost`, `queue`) on the per-object
+/// endpoint, over the node otherwise.
+fn stream_families(out: &mut Exposition, broker: &warren_core::Broker, per_object: bool) {
+    let clients = broker.stream_clients();
+    let totals = clients.totals();
+    let gauges = [
+        (
+            "rabbitmq_global_messages_received_confirm_total",
+            "counter",
+            "Total number of messages received from publishers expecting confirmations",
+            totals.received,
+        ),
+        (
+            "rabbitmq_global_publishers",
+            "gauge",
+            "Current number of publishers",
+            totals.publishers,
+        ),
+        (
+            "rabbitmq_global_consumers",
+            "gauge",
+            "Current number of consumers",
+            totals.consumers,
+        ),
+    ];
+    for (name, kind, help, value) in gauges {
+        out.family(name, kind, help);
+        out.sample(name, &STREAM_PROTOCOL, value);
+    }
+    // Error responses by code, as rabbit_stream_metrics counts them.
+    for (error, help, count) in clients.error_counts() {
+        let name = format!("rabbitmq_global_stream_error_{error}_total");
+        out.family(&name, "counter", help);
+        out.sample(&name, &STREAM_PROTOCOL, count);
+    }
+    // Each stream's end, once, for the lags of its consumers.
+    let mut streams: Vec<(String, std::sync::Arc<warren_core::stream_log::StreamLog>)> = Vec::new();
+    for name in broker.vhost_names() {
+        if let Some(vhost) = broker.vhost(&name) {
+            for log in vhost.streams().list() {
+                streams.push((name.clone(), log));
+            }
+        }
+    }
+    let mut lags: std::collections::HashMap<(String, String), u64> = Default::default();
+    for consumer in clients.consumers() {
+        let Some((_, log)) = streams.iter().find(|(vhost, log)| {
+            *vhost == consumer.info.vhost && log.name() == consumer.info.stream
+        }) else {
+            continue;
+        };
+        let lag = log.stats().next_offset.saturating_sub(consumer.offset);
+        let entry = lags
+            .entry((consumer.info.vhost.clone(), consumer.info.stream.clone()))
+            .or_insert(0);
+        *entry = (*entry).max(lag);
+    }
+    let lag_name = "rabbitmq_stream_consumer_max_offset_lag";
+    out.family(lag_name, "gauge", "Highest consumer offset lag");
+    let segments_name = "rabbitmq_stream_segments";
+    if per_object {
+        for ((vhost, queue), lag) in &lags {
+            out.sample(lag_name, &[("vhost", vhost), ("queue", queue)], *lag);
+        }
+        out.family(
+            segments_name,
+            "counter",
+            "Total number of stream segment files",
+        );
+        for (vhost, log) in &streams {
+            out.sample(
+                segments_name,
+                &[("vhost", vhost), ("queue", log.name())],
+                log.stats().segments as u64,
+            );
+        }
+    } else {
+        out.sample(lag_name, &[], lags.values().copied().max().unwrap_or(0));
+        out.family(
+            segments_name,
+            "counter",
+            "Total number of stream segment files",
+        );
+        out.sample(
+            segments_name,
+            &[],
+            streams
+                .iter()
+                .map(|(_, log)| log.stats().segments as u64)
+                .sum(),
+        );
+    }
 }
 
 /// A `rabbitmq_raft_*` family: name, type, help and how to read it from a member.

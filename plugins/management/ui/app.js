@@ -183,7 +183,10 @@ async function route() {
     replaceChildren: (...children) => { if (generation === state.generation) element.replaceChildren(...children); },
   };
   const pages = { overview: showOverview, connections: showConnections, channels: showChannels, exchanges: showExchanges, queues: showQueues, admin: showAdmin };
-  const show = pages[page] || showOverview;
+  // The Admin page is for administrators and policymakers only, as in RabbitMQ; anyone
+  // else asking for it by its address gets the overview.
+  const allowed = page !== 'admin' || has('administrator') || has('policymaker');
+  const show = (allowed && pages[page]) || showOverview;
   try {
     await show(view, parts.slice(1));
   } catch (error) {
@@ -336,13 +339,13 @@ async function showChannels(view) {
   const render = async () => {
     const channels = await api('GET', '/api/channels');
     titled(view, 'Channels', table([
+      // The API lists channels by connection, user and vhost; it has no per-channel
+      // prefetch, unacknowledged or consumer counts (the core counts channels only).
       { title: 'Channel', cell: (c) => c.name },
+      { title: 'Node', narrow: true, cell: (c) => c.node },
       { title: 'User', cell: (c) => c.user },
       { title: 'Virtual host', cell: (c) => c.vhost },
       { title: 'State', cell: (c) => c.state },
-      { title: 'Prefetch', num: true, narrow: true, cell: (c) => number(c.prefetch_count) },
-      { title: 'Unacked', num: true, cell: (c) => number(c.messages_unacknowledged) },
-      { title: 'Consumers', num: true, narrow: true, cell: (c) => number(c.consumer_count) },
     ], channels, { label: 'Channels', empty: 'No channels.' }));
   };
   await render();
@@ -524,12 +527,12 @@ async function showQueue(view, vhost, name) {
         h('dt', {}, 'Members'), h('dd', { id: 'queue-members' }, queue.members.map((m) => ((queue.online || []).includes(m) ? m : `${m} (offline)`)).join(', ')),
       ] : [h('dt', {}, 'Node'), h('dd', {}, queue.node || '')]),
       h('dt', {}, 'Messages'), h('dd', { id: 'queue-messages' }, `${number(queue.messages)} total, ${number(queue.messages_ready)} ready, ${number(queue.messages_unacknowledged)} unacknowledged`),
-      h('dt', {}, 'Rates'), h('dd', {}, `publish ${rate(stats, 'publish') || '0/s'}, deliver/get ${rate(stats, 'deliver_get') || '0/s'}, ack ${rate(stats, 'ack') || '0/s'}`),
+      h('dt', {}, 'Rates'), h('dd', { id: 'queue-rates' }, `publish ${rate(stats, 'publish') || '0/s'}, deliver/get ${rate(stats, 'deliver_get') || '0/s'}, ack ${rate(stats, 'ack') || '0/s'}`),
       h('dt', {}, 'Arguments'), h('dd', { id: 'queue-arguments-shown' }, JSON.stringify(queue.arguments || {}))),
     h('h2', {}, 'Consumers'),
     table([
       { title: 'Consumer tag', cell: (c) => c.consumer_tag },
-      { title: 'Channel', cell: (c) => (c.channel_details || {}).name || '' },
+      { title: 'Connection', cell: (c) => (c.channel_details || {}).name || (c.channel_details || {}).connection_name || '' },
       { title: 'Ack required', narrow: true, cell: (c) => String(c.ack_required) },
       { title: 'Prefetch', num: true, narrow: true, cell: (c) => number(c.prefetch_count) },
     ], mine, { label: 'Consumers', empty: 'No consumers.' }),
@@ -653,6 +656,7 @@ async function adminTopicPermissions(panel, again) {
 async function adminPolicies(panel, again, operator) {
   const base = operator ? '/api/operator-policies' : '/api/policies';
   const kind = operator ? 'operator policy' : 'policy';
+  const article = operator ? 'an' : 'a';
   const [policies, vhosts] = await Promise.all([api('GET', base), vhostNames()]);
   const prefix = operator ? 'operator-policy' : 'policy';
   const vhost = vhostSelect(vhosts, `${prefix}-vhost`);
@@ -666,8 +670,8 @@ async function adminPolicies(panel, again, operator) {
     { title: 'Apply to', cell: (p) => p['apply-to'] }, { title: 'Definition', cell: (p) => JSON.stringify(p.definition) }, { title: 'Priority', num: true, cell: (p) => p.priority },
     { title: 'Actions', cell: (p) => h('button', { type: 'button', class: 'danger', 'aria-label': `Delete ${kind} ${p.name}`, onclick: async () => { await act(`Deleted ${kind} ${p.name}`, () => api('DELETE', `${base}/${enc(p.vhost)}/${enc(p.name)}`)); await again(); } }, 'Delete') },
   ], policies, { label: operator ? 'Operator policies' : 'Policies' }),
-  h('h2', {}, `Add or update a ${kind}`),
-  h('form', { class: 'inline', 'aria-label': `Add a ${kind}`, onsubmit: async (event) => {
+  h('h2', {}, `Add or update ${article} ${kind}`),
+  h('form', { class: 'inline', 'aria-label': `Add ${article} ${kind}`, onsubmit: async (event) => {
     event.preventDefault();
     let parsed;
     try { parsed = JSON.parse(definition.value || '{}'); } catch (_) { say('The definition must be a JSON object.'); return; }

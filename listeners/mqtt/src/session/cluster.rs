@@ -8,7 +8,8 @@
 //! clean session's queues are dropped cluster-wide, a persistent one is stored), and
 //! answers with the persistent session it kept for the client, which it gives up: the new
 //! connection resumes it (subscriptions, QoS 2 packet identifiers) as if the client had
-//! come back to the same node. The session's queues stay on their home node and are
+//! come back to the same node; the new node writes the QoS 2 identifiers to its own
+//! retained store log, so they survive its restart. The session's queues stay on their home node and are
 //! consumed through their stand-ins; its shared subscription group memberships move with it
 //! (the old node stops counting them). The will follows RabbitMQ's rule
 //! ([`super::registry::Takeover::send_will`]).
@@ -113,6 +114,7 @@ pub(super) fn takeover_elsewhere(
         let key = (vhost.name().to_string(), client_id.clone());
         if let Some(session) = session.as_deref().and_then(decode_session) {
             tracing::debug!(client_id = %client_id, "MQTT session handed over by another node");
+            record_qos2_state(&*context.retained, &key, &session);
             context.registry.store_session(key, session);
         }
         while holds_remote_exclusive_queue(&vhost, &client_id)
@@ -121,6 +123,21 @@ pub(super) fn takeover_elsewhere(
             tokio::time::sleep(SETTLE_POLL).await;
         }
     }))
+}
+
+/// Writes the QoS 2 state of a session handed over by another node (which forgot it) to
+/// this node's retained store log, as this node's own persistent sessions keep it: the
+/// packet identifiers received and awaiting PUBREL, and the outbound ones released and
+/// awaiting PUBCOMP. A restart of this node then still knows them. (A clean start that
+/// discards the session forgets them again.)
+fn record_qos2_state(retained: &dyn RetainedStore, key: &ClientKey, session: &StoredSession) {
+    let (vhost, client_id) = (key.0.as_str(), key.1.as_str());
+    for packet_id in &session.inbound_qos2 {
+        retained.qos2_received(vhost, client_id, *packet_id);
+    }
+    for packet_id in &session.outbound_released {
+        retained.outbound_qos2_released(vhost, client_id, *packet_id);
+    }
 }
 
 /// Whether this node still has a stand-in for an exclusive subscription queue of

@@ -17,12 +17,21 @@
 //! A persistent session's memberships are also kept in the retained store's log, so they
 //! survive a restart ([`super::recovery`]); on a cluster they move with the session when
 //! its client identifier is taken over on another node ([`super::cluster`]).
+//!
+//! On a cluster the members of one group may be connected to (or stored on) different
+//! nodes, so no node's registry knows them all. There each membership is also a runtime
+//! parameter of the vhost (component [`MEMBER_COMPONENT`]), set before the member consumes
+//! and cleared when it leaves, replicated through the metadata group: the node whose member
+//! leaves deletes the group's queue only when no membership parameter of the group is left
+//! anywhere. A membership moving with a session taken over on another node keeps its
+//! parameter (the client identifier is the same).
 
 use std::sync::Arc;
 
 use warren_core::access::{Access, ResourceKind};
 use warren_core::consumer::ConsumerSpec;
 use warren_core::exchange::DestinationName;
+use warren_core::parameters::RuntimeParameter;
 use warren_core::queue_type::QueueInstance;
 use warren_core::topic_access::TopicVariables;
 use warren_core::value::Table;
@@ -76,6 +85,69 @@ pub fn shared_queue_name(group: &str, filter: &str) -> String {
     format!("mqtt-shared-{group}-{filter}")
 }
 
+/// The runtime parameter component recording, on a cluster, which sessions are members of
+/// which shared subscription group, for every node to see.
+pub const MEMBER_COMPONENT: &str = "mqtt-shared-member";
+
+/// The start of the membership parameters' names of the group whose queue is `queue`: its
+/// length first, so no queue name is a prefix of another's.
+fn member_prefix(queue: &str) -> String {
+    format!("{}:{queue}:", queue.len())
+}
+
+/// The name of the parameter recording that `client_id`'s session is a member of the group
+/// whose queue is `queue`.
+pub fn member_parameter(queue: &str, client_id: &str) -> String {
+    format!("{}{client_id}", member_prefix(queue))
+}
+
+/// Whether memberships are counted cluster-wide (the broker is a node of a cluster).
+fn clustered(context: &MqttContext) -> bool {
+    context.broker.forwarding().is_some()
+}
+
+/// Whether any node records a member of the group whose queue is `queue` in `vhost`.
+fn group_has_members(context: &MqttContext, vhost: &str, queue: &str) -> bool {
+    let prefix = member_prefix(queue);
+    context
+        .broker
+        .parameters(Some(MEMBER_COMPONENT), Some(vhost))
+        .iter()
+        .any(|parameter| parameter.name.starts_with(&prefix))
+}
+
+/// Records (on a cluster) that `client_id`'s session is a member of the group whose queue
+/// is `queue`, before it consumes: a member leaving on another node from then on sees it.
+fn record_membership(
+    context: &MqttContext,
+    vhost: &str,
+    queue: &str,
+    client_id: &str,
+) -> Result<(), String> {
+    if !clustered(context) {
+        return Ok(());
+    }
+    let name = member_parameter(queue, client_id);
+    let recorded = context
+        .broker
+        .parameters(Some(MEMBER_COMPONENT), Some(vhost))
+        .iter()
+        .any(|parameter| parameter.name == name);
+    if recorded {
+        return Ok(());
+    }
+    context
+        .broker
+        .try_set_parameter(RuntimeParameter {
+            vhost: vhost.to_string(),
+            component: MEMBER_COMPONENT.to_string(),
+            name,
+            value: "{}".to_string(),
+        })
+        .map(|_| ())
+        .map_err(|e| e.message)
+}
+
 impl Session {
     /// Joins the group of `$share/GROUP/inner`, declaring and binding its queue if this is
     /// the group's first member.
@@ -119,6 +191,13 @@ impl Session {
             connection_id,
         };
         let failed = |message: String| (reason::UNSPECIFIED_ERROR, message);
+        record_membership(
+            &self.context,
+            connected.vhost.name(),
+            &name,
+            &connected.client_id,
+        )
+        .map_err(failed)?;
         connected
             .vhost
             .declare_queue(
@@ -250,7 +329,9 @@ impl Session {
 }
 
 /// Takes `client_id`'s session out of the groups of `shared` (`$share/GROUP/filter` with
-/// their QoS), deleting each group's queue once no member session is left. With the
+/// their QoS), deleting each group's queue once no member session is left (on a cluster, on
+/// any node: its membership parameter is cleared, and the queue deleted only when no other
+/// is left; a parameter that cannot be cleared, on a minority, keeps the queue). With the
 /// session's `user` the deletion is the core's `queue.delete` on the user's behalf (it
 /// declared the queue), which on a cluster reaches every node wherever the queue lives;
 /// without one (a stored session expiring) the broker removes it from this node.
@@ -272,7 +353,26 @@ pub(super) fn leave_groups(
             client_id,
             &super::recovery::shared_record_name(filter),
         );
-        if context.registry.leave_group(&key, client_id) {
+        let no_member_here = context.registry.leave_group(&key, client_id);
+        let no_member = if clustered(context) {
+            let parameter = member_parameter(&key.1, client_id);
+            if let Err(error) =
+                context
+                    .broker
+                    .try_clear_parameter(vhost.name(), MEMBER_COMPONENT, &parameter)
+            {
+                tracing::warn!(
+                    client_id,
+                    queue = %key.1,
+                    "cannot record that an MQTT session left its shared subscription group: {}",
+                    error.message
+                );
+            }
+            !group_has_members(context, vhost.name(), &key.1)
+        } else {
+            no_member_here
+        };
+        if no_member {
             let deleted = user.is_some_and(|user| {
                 let actor = Actor {
                     user,

@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use tokio::sync::{watch, Notify};
+use warren_core::certificate::{login_name, LoginFrom};
 use warren_core::error::ErrorKind;
+use warren_core::sasl::parse_plain;
 use warren_core::stream_log::StreamCreated;
 use warren_core::vhost::VHost;
 use warren_core::{Broker, CoreError};
@@ -45,6 +47,12 @@ pub struct SessionConfig {
     /// The port put in Metadata and Open answers (`stream.advertised_port`); the
     /// listener's port when unset.
     pub advertised_port: Option<u16>,
+    /// The SASL mechanisms offered, in order (`auth_mechanisms.N`, of those the stream
+    /// listener knows: `PLAIN`, `EXTERNAL`). EXTERNAL is offered only to a TLS client that
+    /// presented a certificate, as RabbitMQ's `rabbit_auth_mechanism_ssl` decides.
+    pub auth_mechanisms: Vec<String>,
+    /// Which part of a client certificate names its user (`ssl_cert_login_from`).
+    pub cert_login_from: LoginFrom,
 }
 
 impl Default for SessionConfig {
@@ -55,6 +63,8 @@ impl Default for SessionConfig {
             initial_frame_max: 8_192,
             advertised_host: None,
             advertised_port: None,
+            auth_mechanisms: vec!["PLAIN".to_owned()],
+            cert_login_from: LoginFrom::default(),
         }
     }
 }
@@ -94,6 +104,8 @@ pub struct Session {
     config: Arc<SessionConfig>,
     peer: SocketAddr,
     local: SocketAddr,
+    /// The id the connection is registered under (its publishers and consumers too).
+    connection_id: u64,
     stage: Stage,
     vhost: Option<Arc<VHost>>,
     /// The largest frame accepted now (the initial ceiling until Open).
@@ -104,6 +116,9 @@ pub struct Session {
     /// `Deliver` version the client understands (2 when it said so).
     deliver_version: u16,
     client_properties: Vec<(String, String)>,
+    /// For a TLS client that presented a certificate, the user it names (`None` inside
+    /// when it names nobody); `None` without a certificate.
+    certificate_user: Option<Option<String>>,
     publishers: HashMap<u8, Publisher>,
     subscriptions: HashMap<u8, Subscription>,
     confirms: Arc<ConfirmQueue>,
@@ -114,6 +129,13 @@ pub struct Session {
     next_correlation_id: u32,
     /// Frames to send.
     pub out: BytesMut,
+}
+
+/// `code`, counted in the node's stream error counters when it is an error RabbitMQ counts
+/// (`rabbitmq_global_stream_error_*_total`).
+pub(crate) fn counted(broker: &Broker, code: u16) -> u16 {
+    broker.stream_clients().count_response(code);
+    code
 }
 
 /// The stream protocol code for a core error.
@@ -173,11 +195,13 @@ impl Session {
             limit => config.initial_frame_max.min(limit),
         };
         let negotiated_frame_max = config.frame_max;
+        let connection_id = broker.next_connection_id();
         Session {
             broker,
             config,
             peer,
             local,
+            connection_id,
             stage: Stage::Authenticating,
             vhost: None,
             frame_max,
@@ -185,6 +209,7 @@ impl Session {
             heartbeat: 0,
             deliver_version: 1,
             client_properties: Vec::new(),
+            certificate_user: None,
             publishers: HashMap::new(),
             subscriptions: HashMap::new(),
             confirms: Arc::new(ConfirmQueue::new(Arc::clone(&wake))),
@@ -193,6 +218,31 @@ impl Session {
             next_correlation_id: 1,
             out: BytesMut::new(),
         }
+    }
+
+    /// The verified DER certificate a TLS client presented: SASL EXTERNAL is offered when
+    /// configured, and logs in as the user the certificate names.
+    pub fn set_certificate(&mut self, certificate: &[u8]) {
+        self.certificate_user = Some(login_name(certificate, self.config.cert_login_from));
+    }
+
+    /// The SASL mechanisms offered to this connection.
+    fn mechanisms(&self) -> Vec<String> {
+        self.config
+            .auth_mechanisms
+            .iter()
+            .filter(|mechanism| match mechanism.as_str() {
+                "PLAIN" => true,
+                "EXTERNAL" => self.certificate_user.is_some(),
+                _ => false,
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The id to register the connection under.
+    pub fn connection_id(&self) -> u64 {
+        self.connection_id
     }
 
     /// The largest frame accepted now.
@@ -226,7 +276,12 @@ impl Session {
     /// Starts closing the connection from the server side.
     pub fn close(&mut self, closing_code: u16, reason: &str) {
         let correlation_id = self.correlation_id();
-        encode::close(&mut self.out, correlation_id, closing_code, reason);
+        encode::close(
+            &mut self.out,
+            correlation_id,
+            counted(&self.broker, closing_code),
+            reason,
+        );
     }
 
     fn correlation_id(&mut self) -> u32 {
@@ -265,7 +320,8 @@ impl Session {
                 Control::Continue
             }
             (_, Request::SaslHandshake { correlation_id }) => {
-                encode::sasl_handshake(&mut self.out, correlation_id, &["PLAIN".to_owned()]);
+                let mechanisms = self.mechanisms();
+                encode::sasl_handshake(&mut self.out, correlation_id, &mechanisms);
                 Control::Continue
             }
             (
@@ -328,35 +384,48 @@ impl Session {
     }
 
     fn authenticate(&mut self, correlation_id: u32, mechanism: &str, data: &[u8]) -> Control {
-        if mechanism != "PLAIN" {
+        if !self.mechanisms().iter().any(|offered| offered == mechanism) {
+            tracing::warn!(peer = %self.peer, mechanism, "stream connection: SASL mechanism not offered");
             encode::sasl_authenticate(
                 &mut self.out,
                 correlation_id,
-                code::SASL_MECHANISM_NOT_SUPPORTED,
+                counted(&self.broker, code::SASL_MECHANISM_NOT_SUPPORTED),
             );
             return Control::Continue;
         }
-        // PLAIN: [authzid] NUL authcid NUL password
-        let mut parts = data.split(|b| *b == 0);
-        let (_, user, password) = match (parts.next(), parts.next(), parts.next()) {
-            (Some(authzid), Some(user), Some(password)) => (authzid, user, password),
-            _ => {
-                encode::sasl_authenticate(&mut self.out, correlation_id, code::SASL_ERROR);
+        let from_loopback = self.peer.ip().is_loopback();
+        let (user, login) = if mechanism == "EXTERNAL" {
+            // The response is not looked at: the certificate is the credential.
+            let Some(user) = self.certificate_user.clone().flatten() else {
+                tracing::warn!(peer = %self.peer, "stream EXTERNAL login refused: no name found in the client certificate");
+                encode::sasl_authenticate(
+                    &mut self.out,
+                    correlation_id,
+                    counted(&self.broker, code::AUTHENTICATION_FAILURE),
+                );
+                return Control::Close;
+            };
+            let login = self.broker.authenticate_trusted(&user, from_loopback);
+            (user, login)
+        } else {
+            let Some(credentials) = parse_plain(data) else {
+                encode::sasl_authenticate(
+                    &mut self.out,
+                    correlation_id,
+                    counted(&self.broker, code::SASL_ERROR),
+                );
                 return Control::Continue;
-            }
+            };
+            let login =
+                self.broker
+                    .authenticate(&credentials.user, &credentials.password, from_loopback);
+            (credentials.user, login)
         };
-        let (user, password) = (
-            String::from_utf8_lossy(user),
-            String::from_utf8_lossy(password),
-        );
-        match self
-            .broker
-            .authenticate(&user, &password, self.peer.ip().is_loopback())
-        {
+        match login {
             Ok(_) => {
                 encode::sasl_authenticate(&mut self.out, correlation_id, code::OK);
                 encode::tune(&mut self.out, self.config.frame_max, self.config.heartbeat);
-                self.stage = Stage::Authenticated(user.into_owned());
+                self.stage = Stage::Authenticated(user);
                 Control::Continue
             }
             Err(failure) => {
@@ -366,8 +435,12 @@ impl Session {
                     }
                     _ => code::AUTHENTICATION_FAILURE,
                 };
-                tracing::warn!(peer = %self.peer, %user, "stream connection refused: authentication failed");
-                encode::sasl_authenticate(&mut self.out, correlation_id, failure_code);
+                tracing::warn!(peer = %self.peer, %user, mechanism, reason = %failure, "stream connection refused: authentication failed");
+                encode::sasl_authenticate(
+                    &mut self.out,
+                    correlation_id,
+                    counted(&self.broker, failure_code),
+                );
                 Control::Close
             }
         }
@@ -401,7 +474,7 @@ impl Session {
                 encode::open(
                     &mut self.out,
                     correlation_id,
-                    code::VIRTUAL_HOST_ACCESS_FAILURE,
+                    counted(&self.broker, code::VIRTUAL_HOST_ACCESS_FAILURE),
                     &[],
                 );
                 Control::Close
@@ -460,7 +533,12 @@ impl Session {
                         }
                     }
                 };
-                encode::response(&mut self.out, key::CREATE, correlation_id, answer);
+                encode::response(
+                    &mut self.out,
+                    key::CREATE,
+                    correlation_id,
+                    counted(&self.broker, answer),
+                );
             }
             Request::Delete {
                 correlation_id,
@@ -471,7 +549,12 @@ impl Session {
                     Ok(()) => code::OK,
                     Err(error) => error_code(&error),
                 };
-                encode::response(&mut self.out, key::DELETE, correlation_id, answer);
+                encode::response(
+                    &mut self.out,
+                    key::DELETE,
+                    correlation_id,
+                    counted(&self.broker, answer),
+                );
             }
             Request::Metadata {
                 correlation_id,
@@ -502,9 +585,12 @@ impl Session {
                             ],
                         );
                     }
-                    Err(error) => {
-                        encode::stream_stats(&mut self.out, correlation_id, error_code(&error), &[])
-                    }
+                    Err(error) => encode::stream_stats(
+                        &mut self.out,
+                        correlation_id,
+                        counted(&self.broker, error_code(&error)),
+                        &[],
+                    ),
                 }
             }
             Request::Route {
@@ -525,7 +611,7 @@ impl Session {
                     &mut self.out,
                     key::ROUTE,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                     &streams,
                 );
             }
@@ -546,7 +632,7 @@ impl Session {
                     &mut self.out,
                     key::PARTITIONS,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                     &streams,
                 );
             }
@@ -581,7 +667,7 @@ impl Session {
                     &mut self.out,
                     key::CREATE_SUPER_STREAM,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                 );
             }
             Request::DeleteSuperStream {
@@ -597,7 +683,7 @@ impl Session {
                     &mut self.out,
                     key::DELETE_SUPER_STREAM,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                 );
             }
             Request::ConsumerUpdateResponse {

@@ -6,15 +6,18 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use warren_core::access::Access;
+use warren_core::stream_clients::{StreamPublisher, StreamPublisherInfo};
 use warren_core::stream_log::{Publish, Record, StreamLog};
 
-use super::{error_code, Control, Session};
+use super::{counted, error_code, Control, Session};
 use crate::codec::{code, encode, key, Request};
 
 /// A declared publisher.
 pub(super) struct Publisher {
     pub log: Arc<StreamLog>,
     pub reference: Option<String>,
+    /// Its listing for operators, with its counters.
+    pub registration: StreamPublisher,
 }
 
 /// What the writer thread reports for one Publish frame.
@@ -52,9 +55,12 @@ impl Session {
                 Outcome::Confirmed(publisher_id, ids) => {
                     encode::publish_confirm(&mut self.out, publisher_id, &ids)
                 }
-                Outcome::Failed(publisher_id, ids, error) => {
-                    encode::publish_error(&mut self.out, publisher_id, &ids, error)
-                }
+                Outcome::Failed(publisher_id, ids, error) => encode::publish_error(
+                    &mut self.out,
+                    publisher_id,
+                    &ids,
+                    counted(&self.broker, error),
+                ),
             }
         }
     }
@@ -78,8 +84,24 @@ impl Session {
                     let (vhost, user) = self.vhost();
                     match vhost.stream_for(user, Access::Write, &stream) {
                         Ok(log) => {
-                            self.publishers
-                                .insert(publisher_id, Publisher { log, reference });
+                            let registration =
+                                self.broker
+                                    .stream_clients()
+                                    .add_publisher(StreamPublisherInfo {
+                                        connection: self.connection_id,
+                                        publisher_id,
+                                        vhost: vhost.name().to_owned(),
+                                        stream: stream.clone(),
+                                        reference: reference.clone().unwrap_or_default(),
+                                    });
+                            self.publishers.insert(
+                                publisher_id,
+                                Publisher {
+                                    log,
+                                    reference,
+                                    registration,
+                                },
+                            );
                             code::OK
                         }
                         Err(error) => error_code(&error),
@@ -89,7 +111,7 @@ impl Session {
                     &mut self.out,
                     key::DECLARE_PUBLISHER,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                 );
             }
             Request::Publish {
@@ -111,7 +133,7 @@ impl Session {
                     &mut self.out,
                     key::QUERY_PUBLISHER_SEQUENCE,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                     sequence,
                 );
             }
@@ -123,7 +145,12 @@ impl Session {
                     Some(_) => code::OK,
                     None => code::PUBLISHER_DOES_NOT_EXIST,
                 };
-                encode::response(&mut self.out, key::DELETE_PUBLISHER, correlation_id, answer);
+                encode::response(
+                    &mut self.out,
+                    key::DELETE_PUBLISHER,
+                    correlation_id,
+                    counted(&self.broker, answer),
+                );
             }
             other => return self.handle_subscription_command(other),
         }
@@ -137,13 +164,15 @@ impl Session {
                 &mut self.out,
                 publisher_id,
                 &ids,
-                code::PUBLISHER_DOES_NOT_EXIST,
+                counted(&self.broker, code::PUBLISHER_DOES_NOT_EXIST),
             );
             return;
         };
         if messages.is_empty() {
             return;
         }
+        let counters = Arc::clone(publisher.registration.counters());
+        counters.published(ids.len() as u64);
         let records = messages
             .into_iter()
             .map(|message| Record {
@@ -157,9 +186,13 @@ impl Session {
             producer: publisher.reference.clone(),
             records,
             on_written: Box::new(move |result| match result {
-                Ok(written) => confirms.push(Outcome::Confirmed(publisher_id, written.confirmed)),
+                Ok(written) => {
+                    counters.confirmed(written.confirmed.len() as u64);
+                    confirms.push(Outcome::Confirmed(publisher_id, written.confirmed))
+                }
                 Err(error) => {
                     tracing::warn!(%error, "stream publish failed");
+                    counters.errored(ids.len() as u64);
                     confirms.push(Outcome::Failed(
                         publisher_id,
                         ids,

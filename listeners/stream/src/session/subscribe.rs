@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use warren_core::access::Access;
+use warren_core::stream_clients::{StreamConsumer, StreamConsumerInfo};
 use warren_core::stream_log::single_active::GroupMember;
 use warren_core::stream_log::{ChunkFilter, OffsetSpec, StreamLog, StreamReader};
 
-use super::{error_code, Control, Session, SubscriptionChange};
+use super::{counted, error_code, Control, Session, SubscriptionChange};
 use crate::codec::{code, encode, key, OffsetSpecification, Request};
 
 /// One subscription.
@@ -24,6 +25,8 @@ pub(super) struct Subscription {
     pub caught_up: bool,
     /// Its single-active-consumer group, for a subscription that joined one.
     pub group: Option<Group>,
+    /// Its listing for operators, with its counters.
+    pub registration: StreamConsumer,
 }
 
 /// A subscription's place in its single-active-consumer group.
@@ -42,6 +45,9 @@ enum Phase {
     Asked(u32),
     /// Active: chunks flow while it has credit.
     Active,
+    /// Told to step down (ConsumerUpdate with active false and this correlation id): no
+    /// chunks; once the client answered, the group makes another member active.
+    SteppingDown(u32),
 }
 
 impl Subscription {
@@ -89,18 +95,26 @@ impl Session {
                 properties,
             } => {
                 let answer = self.subscribe(subscription_id, &stream, offset, credit, &properties);
-                encode::response(&mut self.out, key::SUBSCRIBE, correlation_id, answer);
+                encode::response(
+                    &mut self.out,
+                    key::SUBSCRIBE,
+                    correlation_id,
+                    counted(&self.broker, answer),
+                );
             }
             Request::Credit {
                 subscription_id,
                 credit,
             } => match self.subscriptions.get_mut(&subscription_id) {
                 Some(subscription) => {
-                    subscription.credit = subscription.credit.saturating_add(u32::from(credit))
+                    subscription.credit = subscription.credit.saturating_add(u32::from(credit));
+                    subscription
+                        .registration
+                        .set_credits(u64::from(subscription.credit));
                 }
                 None => encode::credit_response(
                     &mut self.out,
-                    code::SUBSCRIPTION_ID_DOES_NOT_EXIST,
+                    counted(&self.broker, code::SUBSCRIPTION_ID_DOES_NOT_EXIST),
                     subscription_id,
                 ),
             },
@@ -116,7 +130,12 @@ impl Session {
                     }
                     None => code::SUBSCRIPTION_ID_DOES_NOT_EXIST,
                 };
-                encode::response(&mut self.out, key::UNSUBSCRIBE, correlation_id, answer);
+                encode::response(
+                    &mut self.out,
+                    key::UNSUBSCRIBE,
+                    correlation_id,
+                    counted(&self.broker, answer),
+                );
             }
             Request::StoreOffset {
                 reference,
@@ -148,7 +167,7 @@ impl Session {
                     &mut self.out,
                     key::QUERY_OFFSET,
                     correlation_id,
-                    answer,
+                    counted(&self.broker, answer),
                     offset,
                 );
             }
@@ -169,7 +188,12 @@ impl Session {
                     },
                     Err(error) => (error_code(&error), 0),
                 };
-                encode::resolved_offset(&mut self.out, correlation_id, answer, resolved);
+                encode::resolved_offset(
+                    &mut self.out,
+                    correlation_id,
+                    counted(&self.broker, answer),
+                    resolved,
+                );
             }
             other => {
                 tracing::debug!(peer = %self.peer, request = ?other, "unexpected stream command");
@@ -205,10 +229,19 @@ impl Session {
             return code::PRECONDITION_FAILED;
         }
         let (vhost, user) = self.vhost();
+        let vhost_name = vhost.name().to_owned();
         let log = match vhost.stream_for(user, Access::Read, stream) {
             Ok(log) => log,
             Err(error) => return error_code(&error),
         };
+        // A super stream partition's group spreads its members over the partitions by the
+        // partition's index (RabbitMQ's `partition_index`; none when the stream is not one
+        // of the super stream's partitions).
+        let partition = properties
+            .iter()
+            .find(|(k, _)| k == "super-stream")
+            .and_then(|(_, super_stream)| vhost.streams().super_streams().get(super_stream))
+            .and_then(|found| found.partitions.iter().position(|(p, _)| p == stream));
         let filter = chunk_filter(properties);
         let reader = match log.reader(offset_spec(offset)) {
             Ok(reader) => reader.with_filter(filter.clone()),
@@ -217,17 +250,40 @@ impl Session {
                 return code::INTERNAL_ERROR;
             }
         };
+        let registration = self.broker.stream_clients().add_consumer(
+            StreamConsumerInfo {
+                connection: self.connection_id,
+                subscription_id,
+                vhost: vhost_name,
+                stream: stream.to_owned(),
+                properties: properties.to_vec(),
+                single_active,
+            },
+            u64::from(credit),
+            reader.start_offset(),
+        );
+        let group = match group_name {
+            Some(name) if single_active => {
+                match log
+                    .consumer_groups()
+                    .join_partition(&name, partition, Arc::clone(&self.wake))
+                {
+                    Ok(member) => Some(Group {
+                        member,
+                        phase: Phase::Waiting,
+                    }),
+                    Err(_) => {
+                        tracing::info!(%stream, group = %name, "single active consumer refused: another partition index than its group's");
+                        return code::PRECONDITION_FAILED;
+                    }
+                }
+            }
+            _ => None,
+        };
         self.changes.push(SubscriptionChange::Started(
             subscription_id,
             log.subscribe(),
         ));
-        let group = match group_name {
-            Some(name) if single_active => Some(Group {
-                member: log.consumer_groups().join(&name, Arc::clone(&self.wake)),
-                phase: Phase::Waiting,
-            }),
-            _ => None,
-        };
         self.subscriptions.insert(
             subscription_id,
             Subscription {
@@ -238,6 +294,7 @@ impl Session {
                 credit: u32::from(credit),
                 caught_up: false,
                 group,
+                registration,
             },
         );
         code::OK
@@ -250,6 +307,17 @@ impl Session {
         correlation_id: u32,
         offset: Option<OffsetSpecification>,
     ) {
+        if let Some(group) = self
+            .subscriptions
+            .values_mut()
+            .filter_map(|s| s.group.as_mut())
+            .find(|g| g.phase == Phase::SteppingDown(correlation_id))
+        {
+            // It stepped down: the group makes another member active.
+            group.phase = Phase::Waiting;
+            group.member.stepped_down();
+            return;
+        }
         let Some(subscription) = self.subscriptions.values_mut().find(|s| {
             s.group
                 .as_ref()
@@ -260,7 +328,10 @@ impl Session {
         };
         if let Some(offset) = offset {
             match subscription.log.reader(offset_spec(offset)) {
-                Ok(reader) => subscription.reader = reader.with_filter(subscription.filter.clone()),
+                Ok(reader) => {
+                    subscription.registration.moved_to(reader.start_offset());
+                    subscription.reader = reader.with_filter(subscription.filter.clone());
+                }
                 Err(error) => {
                     tracing::warn!(stream = %subscription.stream, %error, "cannot read stream from the offset a consumer resumes at");
                 }
@@ -269,32 +340,44 @@ impl Session {
         if let Some(group) = subscription.group.as_mut() {
             group.phase = Phase::Active;
         }
+        subscription.registration.set_active(true);
         subscription.caught_up = false;
     }
 
     /// Tells each single active consumer that became active so (ConsumerUpdate); it is sent
-    /// chunks once its client answered where to start.
+    /// chunks once its client answered where to start. One asked to step down stops being
+    /// sent chunks and is told so (ConsumerUpdate with active false).
     fn announce_active(&mut self) {
-        let newly_active: Vec<u8> = self
-            .subscriptions
-            .iter()
-            .filter(|(_, s)| {
-                s.group
-                    .as_ref()
-                    .is_some_and(|g| g.phase == Phase::Waiting && g.member.is_active())
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in newly_active {
-            let correlation_id = self.correlation_id();
-            if let Some(group) = self
-                .subscriptions
-                .get_mut(&id)
-                .and_then(|s| s.group.as_mut())
-            {
-                group.phase = Phase::Asked(correlation_id);
+        let mut updates: Vec<(u8, bool)> = Vec::new();
+        for (id, subscription) in &mut self.subscriptions {
+            let Some(group) = subscription.group.as_mut() else {
+                continue;
+            };
+            match group.phase {
+                Phase::Waiting if group.member.is_active() => updates.push((*id, true)),
+                // Asked to step down before it was told it is active: nothing to tell.
+                Phase::Waiting if group.member.must_step_down() => group.member.stepped_down(),
+                Phase::Asked(_) | Phase::Active if group.member.must_step_down() => {
+                    updates.push((*id, false))
+                }
+                _ => {}
             }
-            encode::consumer_update(&mut self.out, correlation_id, id, true);
+        }
+        for (id, active) in updates {
+            let correlation_id = self.correlation_id();
+            if let Some(subscription) = self.subscriptions.get_mut(&id) {
+                if let Some(group) = subscription.group.as_mut() {
+                    group.phase = if active {
+                        Phase::Asked(correlation_id)
+                    } else {
+                        Phase::SteppingDown(correlation_id)
+                    };
+                }
+                if !active {
+                    subscription.registration.set_active(false);
+                }
+            }
+            encode::consumer_update(&mut self.out, correlation_id, id, active);
         }
     }
 
@@ -338,6 +421,13 @@ impl Session {
                             &chunk,
                         );
                         subscription.credit -= 1;
+                        let records = u64::from(chunk.header.records);
+                        subscription
+                            .registration
+                            .delivered(records, chunk.header.first_offset + records);
+                        subscription
+                            .registration
+                            .set_credits(u64::from(subscription.credit));
                     }
                     Ok(None) => subscription.caught_up = true,
                     Err(error) => {

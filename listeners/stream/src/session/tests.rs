@@ -120,6 +120,69 @@ fn a_bad_password_is_refused_and_the_connection_closes() {
     );
 }
 
+/// The mechanisms a SaslHandshake lists.
+fn mechanisms(session: &mut Session) -> Vec<String> {
+    session.handle(Request::SaslHandshake { correlation_id: 9 });
+    let (key, mut body) = frames(session).pop().expect("a handshake answer");
+    assert_eq!(key, 0x8012);
+    body.advance(6);
+    let count = body.get_i32();
+    (0..count)
+        .map(|_| {
+            let length = body.get_i16() as usize;
+            String::from_utf8(body.split_to(length).to_vec()).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn external_is_offered_with_a_certificate_and_refused_when_it_names_nobody() {
+    let mut fixture = fixture("external");
+    let broker = Arc::clone(&fixture.session.broker);
+    let config = SessionConfig {
+        auth_mechanisms: vec!["PLAIN".into(), "EXTERNAL".into()],
+        ..SessionConfig::default()
+    };
+    let new_session = || {
+        Session::new(
+            Arc::clone(&broker),
+            Arc::new(config.clone()),
+            "127.0.0.1:40001".parse().unwrap(),
+            "127.0.0.1:5551".parse().unwrap(),
+            Arc::clone(&fixture.wake),
+        )
+    };
+    // Without a certificate (plain TCP): PLAIN only, EXTERNAL not supported.
+    let mut session = new_session();
+    assert_eq!(mechanisms(&mut session), ["PLAIN"]);
+    session.handle(Request::SaslAuthenticate {
+        correlation_id: 1,
+        mechanism: "EXTERNAL".into(),
+        data: Bytes::new(),
+    });
+    assert_eq!(
+        response_code(&frames(&mut session)[0].1),
+        code::SASL_MECHANISM_NOT_SUPPORTED
+    );
+    // With one that names nobody: offered, refused, closed.
+    let mut session = new_session();
+    session.set_certificate(b"not a certificate");
+    assert_eq!(mechanisms(&mut session), ["PLAIN", "EXTERNAL"]);
+    let control = session.handle(Request::SaslAuthenticate {
+        correlation_id: 2,
+        mechanism: "EXTERNAL".into(),
+        data: Bytes::new(),
+    });
+    assert_eq!(control, Control::Close);
+    assert_eq!(
+        response_code(&frames(&mut session)[0].1),
+        code::AUTHENTICATION_FAILURE
+    );
+    // The default configuration offers PLAIN only, certificate or not.
+    fixture.session.set_certificate(b"not a certificate");
+    assert_eq!(mechanisms(&mut fixture.session), ["PLAIN"]);
+}
+
 #[tokio::test]
 async fn published_records_are_confirmed_after_the_write_and_delivered_as_chunks() {
     let mut fixture = fixture("publish");

@@ -14,6 +14,7 @@ mod quorum;
 mod requests;
 mod resources;
 mod runtime;
+mod stream_protocol;
 mod streams;
 mod topology;
 
@@ -88,6 +89,8 @@ pub struct Management {
     pub cluster: Option<Arc<dyn ClusterView>>,
     /// Quorum queues' Raft groups (status, membership, leadership, metrics).
     pub quorum: Option<Arc<dyn QuorumView>>,
+    /// Connections' last socket byte counts, for `recv_oct_details` and `send_oct_details`.
+    pub octets: crate::octets::OctetRates,
 }
 
 /// What the API shows of the cluster (implemented by the server on the cluster crate).
@@ -170,10 +173,13 @@ impl Management {
     pub fn local_listing(&self, kind: ListingKind) -> Json {
         let connections = self.broker.connections().list();
         Json::Array(match kind {
-            ListingKind::Connections => connections
-                .iter()
-                .map(|c| self.connection_json(c))
-                .collect(),
+            ListingKind::Connections => {
+                let octets = self.connection_octets(&connections);
+                connections
+                    .iter()
+                    .map(|c| self.connection_json(c, &octets))
+                    .collect()
+            }
             ListingKind::Channels => connections
                 .iter()
                 .flat_map(|c| self.channels_of(c))
@@ -458,6 +464,9 @@ impl Management {
         if let Some(response) = self.quorum_api(request, path, caller) {
             return response;
         }
+        if let Some(response) = self.stream_protocol_api(request, path, caller) {
+            return response;
+        }
         match (method, path) {
             ("GET", ["overview"] | ["vhosts", ..] | ["exchanges", ..] | ["queues", ..]) => {
                 match ranges() {
@@ -596,6 +605,42 @@ impl Management {
                 Ok(page) => Response::json(200, &page),
                 Err(refusal) => refusal,
             },
+        }
+    }
+
+    /// [`Management::list_per_vhost`] for a listing that can be paged by name before its JSON
+    /// is built: `list` gives each vhost's items as `(name, build)`, in listing order, and
+    /// only the items on the requested page are built. Without a page, or for a page sorted
+    /// by another field, every item is built as before.
+    pub(crate) fn list_per_vhost_by_name<'a>(
+        &self,
+        caller: &Caller,
+        only: Option<&str>,
+        list: impl Fn(&Arc<VHost>) -> Vec<(String, Box<dyn FnOnce() -> Json + 'a>)>,
+    ) -> Response {
+        let vhosts = match self.visible_vhosts(caller, only) {
+            Ok(vhosts) => vhosts,
+            Err(response) => return response,
+        };
+        let items: Vec<(String, Box<dyn FnOnce() -> Json + 'a>)> =
+            vhosts.iter().flat_map(list).collect();
+        match &caller.paging {
+            Some(paging) if paging.needs_names_only() => {
+                match paging.apply_named(items, |build| build()) {
+                    Ok(page) => Response::json(200, &page),
+                    Err(refusal) => refusal,
+                }
+            }
+            paging => {
+                let items: Vec<Json> = items.into_iter().map(|(_, build)| build()).collect();
+                match paging {
+                    None => Response::json(200, &Json::Array(items)),
+                    Some(paging) => match paging.apply(items) {
+                        Ok(page) => Response::json(200, &page),
+                        Err(refusal) => refusal,
+                    },
+                }
+            }
         }
     }
 

@@ -5,12 +5,18 @@
 //! a listing is the plain array it always was.
 //!
 //! Queues and exchanges are paged before their JSON is written ([`crate::Management`]'s
-//! `list_per_vhost`, through the caller's [`PageQuery`]); every other listing is paged from
-//! the array its handler wrote ([`page_listing`]), so every list endpoint pages the same way.
+//! `list_per_vhost`, through the caller's [`PageQuery`]); a page of queues sorted by name (or
+//! not sorted, what the web UI asks for) is cut from the names before any queue's JSON is
+//! built ([`PageQuery::apply_named`]), so it costs the page's queues, not all of them. Every
+//! other listing is paged from the array its handler wrote ([`page_listing`]), so every list
+//! endpoint pages the same way.
 
 use serde_json::{json, Value as Json};
 
 use crate::http::{Request, Response};
+
+/// Whether an item's name passes a listing's `name` filter.
+type NameFilter = Box<dyn Fn(&str) -> bool>;
 
 /// The largest `page_size` RabbitMQ accepts.
 const MAX_PAGE_SIZE: usize = 500;
@@ -77,19 +83,7 @@ impl PageQuery {
     /// the last.
     pub(crate) fn apply(&self, items: Vec<Json>) -> Result<Json, Response> {
         let total_count = items.len();
-        let matcher: Box<dyn Fn(&str) -> bool> = match (&self.name, self.use_regex) {
-            (None, _) => Box::new(|_| true),
-            (Some(pattern), true) => {
-                let regex = regex::Regex::new(pattern).map_err(|e| {
-                    super::bad_request(format!("name is not a valid regular expression: {e}"))
-                })?;
-                Box::new(move |name| regex.is_match(name))
-            }
-            (Some(part), false) => {
-                let part = part.to_lowercase();
-                Box::new(move |name| name.to_lowercase().contains(&part))
-            }
-        };
+        let matcher = self.matcher()?;
         let mut filtered: Vec<Json> = items
             .into_iter()
             .filter(|item| matcher(item["name"].as_str().unwrap_or_default()))
@@ -124,6 +118,77 @@ impl PageQuery {
             "page_size": self.page_size,
             "total_count": total_count,
         }))
+    }
+}
+
+impl PageQuery {
+    /// Whether the page depends on items' names alone (sorted by name, or in listing order):
+    /// then [`PageQuery::apply_named`] can build only the page's JSON.
+    pub(crate) fn needs_names_only(&self) -> bool {
+        matches!(self.sort.as_deref(), None | Some("name"))
+    }
+
+    /// [`PageQuery::apply`] for a query that [needs names only](PageQuery::needs_names_only):
+    /// `items` are `(name, what to build the item's JSON from)`, filtered and ordered by name
+    /// as [`PageQuery::apply`] orders JSON items by their `name` (case-insensitively, stable),
+    /// and `build` runs only for the items on the page. With 10,000 queues a page of 50 costs
+    /// 50 queues' JSON, not 10,000.
+    pub(crate) fn apply_named<T>(
+        &self,
+        items: Vec<(String, T)>,
+        build: impl Fn(T) -> Json,
+    ) -> Result<Json, Response> {
+        debug_assert!(self.needs_names_only());
+        let total_count = items.len();
+        let matcher = self.matcher()?;
+        let mut filtered: Vec<(String, T)> = items
+            .into_iter()
+            .filter(|(name, _)| matcher(name))
+            .collect();
+        if self.sort.is_some() {
+            filtered.sort_by_cached_key(|(name, _)| name.to_lowercase());
+        }
+        if self.sort_reverse {
+            filtered.reverse();
+        }
+        let filtered_count = filtered.len();
+        let page_count = filtered_count.div_ceil(self.page_size).max(1);
+        if self.page > page_count {
+            return Err(super::bad_request("page_out_of_range"));
+        }
+        let items: Vec<Json> = filtered
+            .into_iter()
+            .skip((self.page - 1) * self.page_size)
+            .take(self.page_size)
+            .map(|(_, item)| build(item))
+            .collect();
+        Ok(json!({
+            "filtered_count": filtered_count,
+            "item_count": items.len(),
+            "items": items,
+            "page": self.page,
+            "page_count": page_count,
+            "page_size": self.page_size,
+            "total_count": total_count,
+        }))
+    }
+
+    /// The name filter: a regular expression with `use_regex`, else a case-insensitive
+    /// substring; the 400 for a bad regular expression.
+    fn matcher(&self) -> Result<NameFilter, Response> {
+        Ok(match (&self.name, self.use_regex) {
+            (None, _) => Box::new(|_| true),
+            (Some(pattern), true) => {
+                let regex = regex::Regex::new(pattern).map_err(|e| {
+                    super::bad_request(format!("name is not a valid regular expression: {e}"))
+                })?;
+                Box::new(move |name| regex.is_match(name))
+            }
+            (Some(part), false) => {
+                let part = part.to_lowercase();
+                Box::new(move |name| name.to_lowercase().contains(&part))
+            }
+        })
     }
 }
 
@@ -184,6 +249,44 @@ mod tests {
         (0..count)
             .map(|n| json!({"name": format!("q{n:03}"), "messages": (n * 7) % 10}))
             .collect()
+    }
+
+    #[test]
+    fn paging_by_name_before_building_matches_paging_the_json() {
+        let mut items = queues(57);
+        items.extend([
+            json!({"name": "Q-upper"}),
+            json!({"name": "a"}),
+            json!({"name": "Z"}),
+        ]);
+        for query in [
+            "page=1&page_size=10",
+            "page=2&page_size=10&sort=name",
+            "page=1&page_size=7&sort=name&sort_reverse=true",
+            "page=3&page_size=5&name=q0&sort=name",
+            "page=1&page_size=100&name=%5Eq0%5B12%5D&use_regex=true&sort_reverse=true",
+            "page=9&page_size=10",
+        ] {
+            let query = PageQuery::from_request(&request(query)).unwrap().unwrap();
+            assert!(query.needs_names_only());
+            let named: Vec<(String, Json)> = items
+                .iter()
+                .map(|item| (item["name"].as_str().unwrap().to_string(), item.clone()))
+                .collect();
+            let lazy = query.apply_named(named, |item| item);
+            let eager = query.apply(items.clone());
+            match (lazy, eager) {
+                (Ok(lazy), Ok(eager)) => assert_eq!(lazy, eager, "{query:?}"),
+                (Err(lazy), Err(eager)) => assert_eq!(lazy.body, eager.body),
+                (lazy, eager) => {
+                    panic!("{query:?}: {:?} against {:?}", lazy.is_ok(), eager.is_ok())
+                }
+            }
+        }
+        let by_messages = PageQuery::from_request(&request("page=1&sort=messages"))
+            .unwrap()
+            .unwrap();
+        assert!(!by_messages.needs_names_only());
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! What is running: overview, nodes, health checks, connections, channels and consumers.
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use serde_json::{json, Value as Json};
@@ -11,6 +13,7 @@ use warren_core::vhost::{Actor, PublishOptions, Publisher, QueueDeclare, BROKER_
 use super::json::table_to_json;
 use super::{core_error, not_authorized, not_found, Caller, Management, Role};
 use crate::http::{Request, Response};
+use crate::octets::ConnectionOctets;
 
 impl Management {
     pub(crate) fn overview(&self, caller: &Caller, ranges: &crate::rates::Ranges) -> Response {
@@ -297,9 +300,27 @@ impl Management {
             .collect()
     }
 
-    pub(crate) fn connection_json(&self, connection: &ConnectionSnapshot) -> Json {
+    /// The socket byte counts and rates of `connections`, by `(local, peer)` address.
+    pub(crate) fn connection_octets(
+        &self,
+        connections: &[ConnectionSnapshot],
+    ) -> HashMap<(SocketAddr, SocketAddr), ConnectionOctets> {
+        let keys: Vec<(SocketAddr, SocketAddr)> = connections
+            .iter()
+            .map(|c| (c.info.local, c.info.peer))
+            .collect();
+        self.octets.read(&keys)
+    }
+
+    /// A connection as RabbitMQ lists it; with its socket's byte counts and rates
+    /// (`recv_oct`, `send_oct` and their `_details`) when `octets` has them.
+    pub(crate) fn connection_json(
+        &self,
+        connection: &ConnectionSnapshot,
+        octets: &HashMap<(SocketAddr, SocketAddr), ConnectionOctets>,
+    ) -> Json {
         let info = &connection.info;
-        json!({
+        let mut json = json!({
             "name": info.name(),
             "node": self.node_name,
             "type": "network",
@@ -321,7 +342,14 @@ impl Management {
             "user_provided_name": info.connection_name,
             "connection_name": info.connection_name,
             "auth_mechanism": "PLAIN",
-        })
+        });
+        if let Some(octets) = octets.get(&(info.local, info.peer)) {
+            json["recv_oct"] = json!(octets.received);
+            json["send_oct"] = json!(octets.sent);
+            json["recv_oct_details"] = json!({"rate": octets.received_rate});
+            json["send_oct_details"] = json!({"rate": octets.sent_rate});
+        }
+        json
     }
 
     pub(crate) fn connections(
@@ -333,15 +361,19 @@ impl Management {
         let connections = self.visible_connections(caller);
         match (request.method.as_str(), path) {
             ("GET", []) => {
+                let octets = self.connection_octets(&connections);
                 let mut list: Vec<Json> = connections
                     .iter()
-                    .map(|c| self.connection_json(c))
+                    .map(|c| self.connection_json(c, &octets))
                     .collect();
                 list.extend(self.peer_objects(caller, super::ListingKind::Connections));
                 Response::json(200, &Json::Array(list))
             }
             ("GET", [name]) => match connections.iter().find(|c| c.info.name() == *name) {
-                Some(c) => Response::json(200, &self.connection_json(c)),
+                Some(c) => {
+                    let octets = self.connection_octets(std::slice::from_ref(c));
+                    Response::json(200, &self.connection_json(c, &octets))
+                }
                 None => match self
                     .peer_objects(caller, super::ListingKind::Connections)
                     .into_iter()

@@ -31,9 +31,9 @@ impl Management {
             // The policy that applies to the stream (its retention wins over arguments).
             "policy": select(&vhost.policies(false), |p| p.matches_stream(log.name()))
                 .map(|p| p.name.clone()),
-            // Consumers over AMQP 0-9-1 and STOMP (stream protocol subscribers are not
-            // counted yet).
-            "consumers": vhost.queue_instance(log.name()).map_or(0, |queue| queue.info().consumers),
+            // Consumers over AMQP 0-9-1, AMQP 1.0 and STOMP, and stream protocol subscribers.
+            "consumers": vhost.queue_instance(log.name()).map_or(0, |queue| queue.info().consumers)
+                + self.broker.stream_clients().consumers_of(vhost.name(), log.name()) as u64,
             "messages": messages,
             "messages_ready": messages,
             "messages_unacknowledged": 0,

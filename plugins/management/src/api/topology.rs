@@ -257,21 +257,32 @@ impl Management {
         ranges: &Ranges,
     ) -> Response {
         match (request.method.as_str(), path) {
-            ("GET", []) | ("GET", [_]) => self.list_per_vhost(caller, path.first().copied(), |v| {
-                let mut listed: Vec<(String, Json)> = v
-                    .queue_instances()
-                    .iter()
-                    .map(|q| (q.name().to_string(), self.queue_json(v, q.as_ref(), ranges)))
-                    .collect();
-                listed.extend(
-                    v.streams()
-                        .list()
-                        .iter()
-                        .map(|log| (log.name().to_string(), self.stream_json(v, log))),
-                );
-                listed.sort_by(|a, b| a.0.cmp(&b.0));
-                listed.into_iter().map(|(_, json)| json).collect()
-            }),
+            ("GET", []) | ("GET", [_]) => {
+                // Each queue's JSON (lengths, rates, its policy) is built only if it is on the
+                // page asked for.
+                self.list_per_vhost_by_name(caller, path.first().copied(), |v| {
+                    let mut listed: Vec<(String, Box<dyn FnOnce() -> Json + '_>)> = v
+                        .queue_instances()
+                        .into_iter()
+                        .map(|q| {
+                            let name = q.name().to_string();
+                            let vhost = Arc::clone(v);
+                            let build: Box<dyn FnOnce() -> Json + '_> =
+                                Box::new(move || self.queue_json(&vhost, q.as_ref(), ranges));
+                            (name, build)
+                        })
+                        .collect();
+                    listed.extend(v.streams().list().into_iter().map(|log| {
+                        let vhost = Arc::clone(v);
+                        let name = log.name().to_string();
+                        let build: Box<dyn FnOnce() -> Json + '_> =
+                            Box::new(move || self.stream_json(&vhost, &log));
+                        (name, build)
+                    }));
+                    listed.sort_by(|a, b| a.0.cmp(&b.0));
+                    listed
+                })
+            }
             ("GET", [vhost, name]) => self.show_in_vhost(caller, vhost, |v| {
                 // A stream is a queue instance too; its log has its offsets and segments.
                 v.streams()

@@ -209,4 +209,66 @@ pub(super) const LIST_VERBS: &[ListVerb] = &[
         default_columns: &["name", "value"],
         columns: &["name", "value"],
     },
+    ListVerb {
+        verb: "list_stream_connections",
+        what: "Listing stream connections ...",
+        path: "/api/stream/connections/{vhost}",
+        default_columns: &["conn_name"],
+        columns: &[
+            "conn_name",
+            "port",
+            "peer_port",
+            "host",
+            "peer_host",
+            "user",
+            "vhost",
+            "subscriptions",
+            "ssl",
+            "connection_state",
+            "heartbeat",
+            "frame_max",
+            "client_properties",
+            "connected_at",
+        ],
+    },
+    ListVerb {
+        verb: "list_stream_consumers",
+        what: "Listing stream consumers ...",
+        path: "/api/stream/consumers/{vhost}",
+        default_columns: STREAM_CONSUMER_COLUMNS,
+        columns: STREAM_CONSUMER_COLUMNS,
+    },
+    ListVerb {
+        verb: "list_stream_publishers",
+        what: "Listing stream publishers ...",
+        path: "/api/stream/publishers/{vhost}",
+        default_columns: STREAM_PUBLISHER_COLUMNS,
+        columns: STREAM_PUBLISHER_COLUMNS,
+    },
+];
+
+/// `list_stream_consumers`' columns (rabbitmq-streams' `CONSUMER_INFO_ITEMS` but the
+/// connection pid and node; all shown by default).
+const STREAM_CONSUMER_COLUMNS: &[&str] = &[
+    "conn_name",
+    "subscription_id",
+    "stream",
+    "messages_consumed",
+    "offset",
+    "offset_lag",
+    "credits",
+    "active",
+    "activity_status",
+    "properties",
+];
+
+/// `list_stream_publishers`' columns (`PUBLISHER_INFO_ITEMS` but the pid and node).
+const STREAM_PUBLISHER_COLUMNS: &[&str] = &[
+    "conn_name",
+    "publisher_id",
+    "stream",
+    "reference",
+    "messages_published",
+    "messages_confirmed",
+    "messages_errored",
 ];
