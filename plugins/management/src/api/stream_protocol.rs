@@ -19,6 +19,7 @@
 //! all, as for `/api/connections`.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 
 use serde_json::{json, Map, Value as Json};
 use warren_core::connections::ConnectionSnapshot;
@@ -26,6 +27,7 @@ use warren_core::stream_clients::{StreamConsumerSnapshot, StreamPublisherSnapsho
 
 use super::{bad_request, core_error, not_found, requests, Caller, Management};
 use crate::http::{Request, Response};
+use crate::octets::ConnectionOctets;
 
 /// The protocol name stream connections are registered with.
 const STREAM_PROTOCOL: &str = "RabbitMQ Stream";
@@ -50,7 +52,8 @@ impl Management {
             ("GET", ["connections", vhost, name]) => {
                 match self.stream_connection(caller, vhost, name) {
                     Some(connection) => {
-                        Response::json(200, &self.stream_connection_json(&connection))
+                        let octets = self.connection_octets(std::slice::from_ref(&connection));
+                        Response::json(200, &self.stream_connection_json(&connection, &octets))
                     }
                     None => not_found(),
                 }
@@ -137,21 +140,29 @@ impl Management {
                 return refusal;
             }
         }
-        let list: Vec<Json> = self
+        let connections: Vec<ConnectionSnapshot> = self
             .visible_stream_connections(caller)
-            .iter()
+            .into_iter()
             .filter(|c| vhost.is_none_or(|v| c.info.vhost == v))
-            .map(|c| self.stream_connection_json(c))
+            .collect();
+        let octets = self.connection_octets(&connections);
+        let list: Vec<Json> = connections
+            .iter()
+            .map(|c| self.stream_connection_json(c, &octets))
             .collect();
         self.listing(caller, list)
     }
 
     /// A stream connection as `/api/connections` shows it, with its subscription and
     /// publisher counts.
-    fn stream_connection_json(&self, connection: &ConnectionSnapshot) -> Json {
+    fn stream_connection_json(
+        &self,
+        connection: &ConnectionSnapshot,
+        octets: &HashMap<(SocketAddr, SocketAddr), ConnectionOctets>,
+    ) -> Json {
         let clients = self.broker.stream_clients();
         let id = connection.info.id;
-        let mut json = self.connection_json(connection);
+        let mut json = self.connection_json(connection, octets);
         json["subscriptions"] = json!(clients
             .consumers()
             .iter()
