@@ -17,6 +17,7 @@ use warren_core::Broker;
 use warren_management::{ClusterView, ListingKind, Management};
 
 use crate::join::JoinContext;
+use crate::stream_replication::StreamReplication;
 use crate::StartError;
 use warren_cluster::join::JoinMarker;
 
@@ -135,10 +136,19 @@ pub async fn start(
     // Classic queues' forwarding (docs/clustering.md, "Any node"), ready once the metadata
     // store knows every queue's home.
     let forwarding: Arc<OnceLock<Arc<Forwarding>>> = Arc::new(OnceLock::new());
+    // Streams' replication (docs/streams.md, "Replication"), ready once the metadata store is.
+    let streams: Arc<OnceLock<Arc<StreamReplication>>> = Arc::new(OnceLock::new());
     {
         let quorum = Arc::clone(quorum);
         let forwarding = Arc::clone(&forwarding);
+        let streams = Arc::clone(&streams);
         transport.set_extension_handler(Arc::new(move |from, method, body| {
+            if (STREAM_METHODS).contains(&method) {
+                return match streams.get().and_then(|s| s.serve(from, method, body)) {
+                    Some(answer) => answer,
+                    None => Box::pin(async { Err("this node is still starting".to_string()) }),
+                };
+            }
             if method == LISTING_METHOD {
                 let answer = serve_listing(management_for_peers.get(), &body);
                 return Box::pin(async move { answer });
@@ -167,6 +177,13 @@ pub async fn start(
     )
     .await
     .map_err(|e| StartError::Cluster(e.to_string()))?;
+    let replication = StreamReplication::new(
+        Arc::clone(broker),
+        Arc::clone(&metadata),
+        Arc::clone(&transport),
+    );
+    let _ = streams.set(Arc::clone(&replication));
+    tasks.spawn(replication.run(shutdown.clone()));
     quorum.join(Arc::new(QuorumLink {
         transport: Arc::clone(&transport),
         metadata: Arc::clone(&metadata),
@@ -261,6 +278,10 @@ impl warren_raft::ClusterLink for QuorumLink {
 /// The transport method carrying classic queues' forwarding (`warren_core::remote`);
 /// quorum queues' groups use 100-119.
 const FORWARD_METHOD: u16 = 120;
+
+/// The transport methods of streams' replication (`crate::stream_replication`).
+const STREAM_METHODS: std::ops::RangeInclusive<u16> =
+    crate::stream_replication::FETCH_METHOD..=crate::stream_replication::TAIL_METHOD;
 
 /// The transport method by which the management API asks a peer for its own connections
 /// and channels (and to close one of its connections).

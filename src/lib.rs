@@ -13,6 +13,7 @@ mod operator;
 pub mod persistence;
 mod quorum_view;
 pub mod resource_monitor;
+mod stream_replication;
 pub mod tls;
 
 use std::net::SocketAddr;

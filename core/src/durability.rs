@@ -34,6 +34,9 @@ pub struct Durability {
     client_takeover: std::sync::OnceLock<Arc<dyn crate::remote::ClientTakeover>>,
     /// Vhost and user limits, parsed from their parameters (`resource_limits.rs`).
     resource_limits: Arc<crate::resource_limits::ResourceLimits>,
+    /// Where stream protocol clients reach each running peer (`host`, stream port), kept
+    /// by a clustered server: the stream listener's `Metadata` names leaders and replicas.
+    stream_endpoints: parking_lot::RwLock<std::collections::HashMap<String, (String, u16)>>,
 }
 
 impl Durability {
@@ -120,6 +123,20 @@ impl Durability {
     /// Names this node in its cluster; false if it was named already.
     pub fn set_local_node(&self, name: &str) -> bool {
         self.local_node.set(name.to_string()).is_ok()
+    }
+
+    /// Replaces the stream protocol endpoints of the running peers.
+    pub fn set_stream_endpoints(
+        &self,
+        endpoints: std::collections::HashMap<String, (String, u16)>,
+    ) {
+        *self.stream_endpoints.write() = endpoints;
+    }
+
+    /// Where stream protocol clients reach peer `node` (`None`: not running, or it has no
+    /// stream listener).
+    pub fn stream_endpoint(&self, node: &str) -> Option<(String, u16)> {
+        self.stream_endpoints.read().get(node).cloned()
     }
 
     /// This node's cluster name, once named (clustered nodes only).

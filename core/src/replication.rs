@@ -188,6 +188,17 @@ pub enum TopologyChange {
         /// Its value as JSON text, or `None` to clear it.
         value: Option<String>,
     },
+    /// Where a stream lives: its members, leader and epoch (docs/streams.md,
+    /// "Replication"). Committed by the stream's home node after its declaration, and by the
+    /// metadata leader when a new leader takes over; each node applies it to its copy.
+    StreamPlacement {
+        /// The vhost.
+        vhost: String,
+        /// The stream.
+        name: String,
+        /// The placement.
+        placement: crate::stream_log::Placement,
+    },
     /// queue.bind / exchange.bind (`bound = true`), queue.unbind / exchange.unbind.
     Binding {
         /// Bind rather than unbind.
@@ -248,6 +259,14 @@ impl TopologyChange {
             TopologyChange::DropQueue { vhost, name, home } => {
                 format!("drop queue '{name}' of node '{home}' in vhost '{vhost}'")
             }
+            TopologyChange::StreamPlacement {
+                vhost,
+                name,
+                placement,
+            } => format!(
+                "place stream '{name}' in vhost '{vhost}' (leader '{}', epoch {})",
+                placement.leader, placement.epoch
+            ),
             TopologyChange::GlobalParameter { name, value } => format!(
                 "{} global parameter '{name}'",
                 if value.is_some() { "set" } else { "clear" }
@@ -495,6 +514,20 @@ fn apply_unreplicated(broker: &Broker, change: &TopologyChange) -> CoreResult<()
                 vhost.drop_transient_queue(name, home);
             }
         }
+        TopologyChange::StreamPlacement {
+            vhost,
+            name,
+            placement,
+        } => {
+            let local = broker
+                .durability
+                .local_node()
+                .unwrap_or_default()
+                .to_owned();
+            if let Some(log) = broker.vhost(vhost).and_then(|v| v.streams().get(name)) {
+                log.set_placement(placement, &local);
+            }
+        }
         TopologyChange::GlobalParameter { name, value } => match value {
             Some(value) => {
                 broker.set_global_parameter(name, value.clone());
@@ -572,6 +605,15 @@ impl Broker {
     /// tells this node's own queues from other nodes' by it). False if it was named already.
     pub fn set_local_node(&self, name: &str) -> bool {
         self.durability.set_local_node(name)
+    }
+
+    /// Replaces where stream protocol clients reach each running peer (`host`, stream
+    /// port): the stream listener's `Metadata` names them.
+    pub fn set_stream_endpoints(
+        &self,
+        endpoints: std::collections::HashMap<String, (String, u16)>,
+    ) {
+        self.durability.set_stream_endpoints(endpoints);
     }
 
     /// Installs the cluster's replicator: from now on topology changes are committed through
@@ -790,6 +832,25 @@ impl crate::vhost::VHost {
                 name: name.to_string(),
             })?;
         self.clear_policy(name, operator)
+    }
+}
+
+impl Broker {
+    /// Commits where stream `name` lives (its members, leader and epoch) through the
+    /// cluster, then applies it here.
+    pub fn try_place_stream(
+        &self,
+        vhost: &str,
+        name: &str,
+        placement: crate::stream_log::Placement,
+    ) -> CoreResult<()> {
+        let change = TopologyChange::StreamPlacement {
+            vhost: vhost.to_string(),
+            name: name.to_string(),
+            placement,
+        };
+        let _replicated = self.durability.replicate(|| change.clone())?;
+        apply_unreplicated(self, &change)
     }
 }
 

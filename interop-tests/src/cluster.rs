@@ -251,6 +251,7 @@ impl TestCluster {
             format!("listeners.tcp.default={host}:0"),
             format!("mqtt.listeners.tcp.default={host}:0"),
             format!("stomp.listeners.tcp.default={host}:0"),
+            format!("stream.listeners.tcp.default={host}:0"),
             format!("management.tcp.ip={host}"),
             format!("prometheus.tcp.ip={host}"),
             format!("cluster.listeners.tcp.default={host}:{}", self.port),

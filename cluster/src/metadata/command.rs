@@ -263,6 +263,12 @@ pub fn encode_change(change: &TopologyChange) -> Json {
         TopologyChange::DropQueue { vhost, name, home } => {
             json!({"op": "drop_queue", "vhost": vhost, "name": name, "home": home})
         }
+        TopologyChange::StreamPlacement {
+            vhost,
+            name,
+            placement,
+        } => json!({"op": "stream_placement", "vhost": vhost, "name": name,
+                    "placement": placement.encode()}),
         TopologyChange::GlobalParameter { name, value } => {
             json!({"op": "global_parameter", "name": name, "value": value})
         }
@@ -415,6 +421,12 @@ pub fn decode_change(json: &Json) -> Result<TopologyChange, DecodeError> {
             name: text("name")?,
             home: text("home")?,
         },
+        "stream_placement" => TopologyChange::StreamPlacement {
+            vhost: text("vhost")?,
+            name: text("name")?,
+            placement: warren_core::stream_log::Placement::decode(&text("placement")?)
+                .ok_or_else(|| bad("placement"))?,
+        },
         "global_parameter" => TopologyChange::GlobalParameter {
             name: text("name")?,
             value: object
@@ -465,6 +477,16 @@ mod tests {
             },
         );
         let changes = [
+            TopologyChange::StreamPlacement {
+                vhost: "/".into(),
+                name: "events".into(),
+                placement: warren_core::stream_log::Placement::initial(
+                    vec!["warren@a".into(), "warren@b".into(), "warren@c".into()],
+                    "warren@a",
+                    0,
+                )
+                .next_epoch("warren@c", 812),
+            },
             TopologyChange::DeclareQueue {
                 vhost: "/".into(),
                 user: "guest".into(),
@@ -521,6 +543,11 @@ mod tests {
         }
         assert!(decode_change(&json!({"op": "explode"})).is_err());
         assert!(decode_change(&json!({"op": "delete_vhost"})).is_err());
+        assert!(
+            decode_change(&json!({"op": "stream_placement", "vhost": "/", "name": "s",
+                                      "placement": "not a placement"}))
+            .is_err()
+        );
     }
 
     #[test]

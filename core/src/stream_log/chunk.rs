@@ -331,8 +331,20 @@ impl ChunkBuilder {
         self.data.len()
     }
 
-    /// The chunk's bytes, starting at `first_offset`, with `trailer` as the trailer body.
-    pub fn finish(mut self, first_offset: u64, timestamp: i64, trailer: &[u8]) -> Bytes {
+    /// The chunk's bytes, starting at `first_offset`, with `trailer` as the trailer body,
+    /// written in epoch 1 (a single node's).
+    pub fn finish(self, first_offset: u64, timestamp: i64, trailer: &[u8]) -> Bytes {
+        self.finish_in_epoch(1, first_offset, timestamp, trailer)
+    }
+
+    /// [`ChunkBuilder::finish`] by the leader of `epoch`.
+    pub fn finish_in_epoch(
+        mut self,
+        epoch: u64,
+        first_offset: u64,
+        timestamp: i64,
+        trailer: &[u8],
+    ) -> Bytes {
         if let Some(bloom) = self.bloom.as_mut() {
             if self.unfiltered {
                 bloom_insert(bloom, UNFILTERED_MARK);
@@ -344,7 +356,7 @@ impl ChunkBuilder {
             entries: self.entries.min(u32::from(u16::MAX)) as u16,
             records: self.records,
             timestamp,
-            epoch: 1,
+            epoch,
             first_offset,
             data_crc: crc32fast::hash(&self.data),
             data_length: self.data.len() as u32,

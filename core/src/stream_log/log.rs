@@ -88,11 +88,17 @@ pub(crate) struct Shared {
     pub last_chunk: Option<(u64, u64, u64)>,
     /// Offsets stored by consumers (updated at once) and producers' committed sequences.
     pub tracking: Tracking,
+    /// The epoch of the newest chunk (0 when there is none).
+    pub last_epoch: u64,
+    /// How many chunks without records end the log (tracking chunks at `next_offset`): a
+    /// replica tells the leader, which skips as many when it sends from `next_offset`.
+    pub tail_zero_chunks: u64,
 }
 
-struct Queue {
-    publishes: Vec<Publish>,
+pub(super) struct Queue {
+    pub(super) publishes: Vec<Publish>,
     offsets: Vec<(String, u64)>,
+    pub(super) ops: Vec<super::replica::WriterOp>,
     stop: bool,
 }
 
@@ -103,11 +109,18 @@ pub(crate) struct Inner {
     /// The settings in force: the arguments' with a policy's limits in their place.
     pub effective: Mutex<StreamSettings>,
     pub shared: Mutex<Shared>,
-    queue: Mutex<Queue>,
-    wake: Condvar,
+    pub(super) queue: Mutex<Queue>,
+    pub(super) wake: Condvar,
+    /// Replication on a cluster: the stream's placement, this node's role, and the
+    /// publishes waiting for a majority.
+    pub(super) replication: Mutex<super::replica::ReplicationState>,
     /// The committed next offset; readers wait for it to move.
     pub committed: watch::Sender<u64>,
     pub deleted: AtomicBool,
+    /// Readers stop before a chunk ending past this offset: on a cluster, what a majority
+    /// of the members has (as osiris reads only committed chunks); `u64::MAX` on a single
+    /// node. Moving it wakes readers through `committed`.
+    pub readable: std::sync::atomic::AtomicU64,
 }
 
 /// A stream's statistics (management API, `StreamStats`).
@@ -127,7 +140,7 @@ pub struct LogStats {
 
 /// An open stream: appends go to its writer thread, readers read its files.
 pub struct StreamLog {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     consumer_groups: Arc<ConsumerGroups>,
 }
@@ -156,12 +169,20 @@ impl StreamLog {
             queue: Mutex::new(Queue {
                 publishes: Vec::new(),
                 offsets: Vec::new(),
+                ops: Vec::new(),
                 stop: false,
             }),
             wake: Condvar::new(),
+            replication: Mutex::new(super::replica::ReplicationState::load(dir)),
             committed,
             deleted: AtomicBool::new(false),
+            readable: std::sync::atomic::AtomicU64::new(u64::MAX),
         });
+        if inner.replication.lock().is_clustered() {
+            // A member restarting: nothing is readable until the leader says what is
+            // committed (or, leading, until a majority has it).
+            inner.readable.store(0, Ordering::Release);
+        }
         let writer = Writer {
             inner: Arc::clone(&inner),
             segment: recovered.segment,
@@ -220,6 +241,10 @@ impl StreamLog {
     pub fn publish(&self, publish: Publish) {
         if self.is_deleted() {
             (publish.on_written)(Err(format!("stream '{}' was deleted", self.inner.name)));
+            return;
+        }
+        if let Some(refusal) = self.refuses_publishes() {
+            (publish.on_written)(Err(refusal));
             return;
         }
         let mut queue = self.inner.queue.lock();
@@ -336,24 +361,27 @@ impl std::fmt::Debug for StreamLog {
     }
 }
 
-struct Recovered {
-    shared: Shared,
-    segment: File,
-    index: File,
-    producers: HashMap<String, u64>,
-    last_timestamp: i64,
+pub(super) struct Recovered {
+    pub(super) shared: Shared,
+    pub(super) segment: File,
+    pub(super) index: File,
+    pub(super) producers: HashMap<String, u64>,
+    pub(super) last_timestamp: i64,
 }
 
-fn recover(dir: &Path) -> io::Result<Recovered> {
+pub(super) fn recover(dir: &Path) -> io::Result<Recovered> {
     let mut firsts = segment::list_segments(dir)?;
     let mut tracking = Tracking::default();
+    let mut last_epoch = 0;
     // The newest segment holding a chunk is the live one; empty newer ones (a crash right
     // after a roll) are removed.
     let mut live = None;
     while let Some(first) = firsts.pop() {
         let (path, index_path) = segment::segment_paths(dir, first);
         let mut replay = Tracking::default();
+        let mut epoch = 0;
         let (entries, valid) = segment::scan_segment(&path, |chunk| {
+            epoch = chunk.header.epoch;
             match chunk.header.chunk_type {
                 ChunkType::TrackingSnapshot => replay.apply_snapshot(&chunk.data),
                 ChunkType::TrackingDelta => replay.apply_offsets(&chunk.data),
@@ -366,6 +394,7 @@ fn recover(dir: &Path) -> io::Result<Recovered> {
             continue;
         }
         tracking = replay;
+        last_epoch = epoch;
         live = Some((first, path, index_path, entries, valid));
         break;
     }
@@ -421,6 +450,7 @@ fn recover(dir: &Path) -> io::Result<Recovered> {
         .find_map(|s| s.newest_timestamp)
         .unwrap_or(0);
     let last_chunk = find_last_user_chunk(&segments)?;
+    let tail_zero_chunks = count_tail_zero_chunks(&segments, next_offset)?;
     let producers = tracking.producers.clone();
     Ok(Recovered {
         shared: Shared {
@@ -428,6 +458,8 @@ fn recover(dir: &Path) -> io::Result<Recovered> {
             next_offset,
             last_chunk,
             tracking,
+            last_epoch,
+            tail_zero_chunks,
         },
         segment: segment_file,
         index: index_file,
@@ -476,6 +508,22 @@ fn find_last_user_chunk(segments: &[SegmentInfo]) -> io::Result<Option<(u64, u64
     Ok(None)
 }
 
+/// How many chunks without records end the log at `next_offset`, over segment boundaries.
+fn count_tail_zero_chunks(segments: &[SegmentInfo], next_offset: u64) -> io::Result<u64> {
+    let mut count = 0;
+    for segment in segments.iter().rev() {
+        let index = IndexFile::open(&segment.index_path, segment.chunks)?;
+        for i in (0..segment.chunks).rev() {
+            let entry = index.entry(i)?;
+            if entry.records > 0 || entry.first_offset != next_offset {
+                return Ok(count);
+            }
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
 /// Deletes the oldest segments that retention no longer keeps.
 fn apply_retention(inner: &Inner, now: i64) {
     let settings = inner.effective.lock().clone();
@@ -501,33 +549,37 @@ fn apply_retention(inner: &Inner, now: i64) {
 
 /// The writer thread's state: the open segment and index, and the producers' sequences
 /// including what is being written (the shared view has only the committed ones).
-struct Writer {
-    inner: Arc<Inner>,
-    segment: File,
-    index: File,
-    producers: HashMap<String, u64>,
-    last_timestamp: i64,
+pub(super) struct Writer {
+    pub(super) inner: Arc<Inner>,
+    pub(super) segment: File,
+    pub(super) index: File,
+    pub(super) producers: HashMap<String, u64>,
+    pub(super) last_timestamp: i64,
 }
 
 /// A chunk ready to write, and what it means once written.
-struct Pending {
-    bytes: Bytes,
-    entry: IndexEntry,
-    producers: Vec<(String, u64)>,
+pub(super) struct Pending {
+    pub(super) bytes: Bytes,
+    pub(super) entry: IndexEntry,
+    pub(super) epoch: u64,
+    pub(super) producers: Vec<(String, u64)>,
 }
 
 impl Writer {
     fn run(mut self) {
         loop {
-            let (publishes, offsets, stop) = {
+            let (publishes, offsets, ops, stop) = {
                 let mut queue = self.inner.queue.lock();
-                if queue.publishes.is_empty() && queue.offsets.is_empty() && !queue.stop {
+                let idle = |queue: &Queue| {
+                    queue.publishes.is_empty() && queue.offsets.is_empty() && queue.ops.is_empty()
+                };
+                if idle(&queue) && !queue.stop {
                     let timed_out = self
                         .inner
                         .wake
                         .wait_for(&mut queue, RETENTION_TICK)
                         .timed_out();
-                    if timed_out && queue.publishes.is_empty() && queue.offsets.is_empty() {
+                    if timed_out && idle(&queue) {
                         drop(queue);
                         apply_retention(&self.inner, now_ms());
                         continue;
@@ -536,9 +588,13 @@ impl Writer {
                 (
                     std::mem::take(&mut queue.publishes),
                     std::mem::take(&mut queue.offsets),
+                    std::mem::take(&mut queue.ops),
                     queue.stop,
                 )
             };
+            for op in ops {
+                self.run_op(op);
+            }
             if !publishes.is_empty() || !offsets.is_empty() {
                 self.write_batch(publishes, offsets);
             }
@@ -556,6 +612,14 @@ impl Writer {
     /// Writes one group commit: every queued publish and stored offset, in as few chunks
     /// as the limits allow, then one fdatasync, then the confirms.
     fn write_batch(&mut self, publishes: Vec<Publish>, offsets: Vec<(String, u64)>) {
+        let Some(epoch) = self.inner.replication.lock().writing_epoch() else {
+            // A replica (the role changed after these were queued): not written here.
+            let refusal = self.refusal();
+            for publish in publishes {
+                (publish.on_written)(Err(refusal.clone()));
+            }
+            return;
+        };
         let mut next = self.inner.shared.lock().next_offset;
         let mut chunks: Vec<Pending> = Vec::new();
         if !offsets.is_empty() {
@@ -564,7 +628,7 @@ impl Writer {
             let mut builder = ChunkBuilder::new(ChunkType::TrackingDelta);
             builder.set_data(&encode_pairs(latest.iter()));
             let timestamp = self.timestamp();
-            chunks.push(self.pending(builder, next, timestamp, Vec::new()));
+            chunks.push(self.pending(builder, epoch, next, timestamp, Vec::new()));
         }
         let mut outcomes = Vec::with_capacity(publishes.len());
         let mut builder = ChunkBuilder::new(ChunkType::User);
@@ -592,7 +656,7 @@ impl Writer {
                     let full = std::mem::replace(&mut builder, ChunkBuilder::new(ChunkType::User));
                     let timestamp = self.timestamp();
                     let producers: Vec<_> = in_chunk.drain().collect();
-                    let pending = self.pending(full, next, timestamp, producers);
+                    let pending = self.pending(full, epoch, next, timestamp, producers);
                     next = pending.entry.end_offset();
                     chunks.push(pending);
                 }
@@ -602,16 +666,21 @@ impl Writer {
         if builder.records() > 0 {
             let timestamp = self.timestamp();
             let producers: Vec<_> = in_chunk.drain().collect();
-            chunks.push(self.pending(builder, next, timestamp, producers));
+            chunks.push(self.pending(builder, epoch, next, timestamp, producers));
         }
-        let result = self.write_chunks(chunks);
+        let result = self.write_chunks(chunks, false);
         if let Err(error) = &result {
             tracing::error!(stream = %self.inner.name, %error, "stream write failed");
         }
-        for (on_written, written) in outcomes {
-            match &result {
-                Ok(()) => on_written(Ok(written)),
-                Err(error) => on_written(Err(format!("stream write failed: {error}"))),
+        match &result {
+            Ok(()) => {
+                let end = self.inner.shared.lock().next_offset;
+                self.confirm_written(outcomes, end);
+            }
+            Err(error) => {
+                for (on_written, _) in outcomes {
+                    on_written(Err(format!("stream write failed: {error}")));
+                }
             }
         }
     }
@@ -619,6 +688,7 @@ impl Writer {
     fn pending(
         &self,
         builder: ChunkBuilder,
+        epoch: u64,
         first_offset: u64,
         timestamp: i64,
         producers: Vec<(String, u64)>,
@@ -634,9 +704,10 @@ impl Writer {
             ChunkType::TrackingDelta
         };
         let records = builder.records();
-        let bytes = builder.finish(first_offset, timestamp, &trailer);
+        let bytes = builder.finish_in_epoch(epoch, first_offset, timestamp, &trailer);
         Pending {
             bytes,
+            epoch,
             entry: IndexEntry {
                 first_offset,
                 records,
@@ -648,7 +719,10 @@ impl Writer {
         }
     }
 
-    fn write_chunks(&mut self, chunks: Vec<Pending>) -> io::Result<()> {
+    /// Writes `chunks` at the end of the log, rolling to a new segment when the live one is
+    /// full; a replica (`mirror`) rolls where the leader did instead, at the leader's
+    /// tracking snapshot chunks, so both logs hold the same chunks in the same order.
+    pub(super) fn write_chunks(&mut self, chunks: Vec<Pending>, mirror: bool) -> io::Result<()> {
         for mut chunk in chunks {
             let (size, chunk_count, segment_first, segment_end) = {
                 let shared = self.inner.shared.lock();
@@ -660,8 +734,17 @@ impl Writer {
             };
             let (mut size, mut chunk_count) = (size, chunk_count);
             let max_segment_size = self.inner.effective.lock().max_segment_size;
-            if size + chunk.bytes.len() as u64 > max_segment_size && segment_end > segment_first {
-                self.roll(chunk.entry.first_offset)?;
+            if mirror {
+                if chunk.entry.chunk_type == ChunkType::TrackingSnapshot
+                    && chunk.entry.first_offset > segment_first
+                {
+                    self.roll(chunk.entry.first_offset, Some(&chunk.bytes))?;
+                    continue;
+                }
+            } else if size + chunk.bytes.len() as u64 > max_segment_size
+                && segment_end > segment_first
+            {
+                self.roll(chunk.entry.first_offset, None)?;
                 let shared = self.inner.shared.lock();
                 let live = shared
                     .segments
@@ -705,6 +788,12 @@ impl Writer {
             for (producer, sequence) in chunk.producers {
                 shared.tracking.producers.insert(producer, sequence);
             }
+            shared.last_epoch = chunk.epoch;
+            if chunk.entry.records == 0 {
+                shared.tail_zero_chunks += 1;
+            } else {
+                shared.tail_zero_chunks = 0;
+            }
             let next = shared.next_offset;
             drop(shared);
             self.inner.committed.send_replace(next);
@@ -712,21 +801,34 @@ impl Writer {
         Ok(())
     }
 
-    /// Closes the live segment and starts one at `first_offset` with a tracking snapshot,
-    /// then applies retention.
-    fn roll(&mut self, first_offset: u64) -> io::Result<()> {
+    /// Closes the live segment and starts one at `first_offset` with a tracking snapshot
+    /// (the leader's, `given`, on a replica), then applies retention.
+    fn roll(&mut self, first_offset: u64, given: Option<&Bytes>) -> io::Result<()> {
         self.index.sync_data()?;
         let (segment_file, index_file) = segment::create_segment(&self.inner.dir, first_offset)?;
-        let snapshot = {
-            let shared = self.inner.shared.lock();
-            let mut tracking = shared.tracking.clone();
-            tracking.producers = self.producers.clone();
-            tracking.encode_snapshot()
+        let (bytes, timestamp) = match given {
+            Some(bytes) => {
+                let header = super::chunk::ChunkHeader::decode(bytes)
+                    .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad snapshot"))?;
+                (bytes.clone(), header.timestamp)
+            }
+            None => {
+                let snapshot = {
+                    let shared = self.inner.shared.lock();
+                    let mut tracking = shared.tracking.clone();
+                    tracking.producers = self.producers.clone();
+                    tracking.encode_snapshot()
+                };
+                let mut builder = ChunkBuilder::new(ChunkType::TrackingSnapshot);
+                builder.set_data(&snapshot);
+                let timestamp = self.timestamp();
+                let epoch = self.inner.replication.lock().writing_epoch().unwrap_or(1);
+                (
+                    builder.finish_in_epoch(epoch, first_offset, timestamp, &[]),
+                    timestamp,
+                )
+            }
         };
-        let mut builder = ChunkBuilder::new(ChunkType::TrackingSnapshot);
-        builder.set_data(&snapshot);
-        let timestamp = self.timestamp();
-        let bytes = builder.finish(first_offset, timestamp, &[]);
         let entry = IndexEntry {
             first_offset,
             records: 0,
@@ -743,7 +845,11 @@ impl Writer {
         self.segment = segment_file;
         self.index = index_file;
         let (path, index_path) = segment::segment_paths(&self.inner.dir, first_offset);
-        self.inner.shared.lock().segments.push(SegmentInfo {
+        let epoch = super::chunk::ChunkHeader::decode(&bytes).map_or(1, |header| header.epoch);
+        let mut shared = self.inner.shared.lock();
+        shared.last_epoch = epoch;
+        shared.tail_zero_chunks += 1;
+        shared.segments.push(SegmentInfo {
             first_offset,
             path,
             index_path,
@@ -753,6 +859,7 @@ impl Writer {
             newest_timestamp: Some(timestamp),
             end_offset: first_offset,
         });
+        drop(shared);
         apply_retention(&self.inner, now_ms());
         Ok(())
     }

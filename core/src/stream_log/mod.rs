@@ -19,6 +19,8 @@ pub mod format;
 mod log;
 pub mod reader;
 pub mod registry;
+mod replica;
+pub mod replication;
 pub mod retention;
 pub mod segment;
 pub mod single_active;
@@ -27,6 +29,8 @@ pub mod tracking;
 pub mod vhost_streams;
 
 #[cfg(test)]
+mod replica_tests;
+#[cfg(test)]
 mod tests;
 
 pub use format::MessageFormat;
@@ -34,5 +38,7 @@ pub(crate) use log::now_ms;
 pub use log::{LogStats, OnWritten, Publish, Record, StreamLog, Written};
 pub use reader::{ChunkFilter, OffsetSpec, StreamReader};
 pub use registry::{StreamCreated, StreamRegistry};
+pub use replica::{OnAppended, ReplicaTail};
+pub use replication::{Placement, Role};
 pub use retention::{parse_max_age, PolicyLimits, StreamSettings};
 pub use super_streams::SuperStream;

@@ -161,6 +161,12 @@ impl StreamReader {
                         ),
                     ));
                 };
+                if chunk.header.end_offset() > self.inner.readable.load(Ordering::Acquire)
+                    && chunk.header.records > 0
+                {
+                    // Not on a majority of the members yet: wait until it is.
+                    return Ok(None);
+                }
                 self.position += chunk.header.total_size();
                 if chunk.header.chunk_type != ChunkType::User || chunk.header.records == 0 {
                     continue;

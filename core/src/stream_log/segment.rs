@@ -129,6 +129,35 @@ pub fn read_chunk_at(file: &File, position: u64, limit: u64) -> io::Result<Optio
     Ok(Chunk::decode(bytes.freeze()).ok())
 }
 
+/// Reads the chunk at `position` of `file` (committed length `limit`) as its bytes on disk,
+/// checked: what the leader ships to its replicas. `Ok(None)` when no whole valid chunk is
+/// there.
+pub fn read_raw_chunk_at(
+    file: &File,
+    position: u64,
+    limit: u64,
+) -> io::Result<Option<(ChunkHeader, Bytes)>> {
+    if position + HEADER_SIZE as u64 > limit {
+        return Ok(None);
+    }
+    let mut header_bytes = [0u8; HEADER_SIZE];
+    file.read_exact_at(&mut header_bytes, position)?;
+    let Ok(header) = ChunkHeader::decode(&header_bytes) else {
+        return Ok(None);
+    };
+    let total = header.total_size();
+    if position + total > limit {
+        return Ok(None);
+    }
+    let mut bytes = BytesMut::zeroed(total as usize);
+    file.read_exact_at(&mut bytes, position)?;
+    let bytes = bytes.freeze();
+    match Chunk::decode(bytes.clone()) {
+        Ok(_) => Ok(Some((header, bytes))),
+        Err(_) => Ok(None),
+    }
+}
+
 /// Reads every valid chunk of a segment from its start, stopping at the first torn or
 /// corrupt one. Returns the index entries of the valid chunks and the length of the valid
 /// prefix; `visit` sees each valid chunk in order.

@@ -69,6 +69,9 @@ impl VHost {
                 self.name()
             )));
         }
+        if self.durability().local_node().is_some() {
+            return self.create_replicated_stream(user, name, arguments);
+        }
         let created = self.streams().create(name, arguments).map_err(|problem| {
             CoreError::precondition_failed(format!(
                 "{problem} (stream '{name}' in vhost '{}')",
@@ -79,6 +82,58 @@ impl VHost {
             self.add_stream_queue(Arc::clone(log), true);
         }
         Ok(created)
+    }
+
+    /// On a cluster a stream is made as `queue.declare` makes one, through the metadata
+    /// store, so every node has it and its home node places its members (docs/streams.md,
+    /// "Replication"). The stream protocol's argument names (`max-length-bytes`) are the
+    /// `x-` arguments of a declaration.
+    fn create_replicated_stream(
+        &self,
+        user: &str,
+        name: &str,
+        arguments: &[(String, String)],
+    ) -> CoreResult<StreamCreated> {
+        if let Some(existing) = self.streams().get(name) {
+            return Ok(StreamCreated::Existed(existing));
+        }
+        let mut table = Table::new();
+        table.insert("x-queue-type", Value::string("stream"));
+        for (key, value) in arguments {
+            let key = match key.starts_with("x-") {
+                true => key.clone(),
+                false => format!("x-{key}"),
+            };
+            let value = match value.parse::<i64>() {
+                Ok(number) => Value::I64(number),
+                Err(_) => Value::string(value.clone()),
+            };
+            table.insert(key, value);
+        }
+        let actor = crate::vhost::Actor {
+            user,
+            connection_id: crate::vhost::BROKER_CONNECTION,
+        };
+        self.declare_queue(
+            actor,
+            crate::vhost::QueueDeclare {
+                name: name.to_owned(),
+                passive: false,
+                durable: true,
+                exclusive: false,
+                auto_delete: false,
+                arguments: table,
+            },
+        )?;
+        self.streams()
+            .get(name)
+            .map(StreamCreated::Created)
+            .ok_or_else(|| {
+                CoreError::precondition_failed(format!(
+                    "stream '{name}' in vhost '{}' was not created",
+                    self.name()
+                ))
+            })
     }
 
     /// Stream `name`, after checking `user`'s `access` to it.
@@ -92,6 +147,14 @@ impl VHost {
     /// Deletes stream `name` for `user` (configure permission).
     pub fn delete_stream(&self, user: &str, name: &str) -> CoreResult<()> {
         self.check(user, Access::Configure, ResourceKind::Queue, name)?;
+        if self.durability().local_node().is_some() && self.streams().get(name).is_some() {
+            // On a cluster, as queue.delete: every member deletes its copy.
+            let actor = crate::vhost::Actor {
+                user,
+                connection_id: crate::vhost::BROKER_CONNECTION,
+            };
+            return self.delete_queue(actor, name, false, false).map(|_| ());
+        }
         if self.streams().get(name).is_some() && self.remove_typed_queue(name).is_some() {
             Ok(())
         } else {

@@ -100,7 +100,7 @@ impl QueueType for Stream {
 
     fn declare(
         &self,
-        _durability: &Durability,
+        durability: &Durability,
         declaration: Declaration,
     ) -> CoreResult<Arc<dyn QueueInstance>> {
         let Some(vhost) = declaration.vhost.upgrade() else {
@@ -119,6 +119,14 @@ impl QueueType for Stream {
                 )))
             }
         };
+        if let Some(local) = durability.local_node() {
+            // On a cluster: nothing is confirmed until the stream's placement (committed by
+            // its home node right after this declaration) makes a leader of this node.
+            let home = durability.forwarding().and_then(|forwarding| {
+                forwarding.link_home_of(&declaration.vhost_name, &declaration.name)
+            });
+            log.await_placement(home.as_deref() == Some(local));
+        }
         let queue = StreamQueue::new(log, &vhost);
         queue.apply_policies(
             declaration.policy.as_ref(),

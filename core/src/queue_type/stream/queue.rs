@@ -180,11 +180,18 @@ impl QueueInstance for StreamQueue {
             producer: None,
             records: vec![record],
             on_written: Box::new(move |written| {
+                let failed = written.is_err();
                 if let Err(problem) = written {
                     tracing::warn!(stream = %name, %problem, "a message published to the stream was not written");
                 }
                 if let Some((store, seq)) = hold {
-                    store.release(seq);
+                    // A refused publish (a replica's, or a leader that stopped leading before a
+                    // majority had it) is nacked: the publisher sends it again to the leader.
+                    if failed {
+                        store.fail(seq);
+                    } else {
+                        store.release(seq);
+                    }
                 }
             }),
         });

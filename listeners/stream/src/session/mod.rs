@@ -704,32 +704,67 @@ impl Session {
         Control::Continue
     }
 
+    /// Metadata: each stream's leader and replicas. A stream replicated on a cluster names
+    /// the nodes of its placement that run (replicas serve reads from their own copy); a
+    /// stream whose leader is down is `STREAM_NOT_AVAILABLE` until a new one takes over. A
+    /// single node names itself.
     fn metadata(&mut self, correlation_id: u32, streams: &[String]) {
         let (vhost, _) = self.vhost();
-        let found: Vec<bool> = streams
-            .iter()
-            .map(|s| vhost.streams().get(s).is_some())
-            .collect();
-        let (host, port) = self.advertised();
+        let advertised = self.advertised();
+        let durability = vhost.durability();
+        let local = durability.local_node().unwrap_or_default().to_owned();
+        let endpoint = |node: &str| -> Option<(String, u16)> {
+            if node == local {
+                Some(advertised.clone())
+            } else {
+                durability.stream_endpoint(node)
+            }
+        };
+        // Brokers by node, each with its reference (its place in this list).
+        let mut brokers: Vec<(String, (String, u16))> = Vec::new();
+        let mut reference = |node: &str, at: (String, u16)| -> u16 {
+            match brokers.iter().position(|(known, _)| known == node) {
+                Some(found) => found as u16,
+                None => {
+                    brokers.push((node.to_owned(), at));
+                    (brokers.len() - 1) as u16
+                }
+            }
+        };
+        let mut answers: Vec<(u16, u16, Vec<u16>)> = Vec::with_capacity(streams.len());
+        for name in streams {
+            let Some(log) = vhost.streams().get(name) else {
+                answers.push((code::STREAM_DOES_NOT_EXIST, u16::MAX, Vec::new()));
+                continue;
+            };
+            let Some(placement) = log.placement() else {
+                answers.push((code::OK, reference(&local, advertised.clone()), Vec::new()));
+                continue;
+            };
+            let replicas: Vec<u16> = placement
+                .replicas()
+                .filter_map(|node| endpoint(node).map(|at| reference(node, at)))
+                .collect();
+            match endpoint(&placement.leader) {
+                Some(at) => answers.push((code::OK, reference(&placement.leader, at), replicas)),
+                None => answers.push((code::STREAM_NOT_AVAILABLE, u16::MAX, replicas)),
+            }
+        }
         let entries: Vec<encode::StreamMetadata<'_>> = streams
             .iter()
-            .zip(&found)
-            .map(|(name, exists)| encode::StreamMetadata {
+            .zip(&answers)
+            .map(|(name, (code, leader, replicas))| encode::StreamMetadata {
                 name,
-                code: if *exists {
-                    code::OK
-                } else {
-                    code::STREAM_DOES_NOT_EXIST
-                },
-                leader: if *exists { 0 } else { u16::MAX },
-                replicas: &[],
+                code: *code,
+                leader: *leader,
+                replicas,
             })
             .collect();
-        encode::metadata(
-            &mut self.out,
-            correlation_id,
-            &[(0, &host, u32::from(port))],
-            &entries,
-        );
+        let brokers: Vec<(u16, &str, u32)> = brokers
+            .iter()
+            .enumerate()
+            .map(|(at, (_, (host, port)))| (at as u16, host.as_str(), u32::from(*port)))
+            .collect();
+        encode::metadata(&mut self.out, correlation_id, &brokers, &entries);
     }
 }

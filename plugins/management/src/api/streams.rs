@@ -18,7 +18,7 @@ impl Management {
             .map(|(key, value)| (key.clone(), Json::String(value.clone())))
             .collect();
         let messages = stats.next_offset.saturating_sub(stats.first_offset);
-        json!({
+        let mut json = json!({
             "name": log.name(),
             "vhost": vhost.name(),
             "durable": true,
@@ -45,6 +45,19 @@ impl Management {
             // A stream with neither a length nor an age limit (by argument or policy)
             // grows forever.
             "retention_unbounded": log.effective_settings().unbounded(),
-        })
+        });
+        // Replicated on a cluster: its placement, RabbitMQ's fields for a stream's leader
+        // and members (the leader's node is the queue's node), and the leader's epoch.
+        if let (Some(placement), Some(object)) = (log.placement(), json.as_object_mut()) {
+            object.insert("node".into(), Json::String(placement.leader.clone()));
+            object.insert("leader".into(), Json::String(placement.leader.clone()));
+            object.insert("members".into(), json!(placement.members));
+            object.insert(
+                "replicas".into(),
+                json!(placement.replicas().collect::<Vec<_>>()),
+            );
+            object.insert("epoch".into(), json!(placement.epoch));
+        }
+        json
     }
 }
