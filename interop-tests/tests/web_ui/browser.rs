@@ -200,16 +200,40 @@ pub(crate) async fn fill(client: &Client, css: &str, text: &str) {
     element.send_keys(text).await.expect("type");
 }
 
+/// Clicks the element `css` finds, waiting for it to appear.
 pub(crate) async fn click(client: &Client, css: &str) {
-    client
-        .wait()
-        .at_most(LIMIT)
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    click_located(client, Locator::Css(css), css).await;
+}
+
+/// Clicks the first element `xpath` finds, waiting for it to appear.
+pub(crate) async fn click_xpath(client: &Client, xpath: &str) {
+    click_located(client, Locator::XPath(xpath), xpath).await;
+}
+
+/// Pages redraw their tables on a timer, so an element found just before a redraw can be
+/// gone by the click ("stale element"): it is then found again, within `LIMIT`.
+async fn click_located(client: &Client, locator: Locator<'_>, what: &str) {
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let clicked = client
+            .wait()
+            .at_most(LIMIT)
+            .for_element(locator)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+            .click()
+            .await;
+        match clicked {
+            Ok(()) => return,
+            Err(e)
+                if e.to_string().contains("stale element")
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("click {what}: {e}"),
+        }
+    }
 }
 
 pub(crate) async fn select(client: &Client, css: &str, value: &str) {
@@ -260,19 +284,6 @@ pub(crate) async fn driver_or_skip(test: &str) -> Option<(Driver, PathBuf)> {
             None
         }
     }
-}
-
-/// Clicks the first element `xpath` finds, waiting for it to appear.
-pub(crate) async fn click_xpath(client: &Client, xpath: &str) {
-    client
-        .wait()
-        .at_most(LIMIT)
-        .for_element(Locator::XPath(xpath))
-        .await
-        .unwrap_or_else(|e| panic!("{xpath}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("click {xpath}: {e}"));
 }
 
 /// Runs `script` (the body of a function) in the page and returns its answer.
