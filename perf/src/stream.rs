@@ -168,7 +168,9 @@ pub async fn queue(config: Arc<Config>, shared: Arc<Shared>) -> Result<(), Strin
         .request(Request::DeclarePublisher {
             correlation_id: 7,
             publisher_id: 0,
-            reference: None,
+            // An empty reference (no deduplication): RabbitMQ 3.10's parser refuses a null
+            // string here as an unknown command.
+            reference: Some(String::new()),
             stream: stream.clone(),
         })
         .await?;
