@@ -211,6 +211,8 @@ impl Driver {
         // Whether the last maintenance found nothing to watch: the member then sleeps
         // until a link changes (or `IDLE_MAINTENANCE`), so idle groups cost nothing.
         let mut settled = false;
+        // A link opened or broke since the last maintenance (seen while waiting).
+        let mut link_moved = false;
         loop {
             let mut batch = std::mem::take(&mut retry);
             let mut delete = None;
@@ -226,7 +228,10 @@ impl Driver {
                         tokio::select! {
                             op = self.ops.recv() => Some(op),
                             _ = tokio::time::sleep(wait) => None,
-                            _ = link_changed(&mut link_changes) => None,
+                            _ = link_changed(&mut link_changes) => {
+                                link_moved = true;
+                                None
+                            }
                         }
                     }
                     None => Some(self.ops.recv().await),
@@ -246,13 +251,17 @@ impl Driver {
                 }
             }
             if let Some(link) = &member.link {
-                let changed = link_changes
-                    .as_mut()
-                    .is_some_and(|changes| changes.has_changed().unwrap_or(false));
+                // `changed()` marks what it saw as seen, so a change noticed while waiting
+                // is remembered in `link_moved`; one that came while busy shows here.
+                let changed = link_moved
+                    || link_changes
+                        .as_mut()
+                        .is_some_and(|changes| changes.has_changed().unwrap_or(false));
                 if changed || last_maintenance.elapsed() >= period {
                     if let Some(changes) = link_changes.as_mut() {
                         changes.borrow_and_update();
                     }
+                    link_moved = false;
                     last_maintenance = Instant::now();
                     self.watch_leader(&member.group, link, &mut tidy).await;
                     let commands = self.maintain(&member.group, link, &mut tidy);
