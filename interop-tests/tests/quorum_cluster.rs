@@ -372,3 +372,54 @@ async fn a_quorum_queue_deleted_and_declared_again_starts_empty_on_every_node() 
         .expect("passive declare on node 0");
     assert_eq!(declared.message_count(), 0, "drained, as node 0 sees it");
 }
+
+/// An idle group's members sleep until a link changes (raft/src/driver.rs): the SIGKILL of
+/// the leader's node after a quiet spell must still wake them at once, so a new leader
+/// confirms within a few seconds, not after the members' 15 s idle look.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_idle_before_its_leaders_node_dies_elects_within_seconds() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::new(3);
+    cluster.start_all();
+    cluster.wait_formed(3, FORM_LIMIT).await;
+    declare_everywhere(&cluster, 0, &[1, 2], "idle.failover").await;
+    let leader = leader_of(&cluster, 1, "idle.failover").await;
+    let survivor = (leader + 1) % 3;
+    let (_connection, channel) = open(&cluster, survivor).await;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirm.select");
+    assert!(
+        publish_confirmed(&channel, "idle.failover", "before", Duration::from_secs(10)).await,
+        "a publish before the kill is confirmed"
+    );
+    // Long enough for every member to find its group settled and go idle.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    cluster.kill(leader);
+    let killed = Instant::now();
+    let mut attempts = 0;
+    while !publish_confirmed(&channel, "idle.failover", "after", Duration::from_secs(2)).await {
+        attempts += 1;
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "no confirm 20 s after the leader's node died ({attempts} attempts)"
+        );
+    }
+    let took = killed.elapsed();
+    eprintln!("first confirm {took:?} after the idle leader's node died");
+    assert!(
+        took < Duration::from_secs(10),
+        "a new leader confirmed within 10 s of the kill, not after the idle members' 15 s look: {took:?}"
+    );
+    let (status, body) = cluster
+        .api(survivor, "GET", "/api/queues/%2F/idle.failover", None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let killed_name = warren_interop_tests::cluster::node_name(leader);
+    assert!(
+        body["leader"].as_str().is_some_and(|l| l != killed_name),
+        "another node leads: {body}"
+    );
+}
