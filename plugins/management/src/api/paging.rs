@@ -96,28 +96,7 @@ impl PageQuery {
             };
             filtered.sort_by(|a, b| compare(&key(a), &key(b)));
         }
-        if self.sort_reverse {
-            filtered.reverse();
-        }
-        let filtered_count = filtered.len();
-        let page_count = filtered_count.div_ceil(self.page_size).max(1);
-        if self.page > page_count {
-            return Err(super::bad_request("page_out_of_range"));
-        }
-        let items: Vec<Json> = filtered
-            .into_iter()
-            .skip((self.page - 1) * self.page_size)
-            .take(self.page_size)
-            .collect();
-        Ok(json!({
-            "filtered_count": filtered_count,
-            "item_count": items.len(),
-            "items": items,
-            "page": self.page,
-            "page_count": page_count,
-            "page_size": self.page_size,
-            "total_count": total_count,
-        }))
+        self.page_of(filtered, total_count, |item| item)
     }
 }
 
@@ -148,6 +127,18 @@ impl PageQuery {
         if self.sort.is_some() {
             filtered.sort_by_cached_key(|(name, _)| name.to_lowercase());
         }
+        self.page_of(filtered, total_count, |(_, item)| build(item))
+    }
+
+    /// Cuts the page out of `filtered` (already filtered and ordered; reversed here when
+    /// asked), builds only its items, and wraps them in RabbitMQ's counts; the 400 for a page
+    /// past the last.
+    fn page_of<T>(
+        &self,
+        mut filtered: Vec<T>,
+        total_count: usize,
+        build: impl FnMut(T) -> Json,
+    ) -> Result<Json, Response> {
         if self.sort_reverse {
             filtered.reverse();
         }
@@ -160,7 +151,7 @@ impl PageQuery {
             .into_iter()
             .skip((self.page - 1) * self.page_size)
             .take(self.page_size)
-            .map(|(_, item)| build(item))
+            .map(build)
             .collect();
         Ok(json!({
             "filtered_count": filtered_count,
