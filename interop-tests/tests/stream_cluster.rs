@@ -24,7 +24,7 @@ mod lapin_common;
 mod quorum_common;
 
 use lapin_common::{args, text};
-use quorum_common::{open, FORM_LIMIT, SPREAD_LIMIT};
+use quorum_common::{open, wait_declared, FORM_LIMIT, SPREAD_LIMIT};
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -46,33 +46,7 @@ async fn declare_stream(cluster: &TestCluster, node: usize, others: &[usize], na
         )
         .await
         .expect("declares the stream");
-    wait_spread(cluster, others, name).await;
-}
-
-/// Waits until every node of `others` has stream `name` (a passive declare succeeds there).
-async fn wait_spread(cluster: &TestCluster, others: &[usize], name: &str) {
-    for &other in others {
-        let deadline = Instant::now() + SPREAD_LIMIT;
-        loop {
-            let (_connection, channel) = open(cluster, other).await;
-            let passive = QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            };
-            if channel
-                .queue_declare(name.into(), passive, FieldTable::default())
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "stream '{name}' did not reach node {other}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    wait_declared(cluster, others, name).await;
 }
 
 async fn confirming(cluster: &TestCluster, node: usize) -> (Connection, Channel) {
@@ -516,7 +490,7 @@ async fn a_stream_created_through_the_stream_protocol_is_replicated_and_clients_
         .create("feed")
         .await
         .expect("creates the stream");
-    wait_spread(&cluster, &[1, 2], "feed").await;
+    wait_declared(&cluster, &[1, 2], "feed").await;
 
     // A client of node 1 (a replica): its producer goes to the leader Metadata names.
     let environment = stream_environment(&cluster, 1).await;

@@ -51,6 +51,12 @@ pub async fn declare_everywhere(cluster: &TestCluster, node: usize, others: &[us
         )
         .await
         .expect("declares the quorum queue");
+    wait_declared(cluster, others, name).await;
+}
+
+/// Waits until every node of `others` has queue or stream `name` (a passive declare
+/// succeeds there), within [`SPREAD_LIMIT`].
+pub async fn wait_declared(cluster: &TestCluster, others: &[usize], name: &str) {
     for &other in others {
         let deadline = Instant::now() + SPREAD_LIMIT;
         loop {
