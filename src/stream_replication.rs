@@ -588,4 +588,41 @@ mod tests {
             None
         );
     }
+
+    proptest::proptest! {
+        /// Whatever a peer sends, the decoders answer `None` or a value: never a panic.
+        #[test]
+        fn fetch_decoders_take_any_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = FetchRequest::decode(Bytes::from(bytes.clone()));
+            let _ = decode_answer(Bytes::from(bytes));
+        }
+
+        /// Every request and answer comes back as it was encoded.
+        #[test]
+        fn fetch_encodings_round_trip(
+            vhost in "[a-z/]{0,12}",
+            name in "[a-z.]{0,12}",
+            numbers in proptest::prelude::any::<[u64; 5]>(),
+            committed in proptest::prelude::any::<u64>(),
+            restart in proptest::option::of(0..u64::MAX),
+            chunks in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), 0..4),
+        ) {
+            let request = FetchRequest {
+                vhost: vhost.clone(),
+                name: name.clone(),
+                epoch: numbers[0],
+                tail: ReplicaTail {
+                    next_offset: numbers[1],
+                    tail_zero_chunks: numbers[2],
+                    last_epoch: numbers[3],
+                },
+                known_committed: numbers[4],
+            };
+            let decoded = FetchRequest::decode(request.encode()).expect("decodes");
+            proptest::prop_assert_eq!((decoded.vhost, decoded.name), (vhost, name));
+            proptest::prop_assert_eq!((decoded.epoch, decoded.tail, decoded.known_committed), (request.epoch, request.tail, request.known_committed));
+            let chunks: Vec<Bytes> = chunks.into_iter().map(Bytes::from).collect();
+            proptest::prop_assert_eq!(decode_answer(encode_answer(committed, restart, &chunks)), Some((committed, restart, chunks)));
+        }
+    }
 }
