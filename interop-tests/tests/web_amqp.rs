@@ -297,7 +297,8 @@ async fn bad_logins_headers_and_subprotocols_are_refused() {
     .expect("test in time");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One thread, for the fe2o3-amqp 0.14 send race described above (this test sends unsettled).
+#[tokio::test(flavor = "current_thread")]
 async fn amqp_1_0_application_properties_reach_an_mqtt5_subscriber_as_user_properties() {
     use fe2o3_amqp::types::messaging::{ApplicationProperties, Message as AmqpMessage, Properties};
     use fe2o3_amqp::types::primitives::{Binary, Symbol};
