@@ -978,7 +978,18 @@ mod tests {
             ..TransportConfig::new("b".into(), Secret::from_bytes(b"secret".to_vec()))
         };
         let again = Transport::new(config, Arc::default(), shutdown);
-        let listener = TcpListener::bind(b_address).await.unwrap();
+        // The old b's socket may hold the port a moment longer (AddrInUse): try again.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let listener = loop {
+            match TcpListener::bind(b_address).await {
+                Ok(listener) => break listener,
+                Err(error) if Instant::now() < deadline => {
+                    tracing::debug!(%error, "rebinding b's address");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(error) => panic!("cannot bind b's address again: {error}"),
+            }
+        };
         tokio::spawn(Arc::clone(&again).serve(listener));
         wait_until("the link reopened", || {
             a.is_connected("b", LinkKind::Control)
